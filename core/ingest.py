@@ -1,0 +1,145 @@
+"""Phase A orchestrator: read → chunk → embed → store, for one uploaded document.
+
+Thin by design: each step is a function elsewhere; this module calls them in order,
+reports progress, traces each step, and writes once at the end (the chunk swap is
+a single Redis transaction, then one SQL update), so a failure leaves the previous
+version of the file searchable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.chunking import split_recursive
+from core.readers import read_file
+from core.runtime import Runtime
+from core.topics import get_topic
+from core.tracing import Trace
+from storage.chunk_index import ChunkRecord
+from storage.metadata import DocumentRow, utcnow
+
+log = logging.getLogger(__name__)
+
+#: ``progress(phase, done, total)``; phases: reading, chunking, embedding, storing, done.
+ProgressFn = Callable[[str, int, int], None]
+
+_EMBED_STEP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What an ingest stored.
+
+    Attributes:
+        document_id: the document.
+        status: ``indexed`` or ``empty``.
+        chunk_count: chunks now searchable.
+        replaced: chunks of the previous version removed.
+        trace: the step events.
+    """
+
+    document_id: str
+    status: str
+    chunk_count: int
+    replaced: int
+    trace: list[dict]
+
+
+def chunk_id_for(document_id: str, position: int, text: str) -> str:
+    """Content-hash chunk id: ``chunk-`` + 16 hex digits of SHA-1 over document, position and text."""
+    return "chunk-" + hashlib.sha1(f"{document_id}\0{position}\0{text}".encode()).hexdigest()[:16]
+
+
+def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None) -> IngestResult:
+    """Index the pending version of a document.
+
+    Raises:
+        ReadError: when the file cannot be read.
+        ModelUnavailableError: when the embedding model is unreachable.
+        NotFoundError: when the document or Topic is gone.
+        In every failure case the previous version stays searchable and the
+        document row says ``failed`` with the message.
+    """
+    report = progress or (lambda phase, done, total: None)
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+        if doc is None:
+            from core.errors import NotFoundError
+
+            raise NotFoundError(f"no document {document_id}")
+        doc.status = "processing"
+        s.add(doc)
+    topic = get_topic(rt, doc.topic_id)
+    cfg = topic.settings
+    trace = Trace("upload", doc.file_name)
+    try:
+        report("reading", 0, 1)
+        with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev:
+            result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name)
+            ev.data.update(reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text)
+        report("chunking", 0, 1)
+        with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
+            pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+            ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
+        vectors = []
+        with trace.step("embed", count=len(pieces)) as ev:
+            for i in range(0, len(pieces), _EMBED_STEP):
+                report("embedding", i, len(pieces))
+                vectors.extend(rt.gateway.embed([p.text for p in pieces[i : i + _EMBED_STEP]], trace=trace))
+            ev.data["model"] = rt.gateway.embedder.model
+        report("storing", len(pieces), len(pieces))
+        records = [
+            ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
+                        position=n, text=p.text, embedding=v, start=p.start, end=p.end)  # fmt: skip
+            for n, (p, v) in enumerate(zip(pieces, vectors))
+        ]
+        with trace.step("store", chunks=len(records)) as ev:
+            replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
+            ev.data["replaced"] = replaced
+    except Exception as exc:
+        _mark_failed(rt, doc.id, exc, trace)
+        raise
+    status = "indexed" if records else "empty"
+    warning = "" if records else "no readable text: the file is stored, but nothing of it can be found"
+    if warning:
+        log.warning("%s in Topic %s: %s", doc.file_name, topic.name, warning)
+    indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
+                    "chunk_overlap": cfg.chunk_overlap, "keyword_index": False, "embedding_model": rt.gateway.embedder.model}  # fmt: skip
+    _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace)
+    report("done", len(records), len(records))
+    return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace) -> None:
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+        old_blob = doc.blob_path
+        doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
+        doc.pending_sha256, doc.pending_blob_path = "", ""
+        doc.status, doc.chunk_count, doc.warning, doc.error = status, count, warning, ""
+        doc.indexed_with_json = json.dumps(indexed_with)
+        doc.trace_json = json.dumps(trace.to_list())
+        doc.updated_at = utcnow()
+        s.add(doc)
+    if old_blob and old_blob != doc.blob_path:
+        rt.blobs.remove(old_blob)
+
+
+def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace) -> None:
+    log.error("upload of %s failed: %s", document_id, exc)
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+        if doc is None:
+            return
+        if doc.pending_blob_path and doc.pending_blob_path != doc.blob_path:
+            rt.blobs.remove(doc.pending_blob_path)
+        doc.pending_sha256, doc.pending_blob_path = "", ""
+        doc.status = "failed"
+        doc.error = str(exc) + (" (the previous version is still searchable)" if doc.content_sha256 else "")
+        doc.trace_json = json.dumps(trace.to_list())
+        doc.updated_at = utcnow()
+        s.add(doc)

@@ -1,0 +1,104 @@
+"""Step tracing: every pipeline step writes a structured event to a :class:`Trace`.
+
+A trace belongs to one upload job or one chat turn. Events are logged in short form
+as they happen and kept (as JSON) with the document or turn, ready for DEV Reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Longest string kept in an event's data; longer ones are cut and marked.
+MAX_VALUE_CHARS = 20_000
+
+
+@dataclass(slots=True)
+class TraceEvent:
+    """One step of a pipeline.
+
+    Attributes:
+        step: the step's name (``read``, ``chunk``, ``embed``, ``retrieve``, ``prompt``, ``answer``, ...).
+        started_at: wall-clock start, seconds since the epoch.
+        duration_ms: how long the step took, in milliseconds.
+        data: what the step saw and produced (JSON-serialisable).
+        error: the error message when the step failed, else "".
+    """
+
+    step: str
+    started_at: float
+    duration_ms: float = 0.0
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+class Trace:
+    """The ordered events of one job or chat turn.
+
+    Args:
+        kind: ``"upload"`` or ``"chat"``.
+        subject: what is traced (a file name, a question), for log lines.
+    """
+
+    def __init__(self, kind: str, subject: str):
+        self.kind = kind
+        self.subject = subject
+        self.events: list[TraceEvent] = []
+
+    @contextmanager
+    def step(self, name: str, **data: Any) -> Iterator[TraceEvent]:
+        """Time a step; the caller adds to ``event.data``. An exception is recorded and re-raised."""
+        event = TraceEvent(step=name, started_at=time.time(), data=dict(data))
+        t0 = time.perf_counter()
+        try:
+            yield event
+        except BaseException as exc:
+            event.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            event.duration_ms = round((time.perf_counter() - t0) * 1000, 3)
+            self.events.append(event)
+            log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], name, event.duration_ms,
+                     _summary(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
+
+    def add(self, name: str, **data: Any) -> TraceEvent:
+        """Record an instantaneous event."""
+        with self.step(name, **data) as event:
+            return event
+
+    def timings_ms(self) -> dict[str, float]:
+        """Duration of each step in milliseconds (summed when a step repeats)."""
+        out: dict[str, float] = {}
+        for e in self.events:
+            out[e.step] = round(out.get(e.step, 0.0) + e.duration_ms, 3)
+        return out
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""
+        return [_clip(asdict(e)) for e in self.events]
+
+
+def _summary(data: dict[str, Any]) -> str:
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 40):
+            parts.append(f"{key}={value}")
+        elif isinstance(value, (list, dict)):
+            parts.append(f"{key}=<{len(value)}>")
+    return " ".join(parts)
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS] + f"… [{len(value) - MAX_VALUE_CHARS} more characters]"
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clip(v) for v in value]
+    return value

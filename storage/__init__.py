@@ -1,0 +1,1 @@
+"""Everything that touches a store: the embedded Redis, RediSearch indexes, SQL metadata and blobs."""

@@ -1,0 +1,91 @@
+"""Shared fixtures: a throwaway embedded Redis, the scripted model server, a runtime per test."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from rq import SimpleWorker
+
+from core.config import Settings
+from core.embedding import LocalEmbedder
+from core.gateway import ModelGateway
+from core.runtime import Runtime, set_runtime
+from storage.redis_server import EmbeddedRedis
+from tests.scripted_llm import ScriptedLLM
+from worker.queue import queue_for
+
+EVAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "eval" / "hotpotqa"
+if not EVAL_DIR.exists():  # a clone next to shared/, or shared/ inside the repository
+    EVAL_DIR = Path(__file__).resolve().parents[1] / "shared" / "eval" / "hotpotqa"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), free_port()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def scripted_llm():
+    server = ScriptedLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    model = LocalEmbedder()
+    model.load()
+    return model
+
+
+@pytest.fixture
+def settings(tmp_path, redis_server, scripted_llm) -> Settings:
+    return Settings(
+        RAGTOPICS_DATA_DIR=tmp_path / "var",
+        REDIS_URL=redis_server.url,
+        LLM_BASE_URL=scripted_llm.base_url,
+        LLM_MODEL="scripted",
+        LLM_TIMEOUT_S=10,
+        RQ_QUEUE=f"test-{tmp_path.name}",
+        _env_file=None,
+    )
+
+
+@pytest.fixture
+def rt(settings, embedder, redis_server, scripted_llm):
+    """A runtime on a flushed Redis and a fresh data dir; also the process-wide runtime."""
+    runtime = Runtime(settings)
+    runtime.redis.flushall()
+    runtime._gateway = ModelGateway(settings, embedder=embedder)
+    scripted_llm.reset()
+    set_runtime(runtime)
+    yield runtime
+    set_runtime(None)
+
+
+@pytest.fixture
+def run_jobs(rt):
+    """Run every queued job through a real RQ worker (in this process), then return."""
+
+    def run() -> None:
+        SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def hotpot():
+    corpus = json.loads((EVAL_DIR / "corpus.json").read_text())
+    questions = json.loads((EVAL_DIR / "questions.json").read_text())
+    return corpus, questions

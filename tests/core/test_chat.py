@@ -1,0 +1,144 @@
+"""Chat phase: retrieval of real passages, the prompt, streamed answer, citations, no-answer, memory, stop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.chat import ask, session_turns
+from core.documents import receive_upload
+from core.topics import create_topic
+from tests.core.test_ingest import upload
+from worker.queue import enqueue_ingest
+
+ANSWER = "The answer is in the first source [S1]."
+
+
+def hotpot_selection(corpus, questions, n_questions=10, n_passages=30):
+    """The gold passages of the first ``n_questions`` questions, padded with distractors to ``n_passages``."""
+    chosen = questions[:n_questions]
+    titles: list[str] = []
+    for q in chosen:
+        for title, _ in q["supporting_facts"]:
+            if title not in titles:
+                titles.append(title)
+    for q in chosen:
+        for title, _ in q["context"]:
+            if len(titles) >= n_passages:
+                break
+            if title not in titles:
+                titles.append(title)
+    return chosen, titles[:n_passages]
+
+
+def final(updates):
+    *_, last = updates
+    return last
+
+
+def test_hotpotqa_gold_passages_come_back_and_the_turn_is_saved(rt, run_jobs, scripted_llm, hotpot):
+    corpus, questions = hotpot
+    chosen, titles = hotpot_selection(corpus, questions)
+    assert len(titles) == 30
+    topic = create_topic(rt, "HotpotQA", settings={"top_k_results": 5})
+    for title in titles:
+        doc = receive_upload(rt, topic, f"{title}.txt", "".join(corpus[title]).encode())
+        enqueue_ingest(rt, topic.id, doc.id)
+    run_jobs()
+    assert rt.chunk_index(topic.id).count() >= 30
+    scripted_llm.replies["answer"] = ANSWER
+
+    hits = 0
+    for q in chosen:
+        result = final(ask(rt, topic, q["question"]))
+        gold = {f"{t}.txt" for t, _ in q["supporting_facts"]}
+        files = [s.file for s in result.sources]
+        hits += bool(gold & set(files))
+        assert result.text == f"The answer is in the first source [{files[0]}]."
+        turns = session_turns(rt, result.session_id)
+        assert len(turns) == 1 and turns[0].answer == result.text and turns[0].question == q["question"]
+        assert [s["file"] for s in json.loads(turns[0].sources_json)] == files
+    # all-MiniLM-L6-v2 on these passages finds a gold passage for nearly every question.
+    assert hits >= 9, f"only {hits}/10 questions had a gold passage among the sources"
+    body = scripted_llm.prompts("answer")[-1]
+    user = body["messages"][-1]["content"]
+    assert "[S1] (from " in user and "Question: " + chosen[-1]["question"] in user and "Rules for citing" in user
+
+
+def test_no_chunk_above_min_score_gives_the_no_answer_response_without_a_model_call(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Strict", settings={"min_similarity_score": 0.99, "no_answer_response": "Nothing found here."})
+    upload(rt, topic, "a.txt", b"Bananas are yellow and grow in bunches.")
+    run_jobs()
+    result = final(ask(rt, topic, "How do rockets reach orbit?"))
+    assert result.no_answer and result.text == "Nothing found here." and result.sources == []
+    assert scripted_llm.prompts("answer") == []
+    assert session_turns(rt, result.session_id)[0].answer == "Nothing found here."
+
+
+def test_top_k_and_min_score_filter_the_sources(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Filter", settings={"top_k_results": 2, "min_similarity_score": 0.0})
+    for i, fruit in enumerate(["apples", "pears", "plums", "cherries"]):
+        upload(rt, topic, f"f{i}.txt", f"Orchard report: {fruit} were harvested in autumn.".encode())
+    run_jobs()
+    scripted_llm.replies["answer"] = ANSWER
+    result = final(ask(rt, topic, "When were the plums harvested?"))
+    assert len(result.sources) == 2 and result.sources[0].file == "f2.txt"
+    assert result.sources[0].score >= result.sources[1].score
+
+
+def test_custom_system_prompt_reaches_the_model_and_citations_become_file_names(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Tone", settings={"custom_system_prompt": "Answer like a pirate.", "min_similarity_score": 0.0})
+    upload(rt, topic, "ships.txt", b"The Black Pearl is a fast ship with black sails.")
+    upload(rt, topic, "ports.txt", b"Tortuga is a port where pirates meet.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "Arr, the ship is fast [S1, S2] and also [S9]."
+    result = final(ask(rt, topic, "Which ship has black sails?"))
+    system = scripted_llm.prompts("answer")[0]["messages"][0]["content"]
+    assert "Answer like a pirate." in system
+    assert result.text == "Arr, the ship is fast [ships.txt][ports.txt] and also ."
+
+
+def test_streaming_yields_growing_text_before_the_final_update(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Stream", settings={"min_similarity_score": 0.0})
+    upload(rt, topic, "a.txt", b"Streaming delivers tokens one by one.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "one two three four five [S1]"
+    updates = list(ask(rt, topic, "How are tokens delivered?"))
+    partial = [u.text for u in updates if not u.done]
+    assert len(partial) >= 5 and partial[0] == "one " and updates[-1].done
+    assert updates[-1].text == "one two three four five [a.txt]"
+
+
+def test_memory_sends_earlier_turns_of_the_session(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Memory", settings={"memory": 2, "min_similarity_score": 0.0})
+    upload(rt, topic, "a.txt", b"Valve A is serviced monthly. Valve B is serviced yearly.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "Monthly [S1]."
+    first = final(ask(rt, topic, "How often is valve A serviced?"))
+    final(ask(rt, topic, "And the second one?", session_id=first.session_id))
+    final(ask(rt, topic, "And a third question?", session_id=first.session_id))
+    messages = scripted_llm.prompts("answer")[-1]["messages"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user"]  # memory=2: only the last question and answer
+    assert messages[1]["content"] == "And the second one?"
+    assert len(session_turns(rt, first.session_id)) == 3
+
+
+def test_stopping_the_stream_saves_nothing(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Stop", settings={"min_similarity_score": 0.0})
+    upload(rt, topic, "a.txt", b"A long answer will be stopped.")
+    run_jobs()
+    scripted_llm.replies["answer"] = " ".join(["word"] * 200)
+    stream = ask(rt, topic, "Tell me everything.")
+    first = next(stream)
+    for _ in range(3):
+        next(stream)
+    stream.close()
+    assert session_turns(rt, first.session_id) == []
+
+
+def test_empty_question_is_refused(rt):
+    topic = create_topic(rt, "Empty question")
+    with pytest.raises(Exception, match="the question is empty"):
+        final(ask(rt, topic, "   "))

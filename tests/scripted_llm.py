@@ -1,0 +1,129 @@
+"""A scripted OpenAI-compatible server on loopback for tests.
+
+Replies are keyed by prompt name (the ``X-Prompt-Name`` header the gateway sends).
+A reply is a string or a function of the request body that returns a string.
+Every request is kept, so tests can assert on what the model was given.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = str | Callable[[dict[str, Any]], str]
+
+
+class ScriptedLLM:
+    """Serve ``/v1/chat/completions`` (plain and streamed) from a script.
+
+    Attributes:
+        replies: prompt name → reply; a missing name answers HTTP 400.
+        requests: ``(prompt_name, body)`` of every request, in order.
+        delay_s: pause between streamed tokens.
+    """
+
+    def __init__(self) -> None:
+        self.replies: dict[str, Reply] = {}
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.delay_s = 0.0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> "ScriptedLLM":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        """Forget replies and requests (between tests)."""
+        self.replies.clear()
+        self.requests.clear()
+        self.delay_s = 0.0
+
+    def prompts(self, name: str) -> list[dict[str, Any]]:
+        """Bodies of the requests made with prompt ``name``."""
+        return [body for n, body in self.requests if n == name]
+
+    def _handler(self):
+        script = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def do_GET(self):
+                self._json(200, {"status": "ok"} if self.path.endswith("health") else {"data": [{"id": "scripted"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                name = self.headers.get("X-Prompt-Name", "")
+                script.requests.append((name, body))
+                reply = script.replies.get(name)
+                if reply is None:
+                    self._json(400, {"error": {"message": f"no scripted reply for prompt {name!r}"}})
+                    return
+                text = reply(body) if callable(reply) else reply
+                if body.get("stream"):
+                    self._stream(text, body)
+                else:
+                    self._json(200, _completion(text, body))
+
+            def _json(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, text: str, body: dict) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                tokens = [t + " " for t in text.split(" ")]
+                tokens[-1] = tokens[-1][:-1]
+                try:
+                    for token in tokens:
+                        self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
+                                     "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]})
+                        if script.delay_s:
+                            time.sleep(script.delay_s)
+                    self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
+                                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                    self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
+                                 "choices": [], "usage": _usage(text, body)})
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _event(self, payload: dict) -> None:
+                self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+                self.wfile.flush()
+
+        return Handler
+
+
+def _usage(text: str, body: dict) -> dict:
+    prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return {"prompt_tokens": prompt, "completion_tokens": len(text.split()), "total_tokens": prompt + len(text.split())}
+
+
+def _completion(text: str, body: dict) -> dict:
+    return {
+        "id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": _usage(text, body),
+    }  # fmt: skip

@@ -1,0 +1,1 @@
+"""The operator's interfaces: the Gradio console, the CLI and the process supervisor."""

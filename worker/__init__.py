@@ -1,0 +1,1 @@
+"""RQ job functions, enqueue helpers and worker start-up."""
