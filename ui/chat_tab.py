@@ -1,0 +1,96 @@
+"""The Chat tab: streamed answers with sources, Stop, and reopening earlier chats."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import gradio as gr
+
+from core.chat import ChatUpdate, ask, list_sessions, session_turns
+from core.errors import RagTopicsError
+from core.runtime import Runtime
+from core.topics import get_topic
+from ui.common import topic_choices
+
+
+def sources_html(update: ChatUpdate | None) -> str:
+    """Badges for the sources of the final answer: one per file, with its best score and chunk count."""
+    if update is None or not update.sources:
+        return ""
+    by_file: dict[str, list] = {}
+    for s in update.sources:
+        by_file.setdefault(s.file, []).append(s)
+    badges = "".join(
+        f'<span class="rt-source" title="{html.escape(", ".join(s.chunk_id for s in hits))}" style="display:inline-block;'
+        f'margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe">'
+        f"{html.escape(name)} · {max(s.score for s in hits):.2f}{f' · {len(hits)} chunks' if len(hits) > 1 else ''}</span>"
+        for name, hits in by_file.items()
+    )
+    return f'<div id="rt-sources"><strong>Sources:</strong> {badges}</div>'
+
+
+def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]]:
+    """``(label, session_id)`` of a Topic's chats, newest first."""
+    if not topic_name:
+        return []
+    try:
+        topic = get_topic(rt, topic_name)
+    except RagTopicsError:
+        return []
+    return [(f"{s.created_at:%Y-%m-%d %H:%M} · {s.title or s.id}", s.id) for s in list_sessions(rt, topic)]
+
+
+def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
+    """The messages of a saved chat and the sources of its last answer."""
+    if not session_id:
+        return [], ""
+    messages: list[dict] = []
+    last_sources = ""
+    for turn in session_turns(rt, session_id):
+        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer}]
+        files = [s["file"] for s in json.loads(turn.sources_json)]
+        last_sources = ("<strong>Sources:</strong> " + ", ".join(html.escape(f) for f in files)) if files else ""
+    return messages, last_sources
+
+
+def build(rt: Runtime) -> dict:
+    """Lay out the tab; returns its Topic dropdown for refreshing."""
+    with gr.Tab("Chat", id="chat"):
+        with gr.Row():
+            topic = gr.Dropdown(topic_choices(rt), label="Topic", scale=2, elem_id="chat-topic")
+            earlier = gr.Dropdown([], label="Earlier chats", scale=3)
+            new_chat = gr.Button("New chat", scale=1)
+        chatbot = gr.Chatbot(label="Chat", height=480, elem_id="chatbot")
+        sources = gr.HTML(elem_id="sources")
+        with gr.Row():
+            question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
+            send = gr.Button("Send", variant="primary", scale=1)
+            stop = gr.Button("Stop", variant="stop", scale=1)
+        session = gr.State(None)
+
+    def respond(topic_name, message, history, session_id):
+        history = list(history or [])
+        if not topic_name:
+            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message
+            return
+        history += [{"role": "user", "content": message}, {"role": "assistant", "content": "…"}]
+        yield history, "", session_id, ""
+        try:
+            topic_obj = get_topic(rt, topic_name)
+            for update in ask(rt, topic_obj, message, session_id=session_id):
+                history[-1] = {"role": "assistant", "content": update.text}
+                yield history, sources_html(update) if update.done else "", update.session_id, ""
+        except RagTopicsError as exc:
+            history[-1] = {"role": "assistant", "content": f"⚠️ {exc}"}
+            yield history, "", session_id, message
+
+    outputs = [chatbot, sources, session, question]
+    events = [trigger(respond, [topic, question, chatbot, session], outputs) for trigger in (send.click, question.submit)]
+    stop.click(None, cancels=events)
+    new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session])
+    topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
+                 [chatbot, sources, session, earlier])  # fmt: skip
+    earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier)
+    earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session])
+    return {"topic": topic}

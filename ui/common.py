@@ -1,0 +1,34 @@
+"""Helpers shared by the console tabs."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from core.runtime import Runtime
+from core.topics import list_topics
+
+
+def topic_choices(rt: Runtime) -> list[str]:
+    """Names of every Topic, for dropdowns."""
+    return [t.name for t in list_topics(rt)]
+
+
+def refresh_dropdown(rt: Runtime, current: str | None = None) -> gr.Dropdown:
+    """A dropdown update with fresh Topic names, keeping ``current`` when it still exists."""
+    names = topic_choices(rt)
+    return gr.Dropdown(choices=names, value=current if current in names else (names[0] if names else None))
+
+
+def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> str:
+    """HTML for one labelled progress bar (``state``: "", "failed" or "done")."""
+    colour = {"failed": "#d9534f", "done": "#2e8b57"}.get(state, "#3b82f6")
+    pct = max(0.0, min(1.0, fraction)) * 100
+    return (
+        f'<div class="rt-job" data-state="{html.escape(state)}" style="margin:4px 0">'
+        f'<div style="display:flex;justify-content:space-between;font-size:0.9em"><span>{html.escape(label)}</span>'
+        f"<span>{html.escape(detail)}</span></div>"
+        f'<div style="background:#e5e7eb;border-radius:4px;height:8px"><div style="width:{pct:.0f}%;'
+        f'background:{colour};height:8px;border-radius:4px"></div></div></div>'
+    )

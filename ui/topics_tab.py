@@ -1,0 +1,62 @@
+"""The Topics tab: create a Topic (wizard) and see the existing ones."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from core.errors import RagTopicsError
+from core.readers import SUPPORTED_EXTENSIONS
+from core.runtime import Runtime
+from core.topic_settings import DEFAULT_NO_ANSWER, RagTopicSettings
+from core.topics import create_topic, list_topics
+
+_DEFAULTS = RagTopicSettings()
+
+
+def topics_table(rt: Runtime) -> list[list]:
+    """Rows of the Topics table: name, kind, chunk size/overlap, Top-K, min score, settings version."""
+    return [
+        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap, t.settings.top_k_results,
+         t.settings.min_similarity_score, f"v{t.settings_version}"]  # fmt: skip
+        for t in list_topics(rt)
+    ]
+
+
+def build(rt: Runtime) -> dict:
+    """Lay out the tab; returns the components other tabs refresh from."""
+    with gr.Tab("Topics", id="topics"):
+        gr.Markdown("### Create a Topic\nStep 1: name and prompt. Step 2: files and chunking. Step 3: answering.")
+        with gr.Row():
+            name = gr.Textbox(label="Name", placeholder="e.g. Service manuals")
+            description = gr.Textbox(label="Description")
+        system_prompt = gr.Textbox(label="Custom System Prompt", lines=2)
+        file_types = gr.CheckboxGroup(sorted(SUPPORTED_EXTENSIONS), value=_DEFAULTS.file_types, label="File Types")
+        with gr.Row():
+            chunk_size = gr.Number(_DEFAULTS.chunk_size, label="Chunk Size (characters)", precision=0, minimum=100, maximum=8000)
+            chunk_overlap = gr.Number(_DEFAULTS.chunk_overlap, label="Chunk Overlap (characters)", precision=0, minimum=0)
+            top_k = gr.Number(_DEFAULTS.top_k_results, label="Top-K Results", precision=0, minimum=1, maximum=50)
+            min_score = gr.Slider(0, 1, value=_DEFAULTS.min_similarity_score, step=0.01, label="Min. Similarity Score")
+        no_answer = gr.Textbox(DEFAULT_NO_ANSWER, label="No-answer response")
+        create = gr.Button("Create Topic", variant="primary")
+        status = gr.Markdown(elem_id="topic-status")
+        table = gr.Dataframe(
+            value=lambda: topics_table(rt),
+            headers=["Topic", "Kind", "Chunk Size", "Overlap", "Top-K", "Min. Score", "Settings"],
+            interactive=False,
+            label="Topics",
+        )
+
+    def on_create(*values):
+        n, desc, prompt, types, size, overlap, k, score, none = values
+        settings = {"custom_system_prompt": prompt or "", "file_types": types or [], "chunk_size": int(size or 0),
+                    "chunk_overlap": int(overlap or 0), "top_k_results": int(k or 0), "min_similarity_score": float(score),
+                    "no_answer_response": none or DEFAULT_NO_ANSWER}  # fmt: skip
+        try:
+            topic = create_topic(rt, n, description=desc or "", settings=settings)
+        except RagTopicsError as exc:
+            return f"**Not created:** {exc}", topics_table(rt)
+        return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt)
+
+    inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
+    event = create.click(on_create, inputs, [status, table])
+    return {"created": event}

@@ -1,0 +1,100 @@
+"""The Upload tab: multi-file upload, a progress bar per job, the Indexed Documents list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from core.documents import list_documents, receive_upload, set_job
+from core.errors import RagTopicsError
+from core.runtime import Runtime
+from core.topics import get_topic
+from ui.common import progress_bar, refresh_dropdown, topic_choices
+from worker.queue import enqueue_ingest, job_progress
+
+MAX_TRACKED_JOBS = 2000
+MAX_BARS = 20
+
+DOC_HEADERS = ["File", "Status", "Chunks", "Size (KB)", "Chunking", "Size/Overlap", "Keyword index", "Reader", "Message"]
+
+
+def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
+    """Rows of the Indexed Documents list, with the settings each file was indexed with."""
+    if not topic_name:
+        return []
+    try:
+        topic = get_topic(rt, topic_name)
+    except RagTopicsError:
+        return []
+    rows = []
+    for d in list_documents(rt, topic):
+        w = d.indexed_with
+        rows.append([d.file_name, d.status, d.chunk_count, round(d.size_bytes / 1024, 1), w.get("chunking_strategy", ""),
+                     f"{w['chunk_size']}/{w['chunk_overlap']}" if w else "", "yes" if w.get("keyword_index") else ("no" if w else ""),
+                     w.get("reader", ""), d.error or d.warning])  # fmt: skip
+    return rows
+
+
+def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
+    """Progress bars for ``(job_id, file_name)`` pairs (newest upload batch)."""
+    if not jobs:
+        return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
+    progress = [(name, job_progress(rt, job_id)) for job_id, name in jobs]
+    finished = sum(p.status == "finished" for _, p in progress)
+    failed = sum(p.is_final and p.status != "finished" for _, p in progress)
+    summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session", (finished + failed) / len(jobs),
+                           f"{finished} indexed · {failed} failed · {len(jobs) - finished - failed} waiting or running",
+                           "failed" if failed else ("done" if finished == len(jobs) else ""))  # fmt: skip
+    # Running and failed jobs first, then the newest finished ones.
+    shown = [x for x in progress if not x[1].is_final or x[1].status != "finished"][-MAX_BARS:]
+    shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
+    bars = [summary]
+    for name, p in shown:
+        if p.status == "finished":
+            result = p.result or {}
+            bars.append(progress_bar(name, 1.0, f"{result.get('status', 'done')} · {result.get('chunk_count', 0)} chunks", "done"))
+        elif p.status in ("failed", "stopped", "canceled", "missing"):
+            bars.append(progress_bar(name, 1.0, f"failed: {p.error or p.status}", "failed"))
+        else:
+            detail = f"{p.phase or p.status} {p.done}/{p.total}" if p.total else (p.phase or p.status)
+            bars.append(progress_bar(name, p.fraction, detail))
+    return "".join(bars)
+
+
+def build(rt: Runtime) -> dict:
+    """Lay out the tab; returns its Topic dropdown for refreshing."""
+    with gr.Tab("Upload", id="upload"):
+        topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=False, elem_id="upload-topic")
+        files = gr.File(file_count="multiple", label="Files", type="filepath", elem_id="upload-files")
+        upload = gr.Button("Upload", variant="primary")
+        messages = gr.Markdown(elem_id="upload-messages")
+        progress = gr.HTML(elem_id="upload-progress")
+        gr.Markdown("#### Indexed Documents")
+        table = gr.Dataframe(headers=DOC_HEADERS, interactive=False, elem_id="documents")
+        jobs = gr.State([])
+        timer = gr.Timer(1.0)
+
+    def on_upload(topic_name, paths, current_jobs):
+        if not topic_name:
+            return "Choose a Topic first.", current_jobs, gr.File(value=None)
+        if not paths:
+            return "Choose one or more files first.", current_jobs, gr.File(value=None)
+        topic_obj = get_topic(rt, topic_name)
+        lines, new_jobs = [], []
+        for path in paths:
+            name = Path(path).name
+            try:
+                doc = receive_upload(rt, topic_obj, name, Path(path).read_bytes())
+                job_id = enqueue_ingest(rt, topic_obj.id, doc.id)
+                set_job(rt, doc.id, job_id)
+                new_jobs.append((job_id, doc.file_name))
+            except RagTopicsError as exc:
+                lines.append(f"- **Refused:** {exc}")
+        head = f"Enqueued {len(new_jobs)} file(s)." if new_jobs else "Nothing enqueued."
+        return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
+
+    upload.click(on_upload, [topic, files, jobs], [messages, jobs, files])
+    timer.tick(lambda t, j: (jobs_html(rt, j), documents_table(rt, t)), [topic, jobs], [progress, table], show_progress="hidden")
+    topic.change(lambda t: documents_table(rt, t), topic, table)
+    return {"topic": topic, "refresh": lambda current: refresh_dropdown(rt, current)}
