@@ -27,6 +27,7 @@ def build_app(rt: Runtime) -> gr.Blocks:
             upload = upload_tab.build(rt)
             chat = chat_tab.build(rt)
         dropdowns = [upload["topic"], chat["topic"]]
-        topics["created"].then(lambda a, b: (refresh_dropdown(rt, a), refresh_dropdown(rt, b)), dropdowns, dropdowns)
-        app.load(lambda a, b: (refresh_dropdown(rt, a), refresh_dropdown(rt, b)), dropdowns, dropdowns)
+        refresh = lambda a, b: (refresh_dropdown(rt, a), refresh_dropdown(rt, b))  # noqa: E731
+        topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
+        app.load(refresh, dropdowns, dropdowns, api_visibility="private")
     return app

@@ -58,7 +58,7 @@ def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     with gr.Tab("Chat", id="chat"):
         with gr.Row():
-            topic = gr.Dropdown(topic_choices(rt), label="Topic", scale=2, elem_id="chat-topic")
+            topic = gr.Dropdown(topic_choices(rt), label="Topic", scale=2, allow_custom_value=True, elem_id="chat-topic")
             earlier = gr.Dropdown([], label="Earlier chats", scale=3)
             new_chat = gr.Button("New chat", scale=1)
         chatbot = gr.Chatbot(label="Chat", height=480, elem_id="chatbot")
@@ -86,11 +86,13 @@ def build(rt: Runtime) -> dict:
             yield history, "", session_id, message
 
     outputs = [chatbot, sources, session, question]
-    events = [trigger(respond, [topic, question, chatbot, session], outputs) for trigger in (send.click, question.submit)]
-    stop.click(None, cancels=events)
-    new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session])
+    inputs = [topic, question, chatbot, session]
+    events = [send.click(respond, inputs, outputs, api_name="ask"),
+              question.submit(respond, inputs, outputs, api_visibility="private")]  # fmt: skip
+    stop.click(None, cancels=events, api_visibility="private")
+    new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session], api_visibility="private")
     topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
-                 [chatbot, sources, session, earlier])  # fmt: skip
-    earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier)
-    earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session])
+                 [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
+    earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")
+    earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session], api_visibility="private")
     return {"topic": topic}

@@ -200,10 +200,12 @@ def _cmd_ask(args) -> int:
     rt.check_store()
     topic = get_topic(rt, args.topic)
     final = None
+    shown = ""
     for update in ask(rt, topic, args.question, session_id=args.session):
-        if not args.json and not update.done:
-            pass
         final = update
+        if not args.json and not update.done and update.text.startswith(shown):
+            print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
+            shown = update.text
     if args.json:
         print(json.dumps({
             "answer": final.text,
@@ -212,7 +214,7 @@ def _cmd_ask(args) -> int:
             "session_id": final.session_id,
         }, ensure_ascii=False))  # fmt: skip
     else:
-        print(final.text)
+        print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:
             print(f"  [{s.file}] score {s.score:.3f} ({s.chunk_id})")
         print(f"(session {final.session_id})", file=sys.stderr)

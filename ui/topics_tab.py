@@ -46,17 +46,16 @@ def build(rt: Runtime) -> dict:
             label="Topics",
         )
 
-    def on_create(*values):
-        n, desc, prompt, types, size, overlap, k, score, none = values
-        settings = {"custom_system_prompt": prompt or "", "file_types": types or [], "chunk_size": int(size or 0),
-                    "chunk_overlap": int(overlap or 0), "top_k_results": int(k or 0), "min_similarity_score": float(score),
-                    "no_answer_response": none or DEFAULT_NO_ANSWER}  # fmt: skip
+    def on_create(name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer):
+        settings = {"custom_system_prompt": system_prompt or "", "file_types": file_types or [],
+                    "chunk_size": int(chunk_size or 0), "chunk_overlap": int(chunk_overlap or 0), "top_k_results": int(top_k or 0),
+                    "min_similarity_score": float(min_score), "no_answer_response": no_answer or DEFAULT_NO_ANSWER}  # fmt: skip
         try:
-            topic = create_topic(rt, n, description=desc or "", settings=settings)
+            topic = create_topic(rt, name, description=description or "", settings=settings)
         except RagTopicsError as exc:
             return f"**Not created:** {exc}", topics_table(rt)
         return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt)
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
-    event = create.click(on_create, inputs, [status, table])
+    event = create.click(on_create, inputs, [status, table], api_name="create_topic")
     return {"created": event}

@@ -65,7 +65,7 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     with gr.Tab("Upload", id="upload"):
-        topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=False, elem_id="upload-topic")
+        topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=True, elem_id="upload-topic")
         files = gr.File(file_count="multiple", label="Files", type="filepath", elem_id="upload-files")
         upload = gr.Button("Upload", variant="primary")
         messages = gr.Markdown(elem_id="upload-messages")
@@ -80,7 +80,10 @@ def build(rt: Runtime) -> dict:
             return "Choose a Topic first.", current_jobs, gr.File(value=None)
         if not paths:
             return "Choose one or more files first.", current_jobs, gr.File(value=None)
-        topic_obj = get_topic(rt, topic_name)
+        try:
+            topic_obj = get_topic(rt, topic_name)
+        except RagTopicsError as exc:
+            return str(exc), current_jobs, gr.File(value=None)
         lines, new_jobs = [], []
         for path in paths:
             name = Path(path).name
@@ -94,7 +97,12 @@ def build(rt: Runtime) -> dict:
         head = f"Enqueued {len(new_jobs)} file(s)." if new_jobs else "Nothing enqueued."
         return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
 
-    upload.click(on_upload, [topic, files, jobs], [messages, jobs, files])
-    timer.tick(lambda t, j: (jobs_html(rt, j), documents_table(rt, t)), [topic, jobs], [progress, table], show_progress="hidden")
-    topic.change(lambda t: documents_table(rt, t), topic, table)
+    upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files")
+    timer.tick(lambda t, j: (jobs_html(rt, j), documents_table(rt, t)), [topic, jobs], [progress, table],
+               show_progress="hidden", api_visibility="private")  # fmt: skip
+
+    def documents(topic_name: str) -> list[list]:
+        return documents_table(rt, topic_name)
+
+    topic.change(documents, topic, table, api_name="documents")
     return {"topic": topic, "refresh": lambda current: refresh_dropdown(rt, current)}

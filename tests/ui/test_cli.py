@@ -1,0 +1,83 @@
+"""The ragtopics CLI against the real stores, with a real worker process for ingest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.topics import get_topic
+from ui.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def worker_process(settings):
+    """A real `ragtopics worker` process on the test Redis, queue and data dir."""
+    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], cwd=ROOT, env=env)
+    yield process
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_topic_create_with_settings_then_show_and_set(rt, capsys):
+    assert main(["topic", "create", "Manuals", "--kind", "rag", "--set", "top_k_results=8",
+                 "--set", "retrieval_strategy=DENSE", "--set", "chunk_size=600"]) == 0  # fmt: skip
+    topic = get_topic(rt, "Manuals")
+    assert (topic.settings.top_k_results, topic.settings.retrieval_strategy, topic.settings.chunk_size) == (8, "DENSE", 600)
+    assert main(["topic", "set", "Manuals", "min_similarity_score=0.4"]) == 0
+    capsys.readouterr()
+    assert main(["topic", "show", "Manuals"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["settings_version"] == 2 and shown["settings"]["min_similarity_score"] == 0.4
+
+
+@pytest.mark.parametrize("assignment,message", [
+    ("top_k=5", "top_k: unknown setting"),
+    ("chunk_size=50", "chunk_size: Input should be greater than or equal to 100"),
+    ("retrieval_strategy=SPARSE", "retrieval_strategy: Input should be 'DENSE' or 'HYBRID'"),
+    ("chunk_overlap=2000", "chunk_overlap (2000) must be smaller than chunk_size (1000)"),
+])  # fmt: skip
+def test_bad_settings_exit_2_with_the_key_named(rt, capsys, assignment, message):
+    assert main(["topic", "create", "Bad", "--set", assignment]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["topic", "list"]) == 0 and "Bad" not in capsys.readouterr().out
+
+
+def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, scripted_llm, tmp_path, capsys):
+    main(["topic", "create", "Fleet", "--set", "file_types=txt,md"])
+    (tmp_path / "pumps.txt").write_text("Pump P-7 is inspected every 90 days by the night shift.")
+    (tmp_path / "trucks.md").write_text("# Trucks\n\nTruck T-3 carries spare tyres and a jack.")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    code = main(["ingest", "Fleet", str(tmp_path / "pumps.txt"), str(tmp_path / "trucks.md"), str(tmp_path / "image.png")])
+    err = capsys.readouterr().err
+    assert code == 1  # one file refused
+    assert "image.png was refused" in err and "[2/2] files indexed, 2 chunks" in err
+
+    scripted_llm.replies["answer"] = "Every 90 days [S1]."
+    assert main(["ask", "Fleet", "How often is pump P-7 inspected?", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == "Every 90 days [pumps.txt]." and out["route"] == "SEARCH"
+    assert out["sources"][0]["file"] == "pumps.txt" and set(out["sources"][0]) == {"file", "chunk_id", "score"}
+    assert main(["docs", "Fleet", "--json"]) == 0
+    docs = {d["file_name"]: d for d in json.loads(capsys.readouterr().out)}
+    assert docs["pumps.txt"]["status"] == "indexed" and docs["trucks.md"]["chunk_count"] == 1
+
+
+def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsys):
+    main(["topic", "create", "Strict"])
+    (tmp_path / "blob.txt").write_bytes(b"\x00\x01\x02binary")
+    assert main(["ingest", "Strict", str(tmp_path / "blob.txt")]) == 1
+    assert "blob.txt: FAILED: blob.txt looks like a binary file" in capsys.readouterr().err
+
+
+def test_unknown_topic_is_a_clear_error(rt, capsys):
+    assert main(["ask", "Nope", "hello"]) == 2
+    assert "no Topic called 'Nope'" in capsys.readouterr().err

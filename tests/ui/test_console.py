@@ -1,0 +1,53 @@
+"""The console through its HTTP API (gradio_client): create a Topic, upload, wait, ask."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from gradio_client import Client, handle_file
+
+from core.chat import list_sessions, session_turns
+from core.topics import get_topic
+from tests.conftest import free_port
+from ui.app import build_app
+
+
+@pytest.fixture
+def console(rt):
+    app = build_app(rt)
+    app.queue()
+    port = free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield app, Client(f"http://127.0.0.1:{port}/", verbose=False)
+    app.close()
+
+
+def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, scripted_llm, tmp_path):
+    _, client = console
+    status, _ = client.predict("Console Topic", "", "Be brief.", ["txt", "md"], 500, 50, 3, 0.2,
+                               "Not in the documents.", api_name="/create_topic")  # fmt: skip
+    assert "Created Topic **Console Topic**" in status
+    assert get_topic(rt, "Console Topic").settings.chunk_size == 500
+
+    (tmp_path / "boilers.md").write_text("# Boilers\n\nBoiler B-12 must be descaled every spring.")
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff")
+    message, _ = client.predict("Console Topic", [handle_file(str(tmp_path / "boilers.md")), handle_file(str(tmp_path / "photo.jpg"))],
+                                api_name="/upload_files")  # fmt: skip
+    assert "Enqueued 1 file(s)." in message and "photo.jpg was refused" in message and "md, txt" in message
+    run_jobs()
+    rows = client.predict("Console Topic", api_name="/documents")["data"]
+    assert rows[0][:3] == ["boilers.md", "indexed", 1]
+
+    scripted_llm.replies["answer"] = "Descale it every spring [S1]."
+    history, sources, _ = client.predict("Console Topic", "When is boiler B-12 descaled?", [], api_name="/ask")
+    assert history[-1]["content"][0]["text"] == "Descale it every spring [boilers.md]."
+    assert "boilers.md" in sources
+    session = list_sessions(rt, get_topic(rt, "Console Topic"))[0]
+    assert [t.answer for t in session_turns(rt, session.id)] == ["Descale it every spring [boilers.md]."]
+
+
+def test_creating_a_topic_with_a_bad_setting_shows_why(rt, console):
+    _, client = console
+    status, _ = client.predict("Bad Topic", "", "", ["txt"], 500, 600, 3, 0.2, "x", api_name="/create_topic")
+    assert "Not created" in status and "chunk_overlap (600) must be smaller than chunk_size (500)" in status
