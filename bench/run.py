@@ -141,10 +141,24 @@ def print_header(folder: Path, data: EvalData) -> None:
 def load_embedder(rt: Runtime) -> None:
     """Load the embedding model (outside every timed section) and print how long it took."""
     section("embedding model")
+    _quiet_progress_bars()
     t0 = time.perf_counter()
     rt.gateway.embedder.load()
     figure("model", rt.gateway.embedder.model)
     figure("load time", time.perf_counter() - t0, "s")
+
+
+def _quiet_progress_bars() -> None:
+    """Keep transformers / huggingface_hub progress bars (``Loading weights``) out of the output."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - a remote embedder needs no transformers
+        pass
 
 
 # ----------------------------------------------------------------------------- 1. ingest
@@ -239,12 +253,22 @@ def latency_texts(corpus: dict[str, list[str]], limit: int) -> list[str]:
 
 
 def embed_texts(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, float]:
-    """Embed ``texts`` in batches through the gateway; returns the vectors and the seconds taken."""
+    """Embed ``texts`` through the gateway in batches; returns the vectors (in input order) and the seconds taken.
+
+    The texts are embedded shortest first, so each forward pass pads little (this
+    halves the time on CPU for a mix of 1- to 4-sentence texts); the timing
+    includes nothing but the ``embed`` calls.
+    """
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    ordered = [texts[i] for i in order]
     parts = []
     t0 = time.perf_counter()
-    for i in range(0, len(texts), EMBED_BATCH):
-        parts.append(rt.gateway.embed(texts[i : i + EMBED_BATCH]))
-    return np.concatenate(parts), time.perf_counter() - t0
+    for i in range(0, len(ordered), EMBED_BATCH):
+        parts.append(rt.gateway.embed(ordered[i : i + EMBED_BATCH]))
+    elapsed = time.perf_counter() - t0
+    vectors = np.empty((len(texts), rt.gateway.embedder.dims), dtype=np.float32)
+    vectors[order] = np.concatenate(parts)
+    return vectors, elapsed
 
 
 def store_chunks(index: ChunkIndex, texts: list[str], vectors: np.ndarray) -> float:
@@ -270,7 +294,7 @@ def bench_latency(rt: Runtime, data: EvalData) -> None:
     vectors, embed_s = embed_texts(rt, texts)
     figure("chunk texts", len(texts))
     figure("embed time", embed_s, "s")
-    figure("embeddings/s (batches of 256)", len(texts) / embed_s)
+    figure("embeddings/s (length-sorted batches)", len(texts) / embed_s)
     store_s = store_chunks(index, texts, vectors)
     figure("store time (replace_document x1,000)", store_s, "s")
     figure("chunks/s stored", len(texts) / store_s)

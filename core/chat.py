@@ -1,4 +1,5 @@
-"""Phase B orchestrator: question → retrieve → filter → prompt → streamed answer → sources → save.
+"""Phase B orchestrator: question → (route) → search → filter → (rerank) → prompt → streamed answer
+(with connected Topics as tools) → citations and source check → save.
 
 :func:`ask` is a generator of :class:`ChatUpdate`; the console and the CLI iterate
 it. Closing it early (Stop) ends the model stream and saves nothing.
@@ -9,20 +10,28 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
 
+from pydantic import BaseModel
 from sqlmodel import select
 
-from core import prompts
+from core.attachments import Attachment, attachment_message_parts
 from core.citations import code_for, format_sources, render_citations
+from core.connected import ToolResult, parse_question, tool_message, topic_tools
 from core.errors import NotFoundError, RagTopicsError
-from core.retrieval import filter_hits, retrieve_dense
+from core.prompt_config import resolve_prompts
+from core.prompts import NEEDS_DOCUMENTS, PromptTemplate
+from core.rerank import rerank
+from core.retrieval import retrieve
+from core.routing import Route, choose_route
 from core.runtime import Runtime
-from core.topics import Topic
+from core.source_check import Source as CheckedChunk
+from core.source_check import check_sources
+from core.topics import Topic, get_topic
 from core.tracing import Trace
 from storage.chunk_index import ChunkHit
-from storage.metadata import ChatSessionRow, ChatTurnRow
+from storage.metadata import ChatSessionRow, ChatTurnRow, DocumentRow
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +45,11 @@ class Source:
     Attributes:
         file: the document's file name.
         chunk_id: the chunk the answer drew on.
-        score: the retrieval score (cosine similarity under DENSE).
-        code: the citation code it had in the prompt (``S1``...).
-        document_id: the document's id.
+        score: the retrieval score (cosine similarity under DENSE, normalised RRF under HYBRID).
+        code: the citation code it had in the prompt (``S1``...); "" for a connected Topic's source.
+        document_id: the document's id ("" for a connected Topic's source).
+        topic: the Topic it comes from.
+        link: a signed download link for the original file, valid for about 10 minutes.
     """
 
     file: str
@@ -46,6 +57,8 @@ class Source:
     score: float
     code: str
     document_id: str
+    topic: str = ""
+    link: str = ""
 
 
 @dataclass(slots=True)
@@ -55,10 +68,11 @@ class ChatUpdate:
     Attributes:
         text: the answer so far, citation codes already turned into file names.
         done: True for the final update.
-        sources: the sources (filled on the final update).
-        route: how the question was answered (``SEARCH``).
+        sources: the sources the answer used (final update only).
+        route: DIRECT, ATTACHMENT or SEARCH.
+        route_confidence: the router's confidence (None when the router was not asked).
         session_id: the chat session.
-        turn_id: the saved turn's id (final update only).
+        turn_id: the saved turn's id (final update, when saved).
         no_answer: the configured no-answer response was shown.
     """
 
@@ -66,9 +80,14 @@ class ChatUpdate:
     done: bool = False
     sources: list[Source] = field(default_factory=list)
     route: str = "SEARCH"
+    route_confidence: float | None = None
     session_id: str = ""
     turn_id: int | None = None
     no_answer: bool = False
+
+
+class _Used(BaseModel):
+    used: bool
 
 
 def start_session(rt: Runtime, topic: Topic, title: str = "") -> str:
@@ -79,9 +98,9 @@ def start_session(rt: Runtime, topic: Topic, title: str = "") -> str:
     return session_id
 
 
-def history_messages(rt: Runtime, session_id: str, memory: int) -> list[dict]:
+def history_messages(rt: Runtime, session_id: str | None, memory: int) -> list[dict]:
     """The last ``memory`` messages (user and assistant) of a session, oldest first."""
-    if memory <= 0:
+    if memory <= 0 or not session_id:
         return []
     with rt.metadata.session() as s:
         turns = s.exec(select(ChatTurnRow).where(ChatTurnRow.session_id == session_id)
@@ -92,82 +111,237 @@ def history_messages(rt: Runtime, session_id: str, memory: int) -> list[dict]:
     return messages[-memory:]
 
 
-def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = None) -> Iterator[ChatUpdate]:
+def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = None, attachment: Attachment | None = None,
+        save: bool = True, allow_tools: bool = True) -> Iterator[ChatUpdate]:  # fmt: skip
     """Answer a question from a Topic's documents, streaming.
 
+    Args:
+        rt: the runtime.
+        topic: the Topic asked.
+        question: the user's message.
+        session_id: continue this chat; a new one is started when None (and ``save``).
+        attachment: a file attached to the message (see :mod:`core.attachments`).
+        save: store the turn (False when a connected Topic is asked as a tool).
+        allow_tools: offer connected Topics as tools (False inside a tool call: one level only).
+
     Yields:
-        :class:`ChatUpdate` items; the last has ``done=True`` and the saved turn's id.
+        :class:`ChatUpdate` items; the last has ``done=True``.
 
     Raises:
-        RagTopicsError: for an empty or over-long question.
+        RagTopicsError: for an empty or over-long question, or an unknown session.
+        ConfigurationError: connected Topics with a model that has no tool support.
         ModelUnavailableError: when the embedding or language model is unreachable.
     """
+    question = _checked_question(question)
+    cfg = topic.settings
+    prompts = resolve_prompts(rt, topic.id)
+    if session_id is not None:
+        _check_session(rt, topic, session_id)
+    elif save:
+        session_id = start_session(rt, topic, question)
+    trace = Trace("chat", question)
+    trace.add("question", question=question, session_id=session_id, topic=topic.name,
+              attachment=attachment.file_name if attachment else None)  # fmt: skip
+    turn = _Turn(rt, topic, question, session_id or "", attachment, trace, prompts, save)
+    turn.history = history_messages(rt, session_id, cfg.memory)
+    if cfg.route_before_retrieval:
+        choice = choose_route(rt.gateway, prompts["router"], turn.history, question, has_attachment=attachment is not None,
+                              threshold=cfg.router_confidence_threshold, trace=trace)  # fmt: skip
+        turn.route, turn.confidence = choice.route.value, choice.confidence
+        if choice.route != Route.SEARCH:
+            text = yield from turn.answer_without_search(choice.route)
+            if text is not None:
+                yield turn.finish(text, [])
+                return
+            trace.add("fallback_to_search", reason=f"the {choice.route.value} answer needed the documents")
+            turn.route = Route.SEARCH.value
+    yield from turn.search_and_answer(allow_tools)
+
+
+class _Turn:
+    """State of one chat turn while :func:`ask` runs (kept out of the public API)."""
+
+    def __init__(self, rt: Runtime, topic: Topic, question: str, session_id: str, attachment: Attachment | None,
+                 trace: Trace, prompts: dict[str, PromptTemplate], save: bool):  # fmt: skip
+        self.rt, self.topic, self.cfg, self.question = rt, topic, topic.settings, question
+        self.session_id, self.attachment, self.trace, self.prompts, self.save = session_id, attachment, trace, prompts, save
+        self.history: list[dict] = []
+        self.route: str = Route.SEARCH.value
+        self.confidence: float | None = None
+
+    def system_message(self) -> dict:
+        text = self.prompts["system"].render(topic_name=self.topic.name, custom_system_prompt=self.cfg.custom_system_prompt)
+        return {"role": "system", "content": text.strip()}
+
+    def user_content(self, rendered: str) -> str | list[dict]:
+        """The user message: text, plus the picture as an image part when one is attached."""
+        if self.attachment is not None and self.attachment.kind == "image":
+            return [{"type": "text", "text": rendered}, {"type": "image_url", "image_url": {"url": self.attachment.data_url}}]
+        return rendered
+
+    def question_text(self) -> str:
+        """The question with an attached text file's content in front of it."""
+        if self.attachment is not None and self.attachment.kind == "text":
+            return attachment_message_parts(self.question, self.attachment)
+        return f"Question: {self.question}"
+
+    def answer_without_search(self, route: Route) -> Generator[ChatUpdate, None, str | None]:
+        """Stream a DIRECT or ATTACHMENT answer; returns None when the model says it needs the documents."""
+        template = self.prompts["direct" if route == Route.DIRECT else "attachment"]
+        rendered = template.render(question=self.question_text() if route == Route.ATTACHMENT else self.question)
+        messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(rendered)}]
+        parts: list[str] = []
+        with self.trace.step("answer", route=route.value) as ev:
+            for delta in self.rt.gateway.stream_chat("language_model", messages, prompt_name=template.name, trace=self.trace):
+                parts.append(delta)
+                text = "".join(parts).strip()
+                if NEEDS_DOCUMENTS.startswith(text) or NEEDS_DOCUMENTS in text:
+                    continue  # hold back what may be the "needs documents" signal
+                yield self.update(text)
+            raw = "".join(parts).strip()
+            ev.data["raw_answer"] = raw
+        return None if NEEDS_DOCUMENTS in raw else raw
+
+    def search_and_answer(self, allow_tools: bool) -> Iterator[ChatUpdate]:
+        hits = self.search()
+        tools, tool_topics = topic_tools(self.rt, self.topic, self.prompts["tool_description"]) if allow_tools else ([], {})
+        if not hits and not tools:
+            self.trace.add("no_answer", reason="no chunk passed Min. Similarity Score and no connected Topic")
+            yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
+            return
+        code_to_file = {code_for(i): h.file_name for i, h in enumerate(hits)}
+        messages = self.answer_messages(hits)
+        tool_results: list[ToolResult] = []
+        if tools:
+            raw, tool_results = yield from self.answer_with_tools(messages, tools, tool_topics, code_to_file)
+        else:
+            raw = yield from self.stream(messages, code_to_file)
+        used = self.check_sources(raw, hits)
+        if not used and not any(r.contributed for r in tool_results):
+            self.trace.add("no_answer", reason="no chunk and no connected Topic contributed to the answer", raw_answer=raw)
+            yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
+            return
+        sources = [Source(h.file_name, h.chunk_id, round(h.score, 4), code, h.document_id, self.topic.name) for code, h in used]
+        for r in tool_results:
+            sources += [Source(s["file"], s["chunk_id"], s["score"], "", "", r.topic) for s in r.sources]
+        yield self.finish(render_citations(raw, code_to_file), sources)
+
+    def search(self) -> list[ChunkHit]:
+        cfg = self.cfg
+        rerank_llm = cfg.reranking_strategy == "LLM"
+        candidates = cfg.top_k_results * (3 if rerank_llm else 1)
+        with self.trace.step("retrieve", strategy=cfg.retrieval_strategy, top_k=cfg.top_k_results,
+                             min_score=cfg.min_similarity_score, candidates=candidates) as ev:  # fmt: skip
+            vector = self.rt.gateway.embed([self.question], trace=self.trace, purpose="question")[0]
+            found = retrieve(self.rt.chunk_index(self.topic.id), self.question, vector, strategy=cfg.retrieval_strategy,
+                             top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
+                             rrf_k=cfg.rrf_k)  # fmt: skip
+            ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
+                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits])  # fmt: skip
+        hits = found.hits
+        if rerank_llm and hits:
+            hits = rerank(self.rt.gateway, self.prompts["rerank"], self.question, hits, top_k=cfg.top_k_results, trace=self.trace)
+        return hits[: cfg.top_k_results]
+
+    def answer_messages(self, hits: list[ChunkHit]) -> list[dict]:
+        with self.trace.step("prompt") as ev:
+            sources = format_sources(hits, self.prompts["source_block"]) if hits else "(no documents matched)"
+            user = self.prompts["answer"].render(sources=sources, citing_rules=self.prompts["citing_rules"].render(),
+                                                 question=self.question_text())  # fmt: skip
+            messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(user)}]
+            ev.data.update(messages=messages, history_messages=len(self.history))
+        return messages
+
+    def stream(self, messages: list[dict], code_to_file: dict[str, str], **kw) -> Generator[ChatUpdate, None, str]:
+        parts: list[str] = []
+        with self.trace.step("answer", route=self.route) as ev:
+            for delta in self.rt.gateway.stream_chat("language_model", messages, prompt_name="answer", trace=self.trace, **kw):
+                parts.append(delta)
+                yield self.update(render_citations("".join(parts), code_to_file))
+            ev.data["raw_answer"] = "".join(parts)
+        return "".join(parts)
+
+    def answer_with_tools(self, messages: list[dict], tools: list[dict], tool_topics: dict[str, Topic],
+                          code_to_file: dict[str, str]) -> Generator[ChatUpdate, None, tuple[str, list[ToolResult]]]:  # fmt: skip
+        text, calls = self.rt.gateway.complete_with_tools("language_model", messages, tools, prompt_name="answer", trace=self.trace)
+        if not calls:
+            yield self.update(render_citations(text, code_to_file))
+            return text, []
+        messages = [*messages, {"role": "assistant", "content": text or None, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}]  # fmt: skip
+        results: list[ToolResult] = []
+        for call in calls:
+            other = tool_topics.get(call["name"])
+            if other is None:
+                result = ToolResult(call["name"], "", "", contributed=False)
+            else:
+                result = self.call_topic(other, parse_question(call["arguments"], self.question))
+            results.append(result)
+            messages.append(tool_message(call["id"], result))
+        raw = yield from self.stream(messages, code_to_file, tools=tools)
+        return raw, results
+
+    def call_topic(self, other: Topic, question: str) -> ToolResult:
+        with self.trace.step("tool_call", topic=other.name, question=question) as ev:
+            *_, final = ask(self.rt, get_topic(self.rt, other.id), question, save=False, allow_tools=False)
+            sources = [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources]
+            ev.data.update(answer=final.text, sources=sources, no_answer=final.no_answer)
+        return ToolResult(other.name, question, final.text, sources, contributed=not final.no_answer)
+
+    def check_sources(self, raw: str, hits: list[ChunkHit]) -> list[tuple[str, ChunkHit]]:
+        """Keep the chunks whose documents the answer cited, quoted or a model check confirmed."""
+        by_code = {code_for(i): h for i, h in enumerate(hits)}
+        candidates = [CheckedChunk(code, h.file_name, h.text) for code, h in by_code.items()]
+        with self.trace.step("source_check") as ev:
+            check = check_sources(raw, candidates, self.confirm_use)
+            ev.data.update(reasons=check.reasons, answer_before=raw)
+        return [(c.code, by_code[c.code]) for c in check.used]
+
+    def confirm_use(self, answer: str, file: str, text: str) -> bool:
+        content = self.prompts["source_check"].render(answer=answer, file_name=file, text=text[:4000])
+        reply = self.rt.gateway.structured("language_model", [{"role": "user", "content": content}], _Used,
+                                           prompt_name="source_check", trace=self.trace, max_tokens=20)  # fmt: skip
+        return reply.used
+
+    def update(self, text: str) -> ChatUpdate:
+        return ChatUpdate(text=text, route=self.route, route_confidence=self.confidence, session_id=self.session_id)
+
+    def finish(self, answer: str, sources: list[Source], *, no_answer: bool = False) -> ChatUpdate:
+        sources = [_with_link(self.rt, s) for s in sources]
+        self.trace.add("finish", answer=answer, sources=[asdict(s) for s in sources], route=self.route)
+        turn_id = self.save_turn(answer, sources) if self.save else None
+        return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
+                          session_id=self.session_id, turn_id=turn_id, no_answer=no_answer)  # fmt: skip
+
+    def save_turn(self, answer: str, sources: list[Source]) -> int:
+        stored = [{k: v for k, v in asdict(s).items() if k != "link"} for s in sources]
+        with self.rt.metadata.session() as s:
+            row = ChatTurnRow(session_id=self.session_id, topic_id=self.topic.id, question=self.question, answer=answer,
+                              sources_json=json.dumps(stored), route=self.route, route_confidence=self.confidence,
+                              timings_json=json.dumps(self.trace.timings_ms()), trace_json=json.dumps(self.trace.to_list()))  # fmt: skip
+            s.add(row)
+            s.flush()
+            return row.id
+
+
+def _with_link(rt: Runtime, source: Source) -> Source:
+    """The source with a signed download link to its document's original file."""
+    if not source.document_id:
+        return source
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, source.document_id)
+    if doc is None or not doc.blob_path:
+        return source
+    return Source(**{**asdict(source), "link": rt.signer.sign(doc.blob_path)})
+
+
+def _checked_question(question: str) -> str:
     question = (question or "").strip()
     if not question:
         raise RagTopicsError("the question is empty")
     if len(question) > MAX_QUESTION_CHARS:
         raise RagTopicsError(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
-    cfg = topic.settings
-    if session_id is None:
-        session_id = start_session(rt, topic, question)
-    else:
-        _check_session(rt, topic, session_id)
-    trace = Trace("chat", question)
-    trace.add("question", question=question, session_id=session_id, topic=topic.name)
-    hits = _retrieve(rt, topic, question, trace)
-    if not hits:
-        answer = cfg.no_answer_response
-        trace.add("no_answer", reason="no chunk passed Min. Similarity Score", response=answer)
-        turn_id = _save(rt, topic, session_id, question, answer, [], trace)
-        yield ChatUpdate(text=answer, done=True, session_id=session_id, turn_id=turn_id, no_answer=True)
-        return
-    code_to_file = {code_for(i): h.file_name for i, h in enumerate(hits)}
-    messages = _messages(rt, topic, question, hits, session_id, trace)
-    parts: list[str] = []
-    with trace.step("answer") as ev:
-        for delta in rt.gateway.stream_chat("language_model", messages, prompt_name="answer", trace=trace):
-            parts.append(delta)
-            yield ChatUpdate(text=render_citations("".join(parts), code_to_file), session_id=session_id)
-        raw = "".join(parts)
-        ev.data["raw_answer"] = raw
-    answer = render_citations(raw, code_to_file)
-    sources = [Source(h.file_name, h.chunk_id, round(h.score, 4), code_for(i), h.document_id) for i, h in enumerate(hits)]
-    trace.add("finish", answer=answer, sources=[asdict(s) for s in sources])
-    turn_id = _save(rt, topic, session_id, question, answer, sources, trace)
-    yield ChatUpdate(text=answer, done=True, sources=sources, session_id=session_id, turn_id=turn_id)
-
-
-def _retrieve(rt: Runtime, topic: Topic, question: str, trace: Trace) -> list[ChunkHit]:
-    cfg = topic.settings
-    with trace.step("retrieve", strategy="DENSE", top_k=cfg.top_k_results, min_score=cfg.min_similarity_score) as ev:
-        vector = rt.gateway.embed([question], trace=trace, purpose="question")[0]
-        found = retrieve_dense(rt.chunk_index(topic.id), vector, k=cfg.top_k_results)
-        ev.data["found"] = [_hit_summary(h) for h in found]
-    with trace.step("filter") as ev:
-        kept = filter_hits(found, min_score=cfg.min_similarity_score, top_k=cfg.top_k_results)
-        ev.data["kept"] = [h.chunk_id for h in kept]
-    return kept
-
-
-def _messages(rt: Runtime, topic: Topic, question: str, hits: list[ChunkHit], session_id: str, trace: Trace) -> list[dict]:
-    cfg = topic.settings
-    with trace.step("prompt") as ev:
-        system = prompts.SYSTEM.render(topic_name=topic.name, custom_system_prompt=cfg.custom_system_prompt)
-        user = prompts.ANSWER.render(sources=format_sources(hits), citing_rules=prompts.CITING_RULES, question=question)
-        history = history_messages(rt, session_id, cfg.memory)
-        messages = [{"role": "system", "content": system.strip()}, *history, {"role": "user", "content": user}]
-        ev.data.update(messages=messages, history_messages=len(history))
-    return messages
-
-
-def _save(rt: Runtime, topic: Topic, session_id: str, question: str, answer: str, sources: list[Source], trace: Trace) -> int:
-    with rt.metadata.session() as s:
-        row = ChatTurnRow(session_id=session_id, topic_id=topic.id, question=question, answer=answer,
-                          sources_json=json.dumps([asdict(x) for x in sources]), route="SEARCH",
-                          timings_json=json.dumps(trace.timings_ms()), trace_json=json.dumps(trace.to_list()))  # fmt: skip
-        s.add(row)
-        s.flush()
-        return row.id
+    return question
 
 
 def _check_session(rt: Runtime, topic: Topic, session_id: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from core.prompts import SOURCE_BLOCK
+from core.prompts import SOURCE_BLOCK, PromptTemplate
 from storage.chunk_index import ChunkHit
 
 #: ``[S1]``, ``[S1, S3]`` or ``[S1][S2]`` as the model writes them.
@@ -17,10 +17,10 @@ def code_for(position: int) -> str:
     return f"S{position + 1}"
 
 
-def format_sources(hits: list[ChunkHit]) -> str:
+def format_sources(hits: list[ChunkHit], template: PromptTemplate = SOURCE_BLOCK) -> str:
     """The prompt's source list: one block per chunk, headed by its code and file name."""
     return "\n\n".join(
-        SOURCE_BLOCK.render(code=code_for(i), file_name=h.file_name, text=(f"{h.context}\n{h.text}" if h.context else h.text))
+        template.render(code=code_for(i), file_name=h.file_name, text=(f"{h.context}\n{h.text}" if h.context else h.text))
         for i, h in enumerate(hits)
     )
 

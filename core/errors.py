@@ -41,3 +41,7 @@ class NotFoundError(RagTopicsError):
 
 class PromptTemplateError(RagTopicsError):
     """A prompt template was rendered with a missing or unknown variable."""
+
+
+class StructuredOutputError(ModelUnavailableError):
+    """A model's structured reply could not be parsed into the expected type."""

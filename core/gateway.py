@@ -14,13 +14,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+import instructor
 import numpy as np
+from instructor.core.exceptions import InstructorError
 import openai
+from pydantic import BaseModel, ValidationError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from core.config import ModelEndpoint, Settings
 from core.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
-from core.errors import ModelUnavailableError
+from core.errors import ModelUnavailableError, StructuredOutputError
 from core.tracing import Trace
 
 log = logging.getLogger(__name__)
@@ -114,7 +117,7 @@ class ModelGateway:
         return ChatReply(text=response.choices[0].message.content or "", call=call)
 
     def stream_chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
-                    max_tokens: int | None = None, temperature: float = 0.2) -> Iterator[str]:  # fmt: skip
+                    max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Iterator[str]:  # fmt: skip
         """Stream a chat completion as text deltas.
 
         Closing the iterator early closes the HTTP stream and records the call as
@@ -130,7 +133,8 @@ class ModelGateway:
         usage = None
         stopped = True
         with slot:
-            stream = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens, temperature=temperature)
+            stream = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
+                                  temperature=temperature, tools=tools)  # fmt: skip
             try:
                 for chunk in stream:
                     if chunk.usage is not None:
@@ -147,6 +151,74 @@ class ModelGateway:
                 call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
                                  getattr(usage, "completion_tokens", 0) or len(parts), _ms(t0), stopped=stopped)  # fmt: skip
                 _record(trace, call, messages, "".join(parts))
+
+    def structured(self, role: str, messages: list[dict], response_model: type[BaseModel], *, prompt_name: str,
+                   trace: Trace | None = None, max_tokens: int | None = 512) -> BaseModel:  # fmt: skip
+        """One chat completion parsed into ``response_model`` (instructor, JSON-schema mode).
+
+        JSON-schema mode makes llama.cpp and vLLM constrain their output to the schema;
+        a reply that still does not parse is not retried.
+
+        Raises:
+            StructuredOutputError: when the reply does not fit ``response_model``.
+            ModelUnavailableError: when the endpoint is unreachable after retries or fails.
+        """
+        endpoint = self.endpoint(role)
+        client, slot = self._client(endpoint)
+        patched = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
+        t0 = time.perf_counter()
+        try:
+            with slot:
+                result, completion = _with_retries(patched.chat.completions.create_with_completion)(
+                    model=endpoint.model, messages=messages, response_model=response_model, max_retries=0,
+                    max_tokens=max_tokens, temperature=0.0, extra_headers={"X-Prompt-Name": prompt_name},
+                )  # fmt: skip
+        except TRANSIENT as exc:
+            raise ModelUnavailableError(f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} is not reachable ({type(exc).__name__})") from exc
+        except (ValidationError, InstructorError) as exc:
+            _record(trace, ModelCall(role, prompt_name, endpoint.model, 0, 0, _ms(t0)), messages, f"unparsable: {exc}")
+            raise StructuredOutputError(f"the {prompt_name} reply did not match {response_model.__name__}: {str(exc)[:300]}") from exc
+        except openai.APIError as exc:
+            raise ModelUnavailableError(f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} failed: {exc}") from exc
+        usage = completion.usage
+        call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
+                         getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
+        _record(trace, call, messages, result.model_dump_json())
+        return result
+
+    def complete_with_tools(self, role: str, messages: list[dict], tools: list[dict], *, prompt_name: str,
+                            trace: Trace | None = None) -> tuple[str, list[dict]]:  # fmt: skip
+        """One non-streamed completion that may request tool calls.
+
+        Returns:
+            ``(text, tool_calls)`` where each tool call is ``{"id", "name", "arguments"}``
+            (``arguments`` is the raw JSON string).
+
+        Raises:
+            ConfigurationError: when the role's model is not marked as supporting tools.
+            ModelUnavailableError: when the endpoint is unreachable after retries or fails.
+        """
+        from core.errors import ConfigurationError
+
+        endpoint = self.endpoint(role)
+        if not endpoint.supports_tools:
+            raise ConfigurationError(
+                f"this Topic is connected to other Topics (MCP Interfaces), which needs a tool-capable language model; "
+                f"{endpoint.model} is not marked as one. Set LLM_SUPPORTS_TOOLS=true for a model that supports "
+                "OpenAI tool calls, or remove the connected Topics."
+            )
+        client, slot = self._client(endpoint)
+        t0 = time.perf_counter()
+        with slot:
+            response = self._create(client, endpoint, messages, prompt_name, stream=False, max_tokens=None,
+                                    temperature=0.2, tools=tools)  # fmt: skip
+        message = response.choices[0].message
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments or "{}"} for c in (message.tool_calls or [])]
+        usage = response.usage
+        call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
+                         getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
+        _record(trace, call, messages, (message.content or "") + (f" tool_calls={calls}" if calls else ""))
+        return message.content or "", calls
 
     def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding") -> np.ndarray:
         """Embed texts with the configured embedding model.
@@ -166,8 +238,10 @@ class ModelGateway:
 
     @staticmethod
     def _create(client: openai.OpenAI, endpoint: ModelEndpoint, messages: list[dict], prompt_name: str, *,
-                stream: bool, max_tokens: int | None, temperature: float):  # fmt: skip
+                stream: bool, max_tokens: int | None, temperature: float, tools: list[dict] | None = None):  # fmt: skip
         extra: dict = {"stream_options": {"include_usage": True}} if stream else {}
+        if tools:
+            extra["tools"] = tools
         try:
             return _with_retries(client.chat.completions.create)(
                 model=endpoint.model, messages=messages, stream=stream, max_tokens=max_tokens,

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.chunking import split_recursive
+from core.keywords import extract_keywords
+from core.prompts import KEYWORDS as KEYWORDS_PROMPT
 from core.readers import read_file
 from core.runtime import Runtime
 from core.topics import get_topic
@@ -91,11 +93,12 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                 report("embedding", i, len(pieces))
                 vectors.extend(rt.gateway.embed([p.text for p in pieces[i : i + _EMBED_STEP]], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
+        keywords = _keywords(rt, pieces, cfg, trace, report)
         report("storing", len(pieces), len(pieces))
         records = [
             ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
-                        position=n, text=p.text, embedding=v, start=p.start, end=p.end)  # fmt: skip
-            for n, (p, v) in enumerate(zip(pieces, vectors))
+                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw)  # fmt: skip
+            for n, (p, v, kw) in enumerate(zip(pieces, vectors, keywords))
         ]
         with trace.step("store", chunks=len(records)) as ev:
             replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
@@ -108,10 +111,30 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     if warning:
         log.warning("%s in Topic %s: %s", doc.file_name, topic.name, warning)
     indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
-                    "chunk_overlap": cfg.chunk_overlap, "keyword_index": False, "embedding_model": rt.gateway.embedder.model}  # fmt: skip
+                    "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
+                    "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
+                    "embedding_model": rt.gateway.embedder.model}  # fmt: skip
     _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+def _keywords(rt: Runtime, pieces, cfg, trace: Trace, report: ProgressFn) -> list[str]:
+    """Keyword index text per chunk: only under HYBRID; ALGORITHMIC from the chunk's words, LLM from a model call."""
+    if cfg.retrieval_strategy != "HYBRID":
+        return [""] * len(pieces)
+    with trace.step("keywords", enrichment=cfg.keyword_enrichment, count=len(pieces)) as ev:
+        if cfg.keyword_enrichment == "LLM":
+            out = []
+            for i, p in enumerate(pieces):
+                report("keywords", i, len(pieces))
+                messages = [{"role": "user", "content": KEYWORDS_PROMPT.render(text=p.text)}]
+                reply = rt.gateway.chat("language_model", messages, prompt_name="keywords", trace=trace, max_tokens=120)
+                out.append(" ".join(extract_keywords(reply.text + " " + p.text)))
+        else:
+            out = [" ".join(extract_keywords(p.text)) for p in pieces]
+        ev.data["keywords"] = out[:50]
+    return out
 
 
 def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace) -> None:

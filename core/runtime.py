@@ -12,6 +12,7 @@ from core.errors import StoreUnavailableError
 from core.gateway import ModelGateway
 from storage.blobs import BlobStore
 from storage.chunk_index import ChunkIndex
+from storage.links import LinkSigner, load_or_create_secret
 from storage.metadata import MetadataStore
 from storage.redis_server import RedisStartError, check_modules
 
@@ -31,7 +32,16 @@ class Runtime:
         self.metadata = MetadataStore(self.settings.effective_database_url)
         self.blobs = BlobStore(self.settings.data_dir / "files")
         self._gateway: ModelGateway | None = None
+        self._signer: LinkSigner | None = None
         self._lock = threading.Lock()
+
+    @property
+    def signer(self) -> LinkSigner:
+        """Signs and checks source download links (secret kept under the data directory)."""
+        with self._lock:
+            if self._signer is None:
+                self._signer = LinkSigner(load_or_create_secret(self.settings.data_dir / "link-secret"))
+            return self._signer
 
     @property
     def gateway(self) -> ModelGateway:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import redis
+from redis.commands.search.query import Query
 from redisvl.index import SearchIndex
 from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import Tag
@@ -199,6 +200,39 @@ class ChunkIndex:
         # RediSearch's COSINE metric returns a distance: 1 - cosine similarity.
         return [_hit(row, 1.0 - float(row["vector_distance"])) for row in rows]
 
+    def search_keywords(self, terms: list[str], k: int) -> list[ChunkHit]:
+        """BM25 search of the keyword index: chunks whose keywords match any of ``terms``.
+
+        Only chunks written with keywords (uploaded under HYBRID) can match.
+
+        Args:
+            terms: normalised keywords (see ``core.keywords``); empty gives ``[]``.
+            k: how many hits to return.
+
+        Returns:
+            Up to ``k`` hits, best first; ``score`` is the BM25 score (> 0).
+        """
+        terms = [t for t in terms if t]
+        if not terms or not self.index.exists():
+            return []
+        query = (
+            Query(f"@keywords:({'|'.join(_escape_term(t) for t in terms)})")
+            .scorer("BM25")
+            .with_scores()
+            .paging(0, k)
+            .return_fields(*_RETURN_FIELDS)
+            .dialect(2)
+        )
+        result = self.client.ft(self.index.name).search(query)
+        return [_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, float(doc.score)) for doc in result.docs]
+
+    def embeddings(self, chunk_ids: list[str]) -> dict[str, np.ndarray]:
+        """Stored embeddings of the given chunks (missing ids are left out)."""
+        pipe = self.client.pipeline(transaction=False)
+        for cid in chunk_ids:
+            pipe.hget(self.key(cid), "embedding")
+        return {cid: np.frombuffer(raw, dtype=np.float32) for cid, raw in zip(chunk_ids, pipe.execute()) if raw}
+
     def count(self) -> int:
         """Number of chunks in the index (0 when it does not exist)."""
         if not self.index.exists():
@@ -221,3 +255,12 @@ def _hit(row: dict, score: float) -> ChunkHit:
         context=row.get("context", ""),
         score=score,
     )
+
+
+def _decode(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _escape_term(term: str) -> str:
+    """Escape a keyword for a RediSearch query (every non-alphanumeric character)."""
+    return "".join(ch if ch.isalnum() else f"\\{ch}" for ch in term)

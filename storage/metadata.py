@@ -105,9 +105,22 @@ class ChatTurnRow(SQLModel, table=True):
     answer: str
     sources_json: str = "[]"
     route: str = "SEARCH"
+    route_confidence: float | None = None
     timings_json: str = "{}"
     trace_json: str = "[]"
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class PromptOverrideRow(SQLModel, table=True):
+    """An edited prompt: for all Topics (``scope="shared"``) or for one Topic (``scope=<topic id>``)."""
+
+    __tablename__ = "prompt_override"
+    __table_args__ = (UniqueConstraint("scope", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    scope: str = Field(index=True)
+    name: str
+    text: str
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

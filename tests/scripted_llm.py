@@ -14,7 +14,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Reply = str | Callable[[dict[str, Any]], str]
+#: A reply: text, a function of the request body, or ``{"tool_calls": [{"name", "arguments"}]}``.
+Reply = str | dict | Callable[[dict[str, Any]], "str | dict"]
 
 
 class ScriptedLLM:
@@ -76,6 +77,9 @@ class ScriptedLLM:
                     self._json(400, {"error": {"message": f"no scripted reply for prompt {name!r}"}})
                     return
                 text = reply(body) if callable(reply) else reply
+                if isinstance(text, dict):
+                    self._json(200, _tool_completion(text["tool_calls"], body))
+                    return
                 if body.get("stream"):
                     self._stream(text, body)
                 else:
@@ -126,4 +130,15 @@ def _completion(text: str, body: dict) -> dict:
         "id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": _usage(text, body),
+    }  # fmt: skip
+
+
+def _tool_completion(calls: list[dict], body: dict) -> dict:
+    tool_calls = [{"id": f"call_{i}", "type": "function",
+                   "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for i, c in enumerate(calls)]
+    return {
+        "id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
+                     "finish_reason": "tool_calls"}],
+        "usage": _usage("", body),
     }  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,12 @@ from tests.core.test_ingest import upload
 from worker.queue import enqueue_ingest
 
 ANSWER = "The answer is in the first source [S1]."
+
+
+def cite_everything(body: dict) -> str:
+    """A scripted answer that cites every source code given in the prompt."""
+    codes = re.findall(r"^\[(S\d+)\] \(from ", body["messages"][-1]["content"], re.MULTILINE)
+    return "From the sources " + "".join(f"[{c}]" for c in codes) + "."
 
 
 def hotpot_selection(corpus, questions, n_questions=10, n_passages=30):
@@ -47,7 +54,7 @@ def test_hotpotqa_gold_passages_come_back_and_the_turn_is_saved(rt, run_jobs, sc
         enqueue_ingest(rt, topic.id, doc.id)
     run_jobs()
     assert rt.chunk_index(topic.id).count() >= 30
-    scripted_llm.replies["answer"] = ANSWER
+    scripted_llm.replies["answer"] = cite_everything
 
     hits = 0
     for q in chosen:
@@ -55,7 +62,8 @@ def test_hotpotqa_gold_passages_come_back_and_the_turn_is_saved(rt, run_jobs, sc
         gold = {f"{t}.txt" for t, _ in q["supporting_facts"]}
         files = [s.file for s in result.sources]
         hits += bool(gold & set(files))
-        assert result.text == f"The answer is in the first source [{files[0]}]."
+        assert result.text == "From the sources " + "".join(f"[{f}]" for f in dict.fromkeys(files)) + "."
+        assert 1 <= len(files) <= 5
         turns = session_turns(rt, result.session_id)
         assert len(turns) == 1 and turns[0].answer == result.text and turns[0].question == q["question"]
         assert [s["file"] for s in json.loads(turns[0].sources_json)] == files
@@ -77,14 +85,22 @@ def test_no_chunk_above_min_score_gives_the_no_answer_response_without_a_model_c
 
 
 def test_top_k_and_min_score_filter_the_sources(rt, run_jobs, scripted_llm):
-    topic = create_topic(rt, "Filter", settings={"top_k_results": 2, "min_similarity_score": 0.0})
+    topic = create_topic(rt, "Filter", settings={"top_k_results": 2, "min_similarity_score": 0.0, "retrieval_strategy": "DENSE"})
     for i, fruit in enumerate(["apples", "pears", "plums", "cherries"]):
         upload(rt, topic, f"f{i}.txt", f"Orchard report: {fruit} were harvested in autumn.".encode())
     run_jobs()
-    scripted_llm.replies["answer"] = ANSWER
+    scripted_llm.replies["answer"] = "In autumn [S1][S2]."
     result = final(ask(rt, topic, "When were the plums harvested?"))
     assert len(result.sources) == 2 and result.sources[0].file == "f2.txt"
     assert result.sources[0].score >= result.sources[1].score
+    assert len(scripted_llm.prompts("answer")[0]["messages"][-1]["content"].split("(from ")) == 3  # Top-K = 2 chunks
+
+    strict = create_topic(rt, "Filter strict", settings={"min_similarity_score": 0.6, "retrieval_strategy": "DENSE"})
+    upload(rt, strict, "plums.txt", b"Orchard report: plums were harvested in autumn.")
+    upload(rt, strict, "engines.txt", b"Diesel engines need their oil changed regularly.")
+    run_jobs()
+    result = final(ask(rt, strict, "When were the plums harvested?"))
+    assert [s.file for s in result.sources] == ["plums.txt"] and result.sources[0].score >= 0.6
 
 
 def test_custom_system_prompt_reaches_the_model_and_citations_become_file_names(rt, run_jobs, scripted_llm):
