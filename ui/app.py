@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from core.runtime import Runtime
-from ui import chat_tab, topics_tab, upload_tab
+from ui import chat_tab, mcp_tools, prompts_tab, topics_tab, upload_tab
+from ui.files_route import install_file_route
 from ui.common import refresh_dropdown
 
 TITLE = "ragtopics"
@@ -26,8 +27,28 @@ def build_app(rt: Runtime) -> gr.Blocks:
             topics = topics_tab.build(rt)
             upload = upload_tab.build(rt)
             chat = chat_tab.build(rt)
-        dropdowns = [upload["topic"], chat["topic"]]
-        refresh = lambda a, b: (refresh_dropdown(rt, a), refresh_dropdown(rt, b))  # noqa: E731
+            prompts = prompts_tab.build(rt)
+        mcp_tools.register(rt)
+        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], topics["settings_topic"]]
+
+        def refresh(*current):
+            return tuple(refresh_dropdown(rt, c) for c in current)
+
         topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
         app.load(refresh, dropdowns, dropdowns, api_visibility="private")
+        app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
     return app
+
+
+def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[gr.Blocks, str, str | None]:
+    """Build, launch (without blocking) and add the source-file route.
+
+    Returns:
+        ``(app, local_url, share_url)``; with ``mcp`` the MCP server is at ``<local_url>gradio_api/mcp/``.
+    """
+    app = build_app(rt)
+    app.queue(default_concurrency_limit=8)
+    _, local_url, share_url = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
+                                         quiet=True, show_error=True, mcp_server=mcp)  # fmt: skip
+    install_file_route(app, rt)
+    return app, local_url, share_url

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 import gradio as gr
 
+from core.attachments import read_attachment
 from core.chat import ChatUpdate, ask, list_sessions, session_turns
 from core.errors import RagTopicsError
 from core.runtime import Runtime
@@ -21,13 +23,27 @@ def sources_html(update: ChatUpdate | None) -> str:
     by_file: dict[str, list] = {}
     for s in update.sources:
         by_file.setdefault(s.file, []).append(s)
-    badges = "".join(
-        f'<span class="rt-source" title="{html.escape(", ".join(s.chunk_id for s in hits))}" style="display:inline-block;'
-        f'margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe">'
-        f"{html.escape(name)} · {max(s.score for s in hits):.2f}{f' · {len(hits)} chunks' if len(hits) > 1 else ''}</span>"
-        for name, hits in by_file.items()
-    )
-    return f'<div id="rt-sources"><strong>Sources:</strong> {badges}</div>'
+    badges = "".join(_badge(name, hits) for name, hits in by_file.items())
+    route = f" <small>route {update.route}" + (f" ({update.route_confidence:.2f})" if update.route_confidence is not None else "") + "</small>"
+    return f'<div id="rt-sources"><strong>Sources:</strong> {badges}{route}</div>'
+
+
+def _badge(name: str, hits: list) -> str:
+    label = f"{html.escape(name)} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
+    if hits[0].topic:
+        label += f" · {html.escape(hits[0].topic)}"
+    style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
+    link = hits[0].link
+    inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
+    return f'<span class="rt-source" title="{html.escape(", ".join(s.chunk_id for s in hits))}" style="{style}">{inner}</span>'
+
+
+def route_note(update: ChatUpdate) -> str:
+    """A short line for answers given without searching (no sources to show)."""
+    if update.route == "SEARCH":
+        return ""
+    confidence = f" ({update.route_confidence:.2f})" if update.route_confidence is not None else ""
+    return f'<div id="rt-sources"><small>answered without searching: route {update.route}{confidence}</small></div>'
 
 
 def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]]:
@@ -67,27 +83,39 @@ def build(rt: Runtime) -> dict:
             question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
             send = gr.Button("Send", variant="primary", scale=1)
             stop = gr.Button("Stop", variant="stop", scale=1)
+        attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment")
         session = gr.State(None)
 
-    def respond(topic_name, message, history, session_id):
+    def respond(topic_name, message, history, session_id, attachment_path):
         history = list(history or [])
         if not topic_name:
-            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message
+            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, attachment_path
             return
-        history += [{"role": "user", "content": message}, {"role": "assistant", "content": "…"}]
-        yield history, "", session_id, ""
+        shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
+        history += [{"role": "user", "content": shown}, {"role": "assistant", "content": "…"}]
+        yield history, "", session_id, "", attachment_path
         try:
             topic_obj = get_topic(rt, topic_name)
-            for update in ask(rt, topic_obj, message, session_id=session_id):
+            attachment = _read(topic_obj, attachment_path)
+            for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
                 history[-1] = {"role": "assistant", "content": update.text}
-                yield history, sources_html(update) if update.done else "", update.session_id, ""
+                note = (sources_html(update) or route_note(update)) if update.done else ""
+                yield history, note, update.session_id, "", None if update.done else attachment_path
         except RagTopicsError as exc:
             history[-1] = {"role": "assistant", "content": f"⚠️ {exc}"}
-            yield history, "", session_id, message
+            yield history, "", session_id, message, attachment_path
 
-    outputs = [chatbot, sources, session, question]
-    inputs = [topic, question, chatbot, session]
-    events = [send.click(respond, inputs, outputs, api_name="ask"),
+    def _read(topic_obj, path):
+        if not path:
+            return None
+        cfg = topic_obj.settings
+        return read_attachment(Path(path).read_bytes(), Path(path).name, allowed_types=cfg.chat_attachment_types,
+                               max_mb=cfg.largest_chat_attachment_mb,
+                               model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
+
+    outputs = [chatbot, sources, session, question, attach]
+    inputs = [topic, question, chatbot, session, attach]
+    events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented"),
               question.submit(respond, inputs, outputs, api_visibility="private")]  # fmt: skip
     stop.click(None, cancels=events, api_visibility="private")
     new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session], api_visibility="private")

@@ -46,14 +46,12 @@ def run_stack() -> int:
         threading.Thread(target=getattr(rt.gateway.embedder, "load", lambda: None), daemon=True).start()
         worker = subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], env=os.environ.copy())
         stoppers.append(lambda: _stop_process(worker))
-        from ui.app import build_app
+        from ui.app import launch_console
 
-        app = build_app(rt)
-        app.queue(default_concurrency_limit=8)
-        _, local_url, share_url = app.launch(server_name=settings.host, server_port=settings.port, share=settings.share,
-                                             prevent_thread_lock=True, quiet=True, show_error=True)  # fmt: skip
+        app, local_url, share_url = launch_console(rt, host=settings.host, port=settings.port, share=settings.share)
         stoppers.append(app.close)
         print(f"ragtopics console: {local_url}" + (f"  (shared: {share_url})" if share_url else ""), flush=True)
+        print(f"MCP server (every Topic as a tool): {local_url}gradio_api/mcp/", flush=True)
         print("Ctrl-C stops every component.", flush=True)
         while not stop.wait(1.0):
             if worker.poll() is not None:

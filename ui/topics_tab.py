@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 
 from core.errors import RagTopicsError
 from core.readers import SUPPORTED_EXTENSIONS
 from core.runtime import Runtime
 from core.topic_settings import DEFAULT_NO_ANSWER, RagTopicSettings
-from core.topics import create_topic, list_topics
+from core.topics import create_topic, get_topic, list_topics, update_settings
 
 _DEFAULTS = RagTopicSettings()
 
@@ -40,11 +42,12 @@ def build(rt: Runtime) -> dict:
         create = gr.Button("Create Topic", variant="primary")
         status = gr.Markdown(elem_id="topic-status")
         table = gr.Dataframe(
-            value=lambda: topics_table(rt),
+            value=topics_table(rt),
             headers=["Topic", "Kind", "Chunk Size", "Overlap", "Top-K", "Min. Score", "Settings"],
             interactive=False,
             label="Topics",
         )
+        settings_box = _settings_editor(rt, table)
 
     def on_create(name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer):
         settings = {"custom_system_prompt": system_prompt or "", "file_types": file_types or [],
@@ -57,5 +60,48 @@ def build(rt: Runtime) -> dict:
         return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt)
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
-    event = create.click(on_create, inputs, [status, table], api_name="create_topic")
-    return {"created": event}
+    event = create.click(on_create, inputs, [status, table], api_name="create_topic", api_visibility="undocumented")
+    return {"created": event, "settings_topic": settings_box, "table": table}
+
+
+SETTING_KEYS = sorted(RagTopicSettings.model_fields)
+
+
+def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
+    """Change one setting of an existing Topic (every change is a new settings version)."""
+    with gr.Accordion("Configure a Topic", open=False):
+        with gr.Row():
+            topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="settings-topic")
+            key = gr.Dropdown(SETTING_KEYS, value="retrieval_strategy", label="Setting")
+            value = gr.Textbox(label="Value", elem_id="settings-value")
+        apply = gr.Button("Apply")
+        status = gr.Markdown()
+
+    def current(topic_name, setting):
+        if not topic_name:
+            return ""
+        try:
+            return _display(getattr(get_topic(rt, topic_name).settings, setting))
+        except RagTopicsError as exc:
+            return str(exc)
+
+    def change(topic_name, setting, raw):
+        try:
+            t = update_settings(rt, topic_name, {setting: json.loads(raw) if raw.strip().startswith("{") else raw})
+        except RagTopicsError as exc:
+            return f"**Not changed:** {exc}", topics_table(rt)
+        return f"Topic **{t.name}**: `{setting}` = `{_display(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
+
+    for trigger in (topic.change, key.change):
+        trigger(current, [topic, key], value, api_visibility="private")
+    apply.click(change, [topic, key, value], [status, table], api_name="change_setting", api_visibility="undocumented")
+    return topic
+
+
+def _display(value) -> str:
+    """A setting's value as the operator types it: lists comma-separated, objects as JSON."""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if hasattr(value, "model_dump_json"):
+        return value.model_dump_json()
+    return str(value)

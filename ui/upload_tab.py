@@ -97,12 +97,12 @@ def build(rt: Runtime) -> dict:
         head = f"Enqueued {len(new_jobs)} file(s)." if new_jobs else "Nothing enqueued."
         return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
 
-    upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files")
+    upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files", api_visibility="undocumented")
     timer.tick(lambda t, j: (jobs_html(rt, j), documents_table(rt, t)), [topic, jobs], [progress, table],
                show_progress="hidden", api_visibility="private")  # fmt: skip
 
     def documents(topic_name: str) -> list[list]:
         return documents_table(rt, topic_name)
 
-    topic.change(documents, topic, table, api_name="documents")
+    topic.change(documents, topic, table, api_name="documents", api_visibility="undocumented")
     return {"topic": topic, "refresh": lambda current: refresh_dropdown(rt, current)}

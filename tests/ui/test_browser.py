@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from tests.conftest import free_port
-from ui.app import build_app
+from ui.app import launch_console
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
@@ -19,10 +19,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 def page(rt):
     from playwright.sync_api import sync_playwright
 
-    app = build_app(rt)
-    app.queue()
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    app, _, _ = launch_console(rt, host="127.0.0.1", port=port)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1000})

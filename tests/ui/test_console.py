@@ -10,15 +10,13 @@ from gradio_client import Client, handle_file
 from core.chat import list_sessions, session_turns
 from core.topics import get_topic
 from tests.conftest import free_port
-from ui.app import build_app
+from ui.app import launch_console
 
 
 @pytest.fixture
 def console(rt):
-    app = build_app(rt)
-    app.queue()
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    app, _, _ = launch_console(rt, host="127.0.0.1", port=port)
     yield app, Client(f"http://127.0.0.1:{port}/", verbose=False)
     app.close()
 
@@ -40,7 +38,7 @@ def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, script
     assert rows[0][:3] == ["boilers.md", "indexed", 1]
 
     scripted_llm.replies["answer"] = "Descale it every spring [S1]."
-    history, sources, _ = client.predict("Console Topic", "When is boiler B-12 descaled?", [], api_name="/ask")
+    history, sources, _, _ = client.predict("Console Topic", "When is boiler B-12 descaled?", [], None, api_name="/ask")
     assert history[-1]["content"][0]["text"] == "Descale it every spring [boilers.md]."
     assert "boilers.md" in sources
     session = list_sessions(rt, get_topic(rt, "Console Topic"))[0]

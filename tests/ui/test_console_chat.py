@@ -1,0 +1,105 @@
+"""Console features of the chat phase over HTTP: source links, prompt edits, settings, MCP tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+
+from core.chat import ask
+from core.prompt_config import resolve_prompts
+from core.topics import create_topic, get_topic
+from tests.conftest import free_port
+from tests.core.test_ingest import upload
+from ui.app import launch_console
+
+
+@pytest.fixture
+def console(rt):
+    port = free_port()
+    app, url, _ = launch_console(rt, host="127.0.0.1", port=port)
+    yield url, Client(url, verbose=False)
+    app.close()
+
+
+@pytest.fixture
+def manuals(rt, run_jobs):
+    topic = create_topic(rt, "Manuals", settings={"min_similarity_score": 0.0})
+    upload(rt, topic, "boiler.txt", b"Boiler B-12 must be descaled every spring.")
+    run_jobs()
+    return topic
+
+
+def test_source_links_download_the_file_and_expired_or_forged_links_are_refused(rt, console, manuals, scripted_llm):
+    url, _ = console
+    scripted_llm.replies["answer"] = "Every spring [S1]."
+    *_, final = ask(rt, manuals, "When is boiler B-12 descaled?")
+    link = final.sources[0].link
+    response = httpx.get(url.rstrip("/") + link)
+    assert response.status_code == 200 and response.content == b"Boiler B-12 must be descaled every spring."
+    expired = rt.signer.sign(rt.signer.verify(link.removeprefix("/files/")), now=time.time() - 3600)
+    refused = httpx.get(url.rstrip("/") + expired)
+    assert refused.status_code == 403 and "expired" in refused.text
+    forged = link[:-3] + ("AAA" if not link.endswith("AAA") else "BBB")
+    assert httpx.get(url.rstrip("/") + forged).status_code == 403
+
+
+def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scripted_llm):
+    _, client = console
+    status = client.predict("Manuals", "system", "Talk like a ship's captain about $topic_name.", api_name="/save_prompt")
+    assert "Not saved" in status and "$custom_system_prompt" in status  # a variable was dropped
+    status = client.predict("Manuals", "system", "Captain of $topic_name here. $custom_system_prompt", api_name="/save_prompt")
+    assert "Saved prompt `system` for Topic **Manuals**" in status
+    assert resolve_prompts(rt, None)["system"].text != resolve_prompts(rt, manuals.id)["system"].text
+    scripted_llm.replies["answer"] = "Aye [S1]."
+    *_, final = ask(rt, manuals, "When is the boiler descaled?")
+    assert scripted_llm.prompts("answer")[-1]["messages"][0]["content"].startswith("Captain of Manuals here.")
+    client.predict("Manuals", "system", "", api_name="/save_prompt")
+    assert resolve_prompts(rt, manuals.id)["system"].text == resolve_prompts(rt, None)["system"].text
+
+
+def test_settings_change_from_the_console_is_a_new_version(rt, console, manuals):
+    _, client = console
+    status, _ = client.predict("Manuals", "retrieval_strategy", "DENSE", api_name="/change_setting")
+    assert "`retrieval_strategy` = `DENSE` (settings v2)" in status
+    status, _ = client.predict("Manuals", "top_k_results", "500", api_name="/change_setting")
+    assert "Not changed" in status and get_topic(rt, "Manuals").settings.top_k_results == 5
+
+
+def test_a_text_attachment_is_sent_with_the_question_and_a_refused_one_explains(rt, console, manuals, scripted_llm, tmp_path):
+    _, client = console
+    scripted_llm.replies["answer"] = "The note mentions a noisy pump [S1]."
+    note = tmp_path / "note.txt"
+    note.write_text("Night shift: the pump was noisy.")
+    history, *_ = client.predict("Manuals", "What does the note say about the boiler?", [], handle_file(str(note)), api_name="/ask")
+    assert history[-1]["content"][0]["text"] == "The note mentions a noisy pump [boiler.txt].", history
+    assert "Night shift: the pump was noisy." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
+    archive = tmp_path / "data.zip"
+    archive.write_bytes(b"PK\x03\x04")
+    history, *_ = client.predict("Manuals", "And this?", [], handle_file(str(archive)), api_name="/ask")
+    assert "data.zip can't be attached" in history[-1]["content"][0]["text"]
+
+
+def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    url, _ = console
+    scripted_llm.replies["answer"] = "Every spring [S1]."
+
+    async def call() -> tuple[list[str], dict]:
+        async with streamablehttp_client(url + "gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                names = [t.name for t in (await session.list_tools()).tools]
+                tool = next(n for n in names if n.endswith("ask_topic"))
+                result = await session.call_tool(tool, {"topic": "Manuals", "question": "When is boiler B-12 descaled?"})
+                return names, json.loads(result.content[0].text)
+
+    names, answer = asyncio.run(call())
+    assert sorted(names) == ["ask_topic", "list_topics"]  # the console's own callbacks are not offered as tools
+    assert answer["answer"] == "Every spring [boiler.txt]." and answer["sources"][0]["file"] == "boiler.txt"
