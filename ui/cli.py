@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--json", action="store_true", help='print {"answer", "sources", "route"}')
     ask.add_argument("--session", default=None, help="continue a chat session")
+    ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
     return parser
 
 
@@ -199,9 +200,20 @@ def _cmd_ask(args) -> int:
     rt = get_runtime()
     rt.check_store()
     topic = get_topic(rt, args.topic)
+    attachment = None
+    if args.attach is not None:
+        from core.attachments import read_attachment
+
+        try:
+            data = args.attach.read_bytes()
+        except OSError as exc:
+            raise RagTopicsError(f"cannot read {args.attach}: {exc.strerror}") from exc
+        attachment = read_attachment(data, args.attach.name, allowed_types=topic.settings.chat_attachment_types,
+                                     max_mb=topic.settings.largest_chat_attachment_mb,
+                                     model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
     final = None
     shown = ""
-    for update in ask(rt, topic, args.question, session_id=args.session):
+    for update in ask(rt, topic, args.question, session_id=args.session, attachment=attachment):
         final = update
         if not args.json and not update.done and update.text.startswith(shown):
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
@@ -211,6 +223,7 @@ def _cmd_ask(args) -> int:
             "answer": final.text,
             "sources": [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources],
             "route": final.route,
+            "route_confidence": final.route_confidence,
             "session_id": final.session_id,
         }, ensure_ascii=False))  # fmt: skip
     else:

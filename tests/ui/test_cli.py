@@ -81,3 +81,23 @@ def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsy
 def test_unknown_topic_is_a_clear_error(rt, capsys):
     assert main(["ask", "Nope", "hello"]) == 2
     assert "no Topic called 'Nope'" in capsys.readouterr().err
+
+
+def test_ask_with_an_attachment_and_a_refused_one(rt, run_jobs, scripted_llm, tmp_path, capsys):
+    main(["topic", "create", "Notes", "--set", "min_similarity_score=0"])
+    (tmp_path / "a.txt").write_text("The generator is tested on Mondays.")
+    from core.documents import receive_upload
+    from worker.queue import enqueue_ingest
+
+    doc = receive_upload(rt, get_topic(rt, "Notes"), "a.txt", (tmp_path / "a.txt").read_bytes())
+    enqueue_ingest(rt, doc.topic_id, doc.id)
+    run_jobs()
+    scripted_llm.replies["answer"] = "On Mondays [S1]."
+    (tmp_path / "memo.md").write_text("Memo: the generator test moved to Tuesday.")
+    capsys.readouterr()
+    assert main(["ask", "Notes", "When is the generator tested?", "--attach", str(tmp_path / "memo.md"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == "On Mondays [a.txt]."
+    assert "Memo: the generator test moved to Tuesday." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
+    (tmp_path / "tool.exe").write_bytes(b"MZ")
+    assert main(["ask", "Notes", "What is this?", "--attach", str(tmp_path / "tool.exe")]) == 2
+    assert "tool.exe can't be attached" in capsys.readouterr().err
