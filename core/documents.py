@@ -50,8 +50,8 @@ def clean_file_name(raw: str) -> str:
         RefusedFileError: when nothing usable is left (empty, ``.`` or ``..``).
     """
     name = unicodedata.normalize("NFC", raw or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip().strip(".")
-    if not name:
+    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
+    if not name.strip("."):
         raise RefusedFileError(f"the file name {raw!r} is not usable; rename the file and upload it again")
     while len(name.encode()) > MAX_FILE_NAME_BYTES:
         stem, dot, ext = name.rpartition(".")
