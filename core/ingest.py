@@ -14,11 +14,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.chunking import split_recursive
+from core.chunking import Piece, split_recursive
 from core.keywords import extract_keywords
 from core.prompts import KEYWORDS as KEYWORDS_PROMPT
 from core.readers import read_file
 from core.runtime import Runtime
+from core.topic_settings import RagTopicSettings
 from core.topics import get_topic
 from core.tracing import Trace
 from storage.chunk_index import ChunkRecord
@@ -98,7 +99,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         records = [
             ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
                         position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw)  # fmt: skip
-            for n, (p, v, kw) in enumerate(zip(pieces, vectors, keywords))
+            for n, (p, v, kw) in enumerate(zip(pieces, vectors, keywords, strict=True))
         ]
         with trace.step("store", chunks=len(records)) as ev:
             replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
@@ -119,7 +120,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
 
 
-def _keywords(rt: Runtime, pieces, cfg, trace: Trace, report: ProgressFn) -> list[str]:
+def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn) -> list[str]:
     """Keyword index text per chunk: only under HYBRID; ALGORITHMIC from the chunk's words, LLM from a model call."""
     if cfg.retrieval_strategy != "HYBRID":
         return [""] * len(pieces)

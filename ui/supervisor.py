@@ -44,8 +44,8 @@ def run_stack() -> int:
             stoppers.append(model.stop)
         # Load the embedding model now, so the first question does not wait for it.
         threading.Thread(target=getattr(rt.gateway.embedder, "load", lambda: None), daemon=True).start()
-        worker = subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], env=os.environ.copy())
-        stoppers.append(lambda: _stop_process(worker))
+        worker = [_start_worker()]  # a list, so the stopper sees a restarted worker too
+        stoppers.append(lambda: _stop_process(worker[0]))
         from ui.app import launch_console
 
         app, local_url, share_url = launch_console(rt, host=settings.host, port=settings.port, share=settings.share)
@@ -54,10 +54,9 @@ def run_stack() -> int:
         print(f"MCP server (every Topic as a tool): {local_url}gradio_api/mcp/", flush=True)
         print("Ctrl-C stops every component.", flush=True)
         while not stop.wait(1.0):
-            if worker.poll() is not None:
-                log.error("the worker exited with code %s; restarting it", worker.returncode)
-                worker = subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], env=os.environ.copy())
-                stoppers[-2] = lambda: _stop_process(worker)
+            if worker[0].poll() is not None:
+                log.error("the worker exited with code %s; restarting it", worker[0].returncode)
+                worker[0] = _start_worker()
         return 0
     except KeyboardInterrupt:
         return 0
@@ -71,6 +70,10 @@ def run_stack() -> int:
             except Exception:  # keep stopping the rest
                 log.exception("while stopping")
         print("stopped.", flush=True)
+
+
+def _start_worker() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], env=os.environ.copy())
 
 
 def _stop_process(process: subprocess.Popen) -> None:

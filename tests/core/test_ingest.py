@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from rq.job import Job
 
 from core.documents import get_document, list_documents, receive_upload, set_job
 from core.embedding import OpenAIEmbedder
