@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from core.chunking import Piece, split_recursive
 from core.keywords import extract_keywords
 from core.prompts import KEYWORDS as KEYWORDS_PROMPT
+from core.prompts import NARRATE as NARRATE_PROMPT
+from core.structured import pack_records
 from core.readers import read_file
 from core.runtime import Runtime
 from core.topic_settings import RagTopicSettings
@@ -82,11 +84,14 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     try:
         report("reading", 0, 1)
         with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev:
-            result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name)
-            ev.data.update(reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text)
+            result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name,
+                               docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
+            ev.data.update(reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
+                           records=len(result.records) if result.records is not None else None,
+                           pictures=len(result.pictures))  # fmt: skip
         report("chunking", 0, 1)
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
-            pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+            pieces = _chunk(rt, result, cfg, trace)
             ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
         vectors = []
         with trace.step("embed", count=len(pieces)) as ev:
@@ -118,6 +123,31 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace) -> list[Piece]:
+    """Chunks of a read file: records packed whole (structured files), else RECURSIVE chunking."""
+    if result.records is None:
+        return split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+    records = list(result.records)
+    if cfg.import_strategy == "NARRATE":
+        records = [_narrate(rt, r, trace) for r in records]
+    texts = pack_records(records, size=cfg.chunk_size)
+    return [Piece(text=t, start=0, end=len(t)) for t in texts]
+
+
+def _narrate(rt: Runtime, record: str, trace: Trace) -> str:
+    """Import Strategy NARRATE: one model call rewrites a record as a short paragraph."""
+    messages = [{"role": "user", "content": NARRATE_PROMPT.render(record=record)}]
+    text = rt.gateway.chat("language_model", messages, prompt_name="narrate", trace=trace, max_tokens=300).text.strip()
+    return text or record
+
+
+def _docling_options(cfg: RagTopicSettings):
+    from core.documents_docling import DoclingOptions
+
+    d = cfg.docling_settings
+    return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
 
 
 def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn) -> list[str]:

@@ -144,7 +144,13 @@ KEYWORDS = PromptTemplate(
     "Keyword Enrichment LLM: one call per chunk at upload.",
 )
 
+NARRATE = PromptTemplate(
+    "narrate",
+    "Rewrite this record as one short, factual paragraph. Keep every name, number and code exactly.\n\n$record",
+    "Import Strategy NARRATE: one call per record of a structured file.",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
-    for p in (SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION, KEYWORDS)
+    for p in (SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION, KEYWORDS, NARRATE)
 }

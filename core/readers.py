@@ -1,7 +1,8 @@
 """Readers that take the text out of an uploaded file, by file type.
 
-This module holds the text readers (plain text, Markdown, source code); other
-file families register here as they are added.
+* text files (plain text, Markdown, source code): decoded, encoding detected;
+* structured files (json, jsonl, xml, yaml, toml, csv, tsv): records, see :mod:`core.structured`;
+* documents (pdf, docx, xlsx, pptx): converted by Docling, see :mod:`core.documents_docling`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ TEXT_EXTENSIONS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
-SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS
+#: Structured files and documents (kept in sync with core.structured / core.documents_docling,
+#: which import heavier libraries and are loaded only when such a file is read).
+STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
+DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
+
+SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +44,16 @@ class ReadResult:
         text: the document text ("" when the file has no readable text).
         reader: which reader ran, e.g. ``"text"``.
         encoding: the detected character encoding, for text files.
+        records: for structured files, one flattened ``key: value`` text per record
+            (chunked without ever cutting a record); ``None`` for other files.
+        pictures: pictures lifted out of a document (``core.documents_docling.Picture``).
     """
 
     text: str
     reader: str
     encoding: str = ""
+    records: tuple[str, ...] | None = None
+    pictures: tuple = ()
 
 
 def extension_of(file_name: str) -> str:
@@ -79,15 +90,32 @@ def read_text_bytes(data: bytes, *, file_name: str) -> ReadResult:
     return ReadResult(text=text, reader="text", encoding=best.encoding)
 
 
-def read_file(data: bytes, *, file_name: str) -> ReadResult:
+def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", docling_options=None) -> ReadResult:
     """Read the text of an uploaded file by its extension.
 
+    Args:
+        data: the file's bytes.
+        file_name: its (cleaned) name; the extension picks the reader.
+        docling_server: ``embedded`` or a docling-serve URL, for documents.
+        docling_options: ``core.documents_docling.DoclingOptions`` for documents.
+
     Raises:
-        ReadError: when the file cannot be read.
+        ReadError: when the file cannot be read (the message names the file and why).
     """
     ext = extension_of(file_name)
     if ext in TEXT_EXTENSIONS:
         return read_text_bytes(data, file_name=file_name)
+    if ext in STRUCTURED_TYPES:
+        from core.structured import flatten_record, read_records
+
+        records = tuple(flatten_record(r) for r in read_records(data, file_name=file_name))
+        return ReadResult(text="\n\n".join(records), reader=f"{ext} records ({len(records)})", records=records)
+    if ext in DOCUMENT_TYPES:
+        from core.documents_docling import DoclingOptions, convert_document
+
+        converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
+                                     docling_server=docling_server)  # fmt: skip
+        return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures)
     raise ReadError(f"no reader for .{ext} files")
 
 

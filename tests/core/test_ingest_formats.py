@@ -1,0 +1,62 @@
+"""Upload of structured files and documents through the queue: records whole, Flatten/Narrate, Docling."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import docx
+
+from core.documents import get_document
+from core.topics import create_topic
+from tests.core.test_ingest import stored_chunks, upload
+
+
+def test_csv_rows_become_key_value_records_never_cut(rt, run_jobs):
+    topic = create_topic(rt, "Parts", settings={"chunk_size": 120, "chunk_overlap": 0})
+    rows = "part,name,city\n" + "\n".join(f"SK-{i},Bracket number {i},Lyon" for i in range(12))
+    doc, _ = upload(rt, topic, "parts.csv", rows.encode())
+    run_jobs()
+    chunks = [c["text"].decode() for c in stored_chunks(rt, topic, doc.id)]
+    joined = "\n\n".join(chunks)
+    for i in range(12):
+        record = f"part: SK-{i}\nname: Bracket number {i}\ncity: Lyon"
+        assert sum(record in c for c in chunks) == 1, record  # every record whole, in exactly one chunk
+    assert joined.count("part: ") == 12
+    indexed_with = json.loads(get_document(rt, doc.id).indexed_with_json)
+    assert indexed_with["reader"] == "csv records (12)"
+
+
+def test_narrate_rewrites_each_record_with_one_model_call(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "People", settings={"import_strategy": "NARRATE"})
+    scripted_llm.replies["narrate"] = lambda body: "Narrated: " + body["messages"][-1]["content"].splitlines()[-1]
+    data = json.dumps([{"name": "Ada", "city": "London"}, {"name": "Grace", "city": "Arlington"}]).encode()
+    doc, _ = upload(rt, topic, "people.json", data)
+    run_jobs()
+    assert len(scripted_llm.prompts("narrate")) == 2
+    text = stored_chunks(rt, topic, doc.id)[0]["text"].decode()
+    assert "Narrated: city: London" in text and "Narrated: city: Arlington" in text
+
+
+def test_docx_is_converted_by_docling_and_its_pipeline_recorded(rt, run_jobs):
+    topic = create_topic(rt, "Office")
+    document = docx.Document()
+    document.add_heading("Maintenance", level=1)
+    document.add_paragraph("Valve ZX-9000 is replaced every 5 years.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    doc, _ = upload(rt, topic, "manual.docx", buffer.getvalue())
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "indexed", row.error
+    assert "Valve ZX-9000 is replaced every 5 years." in stored_chunks(rt, topic, doc.id)[0]["text"].decode()
+    assert "DOCX" in json.loads(row.indexed_with_json)["reader"]
+
+
+def test_a_broken_json_file_fails_with_the_line_and_keeps_nothing_half_written(rt, run_jobs):
+    topic = create_topic(rt, "Broken")
+    doc, job_id = upload(rt, topic, "bad.jsonl", b'{"a": 1}\n{"b": 2}\n{oops}\n')
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "failed" and "line 3" in row.error
+    assert stored_chunks(rt, topic, doc.id) == []
