@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     llm_api_key: str = Field("not-needed", alias="LLM_API_KEY")
     llm_model: str = Field(LOCAL_MODEL_NAME, alias="LLM_MODEL")
     llm_timeout_s: float = Field(120.0, alias="LLM_TIMEOUT_S")
+    llm_max_tokens: int = Field(512, ge=16, alias="LLM_MAX_TOKENS")
     llm_supports_tools: bool = Field(False, alias="LLM_SUPPORTS_TOOLS")
     llm_supports_images: bool = Field(False, alias="LLM_SUPPORTS_IMAGES")
     local_llm_port: int = Field(18080, alias="LOCAL_LLM_PORT")

@@ -107,6 +107,7 @@ class ModelGateway:
         """
         endpoint = self.endpoint(role)
         client, slot = self._client(endpoint)
+        max_tokens = max_tokens or self.settings.llm_max_tokens
         t0 = time.perf_counter()
         with slot:
             response = self._create(client, endpoint, messages, prompt_name, stream=False, max_tokens=max_tokens, temperature=temperature)
@@ -128,6 +129,7 @@ class ModelGateway:
         """
         endpoint = self.endpoint(role)
         client, slot = self._client(endpoint)
+        max_tokens = max_tokens or self.settings.llm_max_tokens
         t0 = time.perf_counter()
         parts: list[str] = []
         usage = None
@@ -210,8 +212,8 @@ class ModelGateway:
         client, slot = self._client(endpoint)
         t0 = time.perf_counter()
         with slot:
-            response = self._create(client, endpoint, messages, prompt_name, stream=False, max_tokens=None,
-                                    temperature=0.2, tools=tools)  # fmt: skip
+            response = self._create(client, endpoint, messages, prompt_name, stream=False,
+                                    max_tokens=self.settings.llm_max_tokens, temperature=0.2, tools=tools)  # fmt: skip
         message = response.choices[0].message
         calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments or "{}"} for c in (message.tool_calls or [])]
         usage = response.usage
