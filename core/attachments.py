@@ -21,7 +21,7 @@ from typing import Any, Literal
 from PIL import Image
 
 from core.errors import RefusedFileError
-from core.readers import TEXT_EXTENSIONS, extension_of, read_file
+from core.readers import SUPPORTED_EXTENSIONS, extension_of, read_file
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,12 @@ def read_attachment(
         if not model_sees_images:
             raise AttachmentError(f"{file_name} can't be attached: {NO_VISION_EXPLANATION}")
         return _read_image(data, file_name)
-    if ext in TEXT_EXTENSIONS:
+    if ext in SUPPORTED_EXTENSIONS:
+        # The same readers as uploads: text, structured records, Docling for documents.
         text = read_file(data, file_name=file_name).text
-        log.debug("read text attachment %s: %s bytes, %s characters", file_name, len(data), len(text))
+        log.debug("read attachment %s: %s bytes, %s characters", file_name, len(data), len(text))
         return Attachment(file_name=file_name, kind="text", text=text, data_url="", size_bytes=len(data))
-    raise AttachmentError(f"{file_name} can't be attached: reading .{ext} attachments is not available yet")
+    raise AttachmentError(f"{file_name} can't be attached: .{ext} files cannot be read")
 
 
 def attachment_message_parts(

@@ -151,11 +151,20 @@ def test_all_picture_extensions_have_a_mime_type():
         assert att.data_url.startswith(f"data:image/{ext};base64,")
 
 
-@pytest.mark.parametrize("ext", ["pdf", "docx"])
-def test_allowed_type_without_a_reader_says_not_available_yet(ext):
-    with pytest.raises(AttachmentError) as err:
-        _read(b"%PDF-1.7\n...", f"report.{ext}")
-    assert str(err.value) == f"report.{ext} can't be attached: reading .{ext} attachments is not available yet"
+def test_a_docx_attachment_is_read_like_an_upload():
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("Shift report: compressor C-7 was restarted twice.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    att = _read(buffer.getvalue(), "report.docx")
+    assert att.kind == "text" and "compressor C-7 was restarted twice" in att.text
+
+
+def test_a_corrupt_pdf_attachment_says_why():
+    with pytest.raises(ReadError, match="report.pdf"):
+        _read(b"%PDF-1.7\n...", "report.pdf")
 
 
 def test_binary_bytes_under_txt_raise_read_error():
