@@ -66,7 +66,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(Path("var"), alias="RAGTOPICS_DATA_DIR")
+    data_dir: Path = Field(default_factory=lambda: _default_data_dir(), alias="RAGTOPICS_DATA_DIR")
     redis_url: str | None = Field(None, alias="REDIS_URL")
     embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT")
     redis_query_timeout_ms: int = Field(5000, alias="REDIS_QUERY_TIMEOUT_MS")
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     @property
     def effective_database_url(self) -> str:
         """``DATABASE_URL``, or a SQLite file under the data directory."""
-        return self.database_url or f"sqlite:///{self.data_dir / 'ragtopics.db'}"
+        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'ragtopics.db'}"
 
     def endpoint(self, role: str) -> ModelEndpoint:
         """Return the endpoint for ``role``.
@@ -150,6 +150,15 @@ class Settings(BaseSettings):
             supports_tools=self.llm_supports_tools and not override,
             supports_images=self.llm_supports_images and not override,
         )
+
+
+def _default_data_dir() -> Path:
+    """``var/`` of the source checkout the code runs from (so every process and every working
+    directory shares one data directory); ``./var`` for an installed package."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").exists() and (checkout / "core").is_dir():
+        return checkout / "var"
+    return Path("var").resolve()
 
 
 @lru_cache(maxsize=1)

@@ -59,6 +59,15 @@ def clean_file_name(raw: str) -> str:
     return name
 
 
+def describe_types(extensions: list[str], *, limit: int = 16) -> str:
+    """A readable list of file types: all of them when few, else the first ``limit`` and a count."""
+    if len(extensions) <= limit:
+        return ", ".join(extensions)
+    shown = [e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions]
+    shown += [e for e in extensions if e not in shown][: limit - len(shown)]
+    return f"{', '.join(shown)} and {len(extensions) - len(shown)} more (see the Topic's File Types)"
+
+
 def document_id_for(topic_id: str, file_name: str) -> str:
     """Content-hash id of a file name within a Topic: ``doc-`` + 16 hex digits of SHA-1."""
     return "doc-" + hashlib.sha1(f"{topic_id}\0{file_name}".encode()).hexdigest()[:16]
@@ -78,7 +87,7 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     ext = extension_of(name)
     accepted = topic.settings.file_types
     if ext not in accepted:
-        raise RefusedFileError(f"{name} was refused: Topic {topic.name!r} accepts only these file types: {', '.join(accepted)}")
+        raise RefusedFileError(f"{name} was refused: Topic {topic.name!r} accepts only these file types: {describe_types(accepted)}")
     limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
     if len(data) > limit:
         raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
@@ -127,3 +136,12 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
                      json.loads(r.indexed_with_json or "{}"))  # fmt: skip
         for r in rows
     ]
+
+
+def source_link(rt: Runtime, document_id: str) -> str:
+    """A signed download link (about 10 minutes) to a document's original file; "" when it is gone."""
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+    if doc is None or not doc.blob_path:
+        return ""
+    return rt.signer.sign(doc.blob_path)

@@ -6,10 +6,11 @@ What the score means:
   drops chunks below it.
 * HYBRID: Min. Similarity Score filters the *dense* list before fusion (it is a
   similarity threshold; BM25 scores have no fixed scale), while a keyword hit
-  qualifies by matching a keyword of the question. The fused score is the
-  reciprocal-rank-fusion score divided by its maximum (ranked first by every search
-  that found something), so it lies in (0, 1]: 1.0 = first in both lists, ~0.5 =
-  first in one only.
+  qualifies by matching a keyword of the question. Hits are *ordered* by reciprocal
+  rank fusion, but each hit's ``score`` is still its cosine similarity to the
+  question (computed from the stored embedding for keyword-only hits), so a score
+  means the same under both strategies. The fused RRF scores are kept in
+  :attr:`Retrieval.fused_ranks` for the trace.
 """
 
 from __future__ import annotations
@@ -102,4 +103,11 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
         return Retrieval(passed[:candidates], dense, [], {})
     keyword = index.search_keywords(query_keywords(question), depth)
     fused, ranks = fuse_rrf({"dense": passed, "keyword": keyword}, k=rrf_k)
-    return Retrieval(fused[:candidates], dense, keyword, ranks)
+    kept = fused[:candidates]
+    cosine = {h.chunk_id: h.score for h in dense}
+    missing = [h.chunk_id for h in kept if h.chunk_id not in cosine]
+    for cid, vector in index.embeddings(missing).items():
+        cosine[cid] = float(np.dot(vector, query_vector))
+    for cid, entry in ranks.items():
+        entry["rrf_normalised"] = next((h.score for h in fused if h.chunk_id == cid), None)
+    return Retrieval([replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in kept], dense, keyword, ranks)

@@ -77,7 +77,7 @@ class RagTopicSettings(BaseModel):
     memory: int = Field(10, ge=0, le=50)
     chat_attachment_types: list[str] = Field(default_factory=lambda: ["txt", "md", "pdf", "docx", "png", "jpg"])
     largest_chat_attachment_mb: float = Field(10.0, gt=0)
-    no_answer_response: str = DEFAULT_NO_ANSWER
+    no_answer_response: str = Field(DEFAULT_NO_ANSWER, min_length=1)
     import_strategy: ImportStrategy = ImportStrategy.FLATTEN
     chunking_strategy: ChunkingStrategy = ChunkingStrategy.RECURSIVE
     describe_pictures: bool = False
@@ -162,7 +162,10 @@ def parse_assignments(assignments: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise InvalidSettingError(f"setting {item!r} is not of the form key=value")
         raw = raw.strip()
-        values[key.strip()] = json.loads(raw) if raw.startswith("{") else raw
+        try:
+            values[key.strip()] = json.loads(raw) if raw.startswith(("{", "[")) else raw
+        except json.JSONDecodeError as exc:
+            raise InvalidSettingError(f"setting {key.strip()}: {raw!r} is not valid JSON ({exc.msg})") from exc
     return values
 
 

@@ -58,6 +58,9 @@ class Trace:
         t0 = time.perf_counter()
         try:
             yield event
+        except GeneratorExit:
+            event.data["stopped"] = True  # the reader closed the stream (Stop): not an error
+            raise
         except BaseException as exc:
             event.error = f"{type(exc).__name__}: {exc}"
             raise

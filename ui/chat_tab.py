@@ -9,11 +9,12 @@ from pathlib import Path
 import gradio as gr
 
 from core.attachments import read_attachment
-from core.chat import ChatUpdate, ask, list_sessions, session_turns
+from core.chat import ChatUpdate, Source, ask, list_sessions, session_turns
+from core.documents import source_link
 from core.errors import RagTopicsError
 from core.runtime import Runtime
 from core.topics import get_topic
-from ui.common import topic_choices
+from ui.common import short_name, topic_choices
 
 
 def sources_html(update: ChatUpdate | None) -> str:
@@ -29,7 +30,7 @@ def sources_html(update: ChatUpdate | None) -> str:
 
 
 def _badge(name: str, hits: list) -> str:
-    label = f"{html.escape(name)} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
+    label = f"{html.escape(short_name(name))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
     if hits[0].topic:
         label += f" · {html.escape(hits[0].topic)}"
     style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
@@ -58,16 +59,16 @@ def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]
 
 
 def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
-    """The messages of a saved chat and the sources of its last answer."""
+    """The messages of a saved chat and the source badges (with fresh links) of its last answer."""
     if not session_id:
         return [], ""
     messages: list[dict] = []
-    last_sources = ""
+    last = None
     for turn in session_turns(rt, session_id):
         messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer}]
-        files = [s["file"] for s in json.loads(turn.sources_json)]
-        last_sources = ("<strong>Sources:</strong> " + ", ".join(html.escape(f) for f in files)) if files else ""
-    return messages, last_sources
+        sources = [Source(**{**s, "link": source_link(rt, s.get("document_id", ""))}) for s in json.loads(turn.sources_json)]
+        last = ChatUpdate(text=turn.answer, done=True, sources=sources, route=turn.route, route_confidence=turn.route_confidence)
+    return messages, (sources_html(last) or route_note(last)) if last else ""
 
 
 def build(rt: Runtime) -> dict:

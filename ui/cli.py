@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr)  # fmt: skip
     if args.command not in ("up", "worker", "serve-model"):
         logging.getLogger().setLevel(logging.WARNING)
+        _quiet_model_loading()
     try:
         return _COMMANDS[args.command](args)
     except RagTopicsError as exc:
@@ -69,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _quiet_model_loading() -> None:
+    """No progress bars from the embedding model's loader in CLI output."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 def _cmd_up(args) -> int:
@@ -153,6 +164,7 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
     pending = dict(jobs)
     failed = 0
     chunks = 0
+    last_done = -1
     started = time.monotonic()
     while pending:
         for job_id, name in list(pending.items()):
@@ -168,7 +180,12 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
                 failed += 1
                 print(f"  {name}: FAILED: {p.error or p.status}", file=sys.stderr)
         done = len(jobs) - len(pending)
-        print(f"\r[{done}/{len(jobs)}] files indexed, {chunks} chunks, {time.monotonic() - started:.0f} s", end="", file=sys.stderr)
+        line = f"[{done}/{len(jobs)}] files indexed, {chunks} chunks, {time.monotonic() - started:.0f} s"
+        if sys.stderr.isatty():
+            print("\r" + line, end="", file=sys.stderr)
+        elif done != last_done or not pending:
+            print(line, file=sys.stderr)
+        last_done = done
         if pending:
             time.sleep(0.3)
     print(file=sys.stderr)

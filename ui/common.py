@@ -21,14 +21,20 @@ def refresh_dropdown(rt: Runtime, current: str | None = None) -> gr.Dropdown:
     return gr.Dropdown(choices=names, value=current if current in names else (names[0] if names else None))
 
 
+def short_name(name: str, limit: int = 60) -> str:
+    """A file name cut in the middle to at most ``limit`` characters, its end (extension) kept."""
+    return name if len(name) <= limit else name[: limit - 15] + "…" + name[-14:]
+
+
 def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> str:
     """HTML for one labelled progress bar (``state``: "", "failed" or "done")."""
     colour = {"failed": "#d9534f", "done": "#2e8b57"}.get(state, "#3b82f6")
     pct = max(0.0, min(1.0, fraction)) * 100
     return (
         f'<div class="rt-job" data-state="{html.escape(state)}" style="margin:4px 0">'
-        f'<div style="display:flex;justify-content:space-between;font-size:0.9em"><span>{html.escape(label)}</span>'
-        f"<span>{html.escape(detail)}</span></div>"
+        f'<div style="display:flex;justify-content:space-between;gap:8px;font-size:0.9em">'
+        f'<span style="overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{html.escape(label)}</span>'
+        f'<span style="flex-shrink:0">{html.escape(detail)}</span></div>'
         f'<div style="background:#e5e7eb;border-radius:4px;height:8px"><div style="width:{pct:.0f}%;'
         f'background:{colour};height:8px;border-radius:4px"></div></div></div>'
     )

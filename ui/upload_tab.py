@@ -10,7 +10,7 @@ from core.documents import list_documents, receive_upload, set_job
 from core.errors import RagTopicsError
 from core.runtime import Runtime
 from core.topics import get_topic
-from ui.common import progress_bar, refresh_dropdown, topic_choices
+from ui.common import progress_bar, refresh_dropdown, short_name, topic_choices
 from worker.queue import enqueue_ingest, job_progress
 
 MAX_TRACKED_JOBS = 2000
@@ -30,7 +30,7 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     rows = []
     for d in list_documents(rt, topic):
         w = d.indexed_with
-        rows.append([d.file_name, d.status, d.chunk_count, round(d.size_bytes / 1024, 1), w.get("chunking_strategy", ""),
+        rows.append([short_name(d.file_name), d.status, d.chunk_count, round(d.size_bytes / 1024, 2), w.get("chunking_strategy", ""),
                      f"{w['chunk_size']}/{w['chunk_overlap']}" if w else "", "yes" if w.get("keyword_index") else ("no" if w else ""),
                      w.get("reader", ""), d.error or d.warning])  # fmt: skip
     return rows
@@ -53,12 +53,12 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
     for name, p in shown:
         if p.status == "finished":
             result = p.result or {}
-            bars.append(progress_bar(name, 1.0, f"{result.get('status', 'done')} · {result.get('chunk_count', 0)} chunks", "done"))
+            bars.append(progress_bar(short_name(name), 1.0, f"{result.get('status', 'done')} · {result.get('chunk_count', 0)} chunks", "done"))
         elif p.status in ("failed", "stopped", "canceled", "missing"):
-            bars.append(progress_bar(name, 1.0, f"failed: {p.error or p.status}", "failed"))
+            bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:
             detail = f"{p.phase or p.status} {p.done}/{p.total}" if p.total else (p.phase or p.status)
-            bars.append(progress_bar(name, p.fraction, detail))
+            bars.append(progress_bar(short_name(name), p.fraction, detail))
     return "".join(bars)
 
 

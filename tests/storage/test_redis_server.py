@@ -96,3 +96,11 @@ def test_vector_search_scores_are_cosine_similarities(redis_server):
         assert hits[0].score == pytest.approx(1.0, abs=1e-5) and hits[1].score == pytest.approx(0.6, abs=1e-5)
     finally:
         index.drop()
+
+
+def test_a_checkout_keeps_its_data_in_its_own_var_folder(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAGTOPICS_DATA_DIR", raising=False)
+    settings = Settings(_env_file=None)
+    assert settings.data_dir.is_absolute() and settings.data_dir.name == "var"
+    assert (settings.data_dir.parent / "pyproject.toml").exists()

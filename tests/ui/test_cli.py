@@ -101,3 +101,10 @@ def test_ask_with_an_attachment_and_a_refused_one(rt, run_jobs, scripted_llm, tm
     (tmp_path / "tool.exe").write_bytes(b"MZ")
     assert main(["ask", "Notes", "What is this?", "--attach", str(tmp_path / "tool.exe")]) == 2
     assert "tool.exe can't be attached" in capsys.readouterr().err
+
+
+def test_json_lists_and_an_empty_no_answer_response(rt, capsys):
+    assert main(["topic", "create", "Lists", "--set", 'file_types=["md", "txt"]']) == 0
+    assert get_topic(rt, "Lists").settings.file_types == ["md", "txt"]
+    assert main(["topic", "create", "Blank", "--set", "no_answer_response="]) == 2
+    assert "no_answer_response: String should have at least 1 character" in capsys.readouterr().err

@@ -103,3 +103,23 @@ def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
     names, answer = asyncio.run(call())
     assert sorted(names) == ["ask_topic", "list_topics"]  # the console's own callbacks are not offered as tools
     assert answer["answer"] == "Every spring [boiler.txt]." and answer["sources"][0]["file"] == "boiler.txt"
+
+
+def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scripted_llm):
+    from ui.chat_tab import load_session
+
+    scripted_llm.replies["answer"] = "Every spring [S1]."
+    *_, final = ask(rt, manuals, "When is boiler B-12 descaled?")
+    messages, badges = load_session(rt, final.session_id)
+    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"] == "Every spring [boiler.txt]."
+    link = badges.split('href="')[1].split('"')[0]
+    assert rt.blobs.read(rt.signer.verify(link.removeprefix("/files/"))) == b"Boiler B-12 must be descaled every spring."
+
+
+def test_a_long_refusal_lists_a_few_types_and_a_count(rt):
+    from core.documents import receive_upload
+    from core.errors import RefusedFileError
+
+    topic = create_topic(rt, "All types")
+    with pytest.raises(RefusedFileError, match=r"pdf, docx, xlsx, pptx, txt, md, csv, json, xml, yaml, html, py, .* and \d+ more"):
+        receive_upload(rt, topic, "movie.mp4", b"\x00")
