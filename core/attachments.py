@@ -21,7 +21,7 @@ from typing import Any, Literal
 from PIL import Image
 
 from core.errors import RefusedFileError
-from core.readers import SUPPORTED_EXTENSIONS, extension_of, read_file
+from core.readers import IMAGE_TYPES, SUPPORTED_EXTENSIONS, extension_of, read_file
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ def read_attachment(
         if not model_sees_images:
             raise AttachmentError(f"{file_name} can't be attached: {NO_VISION_EXPLANATION}")
         return _read_image(data, file_name)
+    if ext in IMAGE_TYPES:
+        raise AttachmentError(f"{file_name} can't be attached: pictures must be one of {', '.join(sorted(IMAGE_EXTENSIONS))}")
     if ext in SUPPORTED_EXTENSIONS:
         # The same readers as uploads: text, structured records, Docling for documents.
         text = read_file(data, file_name=file_name).text

@@ -1,5 +1,5 @@
 """Phase B orchestrator: question → (route) → search → filter → (rerank) → prompt → streamed answer
-(with connected Topics as tools) → citations and source check → save.
+(with connected Topics as tools) → citations, placed pictures and source check → save.
 
 :func:`ask` is a generator of :class:`ChatUpdate`; the console and the CLI iterate
 it. Closing it early (Stop) ends the model stream and saves nothing.
@@ -20,6 +20,7 @@ from core.attachments import Attachment, attachment_message_parts
 from core.citations import code_for, format_sources, render_citations
 from core.connected import ToolResult, parse_question, tool_message, topic_tools
 from core.errors import NotFoundError, RagTopicsError
+from core.pictures import OfferedPicture, format_pictures, place_pictures
 from core.prompt_config import resolve_prompts
 from core.prompts import NEEDS_DOCUMENTS, PromptTemplate
 from core.rerank import rerank
@@ -31,7 +32,7 @@ from core.source_check import check_sources
 from core.topics import Topic, get_topic
 from core.tracing import Trace
 from storage.chunk_index import ChunkHit
-from storage.metadata import ChatSessionRow, ChatTurnRow, DocumentRow
+from storage.metadata import ChatSessionRow, ChatTurnRow, DocumentRow, PictureRow
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,14 @@ class _Used(BaseModel):
     used: bool
 
 
+def new_session_id() -> str:
+    """A fresh chat session id (``chat-<hex>``)."""
+    return "chat-" + uuid.uuid4().hex[:16]
+
+
 def start_session(rt: Runtime, topic: Topic, title: str = "") -> str:
     """Create a chat session and return its id (``chat-<hex>``)."""
-    session_id = "chat-" + uuid.uuid4().hex[:16]
+    session_id = new_session_id()
     with rt.metadata.session() as s:
         s.add(ChatSessionRow(id=session_id, topic_id=topic.id, title=title[:80]))
     return session_id
@@ -138,7 +144,9 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     if session_id is not None:
         _check_session(rt, topic, session_id)
     elif save:
-        session_id = start_session(rt, topic, question)
+        # The session row is written with the first saved turn: a stopped first
+        # question leaves no empty chat behind.
+        session_id = new_session_id()
     trace = Trace("chat", question)
     trace.add("question", question=question, session_id=session_id, topic=topic.name,
               attachment=attachment.file_name if attachment else None)  # fmt: skip
@@ -210,7 +218,8 @@ class _Turn:
             yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
             return
         code_to_file = {code_for(i): h.file_name for i, h in enumerate(hits)}
-        messages = self.answer_messages(hits)
+        offered = self.offer_pictures(hits)
+        messages = self.answer_messages(hits, offered)
         tool_results: list[ToolResult] = []
         if tools:
             raw, tool_results = yield from self.answer_with_tools(messages, tools, tool_topics, code_to_file)
@@ -224,7 +233,7 @@ class _Turn:
         sources = [Source(h.file_name, h.chunk_id, round(h.score, 4), code, h.document_id, self.topic.name) for code, h in used]
         for r in tool_results:
             sources += [Source(s["file"], s["chunk_id"], s["score"], "", "", r.topic) for s in r.sources]
-        yield self.finish(render_citations(raw, code_to_file), sources)
+        yield self.finish(self.show_pictures(render_citations(raw, code_to_file), offered), sources)
 
     def search(self) -> list[ChunkHit]:
         cfg = self.cfg
@@ -243,9 +252,31 @@ class _Turn:
             hits = rerank(self.rt.gateway, self.prompts["rerank"], self.question, hits, top_k=cfg.top_k_results, trace=self.trace)
         return hits[: cfg.top_k_results]
 
-    def answer_messages(self, hits: list[ChunkHit]) -> list[dict]:
+    def offer_pictures(self, hits: list[ChunkHit]) -> list[OfferedPicture]:
+        """The stored pictures of the kept chunks, coded ``P1``... (none when Show pictures in answers is off)."""
+        ids = list(dict.fromkeys(pid for h in hits for pid in h.pictures.split()))
+        if not self.cfg.show_pictures or not ids:
+            return []
+        files = {pid: h.file_name for h in reversed(hits) for pid in h.pictures.split()}
+        with self.rt.metadata.session() as s:
+            rows = {r.id: r for r in s.exec(select(PictureRow).where(PictureRow.id.in_(ids))).all()}
+        found = [rows[pid] for pid in ids if pid in rows]
+        return [OfferedPicture(f"P{n}", r.id, r.caption or r.description or files[r.id], files[r.id], r.blob_path)
+                for n, r in enumerate(found, start=1)]  # fmt: skip
+
+    def show_pictures(self, answer: str, offered: list[OfferedPicture]) -> str:
+        """The answer with the pictures the model placed shown as Markdown images, other picture codes removed."""
+        links = {p.code: (p.label, self.rt.signer.sign(p.blob_path)) for p in offered}
+        text, placed = place_pictures(answer, links)
+        if offered or placed:
+            self.trace.add("pictures", offered=[asdict(p) for p in offered], placed=placed)
+        return text
+
+    def answer_messages(self, hits: list[ChunkHit], offered: list[OfferedPicture] | None = None) -> list[dict]:
         with self.trace.step("prompt") as ev:
             sources = format_sources(hits, self.prompts["source_block"]) if hits else "(no documents matched)"
+            if offered:
+                sources += "\n\n" + format_pictures(offered, template=self.prompts["pictures"], line=self.prompts["picture_line"])
             user = self.prompts["answer"].render(sources=sources, citing_rules=self.prompts["citing_rules"].render(),
                                                  question=self.question_text())  # fmt: skip
             messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(user)}]
@@ -316,6 +347,9 @@ class _Turn:
     def save_turn(self, answer: str, sources: list[Source]) -> int:
         stored = [{k: v for k, v in asdict(s).items() if k != "link"} for s in sources]
         with self.rt.metadata.session() as s:
+            if s.get(ChatSessionRow, self.session_id) is None:
+                s.add(ChatSessionRow(id=self.session_id, topic_id=self.topic.id, title=self.question[:80]))
+                s.flush()
             row = ChatTurnRow(session_id=self.session_id, topic_id=self.topic.id, question=self.question, answer=answer,
                               sources_json=json.dumps(stored), route=self.route, route_confidence=self.confidence,
                               timings_json=json.dumps(self.trace.timings_ms()), trace_json=json.dumps(self.trace.to_list()))  # fmt: skip

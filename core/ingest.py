@@ -1,9 +1,10 @@
-"""Phase A orchestrator: read → chunk → embed → store, for one uploaded document.
+"""Phase A orchestrator: read → (describe pictures) → chunk → embed → link pictures → store, for one uploaded document.
 
 Thin by design: each step is a function elsewhere; this module calls them in order,
-reports progress, traces each step, and writes once at the end (the chunk swap is
-a single Redis transaction, then one SQL update), so a failure leaves the previous
-version of the file searchable.
+reports progress, traces each step, and writes once at the end (new picture blobs,
+then the chunk swap in a single Redis transaction, then one SQL update that also
+swaps the picture rows), so a failure leaves the previous version of the file
+searchable, with its pictures.
 """
 
 from __future__ import annotations
@@ -12,24 +13,27 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from sqlmodel import select
 
 from core.chunking import Piece, split_recursive
 from core.keywords import extract_keywords
+from core.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from core.prompts import KEYWORDS as KEYWORDS_PROMPT
 from core.prompts import NARRATE as NARRATE_PROMPT
 from core.structured import pack_records
-from core.readers import read_file
+from core.readers import IMAGE_READER, ReadResult, read_file
 from core.runtime import Runtime
 from core.topic_settings import RagTopicSettings
 from core.topics import get_topic
 from core.tracing import Trace
 from storage.chunk_index import ChunkRecord
-from storage.metadata import DocumentRow, utcnow
+from storage.metadata import DocumentRow, PictureRow, utcnow
 
 log = logging.getLogger(__name__)
 
-#: ``progress(phase, done, total)``; phases: reading, chunking, embedding, storing, done.
+#: ``progress(phase, done, total)``; phases: reading, describing, chunking, embedding, keywords, storing, done.
 ProgressFn = Callable[[str, int, int], None]
 
 _EMBED_STEP = 64
@@ -64,7 +68,8 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
 
     Raises:
         ReadError: when the file cannot be read.
-        ModelUnavailableError: when the embedding model is unreachable.
+        ConfigurationError: Describe pictures is on and the image describer model can't see pictures.
+        ModelUnavailableError: when the embedding model (or a model asked at upload) is unreachable.
         NotFoundError: when the document or Topic is gone.
         In every failure case the previous version stays searchable and the
         document row says ``failed`` with the message.
@@ -81,6 +86,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     topic = get_topic(rt, doc.topic_id)
     cfg = topic.settings
     trace = Trace("upload", doc.file_name)
+    new_blobs: list[str] = []
     try:
         report("reading", 0, 1)
         with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev:
@@ -89,6 +95,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
             ev.data.update(reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
                            records=len(result.records) if result.records is not None else None,
                            pictures=len(result.pictures))  # fmt: skip
+        result, descriptions = _describe(rt, result, cfg, trace, report)
         report("chunking", 0, 1)
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
             pieces = _chunk(rt, result, cfg, trace)
@@ -100,17 +107,20 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                 vectors.extend(rt.gateway.embed([p.text for p in pieces[i : i + _EMBED_STEP]], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
         keywords = _keywords(rt, pieces, cfg, trace, report)
+        pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
+        tags = _link(pieces, result, descriptions, pictures, trace)
         report("storing", len(pieces), len(pieces))
         records = [
             ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
-                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw)  # fmt: skip
-            for n, (p, v, kw) in enumerate(zip(pieces, vectors, keywords, strict=True))
+                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag)  # fmt: skip
+            for n, (p, v, kw, tag) in enumerate(zip(pieces, vectors, keywords, tags, strict=True))
         ]
-        with trace.step("store", chunks=len(records)) as ev:
+        with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
+            _put_picture_blobs(rt, result, pictures, new_blobs)
             replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
             ev.data["replaced"] = replaced
     except Exception as exc:
-        _mark_failed(rt, doc.id, exc, trace)
+        _mark_failed(rt, doc.id, exc, trace, new_blobs)
         raise
     status = "indexed" if records else "empty"
     warning = "" if records else "no readable text: the file is stored, but nothing of it can be found"
@@ -119,14 +129,18 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
                     "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
                     "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
-                    "embedding_model": rt.gateway.embedder.model}  # fmt: skip
-    _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace)
+                    "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
+                    "pictures_described": sum(1 for d in descriptions if d)}  # fmt: skip
+    _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
 
 
 def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace) -> list[Piece]:
-    """Chunks of a read file: records packed whole (structured files), else RECURSIVE chunking."""
+    """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking."""
+    if result.reader == IMAGE_READER:
+        text = result.text.strip()
+        return [Piece(text=text, start=0, end=len(text))] if text else []
     if result.records is None:
         return split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
     records = list(result.records)
@@ -141,6 +155,49 @@ def _narrate(rt: Runtime, record: str, trace: Trace) -> str:
     messages = [{"role": "user", "content": NARRATE_PROMPT.render(record=record)}]
     text = rt.gateway.chat("language_model", messages, prompt_name="narrate", trace=trace, max_tokens=300).text.strip()
     return text or record
+
+
+def _describe(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace,
+              report: ProgressFn) -> tuple[ReadResult, list[str]]:  # fmt: skip
+    """Describe pictures with a vision model: the descriptions become the text (image files) or follow it."""
+    if not cfg.describe_pictures or not result.pictures:
+        return result, [""] * len(result.pictures)
+    report("describing", 0, len(result.pictures))
+    with trace.step("describe_pictures", count=len(result.pictures)) as ev:
+        descriptions = describe_pictures(rt.gateway, list(result.pictures), trace=trace)
+        ev.data["descriptions"] = descriptions
+    if result.reader == IMAGE_READER:
+        return replace(result, text=descriptions[0] or result.text), descriptions
+    return replace(result, text=text_with_descriptions(result.text, list(result.pictures), descriptions)), descriptions
+
+
+def _picture_rows(doc: DocumentRow, result: ReadResult, descriptions: list[str]) -> list[PictureRow]:
+    """One row per picture to store (Store pictures in the database); blob paths are filled in when stored."""
+    return [
+        PictureRow(
+            id=picture_id_for(doc.id, p.index, p.image_png), topic_id=doc.topic_id, document_id=doc.id,
+            blob_path="", caption=p.caption, description=d, page=p.page,
+        )
+        for p, d in zip(result.pictures, descriptions, strict=True)
+    ]
+
+
+def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows: list[PictureRow], trace: Trace) -> list[str]:
+    """Per chunk, the space-separated ids of the stored pictures linked to it."""
+    if not rows:
+        return [""] * len(pieces)
+    with trace.step("link_pictures", pictures=len(rows)) as ev:
+        links = link_pictures([p.text for p in pieces], list(result.pictures), descriptions)
+        tags = [" ".join(rows[i].id for i in found) for found in links]
+        ev.data["linked_chunks"] = sum(1 for t in tags if t)
+    return tags
+
+
+def _put_picture_blobs(rt: Runtime, result: ReadResult, rows: list[PictureRow], written: list[str]) -> None:
+    """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths."""
+    for row, picture in zip(rows, result.pictures):
+        row.blob_path, _ = rt.blobs.put(row.topic_id, row.document_id, f"picture-{picture.index}.png", picture.image_png)
+        written.append(row.blob_path)
 
 
 def _docling_options(cfg: RagTopicSettings):
@@ -168,8 +225,14 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
     return out
 
 
-def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace) -> None:
+def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace,
+               pictures: list[PictureRow]) -> None:  # fmt: skip
     with rt.metadata.session() as s:
+        old_pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
+        for row in old_pictures:
+            s.delete(row)
+        s.flush()  # a picture kept from the previous version is written again under the same id
+        s.add_all(pictures)
         doc = s.get(DocumentRow, document_id)
         old_blob = doc.blob_path
         doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
@@ -181,10 +244,19 @@ def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: 
         s.add(doc)
     if old_blob and old_blob != doc.blob_path:
         rt.blobs.remove(old_blob)
+    kept = {row.blob_path for row in pictures}
+    for row in old_pictures:
+        if row.blob_path not in kept:
+            rt.blobs.remove(row.blob_path)
 
 
-def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace) -> None:
+def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
     log.error("upload of %s failed: %s", document_id, exc)
+    with rt.metadata.session() as s:
+        kept = {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
+    for path in new_blobs:
+        if path not in kept:  # the previous version's identical picture stays
+            rt.blobs.remove(path)
     with rt.metadata.session() as s:
         doc = s.get(DocumentRow, document_id)
         if doc is None:

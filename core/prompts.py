@@ -150,7 +150,26 @@ NARRATE = PromptTemplate(
     "Import Strategy NARRATE: one call per record of a structured file.",
 )
 
+DESCRIBE_PICTURE = PromptTemplate(
+    "describe_picture",
+    "Describe this picture in two or three factual sentences: what it shows, and every label, number or code "
+    "written in it. Reply with the description only.\n\nCaption: $caption\nText near the picture: $neighbour_text",
+    "Describe pictures with a vision model: one call per picture at upload.",
+)
+
+PICTURES = PromptTemplate(
+    "pictures",
+    "Pictures you may show:\n$pictures\n\nTo show a picture, put its code, for example [P1], on its own line "
+    "where the picture belongs. Show a picture only when it helps the answer.",
+    "The pictures of the retrieved chunks, offered to the answer (Show pictures in answers).",
+)
+
+PICTURE_LINE = PromptTemplate("picture_line", "[$code] $label (from $file_name)", "One offered picture in the prompt.")
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
-    for p in (SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION, KEYWORDS, NARRATE)
+    for p in (
+        SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
+        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE,
+    )
 }

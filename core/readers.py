@@ -2,7 +2,9 @@
 
 * text files (plain text, Markdown, source code): decoded, encoding detected;
 * structured files (json, jsonl, xml, yaml, toml, csv, tsv): records, see :mod:`core.structured`;
-* documents (pdf, docx, xlsx, pptx): converted by Docling, see :mod:`core.documents_docling`.
+* documents (pdf, docx, xlsx, pptx): converted by Docling, see :mod:`core.documents_docling`;
+* images (jpg, png, gif, ...): one picture, see :mod:`core.pictures`; the text is the
+  file name until :mod:`core.ingest` replaces it with the picture's description.
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ TEXT_EXTENSIONS: frozenset[str] = frozenset(
 #: which import heavier libraries and are loaded only when such a file is read).
 STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
 DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
+#: Image files: each is one picture (see core.pictures).
+IMAGE_TYPES: frozenset[str] = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tiff"})
+#: The reader name of an image file.
+IMAGE_READER = "image"
 
-SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES
+SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES | IMAGE_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +52,8 @@ class ReadResult:
         encoding: the detected character encoding, for text files.
         records: for structured files, one flattened ``key: value`` text per record
             (chunked without ever cutting a record); ``None`` for other files.
-        pictures: pictures lifted out of a document (``core.documents_docling.Picture``).
+        pictures: pictures lifted out of a document, or the one picture of an image
+            file (``core.documents_docling.Picture``).
     """
 
     text: str
@@ -116,6 +123,10 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
         converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
                                      docling_server=docling_server)  # fmt: skip
         return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures)
+    if ext in IMAGE_TYPES:
+        from core.pictures import read_image
+
+        return ReadResult(text=file_name, reader=IMAGE_READER, pictures=(read_image(data, file_name=file_name),))
     raise ReadError(f"no reader for .{ext} files")
 
 

@@ -1,7 +1,8 @@
 """The per-Topic chunk index in RediSearch, declared once and used through redisvl.
 
 Each chunk is a Redis hash under ``rt:{topic_id}:chunk:{chunk_id}`` holding its
-text, keywords, document id, file name, offsets and a float32 embedding. The index
+text, keywords, document id, file name, offsets, the ids of its pictures (stored,
+not indexed) and a float32 embedding. The index
 serves vector KNN (cosine) and BM25 full-text search over text and keywords.
 """
 
@@ -36,6 +37,7 @@ class ChunkRecord:
         start, end: character offsets in the document's text.
         keywords: space-separated keywords for BM25 ("" when none were written).
         context: a context line stored with the chunk ("" when none).
+        pictures: space-separated ids of the pictures linked to the chunk ("" when none).
     """
 
     chunk_id: str
@@ -48,6 +50,7 @@ class ChunkRecord:
     end: int = 0
     keywords: str = ""
     context: str = ""
+    pictures: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class ChunkHit:
     """A chunk returned by a search.
 
     Attributes:
-        chunk_id, document_id, file_name, position, text, context: as stored.
+        chunk_id, document_id, file_name, position, text, context, pictures: as stored.
         score: cosine similarity in [-1, 1] for vector search; BM25 score for keyword search.
     """
 
@@ -66,9 +69,10 @@ class ChunkHit:
     text: str
     score: float
     context: str = ""
+    pictures: str = ""
 
 
-_RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context"]
+_RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures"]
 
 
 class ChunkIndex:
@@ -176,6 +180,7 @@ class ChunkIndex:
             "text": chunk.text,
             "context": chunk.context,
             "keywords": chunk.keywords,
+            "pictures": chunk.pictures,
             "start": chunk.start,
             "end": chunk.end,
             "embedding": vector.tobytes(),
@@ -253,6 +258,7 @@ def _hit(row: dict, score: float) -> ChunkHit:
         position=int(row["position"]),
         text=row["text"],
         context=row.get("context", ""),
+        pictures=row.get("pictures", "") or "",
         score=score,
     )
 

@@ -1,4 +1,4 @@
-"""SQL metadata through sqlmodel: Topics (settings versioned), documents, chat sessions and turns.
+"""SQL metadata through sqlmodel: Topics (settings versioned), documents, their pictures, chat sessions and turns.
 
 SQLite under the data directory by default; any SQLAlchemy URL otherwise.
 JSON-valued columns hold plain JSON text; the pydantic models that give them
@@ -82,6 +82,24 @@ class DocumentRow(SQLModel, table=True):
     trace_json: str = "[]"
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class PictureRow(SQLModel, table=True):
+    """A picture of the searchable version of a document, stored as a PNG blob (Store pictures in the database).
+
+    ``id`` is ``pic-`` + a content hash; chunks name the pictures linked to them by
+    these ids. ``page`` is 1-based, None for formats without pages.
+    """
+
+    __tablename__ = "picture"
+    id: str = Field(primary_key=True)
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    document_id: str = Field(index=True)
+    blob_path: str
+    caption: str = ""
+    description: str = ""
+    page: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class ChatSessionRow(SQLModel, table=True):

@@ -152,6 +152,9 @@ def test_stopping_the_stream_saves_nothing(rt, run_jobs, scripted_llm):
         next(stream)
     stream.close()
     assert session_turns(rt, first.session_id) == []
+    from core.chat import list_sessions
+
+    assert list_sessions(rt, topic) == []  # no empty chat left in "Earlier chats"
 
 
 def test_empty_question_is_refused(rt):
