@@ -21,6 +21,7 @@ from core.chunking import Piece, split_recursive
 from core.keywords import extract_keywords
 from core.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from core.prompts import KEYWORDS as KEYWORDS_PROMPT
+from core.prompts import CONTEXT_LINE as CONTEXT_PROMPT
 from core.prompts import NARRATE as NARRATE_PROMPT
 from core.structured import pack_records
 from core.readers import IMAGE_READER, ReadResult, read_file
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[str, int, int], None]
 
 _EMBED_STEP = 64
+
+#: How much of the document the context-line prompt shows, and how long a context line may be.
+CONTEXT_DOCUMENT_CHARS = 6000
+CONTEXT_LINE_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +105,14 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
             pieces = _chunk(rt, result, cfg, trace)
             ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
+        contexts = _context_lines(rt, result.text, pieces, cfg, trace, report)
+        # A SEMANTIC chunk is embedded together with its context line.
+        embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
         vectors = []
         with trace.step("embed", count=len(pieces)) as ev:
             for i in range(0, len(pieces), _EMBED_STEP):
                 report("embedding", i, len(pieces))
-                vectors.extend(rt.gateway.embed([p.text for p in pieces[i : i + _EMBED_STEP]], trace=trace))
+                vectors.extend(rt.gateway.embed(embed_texts[i : i + _EMBED_STEP], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
         keywords = _keywords(rt, pieces, cfg, trace, report)
         pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
@@ -112,8 +120,9 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         report("storing", len(pieces), len(pieces))
         records = [
             ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
-                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag)  # fmt: skip
-            for n, (p, v, kw, tag) in enumerate(zip(pieces, vectors, keywords, tags, strict=True))
+                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
+                        context=ctx)  # fmt: skip
+            for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
         ]
         with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
             _put_picture_blobs(rt, result, pictures, new_blobs)
@@ -130,10 +139,38 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                     "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
                     "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
                     "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
-                    "pictures_described": sum(1 for d in descriptions if d)}  # fmt: skip
+                    "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace)}  # fmt: skip
     _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+def model_call_counts(trace: Trace) -> dict[str, int]:
+    """How many model calls an upload made, by kind (prompt name; ``embedding`` counts texts embedded)."""
+    counts: dict[str, int] = {}
+    for event in trace.events:
+        if event.step == "model_call":
+            name = event.data.get("prompt_name", "")
+            kind = "embedding" if event.data.get("role") == "embedding" else name
+            counts[kind] = counts.get(kind, 0) + (event.data.get("items", 1) if kind == "embedding" else 1)
+    return counts
+
+
+def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace,
+                   report: ProgressFn) -> list[str]:  # fmt: skip
+    """SEMANTIC: one model call per chunk writes a short line saying where the chunk sits in the document."""
+    if cfg.chunking_strategy != "SEMANTIC" or not pieces:
+        return [""] * len(pieces)
+    outline = text[:CONTEXT_DOCUMENT_CHARS]
+    lines = []
+    with trace.step("context_lines", count=len(pieces)) as ev:
+        for i, p in enumerate(pieces):
+            report("context lines", i, len(pieces))
+            messages = [{"role": "user", "content": CONTEXT_PROMPT.render(document=outline, chunk=p.text)}]
+            reply = rt.gateway.chat("language_model", messages, prompt_name="context_line", trace=trace, max_tokens=80)
+            lines.append(" ".join(reply.text.split())[:CONTEXT_LINE_CHARS])
+        ev.data["context_lines"] = lines[:50]
+    return lines
 
 
 def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace) -> list[Piece]:

@@ -166,10 +166,18 @@ PICTURES = PromptTemplate(
 
 PICTURE_LINE = PromptTemplate("picture_line", "[$code] $label (from $file_name)", "One offered picture in the prompt.")
 
+CONTEXT_LINE = PromptTemplate(
+    "context_line",
+    "Here is the start of a document:\n$document\n\nHere is one passage of it:\n$chunk\n\n"
+    "Write one short sentence that says where this passage belongs in the document (its section and topic). "
+    "Reply with the sentence only.",
+    "Chunking Strategy SEMANTIC: one call per chunk at upload.",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
         SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
-        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE,
+        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE,
     )
 }

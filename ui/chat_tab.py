@@ -31,8 +31,8 @@ def sources_html(update: ChatUpdate | None) -> str:
 
 def _badge(name: str, hits: list) -> str:
     label = f"{html.escape(short_name(name))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
-    if hits[0].topic:
-        label += f" · {html.escape(hits[0].topic)}"
+    if hits[0].topic and not hits[0].code:  # from a connected Topic
+        label += f" · via {html.escape(hits[0].topic)}"
     style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
     link = hits[0].link
     inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
@@ -84,7 +84,8 @@ def build(rt: Runtime) -> dict:
             question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
             send = gr.Button("Send", variant="primary", scale=1)
             stop = gr.Button("Stop", variant="stop", scale=1)
-        attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment")
+        attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment",
+                         height=110)  # fmt: skip
         session = gr.State(None)
 
     def respond(topic_name, message, history, session_id, attachment_path):

@@ -6,6 +6,7 @@ import io
 import json
 
 import docx
+import numpy as np
 
 from core.documents import get_document
 from core.topics import create_topic
@@ -60,3 +61,20 @@ def test_a_broken_json_file_fails_with_the_line_and_keeps_nothing_half_written(r
     row = get_document(rt, doc.id)
     assert row.status == "failed" and "line 3" in row.error
     assert stored_chunks(rt, topic, doc.id) == []
+
+
+def test_semantic_chunks_get_a_context_line_that_is_stored_and_embedded(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Semantic", settings={"chunking_strategy": "SEMANTIC", "chunk_size": 200, "chunk_overlap": 0})
+    scripted_llm.replies["context_line"] = lambda body: "Section on " + body["messages"][-1]["content"].split("passage of it:\n")[1].split()[0]
+    text = "\n\n".join(f"Paragraph{i} describes maintenance step {i} of the pump in detail, with tools and order." for i in range(4))
+    doc, _ = upload(rt, topic, "steps.md", text.encode())
+    run_jobs()
+    chunks = stored_chunks(rt, topic, doc.id)
+    assert len(scripted_llm.prompts("context_line")) == len(chunks) > 1
+    contexts = [c["context"].decode() for c in chunks]
+    assert contexts[0] == "Section on Paragraph0" and all(c.startswith("Section on Paragraph") for c in contexts)
+    calls = json.loads(get_document(rt, doc.id).indexed_with_json)["model_calls"]
+    assert calls == {"context_line": len(chunks), "embedding": len(chunks)}
+    first = chunks[0]  # the stored vector embeds the context line together with the chunk
+    expected = rt.gateway.embedder.embed([first["context"].decode() + "\n" + first["text"].decode()])[0]
+    assert np.allclose(np.frombuffer(first["embedding"], dtype=np.float32), expected, atol=1e-5)
