@@ -16,7 +16,8 @@ from worker.queue import enqueue_ingest, job_progress
 MAX_TRACKED_JOBS = 2000
 MAX_BARS = 20
 
-DOC_HEADERS = ["File", "Status", "Chunks", "Size (KB)", "Chunking", "Size/Overlap", "Keyword index", "Reader", "Message"]
+DOC_HEADERS = ["File", "Status", "Chunks", "Size (KB)", "Chunking", "Size/Overlap", "Keyword index", "Reader", "Model calls",
+               "Message"]  # fmt: skip
 
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
@@ -32,7 +33,8 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
         w = d.indexed_with
         rows.append([short_name(d.file_name), d.status, d.chunk_count, round(d.size_bytes / 1024, 2), w.get("chunking_strategy", ""),
                      f"{w['chunk_size']}/{w['chunk_overlap']}" if w else "", "yes" if w.get("keyword_index") else ("no" if w else ""),
-                     w.get("reader", ""), d.error or d.warning])  # fmt: skip
+                     w.get("reader", ""), ", ".join(f"{k} {v}" for k, v in w.get("model_calls", {}).items()),
+                     d.error or d.warning])  # fmt: skip
     return rows
 
 
