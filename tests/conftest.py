@@ -75,6 +75,19 @@ def rt(settings, embedder, redis_server, scripted_llm):
 
 
 @pytest.fixture
+def reconfigure(rt, settings, embedder):
+    """``reconfigure(LLM_SUPPORTS_TOOLS=True, ...)``: the runtime with changed environment settings."""
+
+    def apply(**changes) -> Runtime:
+        new = Settings(**{**settings.model_dump(by_alias=True), **changes}, _env_file=None)
+        rt.settings = new
+        rt._gateway = ModelGateway(new, embedder=embedder)
+        return rt
+
+    return apply
+
+
+@pytest.fixture
 def run_jobs(rt):
     """Run every queued job through a real RQ worker (in this process), then return."""
 

@@ -14,7 +14,7 @@ from core.documents import source_link
 from core.errors import RagTopicsError
 from core.runtime import Runtime
 from core.topics import get_topic
-from ui.common import short_name, topic_choices
+from ui.common import find_topic, short_name, topic_choices
 
 
 def sources_html(update: ChatUpdate | None) -> str:
@@ -49,11 +49,8 @@ def route_note(update: ChatUpdate) -> str:
 
 def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]]:
     """``(label, session_id)`` of a Topic's chats, newest first."""
-    if not topic_name:
-        return []
-    try:
-        topic = get_topic(rt, topic_name)
-    except RagTopicsError:
+    topic = find_topic(rt, topic_name)
+    if topic is None:
         return []
     return [(f"{s.created_at:%Y-%m-%d %H:%M} · {s.title or s.id}", s.id) for s in list_sessions(rt, topic)]
 

@@ -7,7 +7,18 @@ import html
 import gradio as gr
 
 from core.runtime import Runtime
-from core.topics import list_topics
+from core.errors import RagTopicsError
+from core.topics import Topic, get_topic, list_topics
+
+
+def find_topic(rt: Runtime, name: str | None) -> Topic | None:
+    """The Topic called ``name``, or None when the name is empty or unknown (dropdowns may lag)."""
+    if not name:
+        return None
+    try:
+        return get_topic(rt, name)
+    except RagTopicsError:
+        return None
 
 
 def topic_choices(rt: Runtime) -> list[str]:

@@ -10,7 +10,7 @@ from core.documents import list_documents, receive_upload, set_job
 from core.errors import RagTopicsError
 from core.runtime import Runtime
 from core.topics import get_topic
-from ui.common import progress_bar, refresh_dropdown, short_name, topic_choices
+from ui.common import find_topic, progress_bar, refresh_dropdown, short_name, topic_choices
 from worker.queue import enqueue_ingest, job_progress
 
 MAX_TRACKED_JOBS = 2000
@@ -22,11 +22,8 @@ DOC_HEADERS = ["File", "Status", "Chunks", "Size (KB)", "Chunking", "Size/Overla
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     """Rows of the Indexed Documents list, with the settings each file was indexed with."""
-    if not topic_name:
-        return []
-    try:
-        topic = get_topic(rt, topic_name)
-    except RagTopicsError:
+    topic = find_topic(rt, topic_name)
+    if topic is None:
         return []
     rows = []
     for d in list_documents(rt, topic):

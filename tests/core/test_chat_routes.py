@@ -10,9 +10,7 @@ from PIL import Image
 
 from core.attachments import read_attachment
 from core.chat import ask, session_turns
-from core.config import Settings
 from core.errors import ConfigurationError
-from core.gateway import ModelGateway
 from core.topics import create_topic
 from storage.links import LinkError
 from tests.core.test_ingest import upload
@@ -188,12 +186,9 @@ def test_uncited_answer_is_confirmed_by_a_model_check(rt, run_jobs, scripted_llm
 
 
 @pytest.fixture
-def tool_runtime(rt, settings, embedder):
+def tool_runtime(reconfigure):
     """The runtime with a language model marked as tool-capable."""
-    tool_settings = Settings(**{**settings.model_dump(by_alias=True), "LLM_SUPPORTS_TOOLS": True}, _env_file=None)
-    rt.settings = tool_settings
-    rt._gateway = ModelGateway(tool_settings, embedder=embedder)
-    return rt
+    return reconfigure(LLM_SUPPORTS_TOOLS=True)
 
 
 def test_connected_topic_is_called_as_a_tool_and_its_sources_join(tool_runtime, run_jobs, scripted_llm):

@@ -13,10 +13,8 @@ from PIL import Image
 from sqlmodel import select
 
 from core.chat import ask, session_turns
-from core.config import Settings
 from core.documents import get_document
 from core.documents_docling import Picture
-from core.gateway import ModelGateway
 from core.pictures import link_pictures
 from core.topics import create_topic, update_settings
 from storage.metadata import PictureRow
@@ -54,12 +52,9 @@ def final(updates):
 
 
 @pytest.fixture
-def vision_runtime(rt, settings, embedder):
+def vision_runtime(reconfigure):
     """The runtime with a language model marked as seeing pictures."""
-    vision_settings = Settings(**{**settings.model_dump(by_alias=True), "LLM_SUPPORTS_IMAGES": True}, _env_file=None)
-    rt.settings = vision_settings
-    rt._gateway = ModelGateway(vision_settings, embedder=embedder)
-    return rt
+    return reconfigure(LLM_SUPPORTS_IMAGES=True)
 
 
 @pytest.fixture
