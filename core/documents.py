@@ -12,7 +12,7 @@ from typing import Any
 from sqlmodel import select
 
 from core.errors import NotFoundError, RefusedFileError
-from core.readers import extension_of
+from core.readers import DOCUMENT_TYPES, extension_of
 from core.runtime import Runtime
 from core.topics import Topic
 from storage.metadata import DocumentRow, utcnow
@@ -59,6 +59,23 @@ def clean_file_name(raw: str) -> str:
     return name
 
 
+def is_docling_available(docling_server: str) -> bool:
+    """Whether documents can be converted: the docling library is installed (``embedded``), or a
+    docling-serve URL answers its health check within 3 s."""
+    if docling_server == "embedded":
+        import importlib.util
+
+        return importlib.util.find_spec("docling") is not None
+    if not docling_server.startswith(("http://", "https://")):
+        return False
+    import httpx
+
+    try:
+        return httpx.get(docling_server.rstrip("/") + "/health", timeout=3.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def describe_types(extensions: list[str], *, limit: int = 16) -> str:
     """A readable list of file types: all of them when few, else the first ``limit`` and a count."""
     if len(extensions) <= limit:
@@ -88,6 +105,12 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     accepted = topic.settings.file_types
     if ext not in accepted:
         raise RefusedFileError(f"{name} was refused: Topic {topic.name!r} accepts only these file types: {describe_types(accepted)}")
+    if ext in DOCUMENT_TYPES and not is_docling_available(topic.settings.docling_server):
+        raise RefusedFileError(
+            f"{name} was refused: it is a document, and Docling is needed to read it. The Docling Server of Topic "
+            f"{topic.name!r} ({topic.settings.docling_server!r}) is not available; set it to 'embedded' or to a "
+            "docling-serve URL that answers."
+        )
     limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
     if len(data) > limit:
         raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")

@@ -6,6 +6,7 @@ import io
 import json
 
 import docx
+import pytest
 import numpy as np
 
 from core.documents import get_document
@@ -78,3 +79,14 @@ def test_semantic_chunks_get_a_context_line_that_is_stored_and_embedded(rt, run_
     first = chunks[0]  # the stored vector embeds the context line together with the chunk
     expected = rt.gateway.embedder.embed([first["context"].decode() + "\n" + first["text"].decode()])[0]
     assert np.allclose(np.frombuffer(first["embedding"], dtype=np.float32), expected, atol=1e-5)
+
+
+def test_a_document_is_refused_when_no_docling_server_answers(rt):
+    from core.documents import list_documents, receive_upload
+    from core.errors import RefusedFileError
+
+    topic = create_topic(rt, "No Docling", settings={"docling_server": "http://127.0.0.1:9"})
+    with pytest.raises(RefusedFileError, match=r"Docling is needed.*'http://127.0.0.1:9'"):
+        receive_upload(rt, topic, "manual.pdf", b"%PDF-1.7")
+    assert list_documents(rt, topic) == []
+    assert receive_upload(rt, topic, "notes.txt", b"plain text needs no Docling").status == "queued"
