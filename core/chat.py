@@ -11,7 +11,7 @@ import json
 import logging
 import uuid
 from collections.abc import Generator, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from pydantic import BaseModel
 from sqlmodel import select
@@ -19,6 +19,7 @@ from sqlmodel import select
 from core.attachments import Attachment, attachment_message_parts
 from core.citations import code_for, format_sources, render_citations
 from core.connected import ToolResult, parse_question, tool_message, topic_tools
+from core.documents import source_link
 from core.errors import NotFoundError, RagTopicsError
 from core.pictures import OfferedPicture, format_pictures, place_pictures
 from core.prompt_config import resolve_prompts
@@ -32,7 +33,7 @@ from core.source_check import check_sources
 from core.topics import Topic, get_topic
 from core.tracing import Trace
 from storage.chunk_index import ChunkHit
-from storage.metadata import ChatSessionRow, ChatTurnRow, DocumentRow, PictureRow
+from storage.metadata import ChatSessionRow, ChatTurnRow, PictureRow
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +95,6 @@ class _Used(BaseModel):
 def new_session_id() -> str:
     """A fresh chat session id (``chat-<hex>``)."""
     return "chat-" + uuid.uuid4().hex[:16]
-
-
-def start_session(rt: Runtime, topic: Topic, title: str = "") -> str:
-    """Create a chat session and return its id (``chat-<hex>``)."""
-    session_id = new_session_id()
-    with rt.metadata.session() as s:
-        s.add(ChatSessionRow(id=session_id, topic_id=topic.id, title=title[:80]))
-    return session_id
 
 
 def history_messages(rt: Runtime, session_id: str | None, memory: int) -> list[dict]:
@@ -360,13 +353,8 @@ class _Turn:
 
 def _with_link(rt: Runtime, source: Source) -> Source:
     """The source with a signed download link to its document's original file."""
-    if not source.document_id:
-        return source
-    with rt.metadata.session() as s:
-        doc = s.get(DocumentRow, source.document_id)
-    if doc is None or not doc.blob_path:
-        return source
-    return Source(**{**asdict(source), "link": rt.signer.sign(doc.blob_path)})
+    link = source_link(rt, source.document_id) if source.document_id else ""
+    return replace(source, link=link) if link else source
 
 
 def _checked_question(question: str) -> str:

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 import instructor
 import numpy as np
-from instructor.core.exceptions import InstructorError
 import openai
+from instructor.core.exceptions import InstructorError
 from pydantic import BaseModel, ValidationError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 

@@ -20,12 +20,12 @@ from sqlmodel import select
 from core.chunking import Piece, split_recursive
 from core.keywords import extract_keywords
 from core.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from core.prompts import KEYWORDS as KEYWORDS_PROMPT
 from core.prompts import CONTEXT_LINE as CONTEXT_PROMPT
+from core.prompts import KEYWORDS as KEYWORDS_PROMPT
 from core.prompts import NARRATE as NARRATE_PROMPT
-from core.structured import pack_records
 from core.readers import IMAGE_READER, ReadResult, read_file
 from core.runtime import Runtime
+from core.structured import pack_records
 from core.topic_settings import RagTopicSettings
 from core.topics import get_topic
 from core.tracing import Trace
