@@ -8,7 +8,9 @@ called. The script prints figures, one per line; it asserts nothing.
 Sections:
     1. ingest of the 994 passages through the real pipeline (receive_upload + ingest_document);
     2. retrieval quality: recall@5 / recall@10 of the gold passages for the 100 questions;
-    3. retrieval latency over a 10,000-chunk index (search alone, and embed + search).
+    3. retrieval latency over a 10,000-chunk index (search alone, and embed + search);
+    4. ingest throughput per file type (txt, md, csv, json, xml, docx, xlsx, pptx, pdf, png),
+       each type's files built from the same passages (see ``bench.filetypes``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.filetypes import BUILDERS
 from core.config import Settings
 from core.documents import receive_upload
 from core.ingest import ingest_document
@@ -40,6 +43,8 @@ LATENCY_CHUNKS = 10_000
 LATENCY_ROUNDS = 2
 STORE_BATCH = 1_000
 EMBED_BATCH = 256
+TYPE_FILES = 8
+PASSAGES_PER_FILE = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +340,40 @@ def _wait_for_indexing(rt: Runtime, index: ChunkIndex, timeout_s: float = 60.0) 
         time.sleep(0.1)
 
 
+# ----------------------------------------------------------------------------- 4. per file type
+
+
+def bench_file_types(rt: Runtime, data: EvalData) -> None:
+    """Ingest the same passages as each file type and print one line of throughput per type.
+
+    Every type gets ``TYPE_FILES`` files of ``PASSAGES_PER_FILE`` passages (the same passages
+    for every type), uploaded into a Topic of its own with default settings (HYBRID, ALGORITHMIC
+    keywords, no pictures described). One untimed file per type comes first, so the one-off
+    cost of importing a reader (docling takes seconds) is printed apart, as ``first file``.
+    """
+    section(f"4. ingest per file type ({TYPE_FILES} files x {PASSAGES_PER_FILE} passages each, in-process)")
+    passages = [(t, "".join(s).strip()) for t, s in data.corpus.items()]
+    groups = [passages[i * PASSAGES_PER_FILE : (i + 1) * PASSAGES_PER_FILE] for i in range(TYPE_FILES + 1)]
+    print(f"  {'type':<5} {'first file':>10} {'files/s':>8} {'MB/s':>7} {'chunks':>7} {'chunks/s':>9} {'MB':>6}  reader",
+          flush=True)  # fmt: skip
+    for ext, build in BUILDERS.items():
+        files = [build(g) for g in groups]
+        topic = create_topic(rt, f"bench-{ext}", settings={"file_types": ext})
+        t0 = time.perf_counter()
+        first = ingest_document(rt, receive_upload(rt, topic, f"warm-up.{ext}", files[0]).id)
+        first_s = time.perf_counter() - t0
+        chunks = 0
+        t0 = time.perf_counter()
+        for n, data_bytes in enumerate(files[1:]):
+            chunks += ingest_document(rt, receive_upload(rt, topic, f"file-{n:02d}.{ext}", data_bytes).id).chunk_count
+        total_s = time.perf_counter() - t0
+        megabytes = sum(len(f) for f in files[1:]) / 1e6
+        reader = next((e["data"].get("reader", "") for e in first.trace if e["step"] == "read"), "")
+        print(f"  {ext:<5} {first_s:>9.2f}s {TYPE_FILES / total_s:>8.2f} {megabytes / total_s:>7.3f} {chunks:>7,} "
+              f"{chunks / total_s:>9.1f} {megabytes:>6.2f}  {reader[:60]}", flush=True)  # fmt: skip
+    figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -355,6 +394,7 @@ def main() -> int:
             topic, stored_name = bench_ingest(rt, data)
             bench_quality(rt, topic, data, stored_name)
             bench_latency(rt, data)
+            bench_file_types(rt, data)
         finally:
             set_runtime(None)
             server.stop()

@@ -100,7 +100,8 @@ def _overlap_start(text: str, atoms: list[_Atom], i: int, prev_end: int, overlap
     """Where chunk ``i`` starts so that it repeats up to ``overlap`` characters."""
     floor = max(prev_end - overlap, atoms[i].end - size)
     start = prev_end
-    for atom in reversed(atoms[:i]):
+    for k in range(i - 1, -1, -1):  # walk back only as far as the overlap reaches (no slice: linear overall)
+        atom = atoms[k]
         if atom.end <= floor or atom.is_code:
             break
         start = max(atom.start, floor)

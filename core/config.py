@@ -95,6 +95,7 @@ class Settings(BaseSettings):
     share: bool = Field(False, alias="GRADIO_SHARE")
     queue_name: str = Field("ragtopics", alias="RQ_QUEUE")
     job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S")
+    max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT")
     log_level: str = Field("INFO", alias="LOG_LEVEL")
 
     @property

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from sqlmodel import select
 
 from core.chunking import Piece, split_recursive
+from core.errors import RefusedFileError
 from core.keywords import extract_keywords
 from core.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from core.prompts import CONTEXT_LINE as CONTEXT_PROMPT
@@ -103,7 +104,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         result, descriptions = _describe(rt, result, cfg, trace, report)
         report("chunking", 0, 1)
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
-            pieces = _chunk(rt, result, cfg, trace)
+            pieces = _chunk(rt, result, cfg, trace, doc.file_name)
             ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
         contexts = _context_lines(rt, result.text, pieces, cfg, trace, report)
         # A SEMANTIC chunk is embedded together with its context line.
@@ -173,18 +174,40 @@ def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSet
     return lines
 
 
-def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace) -> list[Piece]:
-    """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking."""
+def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str) -> list[Piece]:
+    """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking.
+
+    Raises:
+        RefusedFileError: when the file would give more than ``MAX_CHUNKS_PER_DOCUMENT`` chunks;
+            checked on a lower bound before any chunking or model call, so a huge file fails in seconds.
+    """
     if result.reader == IMAGE_READER:
         text = result.text.strip()
         return [Piece(text=text, start=0, end=len(text))] if text else []
+    limit = rt.settings.max_chunks_per_document
+    if result.records is None or cfg.import_strategy != "NARRATE":
+        # Each chunk holds at most Chunk Size characters, and together they hold every non-space character.
+        lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
+        _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
     if result.records is None:
-        return split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+        pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+        _check_chunk_count(file_name, len(pieces), limit, cfg)
+        return pieces
     records = list(result.records)
     if cfg.import_strategy == "NARRATE":
         records = [_narrate(rt, r, trace) for r in records]
     texts = pack_records(records, size=cfg.chunk_size)
+    _check_chunk_count(file_name, len(texts), limit, cfg)
     return [Piece(text=t, start=0, end=len(t)) for t in texts]
+
+
+def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSettings, *, at_least: bool = False) -> None:
+    if count > limit:
+        raise RefusedFileError(
+            f"{file_name} was refused: it would give {'at least ' if at_least else ''}{count:,} chunks at Chunk Size "
+            f"{cfg.chunk_size}, and one document may give at most {limit:,} (MAX_CHUNKS_PER_DOCUMENT). "
+            "Split the file or raise Chunk Size."
+        )
 
 
 def _narrate(rt: Runtime, record: str, trace: Trace) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import logging
 import tomllib
@@ -384,14 +385,31 @@ def _read_tsv(data: bytes, limits: _Limits) -> list[Record]:
     return _read_rows(_decode(data, limits.file_name), csv.excel_tab, limits)
 
 
-def _sniff_dialect(text: str) -> type[csv.Dialect] | csv.Dialect:
+def _sniff_dialect(text: str) -> type[csv.Dialect]:
+    """The delimiter under which the first rows agree best with the header's field count.
+
+    ``csv.Sniffer`` guesses from character frequencies and is often wrong on prose cells
+    (a quoted passage full of commas and semicolons). Here each candidate delimiter parses
+    the sample with standard double-quote rules; the winner is the one whose header has at
+    least two fields and the largest share of following rows with as many fields. Ties go
+    to the earlier candidate (comma first); with no winner the file is read as excel CSV.
+    """
     sample = text[:_SNIFF_CHARS]
     if len(text) > _SNIFF_CHARS and "\n" in sample:
-        sample = sample[: sample.rindex("\n")]  # a cut last line confuses the sniffer
-    try:
-        return csv.Sniffer().sniff(sample, delimiters=_SNIFF_DELIMITERS)
-    except csv.Error:
-        return csv.excel
+        sample = sample[: sample.rindex("\n")]  # a cut last line would skew the count
+    best, best_share = ",", -1.0
+    for delimiter in _SNIFF_DELIMITERS:
+        try:
+            rows = [r for r in itertools.islice(csv.reader(io.StringIO(sample, newline=""), delimiter=delimiter), 50) if r]
+        except csv.Error:
+            continue
+        if not rows or len(rows[0]) < 2:
+            continue
+        rest = rows[1:]
+        share = sum(len(r) == len(rows[0]) for r in rest) / len(rest) if rest else 0.5
+        if share > best_share:
+            best, best_share = delimiter, share
+    return type("SniffedDialect", (csv.excel,), {"delimiter": best})
 
 
 def _read_rows(text: str, dialect: type[csv.Dialect] | csv.Dialect, limits: _Limits) -> list[Record]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 
@@ -189,6 +191,22 @@ def test_csv_semicolon_dialect_is_detected_and_multiline_cell_kept():
     assert records[0].fields == (("produit", "Café"), ("prix", "2,50"), ("description", "serré\net chaud"))
     assert flatten_record(records[0]) == "produit: Café\nprix: 2,50\ndescription: serré et chaud"
     assert len(records) == 2
+
+
+def test_csv_of_real_passages_with_doubled_quotes_keeps_its_columns(hotpot, caplog):
+    # csv.Sniffer reads this file (commas, semicolons and "" inside quoted cells) with
+    # doublequote=False and cuts rows apart; every row here must keep its two columns.
+    corpus, _ = hotpot
+    passages = [(title, "".join(sentences).strip()) for title, sentences in list(corpus.items())[:12]]
+    assert any('"' in text for _, text in passages)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["title", "text"])
+    writer.writerows(passages)
+    with caplog.at_level(logging.WARNING, logger="core.structured"):
+        records = read_records(out.getvalue().encode(), file_name="passages.csv")
+    assert [r.fields for r in records] == [(("title", t), ("text", x)) for t, x in passages]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_tsv_uses_tabs():
