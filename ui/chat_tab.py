@@ -99,7 +99,8 @@ def build(rt: Runtime) -> dict:
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
                 history[-1] = {"role": "assistant", "content": update.text}
                 note = (sources_html(update) or route_note(update)) if update.done else ""
-                yield history, note, update.session_id, "", None if update.done else attachment_path
+                # The question box is left alone while streaming: what the user types next stays there.
+                yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path
         except RagTopicsError as exc:
             history[-1] = {"role": "assistant", "content": f"⚠️ {exc}"}
             yield history, "", session_id, message, attachment_path
@@ -114,8 +115,9 @@ def build(rt: Runtime) -> dict:
 
     outputs = [chatbot, sources, session, question, attach]
     inputs = [topic, question, chatbot, session, attach]
-    events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented"),
-              question.submit(respond, inputs, outputs, api_visibility="private")]  # fmt: skip
+    # A question sent while an answer streams is not dropped: it runs when the current one ends.
+    events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
+              question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last")]  # fmt: skip
     stop.click(None, cancels=events, api_visibility="private")
     new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session], api_visibility="private")
     topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,

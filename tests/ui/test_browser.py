@@ -5,8 +5,13 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from sqlmodel import select
 
+from core.chat import session_turns
+from core.topics import create_topic
+from storage.metadata import ChatSessionRow
 from tests.conftest import free_port
+from tests.core.test_ingest import upload
 from ui.app import launch_console
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -56,3 +61,36 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     page.locator("#chatbot").get_by_text("At 100 degrees [kettles.txt].").wait_for(timeout=20000)
     page.locator("#rt-sources").get_by_text("kettles.txt").wait_for()
     page.screenshot(path=str(tmp_path / "chat.png"))
+
+
+def test_a_question_sent_while_an_answer_streams_is_answered_next(page, rt, run_jobs, scripted_llm, tmp_path):
+    topic = create_topic(rt, "Streaming Topic")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees. Kettle K-3 holds 1.7 litres.")
+    run_jobs()
+    page.reload()
+    scripted_llm.replies["answer"] = lambda body: (
+        "It holds 1.7 litres [S1]." if "K-3 hold?" in body["messages"][-1]["content"] else "It switches off at one hundred degrees, as the manual says [S1]."
+    )  # fmt: skip
+    scripted_llm.delay_s = 0.3
+    try:
+        page.get_by_role("tab", name="Chat").click()
+        page.locator("#chat-topic input").click()
+        page.get_by_role("option", name="Streaming Topic").click()
+        box = page.get_by_placeholder("Ask a question")
+        box.fill("When does kettle K-2 switch off?")
+        box.press("Enter")
+        page.locator("#chatbot").get_by_text("It switches").wait_for(timeout=20000)
+        box.fill("How much does kettle K-3 hold?")  # typed and sent while the first answer still streams
+        box.press("Enter")
+        assert box.input_value() in ("How much does kettle K-3 hold?", "")
+        page.locator("#chatbot").get_by_text("It holds 1.7 litres [kettles.txt].").wait_for(timeout=30000)
+    finally:
+        scripted_llm.delay_s = 0
+    chat = page.locator("#chatbot").inner_text()
+    first = chat.index("It switches off at one hundred degrees, as the manual says [kettles.txt].")
+    assert chat.index("When does kettle K-2 switch off?") < first < chat.index("How much does kettle K-3 hold?")
+    assert chat.index("How much does kettle K-3 hold?") < chat.index("It holds 1.7 litres")
+    page.screenshot(path=str(tmp_path / "two-questions.png"))
+    with rt.metadata.session() as s:
+        (session,) = s.exec(select(ChatSessionRow).where(ChatSessionRow.topic_id == topic.id)).all()
+    assert [t.question for t in session_turns(rt, session.id)] == ["When does kettle K-2 switch off?", "How much does kettle K-3 hold?"]
