@@ -119,6 +119,18 @@ class DoclingOptions:
         parse_page_range(self.page_range)
 
 
+_DOCUMENT_KEY = re.compile(r"\s*(?:with key\s+)?(?:key=)?\b[0-9a-f]{32,}\b", re.IGNORECASE)
+
+
+def _plain_reason(message: str) -> str:
+    """A Docling error message without its internal document hash keys (64 hex digits, repeated).
+
+    ``docling-parse could not load document 6d14...: Failed to load document with key key=6d14...``
+    becomes ``docling-parse could not load document: Failed to load document``.
+    """
+    return _DOCUMENT_KEY.sub("", message).strip()
+
+
 def parse_page_range(page_range: str) -> tuple[int, int] | None:
     """Parse ``"2"`` or ``"1-3"`` into 1-based inclusive bounds.
 
@@ -284,7 +296,7 @@ def _convert_embedded(data: bytes, file_name: str, extension: str, options: Docl
         result = converter.convert(DocumentStream(name=file_name, stream=io.BytesIO(data)), raises_on_error=False, **kwargs)
     except Exception as exc:  # docling raises its own types for unreadable input
         raise ReadError(f"{file_name} could not be converted by Docling: {exc}") from exc
-    reasons = [error.error_message for error in result.errors]
+    reasons = [_plain_reason(error.error_message) for error in result.errors]
     if any(error.category == FailureCategory.TIMEOUT for error in result.errors):
         raise ReadError(f"{file_name}: Docling conversion took longer than {options.timeout_s} s: {reasons[0]}")
     if result.status not in (ConversionStatus.SUCCESS, ConversionStatus.PARTIAL_SUCCESS):

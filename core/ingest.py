@@ -9,10 +9,12 @@ searchable, with its pictures.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from sqlmodel import select
@@ -95,10 +97,10 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     new_blobs: list[str] = []
     try:
         report("reading", 0, 1)
-        with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev:
+        with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
             result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name,
                                docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
-            ev.data.update(reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
+            ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
                            records=len(result.records) if result.records is not None else None,
                            pictures=len(result.pictures))  # fmt: skip
         result, descriptions = _describe(rt, result, cfg, trace, report)
@@ -133,7 +135,11 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         _mark_failed(rt, doc.id, exc, trace, new_blobs)
         raise
     status = "indexed" if records else "empty"
-    warning = "" if records else "no readable text: the file is stored, but nothing of it can be found"
+    warnings = ([] if records else ["no readable text: the file is stored, but nothing of it can be found"])
+    if read_warnings:
+        more = f" (and {len(read_warnings) - 1} more like it)" if len(read_warnings) > 1 else ""
+        warnings.append(f"{len(read_warnings)} warning(s) while reading: {read_warnings[0]}{more}")
+    warning = "; ".join(warnings)
     if warning:
         log.warning("%s in Topic %s: %s", doc.file_name, topic.name, warning)
     indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
@@ -144,6 +150,31 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+@contextlib.contextmanager
+def _reader_warnings() -> Iterator[list[str]]:
+    """Collect the warnings the readers log (``core.*`` loggers, this thread) while the block runs.
+
+    They are kept with the document (its warning, shown in the Indexed Documents list)
+    as well as logged, so a ragged CSV row or a partly converted document is visible
+    to the operator, not only in the worker's log.
+    """
+    collected: list[str] = []
+    thread = threading.get_ident()
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.thread == thread and record.levelno >= logging.WARNING:
+                collected.append(record.getMessage())
+
+    handler = _Collect()
+    root = logging.getLogger("core")
+    root.addHandler(handler)
+    try:
+        yield collected
+    finally:
+        root.removeHandler(handler)
 
 
 def model_call_counts(trace: Trace) -> dict[str, int]:

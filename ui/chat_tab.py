@@ -68,6 +68,10 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     return messages, (sources_html(last) or route_note(last)) if last else ""
 
 
+#: Shown in place of the answer until its first words arrive (a cold local model can take a while).
+THINKING = "… searching the documents and writing the answer"
+
+
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     with gr.Tab("Chat", id="chat"):
@@ -91,7 +95,7 @@ def build(rt: Runtime) -> dict:
             yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, attachment_path
             return
         shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
-        history += [{"role": "user", "content": shown}, {"role": "assistant", "content": "…"}]
+        history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]
         yield history, "", session_id, "", attachment_path
         try:
             topic_obj = get_topic(rt, topic_name)
@@ -119,7 +123,9 @@ def build(rt: Runtime) -> dict:
     events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
               question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last")]  # fmt: skip
     stop.click(None, cancels=events, api_visibility="private")
-    new_chat.click(lambda: ([], "", None), None, [chatbot, sources, session], api_visibility="private")
+    # New chat also ends an answer still streaming, so it cannot write into the new, empty chat.
+    new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,
+                   api_visibility="private")  # fmt: skip
     topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
                  [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
     earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")

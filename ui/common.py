@@ -38,14 +38,23 @@ def short_name(name: str, limit: int = 60) -> str:
 
 
 def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> str:
-    """HTML for one labelled progress bar (``state``: "", "failed" or "done")."""
-    colour = {"failed": "#d9534f", "done": "#2e8b57"}.get(state, "#3b82f6")
+    """HTML for one labelled progress bar (``state``: "", "failed", "empty" or "done").
+
+    A long ``detail`` (an error message) wraps inside the bar's width instead of widening the page.
+    """
+    colour = {"failed": "#d9534f", "done": "#2e8b57", "empty": "#d97706"}.get(state, "#3b82f6")
     pct = max(0.0, min(1.0, fraction)) * 100
     return (
         f'<div class="rt-job" data-state="{html.escape(state)}" style="margin:4px 0">'
         f'<div style="display:flex;justify-content:space-between;gap:8px;font-size:0.9em">'
-        f'<span style="overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{html.escape(label)}</span>'
-        f'<span style="flex-shrink:0">{html.escape(detail)}</span></div>'
+        f'<span style="flex:0 1 auto;min-width:6em;max-width:40%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">'
+        f'{html.escape(label)}</span>'
+        f'<span style="flex:1 1 0;min-width:0;text-align:right;overflow-wrap:anywhere">{html.escape(detail)}</span></div>'
         f'<div style="background:#e5e7eb;border-radius:4px;height:8px"><div style="width:{pct:.0f}%;'
         f'background:{colour};height:8px;border-radius:4px"></div></div></div>'
     )
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``, ``0 chunks``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -90,3 +90,16 @@ def test_a_document_is_refused_when_no_docling_server_answers(rt):
         receive_upload(rt, topic, "manual.pdf", b"%PDF-1.7")
     assert list_documents(rt, topic) == []
     assert receive_upload(rt, topic, "notes.txt", b"plain text needs no Docling").status == "queued"
+
+
+def test_reader_warnings_reach_the_document_list_not_only_the_log(rt, run_jobs):
+    topic = create_topic(rt, "Ragged")
+    doc, _ = upload(rt, topic, "releases.csv", b"version,codename,eol\n1.1,Buzz,1997\n1.2,Rex\n1.3,Bo\n2.0,Hamm,2000\n")
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "indexed" and row.chunk_count == 1
+    assert row.warning == ("2 warning(s) while reading: releases.csv: line 3 has 2 fields but the header has 3; "
+                           "missing values left empty (and 1 more like it)")  # fmt: skip
+    read = next(e for e in json.loads(row.trace_json) if e["step"] == "read")
+    assert len(read["data"]["warnings"]) == 2
+    assert "codename: Rex\neol: " in stored_chunks(rt, topic, doc.id)[0]["text"].decode()

@@ -72,6 +72,7 @@ def test_bad_input_fails_clearly_and_keeps_the_previous_version(rt, run_jobs, ca
     assert row.status == "failed"
     assert row.error.endswith("(the previous version is still searchable)")
     assert re.search(message, row.error), row.error
+    assert not re.search(r"[0-9a-f]{32}", row.error), "internal hash keys are no help to the operator"
     assert stored_chunks(rt, topic, doc.id) == chunks_before
     assert row.chunk_count == before.chunk_count and row.blob_path == before.blob_path
     assert rt.blobs.read(row.blob_path) == good_bytes

@@ -50,7 +50,7 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     page.get_by_role("button", name="Upload", exact=True).click()
     page.get_by_text("Enqueued 1 file(s).").wait_for()
     run_jobs()
-    page.get_by_text("indexed · 1 chunks").wait_for(timeout=15000)
+    page.get_by_text("indexed · 1 chunk", exact=True).wait_for(timeout=15000)
     page.locator("#documents >> text=kettles.txt >> visible=true").first.wait_for()
 
     scripted_llm.replies["answer"] = "At 100 degrees [S1]."
