@@ -10,6 +10,13 @@ from storage.chunk_index import ChunkHit
 #: ``[S1]``, ``[S1, S3]`` or ``[S1][S2]`` as the model writes them.
 _CITATION = re.compile(r"\[\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\]")
 _CODE = re.compile(r"S\d+")
+_REMOVED = "\x00"  # stands in for a citation of unknown codes until the run around it is dropped
+#: A run of removed citations and the connectors between them, with the spaces before it.
+_JOIN = r"[ \t]*(?:,|;|&|\band\b|\bor\b)"
+_REMOVED_RUN = re.compile(
+    rf"(?<=\]){_JOIN}[ \t]*\x00(?:(?:{_JOIN})?[ \t]*\x00)*"  # after a kept citation: "[a.txt] and <removed>"
+    rf"|[ \t]*\x00(?:(?:{_JOIN})?[ \t]*\x00)*(?:{_JOIN}(?=[ \t]*\[))?"  # "<removed>, <removed> and [a.txt]"
+)
 
 
 def code_for(position: int) -> str:
@@ -38,7 +45,8 @@ def cited_codes(answer: str) -> list[str]:
 def render_citations(answer: str, code_to_file: dict[str, str]) -> str:
     """Replace citation codes with file names: ``[S1][S2]`` → ``[a.txt]`` (one bracket per distinct file).
 
-    Unknown codes (not in the prompt) are removed rather than shown.
+    Unknown codes (not in the prompt) are removed rather than shown, together with the
+    words that only joined them: ``is [S8] or [S9].`` → ``is.``, not ``is or .``.
     """
 
     def replace(match: re.Match[str]) -> str:
@@ -47,8 +55,9 @@ def render_citations(answer: str, code_to_file: dict[str, str]) -> str:
             name = code_to_file.get(code)
             if name and name not in files:
                 files.append(name)
-        return "".join(f"[{f}]" for f in files)
+        return "".join(f"[{f}]" for f in files) or _REMOVED
 
     rendered = _CITATION.sub(replace, answer)
+    rendered = _REMOVED_RUN.sub("", rendered).replace(_REMOVED, "")
     # Collapse a file cited twice in a row ("[a.txt][a.txt]") into one badge.
     return re.sub(r"(\[[^\[\]]+\])(?:\1)+", r"\1", rendered)

@@ -18,14 +18,19 @@ from ui.common import find_topic, short_name, topic_choices
 
 
 def sources_html(update: ChatUpdate | None) -> str:
-    """Badges for the sources of the final answer: one per file, with its best score and chunk count."""
+    """Badges for the sources of the final answer: one per file, with its best score and chunk count.
+
+    The number on a badge is the file's best cosine similarity to the question (0..1); hovering
+    a badge says so, with the chunk ids used.
+    """
     if update is None or not update.sources:
         return ""
     by_file: dict[str, list] = {}
     for s in update.sources:
         by_file.setdefault(s.file, []).append(s)
     badges = "".join(_badge(name, hits) for name, hits in by_file.items())
-    route = f" <small>route {update.route}" + (f" ({update.route_confidence:.2f})" if update.route_confidence is not None else "") + "</small>"
+    confidence = f", router confidence {update.route_confidence:.2f}" if update.route_confidence is not None else ""
+    route = f" <small title='how the question was handled: searched the documents, or answered without searching'>route {update.route}{confidence}</small>"
     return f'<div id="rt-sources"><strong>Sources:</strong> {badges}{route}</div>'
 
 
@@ -36,7 +41,10 @@ def _badge(name: str, hits: list) -> str:
     style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
     link = hits[0].link
     inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
-    return f'<span class="rt-source" title="{html.escape(", ".join(s.chunk_id for s in hits))}" style="{style}">{inner}</span>'
+    best = max(s.score for s in hits)
+    title = (f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used "
+             f"({', '.join(s.chunk_id for s in hits)}). The link downloads the file for about 10 minutes.")  # fmt: skip
+    return f'<span class="rt-source" title="{html.escape(title)}" style="{style}">{inner}</span>'
 
 
 def route_note(update: ChatUpdate) -> str:

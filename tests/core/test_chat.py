@@ -112,7 +112,7 @@ def test_custom_system_prompt_reaches_the_model_and_citations_become_file_names(
     result = final(ask(rt, topic, "Which ship has black sails?"))
     system = scripted_llm.prompts("answer")[0]["messages"][0]["content"]
     assert "Answer like a pirate." in system
-    assert result.text == "Arr, the ship is fast [ships.txt][ports.txt] and also ."
+    assert result.text == "Arr, the ship is fast [ships.txt][ports.txt] and also."
 
 
 def test_streaming_yields_growing_text_before_the_final_update(rt, run_jobs, scripted_llm):

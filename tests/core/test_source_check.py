@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.citations import render_citations
 from core.source_check import QUOTE_MIN_WORDS, Source, check_sources, is_quoted
 
 ALPHA_1 = Source("S1", "alpha.txt", "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.")
@@ -121,3 +122,15 @@ def test_objects_with_the_same_attributes_are_accepted():
     result = check_sources("See [S2].", hits)
     assert result.used == [hits[1]]
     assert result.reasons == {"a.md": "not used", "b.md": "cited"}
+
+
+@pytest.mark.parametrize("raw,shown", [
+    ("At 100 degrees [S1].", "At 100 degrees [a.txt]."),
+    ("Both [S1][S1] and [S1, S2].", "Both [a.txt] and [a.txt][b.txt]."),
+    ("The source is [S6] or [S7] or [S8].", "The source is."),  # invented codes leave no "or or ."
+    ("See [S3], [S4] and [S1].", "See [a.txt]."),
+    ("See [S1] and [S9].", "See [a.txt]."),
+    ("Sand [S9] or more", "Sand or more"),
+])  # fmt: skip
+def test_citation_codes_become_file_names_and_invented_ones_vanish_with_their_connectors(raw, shown):
+    assert render_citations(raw, {"S1": "a.txt", "S2": "b.txt"}) == shown
