@@ -26,6 +26,8 @@ from core.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from core.errors import ModelUnavailableError, StructuredOutputError
 from core.tracing import Trace
 
+#: Appended to a streamed answer that the model ended because it reached ``max_tokens``.
+TRUNCATED_NOTE = " … *(cut off at the answer length limit of {max_tokens} tokens, LLM_MAX_TOKENS)*"
 log = logging.getLogger(__name__)
 
 TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError)
@@ -123,6 +125,7 @@ class ModelGateway:
 
         Closing the iterator early closes the HTTP stream and records the call as
         ``stopped`` (the server may still finish the generation in the background).
+        When the model stops at ``max_tokens``, a last delta (:data:`TRUNCATED_NOTE`) says so.
 
         Raises:
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
@@ -138,14 +141,19 @@ class ModelGateway:
             stream = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
                                   temperature=temperature, tools=tools)  # fmt: skip
             try:
+                finish_reason = None
                 for chunk in stream:
                     if chunk.usage is not None:
                         usage = chunk.usage
                     delta = chunk.choices[0].delta.content if chunk.choices else None
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        finish_reason = chunk.choices[0].finish_reason
                     if delta:
                         parts.append(delta)
                         yield delta
                 stopped = False
+                if finish_reason == "length":  # say so rather than end mid-sentence without a word
+                    yield TRUNCATED_NOTE.format(max_tokens=max_tokens)
             except openai.APIError as exc:
                 raise ModelUnavailableError(f"the {endpoint.role} at {endpoint.base_url} failed while streaming: {exc}") from exc
             finally:

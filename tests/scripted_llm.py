@@ -99,6 +99,9 @@ class ScriptedLLM:
                 self.end_headers()
                 tokens = [t + " " for t in text.split(" ")]
                 tokens[-1] = tokens[-1][:-1]
+                limit = body.get("max_tokens") or body.get("max_completion_tokens")
+                finish = "length" if limit and len(tokens) > limit else "stop"  # one word counts as one token
+                tokens = tokens[:limit] if finish == "length" else tokens
                 try:
                     for token in tokens:
                         self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
@@ -106,7 +109,7 @@ class ScriptedLLM:
                         if script.delay_s:
                             time.sleep(script.delay_s)
                     self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
-                                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                                 "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                     self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
                                  "choices": [], "usage": _usage(text, body)})
                     self.wfile.write(b"data: [DONE]\n\n")

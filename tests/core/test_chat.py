@@ -161,3 +161,14 @@ def test_empty_question_is_refused(rt):
     topic = create_topic(rt, "Empty question")
     with pytest.raises(Exception, match="the question is empty"):
         final(ask(rt, topic, "   "))
+
+
+def test_an_answer_cut_at_the_token_limit_says_so(reconfigure, run_jobs, scripted_llm):
+    rt = reconfigure(LLM_MAX_TOKENS=16)
+    topic = create_topic(rt, "Long", settings={"min_similarity_score": 0.0})
+    upload(rt, topic, "a.txt", b"Rivers carry water from hills to the sea.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "Rivers [S1] " + " ".join(f"word{i}" for i in range(40))
+    result = final(ask(rt, topic, "What do rivers do?"))
+    assert result.text.startswith("Rivers [a.txt] word0 ") and "word13" in result.text and "word14" not in result.text
+    assert result.text.endswith("(cut off at the answer length limit of 16 tokens, LLM_MAX_TOKENS)*")
