@@ -94,7 +94,7 @@ def build(rt: Runtime) -> dict:
             send = gr.Button("Send", variant="primary", scale=1)
             stop = gr.Button("Stop", variant="stop", scale=1)
         attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment",
-                         height=110)  # fmt: skip
+                         height=150)  # fmt: skip
         session = gr.State(None)
 
     def respond(topic_name, message, history, session_id, attachment_path):

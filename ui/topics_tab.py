@@ -27,15 +27,19 @@ def topics_table(rt: Runtime) -> list[list]:
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns the components other tabs refresh from."""
     with gr.Tab("Topics", id="topics"):
-        gr.Markdown("### Create a Topic\nStep 1: name and prompt. Step 2: files and chunking. Step 3: answering.")
+        gr.Markdown("### Create a Topic")
+        gr.Markdown("**Step 1 · Name and prompt**")
         with gr.Row():
             name = gr.Textbox(label="Name", placeholder="e.g. Service manuals")
             description = gr.Textbox(label="Description")
         system_prompt = gr.Textbox(label="Custom System Prompt", lines=2)
+        gr.Markdown("**Step 2 · Files and chunking**")
         file_types = gr.CheckboxGroup(sorted(SUPPORTED_EXTENSIONS), value=_DEFAULTS.file_types, label="File Types")
         with gr.Row():
             chunk_size = gr.Number(_DEFAULTS.chunk_size, label="Chunk Size (characters)", precision=0, minimum=100, maximum=8000)
             chunk_overlap = gr.Number(_DEFAULTS.chunk_overlap, label="Chunk Overlap (characters)", precision=0, minimum=0)
+        gr.Markdown("**Step 3 · Answering** (every other setting: *Configure a Topic* below, after creating it)")
+        with gr.Row():
             top_k = gr.Number(_DEFAULTS.top_k_results, label="Top-K Results", precision=0, minimum=1, maximum=50)
             min_score = gr.Slider(0, 1, value=_DEFAULTS.min_similarity_score, step=0.01, label="Min. Similarity Score")
         no_answer = gr.Textbox(DEFAULT_NO_ANSWER, label="No-answer response")
@@ -56,11 +60,11 @@ def build(rt: Runtime) -> dict:
         try:
             topic = create_topic(rt, name, description=description or "", settings=settings)
         except RagTopicsError as exc:
-            return f"**Not created:** {exc}", topics_table(rt)
-        return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt)
+            return f"**Not created:** {exc}", topics_table(rt), gr.skip()
+        return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt), ""
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
-    event = create.click(on_create, inputs, [status, table], api_name="create_topic", api_visibility="undocumented")
+    event = create.click(on_create, inputs, [status, table, name], api_name="create_topic", api_visibility="undocumented")
     return {"created": event, "settings_topic": settings_box, "table": table}
 
 

@@ -22,9 +22,9 @@ def console(rt):
 
 def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, scripted_llm, tmp_path):
     _, client = console
-    status, _ = client.predict("Console Topic", "", "Be brief.", ["txt", "md"], 500, 50, 3, 0.2,
+    status, _, name_box = client.predict("Console Topic", "", "Be brief.", ["txt", "md"], 500, 50, 3, 0.2,
                                "Not in the documents.", api_name="/create_topic")  # fmt: skip
-    assert "Created Topic **Console Topic**" in status
+    assert "Created Topic **Console Topic**" in status and name_box == ""  # ready for the next Topic
     assert get_topic(rt, "Console Topic").settings.chunk_size == 500
 
     (tmp_path / "boilers.md").write_text("# Boilers\n\nBoiler B-12 must be descaled every spring.")
@@ -46,5 +46,6 @@ def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, script
 
 def test_creating_a_topic_with_a_bad_setting_shows_why(rt, console):
     _, client = console
-    status, _ = client.predict("Bad Topic", "", "", ["txt"], 500, 600, 3, 0.2, "x", api_name="/create_topic")
+    status, _, name_box = client.predict("Bad Topic", "", "", ["txt"], 500, 600, 3, 0.2, "x", api_name="/create_topic")
     assert "Not created" in status and "chunk_overlap (600) must be smaller than chunk_size (500)" in status
+    assert name_box != ""  # the name typed is kept to be corrected
