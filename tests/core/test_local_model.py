@@ -50,7 +50,7 @@ def test_real_model_answers_from_uploaded_passages(local_model, tmp_path, redis_
         SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
         updates = list(ask(rt, topic, question["question"]))
         final = updates[-1]
-        assert len(updates) > 3, "the answer should stream in several pieces"
+        assert len(updates) >= 2 and not updates[0].done, "the answer should stream before the final update"
         turn = session_turns(rt, final.session_id)[0]
         assert turn.answer == final.text
         trace = json.loads(turn.trace_json)
