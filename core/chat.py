@@ -232,14 +232,23 @@ class _Turn:
         cfg = self.cfg
         rerank_llm = cfg.reranking_strategy == "LLM"
         candidates = cfg.top_k_results * (3 if rerank_llm else 1)
-        with self.trace.step("retrieve", strategy=cfg.retrieval_strategy, top_k=cfg.top_k_results,
-                             min_score=cfg.min_similarity_score, candidates=candidates) as ev:  # fmt: skip
-            vector = self.rt.gateway.embed([self.question], trace=self.trace, purpose="question")[0]
-            found = retrieve(self.rt.chunk_index(self.topic.id), self.question, vector, strategy=cfg.retrieval_strategy,
-                             top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
-                             rrf_k=cfg.rrf_k)  # fmt: skip
-            ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
-                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits])  # fmt: skip
+        queries = [self.question]
+        previous = next((m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), "")
+        if previous:
+            # A follow-up ("and how long must I wait?") may name nothing searchable; only when the
+            # question alone finds no chunk is it searched again together with the previous question.
+            queries.append(f"{previous}\n{self.question}")
+        for query in queries:
+            with self.trace.step("retrieve", query=query, strategy=cfg.retrieval_strategy, top_k=cfg.top_k_results,
+                                 min_score=cfg.min_similarity_score, candidates=candidates) as ev:  # fmt: skip
+                vector = self.rt.gateway.embed([query], trace=self.trace, purpose="question")[0]
+                found = retrieve(self.rt.chunk_index(self.topic.id), query, vector, strategy=cfg.retrieval_strategy,
+                                 top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
+                                 rrf_k=cfg.rrf_k)  # fmt: skip
+                ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
+                               fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits])  # fmt: skip
+            if found.hits:
+                break
         hits = found.hits
         if rerank_llm and hits:
             hits = rerank(self.rt.gateway, self.prompts["rerank"], self.question, hits, top_k=cfg.top_k_results, trace=self.trace)

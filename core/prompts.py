@@ -64,8 +64,13 @@ class PromptTemplate:
         except ValueError as exc:
             raise PromptTemplateError(f"prompt {self.name!r}: {exc} (write $$ for a literal dollar sign)") from exc
         if candidate.variables() != self.variables():
+            unknown, missing = candidate.variables() - self.variables(), self.variables() - candidate.variables()
+            found = "; ".join(part for part in (
+                f"unknown: {', '.join('$' + v for v in sorted(unknown))}" if unknown else "",
+                f"missing: {', '.join('$' + v for v in sorted(missing))}" if missing else "") if part)  # fmt: skip
             raise PromptTemplateError(
                 f"prompt {self.name!r} must use exactly the variables {', '.join('$' + v for v in sorted(self.variables())) or '(none)'}"
+                f" ({found})"
             )
         return candidate
 

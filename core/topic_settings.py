@@ -172,9 +172,9 @@ def parse_assignments(assignments: list[str]) -> dict[str, Any]:
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "settings"
+        key = ".".join(str(p) for p in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown setting"
-        parts.append(f"{key}: {message}")
+        parts.append(f"{key}: {message}" if key else message)  # a rule across settings names them itself
     return "invalid Topic settings: " + "; ".join(parts)

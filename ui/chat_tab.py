@@ -47,6 +47,26 @@ def _badge(name: str, hits: list) -> str:
     return f'<span class="rt-source" title="{html.escape(title)}" style="{style}">{inner}</span>'
 
 
+def sources_line(update: ChatUpdate) -> str:
+    """A small line kept under each answer in the chat: its source files (linked) and best scores.
+
+    The badges row under the chat shows the latest answer's sources; this line stays with
+    every answer, so earlier answers keep theirs as the conversation goes on.
+    """
+    by_file: dict[str, list] = {}
+    for s in update.sources:
+        by_file.setdefault(s.file, []).append(s)
+    if not by_file:
+        return ""
+    parts = []
+    for name, hits in by_file.items():
+        label = html.escape(short_name(name)).replace("[", "&#91;").replace("]", "&#93;")
+        link = hits[0].link
+        parts.append((f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
+                     + f" {max(h.score for h in hits):.2f}")  # fmt: skip
+    return "\n\n<sub>Sources: " + " · ".join(parts) + "</sub>"
+
+
 def route_note(update: ChatUpdate) -> str:
     """A short line for answers given without searching (no sources to show)."""
     if update.route == "SEARCH":
@@ -70,12 +90,21 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     messages: list[dict] = []
     last = None
     for turn in session_turns(rt, session_id):
-        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer}]
         sources = [Source(**{**s, "link": source_link(rt, s.get("document_id", ""))}) for s in json.loads(turn.sources_json)]
         last = ChatUpdate(text=turn.answer, done=True, sources=sources, route=turn.route, route_confidence=turn.route_confidence)
+        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer + sources_line(last)}]
     return messages, (sources_html(last) or route_note(last)) if last else ""
 
 
+def _message_text(content) -> str:
+    """The text of a chat message as the Chatbot sends it back: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+
+
+#: Added under an answer the user stopped (a stopped turn is not saved).
+STOPPED = "*⏹ stopped: this answer is not saved*"
 #: Shown in place of the answer until its first words arrive (a cold local model can take a while).
 THINKING = "… searching the documents and writing the answer"
 
@@ -105,11 +134,13 @@ def build(rt: Runtime) -> dict:
         shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
         history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]
         yield history, "", session_id, "", attachment_path
+        if session_id and not session_turns(rt, session_id):
+            session_id = None  # its only turn was stopped, so nothing of it was saved: this is a new chat
         try:
             topic_obj = get_topic(rt, topic_name)
             attachment = _read(topic_obj, attachment_path)
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
-                history[-1] = {"role": "assistant", "content": update.text}
+                history[-1] = {"role": "assistant", "content": update.text + (sources_line(update) if update.done else "")}
                 note = (sources_html(update) or route_note(update)) if update.done else ""
                 # The question box is left alone while streaming: what the user types next stays there.
                 yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path
@@ -130,7 +161,16 @@ def build(rt: Runtime) -> dict:
     # A question sent while an answer streams is not dropped: it runs when the current one ends.
     events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
               question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last")]  # fmt: skip
-    stop.click(None, cancels=events, api_visibility="private")
+
+    def on_stop(history, session_id):
+        """Mark the stopped answer as not saved; forget a chat whose only turn was the stopped one."""
+        history = list(history or [])
+        if history and history[-1].get("role") == "assistant":
+            history[-1] = {"role": "assistant", "content": f"{_message_text(history[-1].get('content'))}\n\n{STOPPED}"}
+        return history, session_id if session_id and session_turns(rt, session_id) else None
+
+    stop.click(None, cancels=events, api_visibility="private").then(on_stop, [chatbot, session], [chatbot, session],
+                                                                    api_visibility="private")  # fmt: skip
     # New chat also ends an answer still streaming, so it cannot write into the new, empty chat.
     new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,
                    api_visibility="private")  # fmt: skip

@@ -162,7 +162,7 @@ def _cmd_ingest(args) -> int:
 
 def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
     pending = dict(jobs)
-    failed = 0
+    failed = empty = 0
     chunks = 0
     last_done = -1
     started = time.monotonic()
@@ -174,13 +174,15 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             del pending[job_id]
             if p.status == "finished":
                 chunks += (p.result or {}).get("chunk_count", 0)
+                empty += (p.result or {}).get("status") == "empty"
                 if len(jobs) <= 20:
                     print(f"  {name}: {(p.result or {}).get('status')} ({(p.result or {}).get('chunk_count', 0)} chunks)", file=sys.stderr)
             else:
                 failed += 1
                 print(f"  {name}: FAILED: {p.error or p.status}", file=sys.stderr)
         done = len(jobs) - len(pending)
-        line = f"[{done}/{len(jobs)}] files indexed, {chunks} chunks, {time.monotonic() - started:.0f} s"
+        counts = f"{done - failed - empty} indexed" + (f", {empty} empty" if empty else "") + (f", {failed} failed" if failed else "")
+        line = f"[{done}/{len(jobs)}] files done: {counts}; {chunks} chunks, {time.monotonic() - started:.0f} s"
         if sys.stderr.isatty():
             print("\r" + line, end="", file=sys.stderr)
         elif done != last_done or not pending:

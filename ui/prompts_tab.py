@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 from core.config import ROLES
@@ -33,7 +35,7 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str) -> st
         set_prompt(rt, scope, name, text)
     except RagTopicsError as exc:
         return f"**Not saved:** {exc}"
-    where = f"Topic **{topic_name}**" if topic_name else "all Topics"
+    where = f"Topic **{html.escape(topic_name)}**" if topic_name else "all Topics"
     return f"Saved prompt `{name}` for {where}." if text.strip() else f"Prompt `{name}` reset for {where}."
 
 
@@ -59,11 +61,12 @@ def build(rt: Runtime) -> dict:
         status = gr.Markdown()
         no_answer = gr.Textbox(label="No-answer response")
         save_no_answer = gr.Button("Save no-answer response")
-    with gr.Tab("Admin", id="admin"):
+    with gr.Tab("Admin", id="admin") as admin:
         gr.Markdown("### LLM Configuration\nShared prompt texts for every Topic, and the model endpoint of each role "
                     "(set through the environment, see `.env.example`).")  # fmt: skip
         shared_name = gr.Dropdown(PROMPT_NAMES, value="system", label="Prompt")
-        shared_text = gr.Textbox(lines=8, label="Shared text (empty + Save restores the built-in default)")
+        shared_text = gr.Textbox(prompt_text(rt, None, "system")[0], lines=8,
+                                 label="Shared text (empty + Save restores the built-in default)")  # fmt: skip
         shared_save = gr.Button("Save shared prompt", variant="primary")
         shared_status = gr.Markdown()
         gr.Dataframe(value=endpoints_table(rt), headers=["Role", "Endpoint", "Model", "Tools", "Pictures"],
@@ -76,6 +79,10 @@ def build(rt: Runtime) -> dict:
         return body, desc, get_topic(rt, topic_name).settings.no_answer_response
 
     def store_no_answer(topic_name, value):
+        if not topic_name:
+            return "**Not saved:** choose a Topic first."
+        if not (value or "").strip():
+            return "**Not saved:** the no-answer response cannot be empty (it is what the chat shows when nothing is found)."
         try:
             update_settings(rt, topic_name, {"no_answer_response": value})
         except RagTopicsError as exc:
@@ -89,5 +96,6 @@ def build(rt: Runtime) -> dict:
     reset.click(lambda t, n: save_prompt(rt, t, n, ""), [topic, name], status, **private).then(load, [topic, name], [text, about, no_answer], **private)
     save_no_answer.click(store_no_answer, [topic, no_answer], status, **private)
     shared_name.change(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)
+    admin.select(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)  # always the stored text
     shared_save.click(lambda n, x: save_prompt(rt, None, n, x), [shared_name, shared_text], shared_status, **private)
     return {"topic": topic}

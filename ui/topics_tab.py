@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import gradio as gr
@@ -36,11 +37,11 @@ def build(rt: Runtime) -> dict:
         gr.Markdown("**Step 2 · Files and chunking**")
         file_types = gr.CheckboxGroup(sorted(SUPPORTED_EXTENSIONS), value=_DEFAULTS.file_types, label="File Types")
         with gr.Row():
-            chunk_size = gr.Number(_DEFAULTS.chunk_size, label="Chunk Size (characters)", precision=0, minimum=100, maximum=8000)
-            chunk_overlap = gr.Number(_DEFAULTS.chunk_overlap, label="Chunk Overlap (characters)", precision=0, minimum=0)
+            chunk_size = gr.Number(_DEFAULTS.chunk_size, label="Chunk Size (characters)", precision=0)
+            chunk_overlap = gr.Number(_DEFAULTS.chunk_overlap, label="Chunk Overlap (characters)", precision=0)
         gr.Markdown("**Step 3 · Answering** (every other setting: *Configure a Topic* below, after creating it)")
         with gr.Row():
-            top_k = gr.Number(_DEFAULTS.top_k_results, label="Top-K Results", precision=0, minimum=1, maximum=50)
+            top_k = gr.Number(_DEFAULTS.top_k_results, label="Top-K Results", precision=0)
             min_score = gr.Slider(0, 1, value=_DEFAULTS.min_similarity_score, step=0.01, label="Min. Similarity Score")
         no_answer = gr.Textbox(DEFAULT_NO_ANSWER, label="No-answer response")
         create = gr.Button("Create Topic", variant="primary")
@@ -60,8 +61,8 @@ def build(rt: Runtime) -> dict:
         try:
             topic = create_topic(rt, name, description=description or "", settings=settings)
         except RagTopicsError as exc:
-            return f"**Not created:** {exc}", topics_table(rt), gr.skip()
-        return f"Created Topic **{topic.name}**. Upload files on the Upload tab.", topics_table(rt), ""
+            return f"**Not created:** {html.escape(str(exc))}", topics_table(rt), gr.skip()
+        return f"Created Topic **{html.escape(topic.name)}**. Upload files on the Upload tab.", topics_table(rt), ""
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
     event = create.click(on_create, inputs, [status, table, name], api_name="create_topic", api_visibility="undocumented")
@@ -94,7 +95,7 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
             t = update_settings(rt, topic_name, {setting: json.loads(raw) if raw.strip().startswith("{") else raw})
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
-        return f"Topic **{t.name}**: `{setting}` = `{_display(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
+        return f"Topic **{html.escape(t.name)}**: `{setting}` = `{_display(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
 
     for trigger in (topic.change, key.change):
         trigger(current, [topic, key], value, api_visibility="private")

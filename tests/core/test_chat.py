@@ -172,3 +172,21 @@ def test_an_answer_cut_at_the_token_limit_says_so(reconfigure, run_jobs, scripte
     result = final(ask(rt, topic, "What do rivers do?"))
     assert result.text.startswith("Rivers [a.txt] word0 ") and "word13" in result.text and "word14" not in result.text
     assert result.text.endswith("(cut off at the answer length limit of 16 tokens, LLM_MAX_TOKENS)*")
+
+
+def test_a_follow_up_that_finds_nothing_alone_is_searched_with_the_previous_question(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Pumps", settings={"retrieval_strategy": "DENSE", "min_similarity_score": 0.4})
+    upload(rt, topic, "errors.txt", b"Error E-4711 means the pump ran dry. Wait 20 minutes before restarting the pump.")
+    upload(rt, topic, "lunch.txt", b"The canteen serves soup on Mondays and fish on Fridays.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "See [S1]."
+    first = final(ask(rt, topic, "What does pump error E-4711 mean?"))
+    assert [s.file for s in first.sources] == ["errors.txt"]
+    follow_up = final(ask(rt, topic, "And how long must I wait?", session_id=first.session_id))
+    assert [s.file for s in follow_up.sources] == ["errors.txt"] and not follow_up.no_answer
+    turn = session_turns(rt, first.session_id)[-1]
+    retrievals = [e["data"] for e in json.loads(turn.trace_json) if e["step"] == "retrieve"]
+    assert [r["query"] for r in retrievals] == ["And how long must I wait?", "What does pump error E-4711 mean?\nAnd how long must I wait?"]
+    assert retrievals[0]["kept"] == [] and retrievals[1]["kept"][0]["file"] == "errors.txt"
+    # A new chat has no previous question: the same words alone find nothing.
+    assert final(ask(rt, topic, "And how long must I wait?")).no_answer

@@ -100,3 +100,38 @@ def test_a_question_sent_while_an_answer_streams_is_answered_next(page, rt, run_
             break
         time.sleep(0.1)
     assert [t.question for t in session_turns(rt, session.id)] == expected
+
+
+def test_stopping_the_first_answer_of_a_chat_leaves_the_chat_usable(page, rt, run_jobs, scripted_llm, tmp_path):
+    topic = create_topic(rt, "Stop Topic")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees. Kettle K-3 holds 1.7 litres.")
+    run_jobs()
+    page.reload()
+    scripted_llm.replies["answer"] = lambda body: (
+        "It holds 1.7 litres [S1]." if "K-3 hold?" in body["messages"][-1]["content"] else "It switches off at one hundred degrees, as the manual says [S1]."
+    )  # fmt: skip
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-topic input").click()
+    page.get_by_role("option", name="Stop Topic").click()
+    box = page.get_by_placeholder("Ask a question")
+    scripted_llm.delay_s = 0.4
+    try:
+        box.fill("When does kettle K-2 switch off?")
+        box.press("Enter")
+        page.locator("#chatbot").get_by_text("It switches").wait_for(timeout=20000)
+        page.get_by_role("button", name="Stop").click()
+        page.locator("#chatbot").get_by_text("stopped: this answer is not saved").wait_for(timeout=10000)
+    finally:
+        scripted_llm.delay_s = 0
+    # A person reads the stopped answer before typing; the browser finishes the cancelled event meanwhile
+    # (a question sent in the same instant stays in the box, unsent, and Send sends it).
+    page.wait_for_timeout(2000)
+    box.fill("How much does kettle K-3 hold?")
+    box.press("Enter")
+    page.locator("#chatbot").get_by_text("It holds 1.7 litres [kettles.txt].").wait_for(timeout=20000)
+    page.locator("#chatbot").get_by_role("link", name="kettles.txt").last.wait_for()
+    assert "no chat session" not in page.locator("#chatbot").inner_text()
+    page.screenshot(path=str(tmp_path / "after-stop.png"))
+    with rt.metadata.session() as s:
+        sessions = s.exec(select(ChatSessionRow).where(ChatSessionRow.topic_id == topic.id)).all()
+    assert [[t.question for t in session_turns(rt, x.id)] for x in sessions] == [["How much does kettle K-3 hold?"]]

@@ -59,7 +59,7 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     code = main(["ingest", "Fleet", str(tmp_path / "pumps.txt"), str(tmp_path / "trucks.md"), str(tmp_path / "image.png")])
     err = capsys.readouterr().err
     assert code == 1  # one file refused
-    assert "image.png was refused" in err and "[2/2] files indexed, 2 chunks" in err
+    assert "image.png was refused" in err and "[2/2] files done: 2 indexed; 2 chunks" in err
 
     scripted_llm.replies["answer"] = "Every 90 days [S1]."
     assert main(["ask", "Fleet", "How often is pump P-7 inspected?", "--json"]) == 0
@@ -75,7 +75,8 @@ def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsy
     main(["topic", "create", "Strict"])
     (tmp_path / "blob.txt").write_bytes(b"\x00\x01\x02binary")
     assert main(["ingest", "Strict", str(tmp_path / "blob.txt")]) == 1
-    assert "blob.txt: FAILED: blob.txt looks like a binary file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "blob.txt: FAILED: blob.txt looks like a binary file" in err and "[1/1] files done: 0 indexed, 1 failed; 0 chunks" in err
 
 
 def test_unknown_topic_is_a_clear_error(rt, capsys):

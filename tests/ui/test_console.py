@@ -38,7 +38,9 @@ def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, script
 
     scripted_llm.replies["answer"] = "Descale it every spring [S1]."
     history, sources, _, _ = client.predict("Console Topic", "When is boiler B-12 descaled?", [], None, api_name="/ask")
-    assert history[-1]["content"][0]["text"] == "Descale it every spring [boilers.md]."
+    answer, line = history[-1]["content"][0]["text"].split("\n\n")
+    assert answer == "Descale it every spring [boilers.md]."
+    assert line.startswith('<sub>Sources: <a href="/files/') and line.endswith('target="_blank">boilers.md</a> 0.82</sub>')
     assert "boilers.md" in sources
     session = list_sessions(rt, get_topic(rt, "Console Topic"))[0]
     assert [t.answer for t in session_turns(rt, session.id)] == ["Descale it every spring [boilers.md]."]

@@ -51,7 +51,7 @@ def test_source_links_download_the_file_and_expired_or_forged_links_are_refused(
 def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scripted_llm):
     _, client = console
     status = client.predict("Manuals", "system", "Talk like a ship's captain about $topic_name.", api_name="/save_prompt")
-    assert "Not saved" in status and "$custom_system_prompt" in status  # a variable was dropped
+    assert "Not saved" in status and "(missing: $custom_system_prompt)" in status  # a variable was dropped
     status = client.predict("Manuals", "system", "Captain of $topic_name here. $custom_system_prompt", api_name="/save_prompt")
     assert "Saved prompt `system` for Topic **Manuals**" in status
     assert resolve_prompts(rt, None)["system"].text != resolve_prompts(rt, manuals.id)["system"].text
@@ -76,7 +76,7 @@ def test_a_text_attachment_is_sent_with_the_question_and_a_refused_one_explains(
     note = tmp_path / "note.txt"
     note.write_text("Night shift: the pump was noisy.")
     history, *_ = client.predict("Manuals", "What does the note say about the boiler?", [], handle_file(str(note)), api_name="/ask")
-    assert history[-1]["content"][0]["text"] == "The note mentions a noisy pump [boiler.txt].", history
+    assert history[-1]["content"][0]["text"].startswith("The note mentions a noisy pump [boiler.txt].\n\n<sub>Sources: "), history
     assert "Night shift: the pump was noisy." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
     archive = tmp_path / "data.zip"
     archive.write_bytes(b"PK\x03\x04")
@@ -111,7 +111,7 @@ def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scrip
     scripted_llm.replies["answer"] = "Every spring [S1]."
     *_, final = ask(rt, manuals, "When is boiler B-12 descaled?")
     messages, badges = load_session(rt, final.session_id)
-    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"] == "Every spring [boiler.txt]."
+    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"].startswith("Every spring [boiler.txt].\n\n<sub>Sources: <a href=\"/files/")
     link = badges.split('href="')[1].split('"')[0]
     assert rt.blobs.read(rt.signer.verify(link.removeprefix("/files/"))) == b"Boiler B-12 must be descaled every spring."
 
