@@ -64,20 +64,25 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     page.screenshot(path=str(tmp_path / "chat.png"))
 
 
-def test_a_question_sent_while_an_answer_streams_is_answered_next(page, rt, run_jobs, scripted_llm, tmp_path):
-    topic = create_topic(rt, "Streaming Topic")
+def kettle_chat(page, rt, run_jobs, scripted_llm, name: str):
+    """A Topic with one kettle manual, opened in the Chat tab; the scripted model answers the two kettle questions."""
+    topic = create_topic(rt, name)
     upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees. Kettle K-3 holds 1.7 litres.")
     run_jobs()
     page.reload()
     scripted_llm.replies["answer"] = lambda body: (
         "It holds 1.7 litres [S1]." if "K-3 hold?" in body["messages"][-1]["content"] else "It switches off at one hundred degrees, as the manual says [S1]."
     )  # fmt: skip
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-topic input").click()
+    page.get_by_role("option", name=name).click()
+    return topic, page.get_by_placeholder("Ask a question")
+
+
+def test_a_question_sent_while_an_answer_streams_is_answered_next(page, rt, run_jobs, scripted_llm, tmp_path):
+    topic, box = kettle_chat(page, rt, run_jobs, scripted_llm, "Streaming Topic")
     scripted_llm.delay_s = 0.3
     try:
-        page.get_by_role("tab", name="Chat").click()
-        page.locator("#chat-topic input").click()
-        page.get_by_role("option", name="Streaming Topic").click()
-        box = page.get_by_placeholder("Ask a question")
         box.fill("When does kettle K-2 switch off?")
         box.press("Enter")
         page.locator("#chatbot").get_by_text("It switches").wait_for(timeout=20000)
@@ -103,17 +108,7 @@ def test_a_question_sent_while_an_answer_streams_is_answered_next(page, rt, run_
 
 
 def test_stopping_the_first_answer_of_a_chat_leaves_the_chat_usable(page, rt, run_jobs, scripted_llm, tmp_path):
-    topic = create_topic(rt, "Stop Topic")
-    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees. Kettle K-3 holds 1.7 litres.")
-    run_jobs()
-    page.reload()
-    scripted_llm.replies["answer"] = lambda body: (
-        "It holds 1.7 litres [S1]." if "K-3 hold?" in body["messages"][-1]["content"] else "It switches off at one hundred degrees, as the manual says [S1]."
-    )  # fmt: skip
-    page.get_by_role("tab", name="Chat").click()
-    page.locator("#chat-topic input").click()
-    page.get_by_role("option", name="Stop Topic").click()
-    box = page.get_by_placeholder("Ask a question")
+    topic, box = kettle_chat(page, rt, run_jobs, scripted_llm, "Stop Topic")
     scripted_llm.delay_s = 0.4
     try:
         box.fill("When does kettle K-2 switch off?")
