@@ -6,8 +6,8 @@ import gradio as gr
 
 from core.runtime import Runtime
 from ui import chat_tab, mcp_tools, prompts_tab, topics_tab, upload_tab
-from ui.files_route import install_file_route
 from ui.common import refresh_dropdown
+from ui.files_route import install_file_route
 
 TITLE = "ragtopics"
 

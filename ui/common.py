@@ -6,8 +6,8 @@ import html
 
 import gradio as gr
 
-from core.runtime import Runtime
 from core.errors import RagTopicsError
+from core.runtime import Runtime
 from core.topics import Topic, get_topic, list_topics
 
 

@@ -6,9 +6,9 @@ import json
 
 import gradio as gr
 
+from core import topics as topic_store
 from core.chat import ask
 from core.runtime import Runtime
-from core import topics as topic_store
 
 
 def register(rt: Runtime) -> None:

@@ -6,8 +6,8 @@ import io
 import json
 
 import docx
-import pytest
 import numpy as np
+import pytest
 
 from core.documents import get_document
 from core.topics import create_topic
