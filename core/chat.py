@@ -159,6 +159,10 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     yield from turn.search_and_answer(allow_tools)
 
 
+#: Ends a streamed answer that the model stopped because it reached its token limit.
+TRUNCATED_NOTE = " … *(cut off at the answer length limit of {max_tokens} tokens, LLM_MAX_TOKENS)*"
+
+
 class _Turn:
     """State of one chat turn while :func:`ask` runs (kept out of the public API)."""
 
@@ -193,7 +197,7 @@ class _Turn:
         messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(rendered)}]
         parts: list[str] = []
         with self.trace.step("answer", route=route.value) as ev:
-            for delta in self.rt.gateway.stream_chat("language_model", messages, prompt_name=template.name, trace=self.trace):
+            for delta in self.answer_deltas(messages, template.name):
                 parts.append(delta)
                 text = "".join(parts).strip()
                 if NEEDS_DOCUMENTS.startswith(text) or NEEDS_DOCUMENTS in text:
@@ -285,10 +289,16 @@ class _Turn:
             ev.data.update(messages=messages, history_messages=len(self.history))
         return messages
 
+    def answer_deltas(self, messages: list[dict], prompt_name: str, **kw) -> Iterator[str]:
+        """The language model's streamed answer; one cut at the token limit ends with :data:`TRUNCATED_NOTE`."""
+        finish = yield from self.rt.gateway.stream_chat("language_model", messages, prompt_name=prompt_name, trace=self.trace, **kw)
+        if finish == "length":  # say so rather than end mid-sentence without a word
+            yield TRUNCATED_NOTE.format(max_tokens=kw.get("max_tokens") or self.rt.settings.llm_max_tokens)
+
     def stream(self, messages: list[dict], code_to_file: dict[str, str], **kw) -> Generator[ChatUpdate, None, str]:
         parts: list[str] = []
         with self.trace.step("answer", route=self.route) as ev:
-            for delta in self.rt.gateway.stream_chat("language_model", messages, prompt_name="answer", trace=self.trace, **kw):
+            for delta in self.answer_deltas(messages, "answer", **kw):
                 parts.append(delta)
                 yield self.update(render_citations("".join(parts), code_to_file))
             ev.data["raw_answer"] = "".join(parts)

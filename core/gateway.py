@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass
 
 import instructor
@@ -26,8 +26,6 @@ from core.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from core.errors import ModelUnavailableError, StructuredOutputError
 from core.tracing import Trace
 
-#: Appended to a streamed answer that the model ended because it reached ``max_tokens``.
-TRUNCATED_NOTE = " … *(cut off at the answer length limit of {max_tokens} tokens, LLM_MAX_TOKENS)*"
 log = logging.getLogger(__name__)
 
 TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError)
@@ -120,12 +118,13 @@ class ModelGateway:
         return ChatReply(text=response.choices[0].message.content or "", call=call)
 
     def stream_chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
-                    max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Iterator[str]:  # fmt: skip
+                    max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Generator[str, None, str | None]:  # fmt: skip
         """Stream a chat completion as text deltas.
 
         Closing the iterator early closes the HTTP stream and records the call as
         ``stopped`` (the server may still finish the generation in the background).
-        When the model stops at ``max_tokens``, a last delta (:data:`TRUNCATED_NOTE`) says so.
+        The generator returns the finish reason (``"stop"``, ``"length"`` when ``max_tokens``
+        cut the answer, or None when the server sent none): ``reason = yield from ...``.
 
         Raises:
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
@@ -140,8 +139,8 @@ class ModelGateway:
         with slot:
             stream = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
                                   temperature=temperature, tools=tools)  # fmt: skip
+            finish_reason = None
             try:
-                finish_reason = None
                 for chunk in stream:
                     if chunk.usage is not None:
                         usage = chunk.usage
@@ -152,8 +151,6 @@ class ModelGateway:
                         parts.append(delta)
                         yield delta
                 stopped = False
-                if finish_reason == "length":  # say so rather than end mid-sentence without a word
-                    yield TRUNCATED_NOTE.format(max_tokens=max_tokens)
             except openai.APIError as exc:
                 raise ModelUnavailableError(f"the {endpoint.role} at {endpoint.base_url} failed while streaming: {exc}") from exc
             finally:
@@ -161,6 +158,7 @@ class ModelGateway:
                 call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
                                  getattr(usage, "completion_tokens", 0) or len(parts), _ms(t0), stopped=stopped)  # fmt: skip
                 _record(trace, call, messages, "".join(parts))
+        return finish_reason
 
     def structured(self, role: str, messages: list[dict], response_model: type[BaseModel], *, prompt_name: str,
                    trace: Trace | None = None, max_tokens: int | None = 512) -> BaseModel:  # fmt: skip
