@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.filetypes import BUILDERS
-from core.config import Settings
-from core.documents import receive_upload
-from core.ingest import ingest_document
-from core.runtime import Runtime, set_runtime
-from core.topics import Topic, create_topic
-from storage.chunk_index import ChunkIndex, ChunkRecord
-from storage.redis_server import EmbeddedRedis
+from ragtopics.settings.env import Settings
+from ragtopics.documents.uploads import receive_upload
+from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.topics.topics import Topic, create_topic
+from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
+from ragtopics.ops.redis_server import EmbeddedRedis
 
 TOP_K = 5
 LATENCY_CHUNKS = 10_000

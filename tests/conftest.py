@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from rq import SimpleWorker
 
-from core.config import Settings
-from core.embedding import LocalEmbedder
-from core.gateway import ModelGateway
-from core.runtime import Runtime, set_runtime
-from storage.redis_server import EmbeddedRedis
+from ragtopics.settings.env import Settings
+from ragtopics.llm.embedding import LocalEmbedder
+from ragtopics.llm.gateway import ModelGateway
+from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.ops.redis_server import EmbeddedRedis
 from tests.scripted_llm import ScriptedLLM
-from worker.queue import queue_for
+from ragtopics.worker.queue import queue_for
 
 EVAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "eval" / "hotpotqa"
 if not EVAL_DIR.exists():  # a clone next to shared/, or shared/ inside the repository

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from storage.links import LINK_PREFIX, LinkError, LinkSigner, load_or_create_secret
+from ragtopics.storage.links import LINK_PREFIX, LinkError, LinkSigner, load_or_create_secret
 
 SECRET = b"k" * 32
 NOW = 1_700_000_000.0
@@ -75,7 +75,7 @@ def test_validly_signed_garbage_payload_is_malformed():
 
 
 def test_link_error_is_a_product_error():
-    from core.errors import RagTopicsError
+    from ragtopics.errors import RagTopicsError
 
     assert issubclass(LinkError, RagTopicsError)
 
@@ -94,7 +94,7 @@ def test_secret_file_is_created_with_mode_600_and_reused(tmp_path):
 
 
 def test_secret_file_of_wrong_size_is_refused(tmp_path):
-    from core.errors import ConfigurationError
+    from ragtopics.errors import ConfigurationError
 
     path = tmp_path / "link.secret"
     path.write_bytes(b"short")

@@ -8,12 +8,12 @@ import time
 import pytest
 from sqlmodel import select
 
-from core.chat import session_turns
-from core.topics import create_topic
-from storage.metadata import ChatSessionRow
+from ragtopics.answer.turn import session_turns
+from ragtopics.topics.topics import create_topic
+from ragtopics.storage.metadata import ChatSessionRow
 from tests.conftest import free_port
-from tests.core.test_ingest import upload
-from ui.app import launch_console
+from tests.ingest.test_ingest import upload
+from ragtopics.ui.app import launch_console
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")

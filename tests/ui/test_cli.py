@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.topics import get_topic
-from ui.cli import main
+from ragtopics.topics.topics import get_topic
+from ragtopics.ui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def worker_process(settings):
     """A real `ragtopics worker` process on the test Redis, queue and data dir."""
     env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
            "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "ui.cli", "worker"], cwd=ROOT, env=env)
+    process = subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env)
     yield process
     process.terminate()
     process.wait(timeout=30)
@@ -87,8 +87,8 @@ def test_unknown_topic_is_a_clear_error(rt, capsys):
 def test_ask_with_an_attachment_and_a_refused_one(rt, run_jobs, scripted_llm, tmp_path, capsys):
     main(["topic", "create", "Notes", "--set", "min_similarity_score=0"])
     (tmp_path / "a.txt").write_text("The generator is tested on Mondays.")
-    from core.documents import receive_upload
-    from worker.queue import enqueue_ingest
+    from ragtopics.documents.uploads import receive_upload
+    from ragtopics.worker.queue import enqueue_ingest
 
     doc = receive_upload(rt, get_topic(rt, "Notes"), "a.txt", (tmp_path / "a.txt").read_bytes())
     enqueue_ingest(rt, doc.topic_id, doc.id)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from gradio_client import Client, handle_file
 
-from core.chat import list_sessions, session_turns
-from core.topics import get_topic
+from ragtopics.answer.turn import list_sessions, session_turns
+from ragtopics.topics.topics import get_topic
 from tests.conftest import free_port
-from ui.app import launch_console
+from ragtopics.ui.app import launch_console
 
 
 @pytest.fixture

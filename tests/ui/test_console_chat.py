@@ -10,12 +10,12 @@ import httpx
 import pytest
 from gradio_client import Client, handle_file
 
-from core.chat import ask
-from core.prompt_config import resolve_prompts
-from core.topics import create_topic, get_topic
+from ragtopics.answer.turn import ask
+from ragtopics.prompts.resolve import resolve_prompts
+from ragtopics.topics.topics import create_topic, get_topic
 from tests.conftest import free_port
-from tests.core.test_ingest import upload
-from ui.app import launch_console
+from tests.ingest.test_ingest import upload
+from ragtopics.ui.app import launch_console
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
 
 
 def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scripted_llm):
-    from ui.chat_tab import load_session
+    from ragtopics.ui.chat_tab import load_session
 
     scripted_llm.replies["answer"] = "Every spring [S1]."
     *_, final = ask(rt, manuals, "When is boiler B-12 descaled?")
@@ -117,8 +117,8 @@ def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scrip
 
 
 def test_a_long_refusal_lists_a_few_types_and_a_count(rt):
-    from core.documents import receive_upload
-    from core.errors import RefusedFileError
+    from ragtopics.documents.uploads import receive_upload
+    from ragtopics.errors import RefusedFileError
 
     topic = create_topic(rt, "All types")
     with pytest.raises(RefusedFileError, match=r"pdf, docx, xlsx, pptx, txt, md, csv, json, xml, yaml, html, py, .* and \d+ more"):

@@ -1,1 +1,0 @@
-"""Domain logic of ragtopics: settings, reading, chunking, embedding, the model gateway, retrieval and answering."""

@@ -1,0 +1,167 @@
+"""Decide which retrieved documents an answer really used.
+
+The spec: "A check keeps only the documents the answer really used (cited, quoted,
+or confirmed by a model check)", and the model check runs only "when the answer
+does not clearly cite its sources". Decisions are per file: a file is used when
+any of its chunks is, and then all its chunks are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from ragtopics.answer.citations import cited_codes, render_citations
+
+log = logging.getLogger(__name__)
+
+#: Consecutive words an answer must share verbatim with a chunk to count as quoting it.
+#: Eight words is long enough that stock phrases ("one of the most important parts of")
+#: rarely match by chance, and short enough to catch a quoted sentence fragment.
+QUOTE_MIN_WORDS = 8
+
+REASON_CITED = "cited"
+REASON_QUOTED = "quoted"
+REASON_CONFIRMED = "confirmed by model check"
+REASON_NOT_USED = "not used"
+REASON_CHECK_FAILED = "model check failed"
+
+_WORD = re.compile(r"\w+")
+
+#: ``confirm(answer, file, text) -> bool``: asks a model whether the answer used that file's text.
+Confirm = Callable[[str, str, str], bool]
+
+
+class SourceLike(Protocol):
+    """Anything with a citation code, a file name and chunk text."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A retrieved chunk as the prompt showed it.
+
+    Attributes:
+        code: its citation code in the prompt, ``S1``, ``S2``, ...
+        file: the file name of its document.
+        text: the chunk text.
+    """
+
+    code: str
+    file: str
+    text: str
+
+
+S = TypeVar("S", bound=SourceLike)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceCheck(Generic[S]):
+    """The outcome of :func:`check_sources`.
+
+    Attributes:
+        used: candidates of the used files, in input order (all chunks of a used file).
+        dropped: the other candidates, in input order.
+        reasons: file name → "cited", "quoted", "confirmed by model check",
+            "not used" or "model check failed: <why>".
+    """
+
+    used: list[S] = field(default_factory=list)
+    dropped: list[S] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def check_sources(answer: str, candidates: Sequence[S], confirm: Confirm | None = None) -> SourceCheck[S]:
+    """Keep the candidates whose files the answer cited, quoted or (failing both) a model confirms.
+
+    Args:
+        answer: the raw answer, citation codes (``[S1]``, ``[S1, S3]``, ``[S1][S2]``) still in it.
+        candidates: the chunks the prompt showed, each with ``code``, ``file`` and ``text``.
+        confirm: ``confirm(answer, file, text) -> bool``, asked once per remaining file
+            (its chunks' text joined by blank lines), and only when the answer cites no
+            code of a candidate. None means no model check: those files are dropped.
+
+    Returns:
+        A :class:`SourceCheck`; ``reasons`` has one entry per distinct file.
+        An exception from ``confirm`` drops that file with the reason
+        "model check failed: <error>" instead of propagating.
+    """
+    files = list(dict.fromkeys(c.file for c in candidates))
+    # Only codes that name a candidate count as a clear citation; an invented code does not.
+    codes = set(cited_codes(answer)) & {c.code for c in candidates}
+    answer_runs = _answer_runs(answer, QUOTE_MIN_WORDS)
+    reasons: dict[str, str] = {}
+    for file in files:
+        chunks = [c for c in candidates if c.file == file]
+        if any(c.code in codes for c in chunks):
+            reasons[file] = REASON_CITED
+        elif any(not answer_runs.isdisjoint(_word_runs(c.text, QUOTE_MIN_WORDS)) for c in chunks):
+            reasons[file] = REASON_QUOTED
+    remaining = [f for f in files if f not in reasons]
+    if codes:
+        reasons.update({f: REASON_NOT_USED for f in remaining})
+    else:
+        reasons.update(_ask_model(answer, candidates, remaining, confirm))
+    kept = {f for f, why in reasons.items() if why in (REASON_CITED, REASON_QUOTED, REASON_CONFIRMED)}
+    log.debug("source check kept %s of %s files", len(kept), len(files))
+    return SourceCheck(
+        used=[c for c in candidates if c.file in kept],
+        dropped=[c for c in candidates if c.file not in kept],
+        reasons=reasons,
+    )
+
+
+def is_quoted(answer: str, text: str, *, min_words: int = QUOTE_MIN_WORDS) -> bool:
+    """Whether ``answer`` repeats at least ``min_words`` consecutive words of ``text``.
+
+    Words are ``\\w+`` tokens compared case-insensitively, so punctuation and spacing
+    do not matter; citation codes are removed from the answer first, so a code in the
+    middle of a quoted sentence does not break the run.
+
+    Args:
+        answer: the raw answer.
+        text: a chunk's text.
+        min_words: the shortest run that counts as a quote (>= 1).
+
+    Returns:
+        True when some run of ``min_words`` words appears in both.
+    """
+    return not _answer_runs(answer, min_words).isdisjoint(_word_runs(text, min_words))
+
+
+def _answer_runs(answer: str, length: int) -> set[tuple[str, ...]]:
+    # Unknown codes are removed by render_citations, so an empty mapping strips them all.
+    return _word_runs(render_citations(answer, {}), length)
+
+
+def _word_runs(text: str, length: int) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i : i + length]) for i in range(len(words) - length + 1)}
+
+
+def _ask_model(answer: str, candidates: Sequence[S], files: list[str], confirm: Confirm | None) -> dict[str, str]:
+    """Reason per file from the model check; failures drop the file and say why."""
+    if confirm is None:
+        return {f: f"{REASON_CHECK_FAILED}: no model check available" for f in files}
+    reasons: dict[str, str] = {}
+    for file in files:
+        text = "\n\n".join(c.text for c in candidates if c.file == file)
+        try:
+            confirmed = bool(confirm(answer, file, text))
+        except Exception as exc:  # noqa: BLE001 - the caller's model call may fail in any way; dropping is the safe side
+            log.warning("model check of %s failed: %s", file, exc)
+            reasons[file] = f"{REASON_CHECK_FAILED}: {type(exc).__name__}: {exc}"
+            continue
+        reasons[file] = REASON_CONFIRMED if confirmed else REASON_NOT_USED
+    return reasons

@@ -1,0 +1,170 @@
+"""Receiving uploads (phase A step 1) and listing a Topic's documents."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlmodel import select
+
+from ragtopics.errors import NotFoundError, RefusedFileError
+from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
+from ragtopics.runtime import Runtime
+from ragtopics.topics.topics import Topic
+from ragtopics.storage.metadata import DocumentRow, utcnow
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_NAME_BYTES = 255
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentInfo:
+    """A row of the Indexed Documents list.
+
+    Attributes:
+        id, file_name, status, chunk_count, size_bytes, error, warning: as stored.
+        indexed_with: the settings the searchable version was indexed with.
+        job_id: the RQ job of the latest upload.
+    """
+
+    id: str
+    file_name: str
+    status: str
+    chunk_count: int
+    size_bytes: int
+    error: str
+    warning: str
+    job_id: str
+    indexed_with: dict[str, Any] = field(default_factory=dict)
+
+
+def clean_file_name(raw: str) -> str:
+    """A safe file name: the last path component, NFC, no control characters, at most 255 bytes.
+
+    Raises:
+        RefusedFileError: when nothing usable is left (empty, ``.`` or ``..``).
+    """
+    name = unicodedata.normalize("NFC", raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
+    if not name.strip("."):
+        raise RefusedFileError(f"the file name {raw!r} is not usable; rename the file and upload it again")
+    while len(name.encode()) > MAX_FILE_NAME_BYTES:
+        stem, dot, ext = name.rpartition(".")
+        name = (stem[:-1] + dot + ext) if dot and stem else name[:-1]
+    return name
+
+
+def is_docling_available(docling_server: str) -> bool:
+    """Whether documents can be converted: the docling library is installed (``embedded``), or a
+    docling-serve URL answers its health check within 3 s."""
+    if docling_server == "embedded":
+        import importlib.util
+
+        return importlib.util.find_spec("docling") is not None
+    if not docling_server.startswith(("http://", "https://")):
+        return False
+    import httpx
+
+    try:
+        return httpx.get(docling_server.rstrip("/") + "/health", timeout=3.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def describe_types(extensions: list[str], *, limit: int = 16) -> str:
+    """A readable list of file types: all of them when few, else the first ``limit`` and a count."""
+    if len(extensions) <= limit:
+        return ", ".join(extensions)
+    shown = [e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions]
+    shown += [e for e in extensions if e not in shown][: limit - len(shown)]
+    return f"{', '.join(shown)} and {len(extensions) - len(shown)} more (see the Topic's File Types)"
+
+
+def document_id_for(topic_id: str, file_name: str) -> str:
+    """Content-hash id of a file name within a Topic: ``doc-`` + 16 hex digits of SHA-1."""
+    return "doc-" + hashlib.sha1(f"{topic_id}\0{file_name}".encode()).hexdigest()[:16]
+
+
+def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> DocumentRow:
+    """Check an upload and store the original file; the caller then enqueues ``ingest``.
+
+    A file with a name already stored keeps its searchable version until the new
+    one has been indexed.
+
+    Raises:
+        RefusedFileError: for an unusable name, a type the Topic does not accept, or a
+            file over the Topic's size limit. Nothing is stored then.
+    """
+    name = clean_file_name(file_name)
+    ext = extension_of(name)
+    accepted = topic.settings.file_types
+    if ext not in accepted:
+        raise RefusedFileError(f"{name} was refused: Topic {topic.name!r} accepts only these file types: {describe_types(accepted)}")
+    if ext in DOCUMENT_TYPES and not is_docling_available(topic.settings.docling_server):
+        raise RefusedFileError(
+            f"{name} was refused: it is a document, and Docling is needed to read it. The Docling Server of Topic "
+            f"{topic.name!r} ({topic.settings.docling_server!r}) is not available; set it to 'embedded' or to a "
+            "docling-serve URL that answers."
+        )
+    limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
+    if len(data) > limit:
+        raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
+    doc_id = document_id_for(topic.id, name)
+    rel, digest = rt.blobs.put(topic.id, doc_id, name, data)
+    with rt.metadata.session() as s:
+        row = s.get(DocumentRow, doc_id)
+        if row is None:
+            row = DocumentRow(id=doc_id, topic_id=topic.id, file_name=name)
+        elif row.pending_blob_path and row.pending_blob_path not in (rel, row.blob_path):
+            rt.blobs.remove(row.pending_blob_path)
+        row.pending_sha256, row.pending_blob_path = digest, rel
+        row.size_bytes, row.status, row.error, row.updated_at = len(data), "queued", "", utcnow()
+        s.add(row)
+    log.info("received %s (%d bytes) for Topic %s", name, len(data), topic.name)
+    return row
+
+
+def set_job(rt: Runtime, document_id: str, job_id: str) -> None:
+    """Remember the RQ job that indexes a document."""
+    with rt.metadata.session() as s:
+        row = s.get(DocumentRow, document_id)
+        row.job_id = job_id
+        s.add(row)
+
+
+def get_document(rt: Runtime, document_id: str) -> DocumentRow:
+    """A document row.
+
+    Raises:
+        NotFoundError: when it does not exist.
+    """
+    with rt.metadata.session() as s:
+        row = s.get(DocumentRow, document_id)
+    if row is None:
+        raise NotFoundError(f"no document {document_id}")
+    return row
+
+
+def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
+    """The Indexed Documents list of a Topic, by file name."""
+    with rt.metadata.session() as s:
+        rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic.id).order_by(DocumentRow.file_name)).all()
+    return [
+        DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
+                     json.loads(r.indexed_with_json or "{}"))  # fmt: skip
+        for r in rows
+    ]
+
+
+def source_link(rt: Runtime, document_id: str) -> str:
+    """A signed download link (about 10 minutes) to a document's original file; "" when it is gone."""
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+    if doc is None or not doc.blob_path:
+        return ""
+    return rt.signer.sign(doc.blob_path)

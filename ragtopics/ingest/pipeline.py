@@ -1,0 +1,362 @@
+"""Phase A orchestrator: read → (describe pictures) → chunk → embed → link pictures → store, for one uploaded document.
+
+Thin by design: each step is a function elsewhere; this module calls them in order,
+reports progress, traces each step, and writes once at the end (new picture blobs,
+then the chunk swap in a single Redis transaction, then one SQL update that also
+swaps the picture rows), so a failure leaves the previous version of the file
+searchable, with its pictures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from sqlmodel import select
+
+from ragtopics.ingest.chunking import Piece, split_recursive
+from ragtopics.errors import RefusedFileError
+from ragtopics.ingest.keywords import extract_keywords
+from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
+from ragtopics.prompts.templates import CONTEXT_LINE as CONTEXT_PROMPT
+from ragtopics.prompts.templates import KEYWORDS as KEYWORDS_PROMPT
+from ragtopics.prompts.templates import NARRATE as NARRATE_PROMPT
+from ragtopics.ingest.readers import IMAGE_READER, ReadResult, read_file
+from ragtopics.runtime import Runtime
+from ragtopics.ingest.structured import pack_records
+from ragtopics.settings.topic import RagTopicSettings
+from ragtopics.topics.topics import get_topic
+from ragtopics.tracing.trace import Trace
+from ragtopics.storage.chunk_index import ChunkRecord
+from ragtopics.storage.metadata import DocumentRow, PictureRow, utcnow
+
+log = logging.getLogger(__name__)
+
+#: ``progress(phase, done, total)``; phases: reading, describing, chunking, embedding, keywords, storing, done.
+ProgressFn = Callable[[str, int, int], None]
+
+_EMBED_STEP = 64
+
+#: How much of the document the context-line prompt shows, and how long a context line may be.
+CONTEXT_DOCUMENT_CHARS = 6000
+CONTEXT_LINE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What an ingest stored.
+
+    Attributes:
+        document_id: the document.
+        status: ``indexed`` or ``empty``.
+        chunk_count: chunks now searchable.
+        replaced: chunks of the previous version removed.
+        trace: the step events.
+    """
+
+    document_id: str
+    status: str
+    chunk_count: int
+    replaced: int
+    trace: list[dict]
+
+
+def chunk_id_for(document_id: str, position: int, text: str) -> str:
+    """Content-hash chunk id: ``chunk-`` + 16 hex digits of SHA-1 over document, position and text."""
+    return "chunk-" + hashlib.sha1(f"{document_id}\0{position}\0{text}".encode()).hexdigest()[:16]
+
+
+def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None) -> IngestResult:
+    """Index the pending version of a document.
+
+    Raises:
+        ReadError: when the file cannot be read.
+        ConfigurationError: Describe pictures is on and the image describer model can't see pictures.
+        ModelUnavailableError: when the embedding model (or a model asked at upload) is unreachable.
+        NotFoundError: when the document or Topic is gone.
+        In every failure case the previous version stays searchable and the
+        document row says ``failed`` with the message.
+    """
+    report = progress or (lambda phase, done, total: None)
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+        if doc is None:
+            from ragtopics.errors import NotFoundError
+
+            raise NotFoundError(f"no document {document_id}")
+        doc.status = "processing"
+        s.add(doc)
+    topic = get_topic(rt, doc.topic_id)
+    cfg = topic.settings
+    trace = Trace("upload", doc.file_name)
+    new_blobs: list[str] = []
+    try:
+        report("reading", 0, 1)
+        with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
+            result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name,
+                               docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
+            ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
+                           records=len(result.records) if result.records is not None else None,
+                           pictures=len(result.pictures))  # fmt: skip
+        result, descriptions = _describe(rt, result, cfg, trace, report)
+        report("chunking", 0, 1)
+        with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
+            pieces = _chunk(rt, result, cfg, trace, doc.file_name)
+            ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
+        contexts = _context_lines(rt, result.text, pieces, cfg, trace, report)
+        # A SEMANTIC chunk is embedded together with its context line.
+        embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
+        vectors = []
+        with trace.step("embed", count=len(pieces)) as ev:
+            for i in range(0, len(pieces), _EMBED_STEP):
+                report("embedding", i, len(pieces))
+                vectors.extend(rt.gateway.embed(embed_texts[i : i + _EMBED_STEP], trace=trace))
+            ev.data["model"] = rt.gateway.embedder.model
+        keywords = _keywords(rt, pieces, cfg, trace, report)
+        pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
+        tags = _link(pieces, result, descriptions, pictures, trace)
+        report("storing", len(pieces), len(pieces))
+        records = [
+            ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
+                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
+                        context=ctx)  # fmt: skip
+            for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
+        ]
+        with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
+            _put_picture_blobs(rt, result, pictures, new_blobs)
+            replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
+            ev.data["replaced"] = replaced
+    except Exception as exc:
+        _mark_failed(rt, doc.id, exc, trace, new_blobs)
+        raise
+    status = "indexed" if records else "empty"
+    warnings = ([] if records else ["no readable text: the file is stored, but nothing of it can be found"])
+    if read_warnings:
+        more = f" (and {len(read_warnings) - 1} more like it)" if len(read_warnings) > 1 else ""
+        warnings.append(f"{len(read_warnings)} warning(s) while reading: {read_warnings[0]}{more}")
+    warning = "; ".join(warnings)
+    if warning:
+        log.warning("%s in Topic %s: %s", doc.file_name, topic.name, warning)
+    indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
+                    "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
+                    "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
+                    "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
+                    "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace)}  # fmt: skip
+    _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
+    report("done", len(records), len(records))
+    return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+
+
+@contextlib.contextmanager
+def _reader_warnings() -> Iterator[list[str]]:
+    """Collect the warnings the readers log (``core.*`` loggers, this thread) while the block runs.
+
+    They are kept with the document (its warning, shown in the Indexed Documents list)
+    as well as logged, so a ragged CSV row or a partly converted document is visible
+    to the operator, not only in the worker's log.
+    """
+    collected: list[str] = []
+    thread = threading.get_ident()
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.thread == thread and record.levelno >= logging.WARNING:
+                collected.append(record.getMessage())
+
+    handler = _Collect()
+    root = logging.getLogger("ragtopics")
+    root.addHandler(handler)
+    try:
+        yield collected
+    finally:
+        root.removeHandler(handler)
+
+
+def model_call_counts(trace: Trace) -> dict[str, int]:
+    """How many model calls an upload made, by kind (prompt name; ``embedding`` counts texts embedded)."""
+    counts: dict[str, int] = {}
+    for event in trace.events:
+        if event.step == "model_call":
+            name = event.data.get("prompt_name", "")
+            kind = "embedding" if event.data.get("role") == "embedding" else name
+            counts[kind] = counts.get(kind, 0) + (event.data.get("items", 1) if kind == "embedding" else 1)
+    return counts
+
+
+def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace,
+                   report: ProgressFn) -> list[str]:  # fmt: skip
+    """SEMANTIC: one model call per chunk writes a short line saying where the chunk sits in the document."""
+    if cfg.chunking_strategy != "SEMANTIC" or not pieces:
+        return [""] * len(pieces)
+    outline = text[:CONTEXT_DOCUMENT_CHARS]
+    lines = []
+    with trace.step("context_lines", count=len(pieces)) as ev:
+        for i, p in enumerate(pieces):
+            report("context lines", i, len(pieces))
+            messages = [{"role": "user", "content": CONTEXT_PROMPT.render(document=outline, chunk=p.text)}]
+            reply = rt.gateway.chat("language_model", messages, prompt_name="context_line", trace=trace, max_tokens=80)
+            lines.append(" ".join(reply.text.split())[:CONTEXT_LINE_CHARS])
+        ev.data["context_lines"] = lines[:50]
+    return lines
+
+
+def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str) -> list[Piece]:
+    """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking.
+
+    Raises:
+        RefusedFileError: when the file would give more than ``MAX_CHUNKS_PER_DOCUMENT`` chunks;
+            checked on a lower bound before any chunking or model call, so a huge file fails in seconds.
+    """
+    if result.reader == IMAGE_READER:
+        text = result.text.strip()
+        return [Piece(text=text, start=0, end=len(text))] if text else []
+    limit = rt.settings.max_chunks_per_document
+    if result.records is None or cfg.import_strategy != "NARRATE":
+        # Each chunk holds at most Chunk Size characters, and together they hold every non-space character.
+        lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
+        _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
+    if result.records is None:
+        pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+        _check_chunk_count(file_name, len(pieces), limit, cfg)
+        return pieces
+    records = list(result.records)
+    if cfg.import_strategy == "NARRATE":
+        records = [_narrate(rt, r, trace) for r in records]
+    texts = pack_records(records, size=cfg.chunk_size)
+    _check_chunk_count(file_name, len(texts), limit, cfg)
+    return [Piece(text=t, start=0, end=len(t)) for t in texts]
+
+
+def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSettings, *, at_least: bool = False) -> None:
+    if count > limit:
+        raise RefusedFileError(
+            f"{file_name} was refused: it would give {'at least ' if at_least else ''}{count:,} chunks at Chunk Size "
+            f"{cfg.chunk_size}, and one document may give at most {limit:,} (MAX_CHUNKS_PER_DOCUMENT). "
+            "Split the file or raise Chunk Size."
+        )
+
+
+def _narrate(rt: Runtime, record: str, trace: Trace) -> str:
+    """Import Strategy NARRATE: one model call rewrites a record as a short paragraph."""
+    messages = [{"role": "user", "content": NARRATE_PROMPT.render(record=record)}]
+    text = rt.gateway.chat("language_model", messages, prompt_name="narrate", trace=trace, max_tokens=300).text.strip()
+    return text or record
+
+
+def _describe(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace,
+              report: ProgressFn) -> tuple[ReadResult, list[str]]:  # fmt: skip
+    """Describe pictures with a vision model: the descriptions become the text (image files) or follow it."""
+    if not cfg.describe_pictures or not result.pictures:
+        return result, [""] * len(result.pictures)
+    report("describing", 0, len(result.pictures))
+    with trace.step("describe_pictures", count=len(result.pictures)) as ev:
+        descriptions = describe_pictures(rt.gateway, list(result.pictures), trace=trace)
+        ev.data["descriptions"] = descriptions
+    if result.reader == IMAGE_READER:
+        return replace(result, text=descriptions[0] or result.text), descriptions
+    return replace(result, text=text_with_descriptions(result.text, list(result.pictures), descriptions)), descriptions
+
+
+def _picture_rows(doc: DocumentRow, result: ReadResult, descriptions: list[str]) -> list[PictureRow]:
+    """One row per picture to store (Store pictures in the database); blob paths are filled in when stored."""
+    return [
+        PictureRow(
+            id=picture_id_for(doc.id, p.index, p.image_png), topic_id=doc.topic_id, document_id=doc.id,
+            blob_path="", caption=p.caption, description=d, page=p.page,
+        )
+        for p, d in zip(result.pictures, descriptions, strict=True)
+    ]
+
+
+def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows: list[PictureRow], trace: Trace) -> list[str]:
+    """Per chunk, the space-separated ids of the stored pictures linked to it."""
+    if not rows:
+        return [""] * len(pieces)
+    with trace.step("link_pictures", pictures=len(rows)) as ev:
+        links = link_pictures([p.text for p in pieces], list(result.pictures), descriptions)
+        tags = [" ".join(rows[i].id for i in found) for found in links]
+        ev.data["linked_chunks"] = sum(1 for t in tags if t)
+    return tags
+
+
+def _put_picture_blobs(rt: Runtime, result: ReadResult, rows: list[PictureRow], written: list[str]) -> None:
+    """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths."""
+    for row, picture in zip(rows, result.pictures):
+        row.blob_path, _ = rt.blobs.put(row.topic_id, row.document_id, f"picture-{picture.index}.png", picture.image_png)
+        written.append(row.blob_path)
+
+
+def _docling_options(cfg: RagTopicSettings):
+    from ragtopics.ingest.docling import DoclingOptions
+
+    d = cfg.docling_settings
+    return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
+
+
+def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn) -> list[str]:
+    """Keyword index text per chunk: only under HYBRID; ALGORITHMIC from the chunk's words, LLM from a model call."""
+    if cfg.retrieval_strategy != "HYBRID":
+        return [""] * len(pieces)
+    with trace.step("keywords", enrichment=cfg.keyword_enrichment, count=len(pieces)) as ev:
+        if cfg.keyword_enrichment == "LLM":
+            out = []
+            for i, p in enumerate(pieces):
+                report("keywords", i, len(pieces))
+                messages = [{"role": "user", "content": KEYWORDS_PROMPT.render(text=p.text)}]
+                reply = rt.gateway.chat("language_model", messages, prompt_name="keywords", trace=trace, max_tokens=120)
+                out.append(" ".join(extract_keywords(reply.text + " " + p.text)))
+        else:
+            out = [" ".join(extract_keywords(p.text)) for p in pieces]
+        ev.data["keywords"] = out[:50]
+    return out
+
+
+def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace,
+               pictures: list[PictureRow]) -> None:  # fmt: skip
+    with rt.metadata.session() as s:
+        old_pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
+        for row in old_pictures:
+            s.delete(row)
+        s.flush()  # a picture kept from the previous version is written again under the same id
+        s.add_all(pictures)
+        doc = s.get(DocumentRow, document_id)
+        old_blob = doc.blob_path
+        doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
+        doc.pending_sha256, doc.pending_blob_path = "", ""
+        doc.status, doc.chunk_count, doc.warning, doc.error = status, count, warning, ""
+        doc.indexed_with_json = json.dumps(indexed_with)
+        doc.trace_json = json.dumps(trace.to_list())
+        doc.updated_at = utcnow()
+        s.add(doc)
+    if old_blob and old_blob != doc.blob_path:
+        rt.blobs.remove(old_blob)
+    kept = {row.blob_path for row in pictures}
+    for row in old_pictures:
+        if row.blob_path not in kept:
+            rt.blobs.remove(row.blob_path)
+
+
+def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
+    log.error("upload of %s failed: %s", document_id, exc)
+    with rt.metadata.session() as s:
+        kept = {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
+    for path in new_blobs:
+        if path not in kept:  # the previous version's identical picture stays
+            rt.blobs.remove(path)
+    with rt.metadata.session() as s:
+        doc = s.get(DocumentRow, document_id)
+        if doc is None:
+            return
+        if doc.pending_blob_path and doc.pending_blob_path != doc.blob_path:
+            rt.blobs.remove(doc.pending_blob_path)
+        doc.pending_sha256, doc.pending_blob_path = "", ""
+        doc.status = "failed"
+        doc.error = str(exc) + (" (the previous version is still searchable)" if doc.content_sha256 else "")
+        doc.trace_json = json.dumps(trace.to_list())
+        doc.updated_at = utcnow()
+        s.add(doc)

@@ -1,0 +1,138 @@
+"""Readers that take the text out of an uploaded file, by file type.
+
+* text files (plain text, Markdown, source code): decoded, encoding detected;
+* structured files (json, jsonl, xml, yaml, toml, csv, tsv): records, see :mod:`ragtopics.ingest.structured`;
+* documents (pdf, docx, xlsx, pptx): converted by Docling, see :mod:`ragtopics.ingest.docling`;
+* images (jpg, png, gif, ...): one picture, see :mod:`ragtopics.ingest.pictures`; the text is the
+  file name until :mod:`ragtopics.ingest.pipeline` replaces it with the picture's description.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from charset_normalizer import from_bytes
+
+from ragtopics.errors import ReadError
+
+log = logging.getLogger(__name__)
+
+#: Plain text, markup and source code: read as text, no model calls.
+TEXT_EXTENSIONS: frozenset[str] = frozenset(
+    {
+        "txt", "text", "md", "markdown", "rst", "adoc", "log", "ini", "cfg", "conf", "env",
+        "py", "pyi", "ipynb", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
+        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
+        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
+        "sql", "html", "htm", "css", "scss", "less", "vue", "svelte", "tex", "proto", "graphql", "gradle",
+        "dockerfile", "makefile", "cmake",
+    }
+)  # fmt: skip
+
+#: Structured files and documents (kept in sync with ragtopics.ingest.structured / ragtopics.ingest.docling,
+#: which import heavier libraries and are loaded only when such a file is read).
+STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
+DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
+#: Image files: each is one picture (see ragtopics.ingest.pictures).
+IMAGE_TYPES: frozenset[str] = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tiff"})
+#: The reader name of an image file.
+IMAGE_READER = "image"
+
+SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES | IMAGE_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """The text of a file and how it was read.
+
+    Attributes:
+        text: the document text ("" when the file has no readable text).
+        reader: which reader ran, e.g. ``"text"``.
+        encoding: the detected character encoding, for text files.
+        records: for structured files, one flattened ``key: value`` text per record
+            (chunked without ever cutting a record); ``None`` for other files.
+        pictures: pictures lifted out of a document, or the one picture of an image
+            file (``ragtopics.ingest.docling.Picture``).
+    """
+
+    text: str
+    reader: str
+    encoding: str = ""
+    records: tuple[str, ...] | None = None
+    pictures: tuple = ()
+
+
+def extension_of(file_name: str) -> str:
+    """Lower-case extension without the dot (``"Report.PDF"`` → ``"pdf"``); a bare ``Makefile`` → ``"makefile"``."""
+    stem, dot, ext = file_name.rpartition(".")
+    if not dot or not stem:
+        return file_name.lower()
+    return ext.lower()
+
+
+def read_text_bytes(data: bytes, *, file_name: str) -> ReadResult:
+    """Decode a text file, detecting its encoding.
+
+    UTF-8 (with or without BOM) is tried first; otherwise charset-normalizer picks
+    the most plausible encoding.
+
+    Raises:
+        ReadError: when the bytes are binary (NUL bytes, or no plausible encoding).
+    """
+    if not data:
+        return ReadResult(text="", reader="text", encoding="utf-8")
+    if b"\x00" in data[:65536] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ReadError(f"{file_name} looks like a binary file (it contains NUL bytes), not text; upload it with its real extension")
+    try:
+        return ReadResult(text=data.decode("utf-8-sig"), reader="text", encoding="utf-8")
+    except UnicodeDecodeError:
+        pass
+    best = from_bytes(data).best()
+    if best is None:
+        raise ReadError(f"{file_name} is not readable text in any known encoding")
+    text = str(best)
+    if _control_ratio(text) > 0.05:
+        raise ReadError(f"{file_name} looks like a binary file, not text")
+    return ReadResult(text=text, reader="text", encoding=best.encoding)
+
+
+def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", docling_options=None) -> ReadResult:
+    """Read the text of an uploaded file by its extension.
+
+    Args:
+        data: the file's bytes.
+        file_name: its (cleaned) name; the extension picks the reader.
+        docling_server: ``embedded`` or a docling-serve URL, for documents.
+        docling_options: ``ragtopics.ingest.docling.DoclingOptions`` for documents.
+
+    Raises:
+        ReadError: when the file cannot be read (the message names the file and why).
+    """
+    ext = extension_of(file_name)
+    if ext in TEXT_EXTENSIONS:
+        return read_text_bytes(data, file_name=file_name)
+    if ext in STRUCTURED_TYPES:
+        from ragtopics.ingest.structured import flatten_record, read_records
+
+        records = tuple(flatten_record(r) for r in read_records(data, file_name=file_name))
+        return ReadResult(text="\n\n".join(records), reader=f"{ext} records ({len(records)})", records=records)
+    if ext in DOCUMENT_TYPES:
+        from ragtopics.ingest.docling import DoclingOptions, convert_document
+
+        converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
+                                     docling_server=docling_server)  # fmt: skip
+        return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures)
+    if ext in IMAGE_TYPES:
+        from ragtopics.ingest.pictures import read_image
+
+        return ReadResult(text=file_name, reader=IMAGE_READER, pictures=(read_image(data, file_name=file_name),))
+    raise ReadError(f"no reader for .{ext} files")
+
+
+def _control_ratio(text: str) -> float:
+    sample = text[:65536]
+    if not sample:
+        return 0.0
+    bad = sum(1 for ch in sample if ord(ch) < 32 and ch not in "\t\n\r\f\v")
+    return bad / len(sample)

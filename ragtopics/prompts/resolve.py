@@ -1,0 +1,53 @@
+"""Prompt overrides: shared defaults (Admin → LLM Configuration) and per-Topic edits (Prompts tab).
+
+Resolution order for a Topic: its own override, then the shared override, then the
+built-in default of :mod:`ragtopics.prompts.templates`.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import select
+
+from ragtopics.errors import NotFoundError
+from ragtopics.prompts.templates import DEFAULTS, PromptTemplate
+from ragtopics.runtime import Runtime
+from ragtopics.storage.metadata import PromptOverrideRow, utcnow
+
+SHARED = "shared"
+
+
+def resolve_prompts(rt: Runtime, topic_id: str | None = None) -> dict[str, PromptTemplate]:
+    """Every named prompt as it applies to a Topic (or to all Topics when ``topic_id`` is None)."""
+    scopes = [SHARED] + ([topic_id] if topic_id else [])
+    with rt.metadata.session() as s:
+        rows = s.exec(select(PromptOverrideRow).where(PromptOverrideRow.scope.in_(scopes))).all()
+    overrides = {(r.scope, r.name): r.text for r in rows}
+    resolved: dict[str, PromptTemplate] = {}
+    for name, default in DEFAULTS.items():
+        text = overrides.get((topic_id, name)) if topic_id else None
+        text = text if text is not None else overrides.get((SHARED, name))
+        resolved[name] = default if text is None else PromptTemplate(name, text, default.description)
+    return resolved
+
+
+def set_prompt(rt: Runtime, scope: str, name: str, text: str) -> PromptTemplate:
+    """Store an edited prompt for ``scope`` (``"shared"`` or a Topic id); an empty text resets it.
+
+    Raises:
+        NotFoundError: for an unknown prompt name.
+        PromptTemplateError: when the text does not use exactly the default's variables.
+    """
+    default = DEFAULTS.get(name)
+    if default is None:
+        raise NotFoundError(f"no prompt called {name!r}; prompts: {', '.join(DEFAULTS)}")
+    with rt.metadata.session() as s:
+        row = s.exec(select(PromptOverrideRow).where(PromptOverrideRow.scope == scope, PromptOverrideRow.name == name)).first()
+        if not text.strip():
+            if row is not None:
+                s.delete(row)
+            return default
+        template = default.with_text(text)
+        row = row or PromptOverrideRow(scope=scope, name=name, text=text)
+        row.text, row.updated_at = text, utcnow()
+        s.add(row)
+    return template

@@ -1,0 +1,188 @@
+"""Named prompt templates: the one place that holds prompt text.
+
+Templates use ``string.Template`` placeholders (``$question``). Rendering fails with
+:class:`PromptTemplateError` when a variable is missing or unknown, so a typo in a
+template never reaches a model as a literal ``$name``. The defaults below can be
+overridden for all Topics (Admin → LLM Configuration) or for one Topic (Prompts
+tab); an override must use exactly the default's variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from string import Template
+
+from ragtopics.errors import PromptTemplateError
+
+#: What a DIRECT or ATTACHMENT answer says when it needs the documents after all.
+NEEDS_DOCUMENTS = "NEEDS_DOCUMENTS"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTemplate:
+    """A named template.
+
+    Attributes:
+        name: the prompt's name; it is also sent to the model server as ``X-Prompt-Name``.
+        text: the template, with ``$variable`` placeholders.
+        description: what the prompt is for (shown on the Prompts page).
+    """
+
+    name: str
+    text: str
+    description: str = ""
+
+    def variables(self) -> set[str]:
+        """Names of the placeholders in the template."""
+        return {m.group("named") or m.group("braced") for m in Template.pattern.finditer(self.text)
+                if m.group("named") or m.group("braced")}  # fmt: skip
+
+    def render(self, **values: str) -> str:
+        """Fill every placeholder.
+
+        Raises:
+            PromptTemplateError: naming missing or unexpected variables.
+        """
+        expected = self.variables()
+        missing = expected - values.keys()
+        extra = values.keys() - expected
+        if missing or extra:
+            raise PromptTemplateError(
+                f"prompt {self.name!r}: missing variable(s) {sorted(missing)}, unexpected {sorted(extra)}"
+            )
+        return Template(self.text).substitute(values)
+
+    def with_text(self, text: str) -> "PromptTemplate":
+        """This prompt with another text that uses exactly the same variables.
+
+        Raises:
+            PromptTemplateError: when ``text`` adds or drops a variable, or has a stray ``$``.
+        """
+        candidate = PromptTemplate(self.name, text, self.description)
+        try:
+            Template(text).substitute({v: "" for v in candidate.variables()})
+        except ValueError as exc:
+            raise PromptTemplateError(f"prompt {self.name!r}: {exc} (write $$ for a literal dollar sign)") from exc
+        if candidate.variables() != self.variables():
+            unknown, missing = candidate.variables() - self.variables(), self.variables() - candidate.variables()
+            found = "; ".join(part for part in (
+                f"unknown: {', '.join('$' + v for v in sorted(unknown))}" if unknown else "",
+                f"missing: {', '.join('$' + v for v in sorted(missing))}" if missing else "") if part)  # fmt: skip
+            raise PromptTemplateError(
+                f"prompt {self.name!r} must use exactly the variables {', '.join('$' + v for v in sorted(self.variables())) or '(none)'}"
+                f" ({found})"
+            )
+        return candidate
+
+
+SYSTEM = PromptTemplate(
+    "system",
+    "You are the assistant of a document collection called \"$topic_name\". "
+    "Answer questions only from the numbered sources you are given. "
+    "If the sources do not contain the answer, say that you could not find it.\n$custom_system_prompt",
+    "The shared system prompt; the Topic's Custom System Prompt is inserted at $custom_system_prompt.",
+)
+
+CITING_RULES = PromptTemplate(
+    "citing_rules",
+    "Rules for citing: after each statement, put the code of the source it comes from in square "
+    "brackets, for example [S1] or [S1][S3]. Cite only codes listed above. Do not invent sources.",
+    "How the model must cite the numbered sources.",
+)
+
+ANSWER = PromptTemplate(
+    "answer",
+    "Sources:\n\n$sources\n\n$citing_rules\n\n$question",
+    "The question with the retrieved chunks, each headed by its citation code.",
+)
+
+SOURCE_BLOCK = PromptTemplate("source_block", "[$code] (from $file_name)\n$text", "One retrieved chunk in the prompt.")
+
+DIRECT = PromptTemplate(
+    "direct",
+    "Answer the last message from the conversation alone, without any documents. If answering needs facts "
+    f"from the documents of the collection, reply with exactly {NEEDS_DOCUMENTS} and nothing else.\n\n$question",
+    "Chit-chat, thanks and rewording requests, answered without searching.",
+)
+
+ATTACHMENT = PromptTemplate(
+    "attachment",
+    "Answer from the attached file alone. If the attached file does not contain the answer, reply with exactly "
+    f"{NEEDS_DOCUMENTS} and nothing else.\n\n$question",
+    "Questions that only the attached file can answer.",
+)
+
+ROUTER = PromptTemplate(
+    "router",
+    "Decide how to answer the user's last message.\n"
+    "DIRECT: thanks, greetings, small talk, or a request to reshape the previous answer (shorter, as a table).\n"
+    "ATTACHMENT: a question that the attached file alone answers (only if a file is attached: $has_attachment).\n"
+    "SEARCH: everything else, and whenever you are unsure.\n"
+    "Reply as JSON with route, confidence between 0 and 1, and a short reason.\n\nMessage: $question",
+    "Route before retrieval: DIRECT, ATTACHMENT or SEARCH with a confidence.",
+)
+
+RERANK = PromptTemplate(
+    "rerank",
+    "Order the passages by how well they answer the question, best first. Reply as JSON with the list "
+    "of passage numbers in that order.\n\nQuestion: $question\n\nPassages:\n$passages",
+    "LLM reranking of the retrieved candidates.",
+)
+
+SOURCE_CHECK = PromptTemplate(
+    "source_check",
+    "Does the answer use information from the document? Reply as JSON with used true or false.\n\n"
+    "Answer:\n$answer\n\nDocument $file_name:\n$text",
+    "Model check of one document, when the answer does not cite its sources clearly.",
+)
+
+TOOL_DESCRIPTION = PromptTemplate(
+    "tool_description",
+    "Ask the Topic \"$topic_name\" a question; it answers from its own documents, with sources. $description",
+    "How a connected Topic is described to the model as a tool.",
+)
+
+KEYWORDS = PromptTemplate(
+    "keywords",
+    "List the search keywords of this passage: names, codes, numbers and key terms, separated by commas. "
+    "Reply with the list only.\n\n$text",
+    "Keyword Enrichment LLM: one call per chunk at upload.",
+)
+
+NARRATE = PromptTemplate(
+    "narrate",
+    "Rewrite this record as one short, factual paragraph. Keep every name, number and code exactly.\n\n$record",
+    "Import Strategy NARRATE: one call per record of a structured file.",
+)
+
+DESCRIBE_PICTURE = PromptTemplate(
+    "describe_picture",
+    "Describe this picture in two or three factual sentences: what it shows, and every label, number or code "
+    "written in it. Reply with the description only.\n\nCaption: $caption\nText near the picture: $neighbour_text",
+    "Describe pictures with a vision model: one call per picture at upload.",
+)
+
+PICTURES = PromptTemplate(
+    "pictures",
+    "Pictures you may show:\n$pictures\n\nTo show a picture, put its code, for example [P1], on its own line "
+    "where the picture belongs. Show a picture only when it helps the answer.",
+    "The pictures of the retrieved chunks, offered to the answer (Show pictures in answers).",
+)
+
+PICTURE_LINE = PromptTemplate("picture_line", "[$code] $label (from $file_name)", "One offered picture in the prompt.")
+
+CONTEXT_LINE = PromptTemplate(
+    "context_line",
+    "Here is the start of a document:\n$document\n\nHere is one passage of it:\n$chunk\n\n"
+    "Write one short sentence that says where this passage belongs in the document (its section and topic). "
+    "Reply with the sentence only.",
+    "Chunking Strategy SEMANTIC: one call per chunk at upload.",
+)
+
+DEFAULTS: dict[str, PromptTemplate] = {
+    p.name: p
+    for p in (
+        SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
+        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE,
+    )
+}

@@ -1,0 +1,92 @@
+"""The per-process runtime: connections to the stores and the model gateway, built once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+
+from ragtopics.settings.env import Settings, get_settings
+from ragtopics.errors import StoreUnavailableError
+from ragtopics.llm.gateway import ModelGateway
+from ragtopics.storage.blobs import BlobStore
+from ragtopics.storage.chunk_index import ChunkIndex
+from ragtopics.storage.links import LinkSigner, load_or_create_secret
+from ragtopics.storage.metadata import MetadataStore
+from ragtopics.ops.redis_server import RedisStartError, check_modules
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """Stores and gateway of one process (console, worker or CLI).
+
+    Args:
+        settings: process settings; read from the environment when omitted.
+    """
+
+    def __init__(self, settings: Settings | None = None):
+        self.settings = settings or get_settings()
+        self.redis = redis.Redis.from_url(self.settings.effective_redis_url, socket_connect_timeout=3)
+        self.metadata = MetadataStore(self.settings.effective_database_url)
+        self.blobs = BlobStore(self.settings.data_dir / "files")
+        self._gateway: ModelGateway | None = None
+        self._signer: LinkSigner | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def signer(self) -> LinkSigner:
+        """Signs and checks source download links (secret kept under the data directory)."""
+        with self._lock:
+            if self._signer is None:
+                self._signer = LinkSigner(load_or_create_secret(self.settings.data_dir / "link-secret"))
+            return self._signer
+
+    @property
+    def gateway(self) -> ModelGateway:
+        """The model gateway (built on first use)."""
+        with self._lock:
+            if self._gateway is None:
+                self._gateway = ModelGateway(self.settings)
+            return self._gateway
+
+    def chunk_index(self, topic_id: str) -> ChunkIndex:
+        """The chunk index of a Topic, sized for the configured embedder."""
+        return ChunkIndex(self.redis, topic_id, dims=self.gateway.embedder.dims)
+
+    def check_store(self) -> None:
+        """Check that Redis answers and has the search and graph modules.
+
+        Raises:
+            StoreUnavailableError: with what to do about it.
+        """
+        try:
+            self.redis.ping()
+            check_modules(self.redis)
+        except redis.ConnectionError as exc:
+            where = self.settings.effective_redis_url
+            hint = "start the product with `ragtopics up` (or `make run`)" if self.settings.is_redis_embedded else "check REDIS_URL"
+            raise StoreUnavailableError(f"Redis at {where} is not reachable: {hint}") from exc
+        except RedisStartError as exc:
+            raise StoreUnavailableError(str(exc)) from exc
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The process-wide runtime, built from the environment on first use."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    """Replace the process-wide runtime (tests, and ``ragtopics up`` after starting the stores)."""
+    global _runtime
+    with _runtime_lock:
+        _runtime = runtime

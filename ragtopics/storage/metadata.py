@@ -1,0 +1,182 @@
+"""SQL metadata through sqlmodel: Topics (settings versioned), documents, their pictures, chat sessions and turns.
+
+SQLite under the data directory by default; any SQLAlchemy URL otherwise.
+JSON-valued columns hold plain JSON text; the pydantic models that give them
+meaning live in ``core``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import UniqueConstraint, event
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+
+def utcnow() -> datetime:
+    """The current time in UTC, timezone-aware."""
+    return datetime.now(timezone.utc)
+
+
+class TopicRow(SQLModel, table=True):
+    """A Topic: its kind and the current version of its settings."""
+
+    __tablename__ = "topic"
+    id: str = Field(primary_key=True)
+    name: str = Field(index=True, unique=True)
+    kind: str  # "rag" or "graphrag"
+    description: str = ""
+    settings_json: str
+    settings_version: int = 1
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The settings as a dict (validated by ``ragtopics.settings.topic``)."""
+        return json.loads(self.settings_json)
+
+
+class TopicSettingsVersion(SQLModel, table=True):
+    """Every version a Topic's settings ever had, for audit and rollback."""
+
+    __tablename__ = "topic_settings_version"
+    id: int | None = Field(default=None, primary_key=True)
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    version: int
+    settings_json: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class DocumentRow(SQLModel, table=True):
+    """An uploaded file of a Topic and the state of its indexing.
+
+    ``status`` is one of ``queued``, ``processing``, ``indexed``, ``empty`` (stored,
+    no readable text) and ``failed``. The columns ``content_sha256``/``chunk_count``/
+    ``indexed_with_json`` describe the version that is searchable now; ``pending_*``
+    the version being processed.
+    """
+
+    __tablename__ = "document"
+    __table_args__ = (UniqueConstraint("topic_id", "file_name"),)
+    id: str = Field(primary_key=True)
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    file_name: str
+    content_sha256: str = ""
+    size_bytes: int = 0
+    blob_path: str = ""
+    pending_sha256: str = ""
+    pending_blob_path: str = ""
+    status: str = "queued"
+    chunk_count: int = 0
+    job_id: str = ""
+    error: str = ""
+    warning: str = ""
+    indexed_with_json: str = "{}"
+    trace_json: str = "[]"
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class PictureRow(SQLModel, table=True):
+    """A picture of the searchable version of a document, stored as a PNG blob (Store pictures in the database).
+
+    ``id`` is ``pic-`` + a content hash; chunks name the pictures linked to them by
+    these ids. ``page`` is 1-based, None for formats without pages.
+    """
+
+    __tablename__ = "picture"
+    id: str = Field(primary_key=True)
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    document_id: str = Field(index=True)
+    blob_path: str
+    caption: str = ""
+    description: str = ""
+    page: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ChatSessionRow(SQLModel, table=True):
+    """One chat of a Topic; its turns are :class:`ChatTurnRow`."""
+
+    __tablename__ = "chat_session"
+    id: str = Field(primary_key=True)
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    title: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ChatTurnRow(SQLModel, table=True):
+    """A saved question and answer with its sources, route, timings and trace."""
+
+    __tablename__ = "chat_turn"
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(index=True, foreign_key="chat_session.id")
+    topic_id: str = Field(index=True, foreign_key="topic.id")
+    question: str
+    answer: str
+    sources_json: str = "[]"
+    route: str = "SEARCH"
+    route_confidence: float | None = None
+    timings_json: str = "{}"
+    trace_json: str = "[]"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class PromptOverrideRow(SQLModel, table=True):
+    """An edited prompt: for all Topics (``scope="shared"``) or for one Topic (``scope=<topic id>``)."""
+
+    __tablename__ = "prompt_override"
+    __table_args__ = (UniqueConstraint("scope", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    scope: str = Field(index=True)
+    name: str
+    text: str
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class MetadataStore:
+    """Engine and sessions for the SQL metadata.
+
+    Args:
+        url: SQLAlchemy URL; a ``sqlite:///`` file's folder is created.
+    """
+
+    def __init__(self, url: str):
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True)
+        SQLModel.metadata.create_all(self.engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session that commits on success and rolls back on error."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except Exception:
+                session.rollback()
+                raise
+
+    def topic_by_name(self, name: str) -> TopicRow | None:
+        """The Topic called ``name``, or ``None``."""
+        with self.session() as s:
+            return s.exec(select(TopicRow).where(TopicRow.name == name)).first()
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # WAL lets the console read while the worker writes.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

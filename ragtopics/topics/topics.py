@@ -1,0 +1,120 @@
+"""Topics: create, read and change settings (every change is a new settings version)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import select
+
+from ragtopics.errors import InvalidSettingError, NotFoundError
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import RagTopicSettings, validate_settings
+from ragtopics.storage.metadata import TopicRow, TopicSettingsVersion, utcnow
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """A Topic with validated settings.
+
+    Attributes:
+        id: ``topic-<hex>``.
+        name: unique display name.
+        kind: ``"rag"`` (``"graphrag"`` later).
+        description: free text.
+        settings: the current settings.
+        settings_version: increases by one with every change.
+    """
+
+    id: str
+    name: str
+    kind: str
+    description: str
+    settings: RagTopicSettings
+    settings_version: int
+
+
+def topic_id_for(name: str) -> str:
+    """Content-hash id of a Topic name: ``topic-`` + 12 hex digits of SHA-1."""
+    return "topic-" + hashlib.sha1(name.strip().casefold().encode()).hexdigest()[:12]
+
+
+def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str = "", settings: dict[str, Any] | None = None) -> Topic:
+    """Create a Topic.
+
+    Raises:
+        InvalidSettingError: for a bad name, an existing name, an unknown kind or a bad setting.
+    """
+    name = (name or "").strip()
+    if not name or len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
+        raise InvalidSettingError(f"a Topic name must be 1 to {MAX_NAME_CHARS} printable characters")
+    model = validate_settings(kind, settings or {})
+    topic_id = topic_id_for(name)
+    payload = model.model_dump_json()
+    with rt.metadata.session() as s:
+        if s.get(TopicRow, topic_id) is not None or s.exec(select(TopicRow).where(TopicRow.name == name)).first():
+            raise InvalidSettingError(f"a Topic called {name!r} already exists")
+        s.add(TopicRow(id=topic_id, name=name, kind=kind, description=description, settings_json=payload))
+        s.flush()
+        s.add(TopicSettingsVersion(topic_id=topic_id, version=1, settings_json=payload))
+    log.info("created %s Topic %r (%s)", kind, name, topic_id)
+    return get_topic(rt, topic_id)
+
+
+def get_topic(rt: Runtime, name_or_id: str) -> Topic:
+    """A Topic by id or by name.
+
+    Raises:
+        NotFoundError: when there is no such Topic.
+    """
+    with rt.metadata.session() as s:
+        row = s.get(TopicRow, name_or_id) or s.exec(select(TopicRow).where(TopicRow.name == name_or_id)).first()
+    if row is None:
+        raise NotFoundError(f"no Topic called {name_or_id!r}; create it first (`ragtopics topic create NAME`)")
+    return _topic(row)
+
+
+def list_topics(rt: Runtime) -> list[Topic]:
+    """Every Topic, by name."""
+    with rt.metadata.session() as s:
+        rows = s.exec(select(TopicRow).order_by(TopicRow.name)).all()
+    return [_topic(r) for r in rows]
+
+
+def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> Topic:
+    """Apply setting changes as a new settings version.
+
+    Raises:
+        InvalidSettingError: when a change is invalid; nothing is stored then.
+        NotFoundError: when there is no such Topic.
+    """
+    topic = get_topic(rt, name_or_id)
+    merged = {**topic.settings.model_dump(), **changes}
+    model = validate_settings(topic.kind, merged)
+    payload = model.model_dump_json()
+    with rt.metadata.session() as s:
+        row = s.get(TopicRow, topic.id)
+        row.settings_json = payload
+        row.settings_version += 1
+        row.updated_at = utcnow()
+        s.add(row)
+        s.add(TopicSettingsVersion(topic_id=topic.id, version=row.settings_version, settings_json=payload))
+    return get_topic(rt, topic.id)
+
+
+def _topic(row: TopicRow) -> Topic:
+    return Topic(
+        id=row.id,
+        name=row.name,
+        kind=row.kind,
+        description=row.description,
+        settings=RagTopicSettings.model_validate(json.loads(row.settings_json)),
+        settings_version=row.settings_version,
+    )

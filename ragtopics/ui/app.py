@@ -1,0 +1,54 @@
+"""The Gradio console: one tab per module, wired to the runtime."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ragtopics.runtime import Runtime
+from ragtopics.ui import chat_tab, mcp_tools, prompts_tab, topics_tab, upload_tab
+from ragtopics.ui.common import refresh_dropdown
+from ragtopics.ui.files_route import install_file_route
+
+TITLE = "ragtopics"
+
+
+def build_app(rt: Runtime) -> gr.Blocks:
+    """Build the console.
+
+    Args:
+        rt: the runtime whose stores and gateway the console uses.
+
+    Returns:
+        The Blocks app (not launched).
+    """
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
+        gr.Markdown(f"## {TITLE} · document question answering with cited sources")
+        with gr.Tabs():
+            topics = topics_tab.build(rt)
+            upload = upload_tab.build(rt)
+            chat = chat_tab.build(rt)
+            prompts = prompts_tab.build(rt)
+        mcp_tools.register(rt)
+        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], topics["settings_topic"]]
+
+        def refresh(*current):
+            return tuple(refresh_dropdown(rt, c) for c in current)
+
+        topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
+        app.load(refresh, dropdowns, dropdowns, api_visibility="private")
+        app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
+    return app
+
+
+def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[gr.Blocks, str, str | None]:
+    """Build, launch (without blocking) and add the source-file route.
+
+    Returns:
+        ``(app, local_url, share_url)``; with ``mcp`` the MCP server is at ``<local_url>gradio_api/mcp/``.
+    """
+    app = build_app(rt)
+    app.queue(default_concurrency_limit=8)
+    _, local_url, share_url = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
+                                         quiet=True, show_error=True, mcp_server=mcp)  # fmt: skip
+    install_file_route(app, rt)
+    return app, local_url, share_url

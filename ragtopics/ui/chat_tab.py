@@ -1,0 +1,181 @@
+"""The Chat tab: streamed answers with sources, Stop, and reopening earlier chats."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from ragtopics.answer.attachments import read_attachment
+from ragtopics.answer.turn import ChatUpdate, Source, ask, list_sessions, session_turns
+from ragtopics.documents.uploads import source_link
+from ragtopics.errors import RagTopicsError
+from ragtopics.runtime import Runtime
+from ragtopics.topics.topics import get_topic
+from ragtopics.ui.common import find_topic, short_name, topic_choices
+
+
+def sources_html(update: ChatUpdate | None) -> str:
+    """Badges for the sources of the final answer: one per file, with its best score and chunk count.
+
+    The number on a badge is the file's best cosine similarity to the question (0..1); hovering
+    a badge says so, with the chunk ids used.
+    """
+    if update is None or not update.sources:
+        return ""
+    by_file: dict[str, list] = {}
+    for s in update.sources:
+        by_file.setdefault(s.file, []).append(s)
+    badges = "".join(_badge(name, hits) for name, hits in by_file.items())
+    confidence = f", router confidence {update.route_confidence:.2f}" if update.route_confidence is not None else ""
+    route = f" <small title='how the question was handled: searched the documents, or answered without searching'>route {update.route}{confidence}</small>"
+    return f'<div id="rt-sources"><strong>Sources:</strong> {badges}{route}</div>'
+
+
+def _badge(name: str, hits: list) -> str:
+    label = f"{html.escape(short_name(name))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
+    if hits[0].topic and not hits[0].code:  # from a connected Topic
+        label += f" · via {html.escape(hits[0].topic)}"
+    style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
+    link = hits[0].link
+    inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
+    best = max(s.score for s in hits)
+    title = (f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used "
+             f"({', '.join(s.chunk_id for s in hits)}). The link downloads the file for about 10 minutes.")  # fmt: skip
+    return f'<span class="rt-source" title="{html.escape(title)}" style="{style}">{inner}</span>'
+
+
+def sources_line(update: ChatUpdate) -> str:
+    """A small line kept under each answer in the chat: its source files (linked) and best scores.
+
+    The badges row under the chat shows the latest answer's sources; this line stays with
+    every answer, so earlier answers keep theirs as the conversation goes on.
+    """
+    by_file: dict[str, list] = {}
+    for s in update.sources:
+        by_file.setdefault(s.file, []).append(s)
+    if not by_file:
+        return ""
+    parts = []
+    for name, hits in by_file.items():
+        label = html.escape(short_name(name)).replace("[", "&#91;").replace("]", "&#93;")
+        link = hits[0].link
+        parts.append((f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
+                     + f" {max(h.score for h in hits):.2f}")  # fmt: skip
+    return "\n\n<sub>Sources: " + " · ".join(parts) + "</sub>"
+
+
+def route_note(update: ChatUpdate) -> str:
+    """A short line for answers given without searching (no sources to show)."""
+    if update.route == "SEARCH":
+        return ""
+    confidence = f" ({update.route_confidence:.2f})" if update.route_confidence is not None else ""
+    return f'<div id="rt-sources"><small>answered without searching: route {update.route}{confidence}</small></div>'
+
+
+def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]]:
+    """``(label, session_id)`` of a Topic's chats, newest first."""
+    topic = find_topic(rt, topic_name)
+    if topic is None:
+        return []
+    return [(f"{s.created_at:%Y-%m-%d %H:%M} · {s.title or s.id}", s.id) for s in list_sessions(rt, topic)]
+
+
+def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
+    """The messages of a saved chat and the source badges (with fresh links) of its last answer."""
+    if not session_id:
+        return [], ""
+    messages: list[dict] = []
+    last = None
+    for turn in session_turns(rt, session_id):
+        sources = [Source(**{**s, "link": source_link(rt, s.get("document_id", ""))}) for s in json.loads(turn.sources_json)]
+        last = ChatUpdate(text=turn.answer, done=True, sources=sources, route=turn.route, route_confidence=turn.route_confidence)
+        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer + sources_line(last)}]
+    return messages, (sources_html(last) or route_note(last)) if last else ""
+
+
+def _message_text(content) -> str:
+    """The text of a chat message as the Chatbot sends it back: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+
+
+#: Added under an answer the user stopped (a stopped turn is not saved).
+STOPPED = "*⏹ stopped: this answer is not saved*"
+#: Shown in place of the answer until its first words arrive (a cold local model can take a while).
+THINKING = "… searching the documents and writing the answer"
+
+
+def build(rt: Runtime) -> dict:
+    """Lay out the tab; returns its Topic dropdown for refreshing."""
+    with gr.Tab("Chat", id="chat"):
+        with gr.Row():
+            topic = gr.Dropdown(topic_choices(rt), label="Topic", scale=2, allow_custom_value=True, elem_id="chat-topic")
+            earlier = gr.Dropdown([], label="Earlier chats", scale=3)
+            new_chat = gr.Button("New chat", scale=1)
+        chatbot = gr.Chatbot(label="Chat", height=480, elem_id="chatbot")
+        sources = gr.HTML(elem_id="sources")
+        with gr.Row():
+            question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
+            send = gr.Button("Send", variant="primary", scale=1)
+            stop = gr.Button("Stop", variant="stop", scale=1)
+        attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment",
+                         height=150)  # fmt: skip
+        session = gr.State(None)
+
+    def respond(topic_name, message, history, session_id, attachment_path):
+        history = list(history or [])
+        if not topic_name:
+            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, attachment_path
+            return
+        shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
+        history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]
+        yield history, "", session_id, "", attachment_path
+        if session_id and not session_turns(rt, session_id):
+            session_id = None  # its only turn was stopped, so nothing of it was saved: this is a new chat
+        try:
+            topic_obj = get_topic(rt, topic_name)
+            attachment = _read(topic_obj, attachment_path)
+            for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
+                history[-1] = {"role": "assistant", "content": update.text + (sources_line(update) if update.done else "")}
+                note = (sources_html(update) or route_note(update)) if update.done else ""
+                # The question box is left alone while streaming: what the user types next stays there.
+                yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path
+        except RagTopicsError as exc:
+            history[-1] = {"role": "assistant", "content": f"⚠️ {exc}"}
+            yield history, "", session_id, message, attachment_path
+
+    def _read(topic_obj, path):
+        if not path:
+            return None
+        cfg = topic_obj.settings
+        return read_attachment(Path(path).read_bytes(), Path(path).name, allowed_types=cfg.chat_attachment_types,
+                               max_mb=cfg.largest_chat_attachment_mb,
+                               model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
+
+    outputs = [chatbot, sources, session, question, attach]
+    inputs = [topic, question, chatbot, session, attach]
+    # A question sent while an answer streams is not dropped: it runs when the current one ends.
+    events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
+              question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last")]  # fmt: skip
+
+    def on_stop(history, session_id):
+        """Mark the stopped answer as not saved; forget a chat whose only turn was the stopped one."""
+        history = list(history or [])
+        if history and history[-1].get("role") == "assistant":
+            history[-1] = {"role": "assistant", "content": f"{_message_text(history[-1].get('content'))}\n\n{STOPPED}"}
+        return history, session_id if session_id and session_turns(rt, session_id) else None
+
+    stop.click(None, cancels=events, api_visibility="private").then(on_stop, [chatbot, session], [chatbot, session],
+                                                                    api_visibility="private")  # fmt: skip
+    # New chat also ends an answer still streaming, so it cannot write into the new, empty chat.
+    new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,
+                   api_visibility="private")  # fmt: skip
+    topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
+                 [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
+    earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")
+    earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session], api_visibility="private")
+    return {"topic": topic}

@@ -1,0 +1,267 @@
+"""The ``ragtopics`` command line: run the product, script Topics, uploads and questions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from ragtopics.errors import RagTopicsError
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="ragtopics", description="Document question answering with cited sources.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start Redis, a worker, the local model and the console; Ctrl-C stops all")
+    worker = sub.add_parser("worker", help="run one job worker")
+    worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    sub.add_parser("serve-model", help="serve only the bundled language model (llama.cpp) on LOCAL_LLM_PORT")
+
+    topic = sub.add_parser("topic", help="create, list, show and change Topics").add_subparsers(dest="topic_command", required=True)
+    create = topic.add_parser("create", help="create a Topic")
+    create.add_argument("name")
+    create.add_argument("--kind", default="rag", choices=["rag", "graphrag"])
+    create.add_argument("--description", default="")
+    create.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
+    topic.add_parser("list", help="list Topics")
+    show = topic.add_parser("show", help="show a Topic's settings")
+    show.add_argument("name")
+    change = topic.add_parser("set", help="change settings (a new settings version)")
+    change.add_argument("name")
+    change.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+
+    ingest = sub.add_parser("ingest", help="upload files into a Topic and wait for indexing")
+    ingest.add_argument("topic")
+    ingest.add_argument("files", nargs="+", type=Path)
+    ingest.add_argument("--no-wait", action="store_true", help="enqueue and return")
+    docs = sub.add_parser("docs", help="list a Topic's indexed documents")
+    docs.add_argument("topic")
+    docs.add_argument("--json", action="store_true")
+
+    ask = sub.add_parser("ask", help="ask a Topic a question")
+    ask.add_argument("topic")
+    ask.add_argument("question")
+    ask.add_argument("--json", action="store_true", help='print {"answer", "sources", "route"}')
+    ask.add_argument("--session", default=None, help="continue a chat session")
+    ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ragtopics`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from ragtopics.settings.env import get_settings
+
+    logging.basicConfig(level=get_settings().log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)  # fmt: skip
+    if args.command not in ("up", "worker", "serve-model"):
+        logging.getLogger().setLevel(logging.WARNING)
+        _quiet_model_loading()
+    try:
+        return _COMMANDS[args.command](args)
+    except RagTopicsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _quiet_model_loading() -> None:
+    """No progress bars from the embedding model's loader in CLI output."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def _cmd_up(args) -> int:
+    from ragtopics.ops.supervisor import run_stack
+
+    return run_stack()
+
+
+def _cmd_worker(args) -> int:
+    from ragtopics.worker.main import run_worker
+
+    run_worker(burst=args.burst)
+    return 0
+
+
+def _cmd_serve_model(args) -> int:
+    from ragtopics.settings.env import get_settings
+    from ragtopics.llm.local_server import LocalModelServer
+
+    server = LocalModelServer(get_settings()).start()
+    print(f"serving the bundled model at {server.base_url} (Ctrl-C stops)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.stop()
+
+
+def _cmd_topic(args) -> int:
+    from ragtopics.topics import topics
+    from ragtopics.runtime import get_runtime
+    from ragtopics.settings.topic import parse_assignments
+
+    rt = get_runtime()
+    if args.topic_command == "create":
+        t = topics.create_topic(rt, args.name, kind=args.kind, description=args.description,
+                                settings=parse_assignments(args.assignments))  # fmt: skip
+        print(f"created Topic {t.name!r} ({t.id})")
+    elif args.topic_command == "list":
+        for t in topics.list_topics(rt):
+            print(f"{t.name}\t{t.kind}\t{t.id}\tsettings v{t.settings_version}")
+    elif args.topic_command == "show":
+        t = topics.get_topic(rt, args.name)
+        print(json.dumps({"id": t.id, "name": t.name, "kind": t.kind, "settings_version": t.settings_version,
+                          "settings": t.settings.model_dump(mode="json")}, indent=2))  # fmt: skip
+    else:
+        t = topics.update_settings(rt, args.name, parse_assignments(args.assignments))
+        print(f"Topic {t.name!r} now at settings v{t.settings_version}")
+    return 0
+
+
+def _cmd_ingest(args) -> int:
+    from ragtopics.documents.uploads import receive_upload, set_job
+    from ragtopics.runtime import get_runtime
+    from ragtopics.topics.topics import get_topic
+    from ragtopics.worker.queue import enqueue_ingest, job_progress
+
+    rt = get_runtime()
+    rt.check_store()
+    topic = get_topic(rt, args.topic)
+    jobs: dict[str, str] = {}
+    refused = 0
+    for path in args.files:
+        try:
+            data = path.read_bytes()
+            doc = receive_upload(rt, topic, path.name, data)
+        except (OSError, RagTopicsError) as exc:
+            print(f"refused {path}: {exc}", file=sys.stderr)
+            refused += 1
+            continue
+        job_id = enqueue_ingest(rt, topic.id, doc.id)
+        set_job(rt, doc.id, job_id)
+        jobs[job_id] = doc.file_name
+    print(f"enqueued {len(jobs)} file(s)" + (f", refused {refused}" if refused else ""), file=sys.stderr)
+    if args.no_wait or not jobs:
+        return 1 if refused else 0
+    failed = _wait_for_jobs(rt, jobs, job_progress)
+    return 1 if failed or refused else 0
+
+
+def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
+    pending = dict(jobs)
+    failed = empty = 0
+    chunks = 0
+    last_done = -1
+    started = time.monotonic()
+    while pending:
+        for job_id, name in list(pending.items()):
+            p = job_progress(rt, job_id)
+            if not p.is_final:
+                continue
+            del pending[job_id]
+            if p.status == "finished":
+                chunks += (p.result or {}).get("chunk_count", 0)
+                empty += (p.result or {}).get("status") == "empty"
+                if len(jobs) <= 20:
+                    print(f"  {name}: {(p.result or {}).get('status')} ({(p.result or {}).get('chunk_count', 0)} chunks)", file=sys.stderr)
+            else:
+                failed += 1
+                print(f"  {name}: FAILED: {p.error or p.status}", file=sys.stderr)
+        done = len(jobs) - len(pending)
+        counts = f"{done - failed - empty} indexed" + (f", {empty} empty" if empty else "") + (f", {failed} failed" if failed else "")
+        line = f"[{done}/{len(jobs)}] files done: {counts}; {chunks} chunks, {time.monotonic() - started:.0f} s"
+        if sys.stderr.isatty():
+            print("\r" + line, end="", file=sys.stderr)
+        elif done != last_done or not pending:
+            print(line, file=sys.stderr)
+        last_done = done
+        if pending:
+            time.sleep(0.3)
+    print(file=sys.stderr)
+    return failed
+
+
+def _cmd_docs(args) -> int:
+    from dataclasses import asdict
+
+    from ragtopics.documents.uploads import list_documents
+    from ragtopics.runtime import get_runtime
+    from ragtopics.topics.topics import get_topic
+
+    rt = get_runtime()
+    docs = list_documents(rt, get_topic(rt, args.topic))
+    if args.json:
+        print(json.dumps([asdict(d) for d in docs], indent=2))
+    else:
+        for d in docs:
+            print(f"{d.file_name}\t{d.status}\t{d.chunk_count} chunks\t{d.error or d.warning}")
+    return 0
+
+
+def _cmd_ask(args) -> int:
+    from ragtopics.answer.turn import ask
+    from ragtopics.runtime import get_runtime
+    from ragtopics.topics.topics import get_topic
+
+    rt = get_runtime()
+    rt.check_store()
+    topic = get_topic(rt, args.topic)
+    attachment = None
+    if args.attach is not None:
+        from ragtopics.answer.attachments import read_attachment
+
+        try:
+            data = args.attach.read_bytes()
+        except OSError as exc:
+            raise RagTopicsError(f"cannot read {args.attach}: {exc.strerror}") from exc
+        attachment = read_attachment(data, args.attach.name, allowed_types=topic.settings.chat_attachment_types,
+                                     max_mb=topic.settings.largest_chat_attachment_mb,
+                                     model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
+    final = None
+    shown = ""
+    for update in ask(rt, topic, args.question, session_id=args.session, attachment=attachment):
+        final = update
+        if not args.json and not update.done and update.text.startswith(shown):
+            print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
+            shown = update.text
+    if args.json:
+        print(json.dumps({
+            "answer": final.text,
+            "sources": [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources],
+            "route": final.route,
+            "route_confidence": final.route_confidence,
+            "session_id": final.session_id,
+        }, ensure_ascii=False))  # fmt: skip
+    else:
+        print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
+        for s in final.sources:
+            print(f"  [{s.file}] score {s.score:.3f} ({s.chunk_id})")
+        print(f"(session {final.session_id})", file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {
+    "up": _cmd_up,
+    "worker": _cmd_worker,
+    "serve-model": _cmd_serve_model,
+    "topic": _cmd_topic,
+    "ingest": _cmd_ingest,
+    "docs": _cmd_docs,
+    "ask": _cmd_ask,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Topics as tools for external agents: API endpoints that Gradio's MCP server also serves."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+
+from ragtopics.topics import topics as topic_store
+from ragtopics.answer.turn import ask
+from ragtopics.runtime import Runtime
+
+
+def register(rt: Runtime) -> None:
+    """Register ``list_topics`` and ``ask_topic`` as API endpoints (and MCP tools) of the open Blocks."""
+
+    def list_topics() -> str:
+        """List the Topics that can be asked.
+
+        Returns:
+            JSON text: a list of {"name", "kind", "description"}, one per Topic.
+        """
+        return json.dumps([{"name": t.name, "kind": t.kind, "description": t.description} for t in topic_store.list_topics(rt)])
+
+    def ask_topic(topic: str, question: str) -> str:
+        """Ask a Topic a question; it answers from its own documents and cites its sources.
+
+        Args:
+            topic: the Topic's name, as given by list_topics.
+            question: a self-contained question.
+
+        Returns:
+            JSON text: {"answer": str, "sources": [{"file", "chunk_id", "score"}], "route": str}.
+        """
+        *_, final = ask(rt, topic_store.get_topic(rt, topic), question, save=False)
+        return json.dumps({"answer": final.text, "route": final.route,
+                           "sources": [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources]},
+                          ensure_ascii=False)  # fmt: skip
+
+    gr.api(list_topics, api_name="list_topics")
+    gr.api(ask_topic, api_name="ask_topic")

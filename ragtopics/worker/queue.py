@@ -1,0 +1,89 @@
+"""Enqueue jobs and read their progress (used by the console and the CLI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rq import Queue
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+
+from ragtopics.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """The state of one job as the console shows it.
+
+    Attributes:
+        job_id: RQ job id.
+        status: queued, started, finished, failed, stopped, canceled, or missing.
+        phase: the step the job reports (reading, chunking, embedding, storing, done).
+        done, total: units of the phase (chunks while embedding).
+        error: the failure message, for a failed job.
+        result: the job's return value when finished.
+    """
+
+    job_id: str
+    status: str
+    phase: str = ""
+    done: int = 0
+    total: int = 0
+    error: str = ""
+    result: dict | None = None
+
+    @property
+    def is_final(self) -> bool:
+        """True when the job will not change any more."""
+        return self.status in {"finished", "failed", "stopped", "canceled", "missing"}
+
+    @property
+    def fraction(self) -> float:
+        """Progress in [0, 1]."""
+        if self.status == "finished":
+            return 1.0
+        return self.done / self.total if self.total else 0.0
+
+
+def queue_for(rt: Runtime) -> Queue:
+    """The product's RQ queue on the runtime's Redis."""
+    return Queue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
+
+
+def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str) -> str:
+    """Enqueue ``ragtopics.worker.jobs.ingest`` for a document and return the job id."""
+    job = queue_for(rt).enqueue_call(
+        "ragtopics.worker.jobs.ingest",
+        args=(topic_id, document_id),
+        description=f"ingest {document_id}",
+        result_ttl=24 * 3600,
+        failure_ttl=7 * 24 * 3600,
+        meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic_id, "document_id": document_id},
+    )
+    return job.id
+
+
+def job_progress(rt: Runtime, job_id: str) -> JobProgress:
+    """Read a job's status and ``job.meta`` progress."""
+    try:
+        job = Job.fetch(job_id, connection=rt.redis)
+    except NoSuchJobError:
+        return JobProgress(job_id=job_id, status="missing")
+    status = job.get_status(refresh=True)
+    status = getattr(status, "value", status) or "missing"
+    meta = job.get_meta(refresh=True)
+    error = ""
+    if status == "failed":
+        error = _last_line(job.latest_result().exc_string if job.latest_result() else "") or "the job failed"
+    return JobProgress(job_id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
+                       job.return_value() if status == "finished" else None)  # fmt: skip
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    # "ragtopics.errors.ReadError: message" → "message"
+    head, sep, rest = last.partition(": ")
+    return rest if sep and "." in head and " " not in head else last

@@ -1,1 +1,0 @@
-"""RQ job functions, enqueue helpers and worker start-up."""
