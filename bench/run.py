@@ -10,7 +10,10 @@ Sections:
     2. retrieval quality: recall@5 / recall@10 of the gold passages for the 100 questions;
     3. retrieval latency over a 10,000-chunk index (search alone, and embed + search);
     4. ingest throughput per file type (txt, md, csv, json, xml, docx, xlsx, pptx, pdf, png),
-       each type's files built from the same passages (see ``bench.filetypes``).
+       each type's files built from the same passages (see ``bench.filetypes``);
+    5. chat overhead per turn apart from the model, with an instant scripted model (``bench.chat``);
+    6. time to first token and a routed small-talk turn with the bundled model (``bench.chat``);
+    7. router accuracy, confusion matrix and latency on ``shared/eval/router`` (``bench.router``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.chat import bench_bundled_model, bench_overhead
 from bench.filetypes import BUILDERS
+from bench.router import bench_router
 from ragtopics.settings.env import Settings
 from ragtopics.documents.uploads import receive_upload
 from ragtopics.ingest.pipeline import ingest_document
@@ -394,7 +399,10 @@ def main() -> int:
             topic, stored_name = bench_ingest(rt, data)
             bench_quality(rt, topic, data, stored_name)
             bench_latency(rt, data)
+            bench_overhead(rt, topic, data.questions, figure, section)
+            bench_bundled_model(rt, topic, data.questions, figure, section, free_port)
             bench_file_types(rt, data)
+            bench_router(rt.gateway)
         finally:
             set_runtime(None)
             server.stop()

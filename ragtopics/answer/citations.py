@@ -1,11 +1,13 @@
-"""Citation codes: give each chunk in the prompt a short code and turn codes into file names."""
+"""Citation codes: the prompt shows each evidence item under a short code, and the answer's codes become file names."""
 
 from __future__ import annotations
 
 import re
 
+from collections.abc import Mapping
+
+from ragtopics.answer.context import Evidence
 from ragtopics.prompts.templates import SOURCE_BLOCK, PromptTemplate
-from ragtopics.storage.chunk_index import ChunkHit
 
 #: ``[S1]``, ``[S1, S3]`` or ``[S1][S2]`` as the model writes them.
 _CITATION = re.compile(r"\[\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\]")
@@ -19,17 +21,21 @@ _REMOVED_RUN = re.compile(
 )
 
 
-def code_for(position: int) -> str:
-    """Citation code of the chunk at 0-based ``position`` in the prompt: ``S1``, ``S2``, ..."""
-    return f"S{position + 1}"
+def format_sources(coded: Mapping[str, Evidence], template: PromptTemplate = SOURCE_BLOCK) -> str:
+    """The prompt's source list: one block per evidence item, headed by its code and file name(s).
 
-
-def format_sources(hits: list[ChunkHit], template: PromptTemplate = SOURCE_BLOCK) -> str:
-    """The prompt's source list: one block per chunk, headed by its code and file name."""
+    Args:
+        coded: citation code → evidence, in prompt order (see :func:`~ragtopics.answer.context.assign_codes`).
+        template: the ``source_block`` prompt (``$code``, ``$file_name``, ``$text``).
+    """
     return "\n\n".join(
-        template.render(code=code_for(i), file_name=h.file_name, text=(f"{h.context}\n{h.text}" if h.context else h.text))
-        for i, h in enumerate(hits)
+        template.render(code=code, file_name=", ".join(item.file_names), text=item.prompt_text) for code, item in coded.items()
     )
+
+
+def code_files(coded: Mapping[str, Evidence]) -> dict[str, list[str]]:
+    """Citation code → the file names a citation of it stands for."""
+    return {code: item.file_names for code, item in coded.items()}
 
 
 def cited_codes(answer: str) -> list[str]:
@@ -42,7 +48,7 @@ def cited_codes(answer: str) -> list[str]:
     return seen
 
 
-def render_citations(answer: str, code_to_file: dict[str, str]) -> str:
+def render_citations(answer: str, code_to_file: Mapping[str, str | list[str]]) -> str:
     """Replace citation codes with file names: ``[S1][S2]`` → ``[a.txt]`` (one bracket per distinct file).
 
     Unknown codes (not in the prompt) are removed rather than shown, together with the
@@ -52,9 +58,10 @@ def render_citations(answer: str, code_to_file: dict[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         files: list[str] = []
         for code in _CODE.findall(match.group(1)):
-            name = code_to_file.get(code)
-            if name and name not in files:
-                files.append(name)
+            names = code_to_file.get(code) or []
+            for name in [names] if isinstance(names, str) else names:
+                if name not in files:
+                    files.append(name)
         return "".join(f"[{f}]" for f in files) or _REMOVED
 
     rendered = _CITATION.sub(replace, answer)

@@ -114,12 +114,11 @@ ATTACHMENT = PromptTemplate(
 
 ROUTER = PromptTemplate(
     "router",
-    "Decide how to answer the user's last message.\n"
-    "DIRECT: thanks, greetings, small talk, or a request to reshape the previous answer (shorter, as a table).\n"
-    "ATTACHMENT: a question that the attached file alone answers (only if a file is attached: $has_attachment).\n"
-    "SEARCH: everything else, and whenever you are unsure.\n"
-    "Reply as JSON with route, confidence between 0 and 1, and a short reason.\n\nMessage: $question",
-    "Route before retrieval: DIRECT, ATTACHMENT or SEARCH with a confidence.",
+    "Decide how to answer the user's last message. Choose one route:\n$ways\n"
+    "ATTACHMENT only if a file is attached (attached: $has_attachment).\n"
+    "Reply as JSON with route, confidence between 0 and 1, a short reason, and entities: the named things "
+    "in the message (people, places, organisations, parts, codes), or an empty list.\n\nMessage: $question",
+    "Route before retrieval: one of the Topic kind's ways, with a confidence and the named things.",
 )
 
 RERANK = PromptTemplate(

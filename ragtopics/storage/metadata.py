@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import UniqueConstraint, event
+from sqlalchemy import JSON, Column, UniqueConstraint, event
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -139,6 +139,23 @@ class PromptOverrideRow(SQLModel, table=True):
     name: str
     text: str
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class TraceRow(SQLModel, table=True):
+    """A stored trace (the step tree of one chat turn or upload job), kept apart from the rows it explains.
+
+    ``owner`` names what it explains: ``turn:<id>`` or ``document:<id>:<job>``.
+    """
+
+    __tablename__ = "trace"
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)
+    owner: str = Field(index=True)
+    topic_id: str = Field(default="", index=True)
+    subject: str = ""
+    size_bytes: int = 0
+    events: list = Field(default_factory=list, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ragtopics.answer.context import Source
 from ragtopics.errors import ConfigurationError, NotFoundError
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
@@ -20,14 +21,14 @@ class ToolResult:
         topic: the connected Topic's name.
         question: what the model asked it.
         answer: its answer (its no-answer response when it found nothing).
-        sources: its sources as ``{"file", "chunk_id", "score"}`` dicts.
+        sources: its sources (:class:`~ragtopics.answer.context.Source`, links kept).
         contributed: False when it had nothing (no-answer).
     """
 
     topic: str
     question: str
     answer: str
-    sources: list[dict] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
     contributed: bool = True
 
 
@@ -64,7 +65,7 @@ def topic_tools(rt: Runtime, topic: Topic, description: PromptTemplate) -> tuple
 
 def tool_message(call_id: str, result: ToolResult) -> dict:
     """The ``tool`` role message that carries a connected Topic's answer back to the model."""
-    payload = {"topic": result.topic, "answer": result.answer, "sources": [s["file"] for s in result.sources]}
+    payload = {"topic": result.topic, "answer": result.answer, "sources": list(dict.fromkeys(s.file for s in result.sources))}
     return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(payload, ensure_ascii=False)}
 
 

@@ -1,7 +1,10 @@
 """Step tracing: every pipeline step writes a structured event to a :class:`Trace`.
 
-A trace belongs to one upload job or one chat turn. Events are logged in short form
-as they happen and kept (as JSON) with the document or turn, ready for DEV Reports.
+A trace belongs to one upload job or one chat turn. Steps nest: a step opened while
+another is open records it as its parent, so a trace is a tree of spans (a GLOBAL
+map step under the answer, a connected Topic's search under its tool call). Events are
+logged in short form as they happen and kept, bounded in size, in the trace store
+(:mod:`ragtopics.storage.traces`), ready for DEV Reports.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class TraceEvent:
         duration_ms: how long the step took, in milliseconds.
         data: what the step saw and produced (JSON-serialisable).
         error: the error message when the step failed, else "".
+        id: the span's number within its trace (1, 2, ... in order of start).
+        parent: the id of the step it ran inside, or None at the top level.
     """
 
     step: str
@@ -36,6 +41,8 @@ class TraceEvent:
     duration_ms: float = 0.0
     data: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    id: int = 0
+    parent: int | None = None
 
 
 class Trace:
@@ -50,11 +57,18 @@ class Trace:
         self.kind = kind
         self.subject = subject
         self.events: list[TraceEvent] = []
+        self._open: list[int] = []
 
     @contextmanager
     def step(self, name: str, **data: Any) -> Iterator[TraceEvent]:
-        """Time a step; the caller adds to ``event.data``. An exception is recorded and re-raised."""
-        event = TraceEvent(step=name, started_at=time.time(), data=dict(data))
+        """Time a step; the caller adds to ``event.data``. An exception is recorded and re-raised.
+
+        Steps opened inside this one (before it ends) become its children.
+        """
+        event = TraceEvent(step=name, started_at=time.time(), data=dict(data), id=len(self.events) + 1,
+                           parent=self._open[-1] if self._open else None)  # fmt: skip
+        self.events.append(event)
+        self._open.append(event.id)
         t0 = time.perf_counter()
         try:
             yield event
@@ -66,7 +80,8 @@ class Trace:
             raise
         finally:
             event.duration_ms = round((time.perf_counter() - t0) * 1000, 3)
-            self.events.append(event)
+            if event.id in self._open:
+                self._open.remove(event.id)
             log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], name, event.duration_ms,
                      _summary(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
 
@@ -76,11 +91,19 @@ class Trace:
             return event
 
     def timings_ms(self) -> dict[str, float]:
-        """Duration of each step in milliseconds (summed when a step repeats)."""
+        """Duration of each step in milliseconds (summed when a step repeats).
+
+        A nested step's time is also part of its parent's: ``retrieve`` includes
+        ``embed_question`` and ``search``.
+        """
         out: dict[str, float] = {}
         for e in self.events:
             out[e.step] = round(out.get(e.step, 0.0) + e.duration_ms, 3)
         return out
+
+    def children(self, parent: int | None) -> list[TraceEvent]:
+        """The steps directly under ``parent`` (None: the top level), in order of start."""
+        return [e for e in self.events if e.parent == parent]
 
     def to_list(self) -> list[dict[str, Any]]:
         """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import gradio as gr
 
 from ragtopics.answer.attachments import read_attachment
-from ragtopics.answer.turn import ChatUpdate, Source, ask, list_sessions, session_turns
-from ragtopics.documents.uploads import source_link
+from ragtopics.answer.history import list_sessions, saved_turns, session_turns
+from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
@@ -34,16 +33,26 @@ def sources_html(update: ChatUpdate | None) -> str:
     return f'<div id="rt-sources"><strong>Sources:</strong> {badges}{route}</div>'
 
 
+#: What a source's status adds to its badge, and the hover text that explains it.
+_STATUS_NOTE = {
+    "changed": (" · changed since", "The file was replaced after this answer; the link opens the current version."),
+    "removed": (" · removed", "The file was removed from the Topic after this answer; it can no longer be opened."),
+}
+
+
 def _badge(name: str, hits: list) -> str:
-    label = f"{html.escape(short_name(name))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
-    if hits[0].topic and not hits[0].code:  # from a connected Topic
-        label += f" · via {html.escape(hits[0].topic)}"
+    first = hits[0]
+    label = f"{html.escape(short_name(first.label))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
+    if first.topic and not first.code:  # from a connected Topic
+        label += f" · via {html.escape(first.topic)}"
+    note, why = _STATUS_NOTE.get(first.status, ("", "The link downloads the file for about 10 minutes."))
+    label += note
     style = "display:inline-block;margin:2px 4px;padding:2px 8px;border-radius:12px;background:#eef2ff;border:1px solid #c7d2fe"
-    link = hits[0].link
+    link = first.link
     inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
     best = max(s.score for s in hits)
-    title = (f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used "
-             f"({', '.join(s.chunk_id for s in hits)}). The link downloads the file for about 10 minutes.")  # fmt: skip
+    used = ", ".join(f"{s.chunk_id} ({s.reason})" if s.reason else s.chunk_id for s in hits)
+    title = f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used ({used}). {why}"
     return f'<span class="rt-source" title="{html.escape(title)}" style="{style}">{inner}</span>'
 
 
@@ -60,7 +69,8 @@ def sources_line(update: ChatUpdate) -> str:
         return ""
     parts = []
     for name, hits in by_file.items():
-        label = html.escape(short_name(name)).replace("[", "&#91;").replace("]", "&#93;")
+        label = html.escape(short_name(hits[0].label)).replace("[", "&#91;").replace("]", "&#93;")
+        label += _STATUS_NOTE.get(hits[0].status, ("", ""))[0]
         link = hits[0].link
         parts.append((f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
                      + f" {max(h.score for h in hits):.2f}")  # fmt: skip
@@ -69,7 +79,7 @@ def sources_line(update: ChatUpdate) -> str:
 
 def route_note(update: ChatUpdate) -> str:
     """A short line for answers given without searching (no sources to show)."""
-    if update.route == "SEARCH":
+    if update.route not in ("DIRECT", "ATTACHMENT"):
         return ""
     confidence = f" ({update.route_confidence:.2f})" if update.route_confidence is not None else ""
     return f'<div id="rt-sources"><small>answered without searching: route {update.route}{confidence}</small></div>'
@@ -89,9 +99,9 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
         return [], ""
     messages: list[dict] = []
     last = None
-    for turn in session_turns(rt, session_id):
-        sources = [Source(**{**s, "link": source_link(rt, s.get("document_id", ""))}) for s in json.loads(turn.sources_json)]
-        last = ChatUpdate(text=turn.answer, done=True, sources=sources, route=turn.route, route_confidence=turn.route_confidence)
+    for turn in saved_turns(rt, session_id):
+        last = ChatUpdate(text=turn.answer, done=True, sources=turn.sources, route=turn.route, route_confidence=turn.route_confidence,
+                          route_reason=turn.route_reason)  # fmt: skip
         messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer + sources_line(last)}]
     return messages, (sources_html(last) or route_note(last)) if last else ""
 
@@ -107,6 +117,8 @@ def _message_text(content) -> str:
 STOPPED = "*⏹ stopped: this answer is not saved*"
 #: Shown in place of the answer until its first words arrive (a cold local model can take a while).
 THINKING = "… searching the documents and writing the answer"
+#: Shown while a turn is in a phase that has no answer text yet.
+PHASES = {"routing": "… choosing how to answer", "searching": "… searching the documents", "answering": THINKING}
 
 
 def build(rt: Runtime) -> dict:
@@ -140,7 +152,8 @@ def build(rt: Runtime) -> dict:
             topic_obj = get_topic(rt, topic_name)
             attachment = _read(topic_obj, attachment_path)
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
-                history[-1] = {"role": "assistant", "content": update.text + (sources_line(update) if update.done else "")}
+                shown_text = update.text or PHASES.get(update.phase, THINKING)
+                history[-1] = {"role": "assistant", "content": shown_text + (sources_line(update) if update.done else "")}
                 note = (sources_html(update) or route_note(update)) if update.done else ""
                 # The question box is left alone while streaming: what the user types next stays there.
                 yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path

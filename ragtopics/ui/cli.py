@@ -47,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="ask a Topic a question")
     ask.add_argument("topic")
     ask.add_argument("question")
-    ask.add_argument("--json", action="store_true", help='print {"answer", "sources", "route"}')
+    ask.add_argument("--json", action="store_true",
+                     help='print {"answer", "sources", "route", "route_confidence", "route_reason", "timings_ms", ...}')
+    ask.add_argument("--route", default=None, help="force a way instead of routing (RAG: DIRECT, ATTACHMENT, SEARCH; "
+                                                   "GraphRAG: DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID)")
+    ask.add_argument("--no-save", action="store_true", help="do not save the turn in a chat session")
     ask.add_argument("--session", default=None, help="continue a chat session")
     ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
     return parser
@@ -232,7 +236,8 @@ def _cmd_ask(args) -> int:
                                      model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
     final = None
     shown = ""
-    for update in ask(rt, topic, args.question, session_id=args.session, attachment=attachment):
+    for update in ask(rt, topic, args.question, session_id=args.session, attachment=attachment, route=args.route,
+                      save=not args.no_save):  # fmt: skip
         final = update
         if not args.json and not update.done and update.text.startswith(shown):
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
@@ -240,15 +245,19 @@ def _cmd_ask(args) -> int:
     if args.json:
         print(json.dumps({
             "answer": final.text,
-            "sources": [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources],
+            "sources": [s.to_public() for s in final.sources],
             "route": final.route,
             "route_confidence": final.route_confidence,
+            "route_reason": final.route_reason,
+            "route_method": final.route_method,
+            "no_answer": final.no_answer,
             "session_id": final.session_id,
+            "timings_ms": final.timings_ms,
         }, ensure_ascii=False))  # fmt: skip
     else:
         print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:
-            print(f"  [{s.file}] score {s.score:.3f} ({s.chunk_id})")
+            print(f"  [{s.label}] score {s.score:.3f} ({s.chunk_id}{', ' + s.reason if s.reason else ''})")
         print(f"(session {final.session_id})", file=sys.stderr)
     return 0
 

@@ -30,11 +30,12 @@ def register(rt: Runtime) -> None:
             question: a self-contained question.
 
         Returns:
-            JSON text: {"answer": str, "sources": [{"file", "chunk_id", "score"}], "route": str}.
+            JSON text: {"answer": str, "sources": [{"file", "chunk_id", "score", "topic", "kind", "reason",
+            "link", "status"}], "route": str, "route_confidence": float | null, "route_reason": str}.
         """
         *_, final = ask(rt, topic_store.get_topic(rt, topic), question, save=False)
-        return json.dumps({"answer": final.text, "route": final.route,
-                           "sources": [{"file": s.file, "chunk_id": s.chunk_id, "score": s.score} for s in final.sources]},
+        return json.dumps({"answer": final.text, "route": final.route, "route_confidence": final.route_confidence,
+                           "route_reason": final.route_reason, "sources": [s.to_public() for s in final.sources]},
                           ensure_ascii=False)  # fmt: skip
 
     gr.api(list_topics, api_name="list_topics")

@@ -90,22 +90,58 @@ def test_no_citation_skips_the_model_for_quoted_files():
     assert result.used == CANDIDATES
 
 
-def test_model_check_that_raises_keeps_nothing_and_says_why():
+def test_model_check_that_raises_falls_back_to_the_best_retrieved_file_and_says_why():
     def confirm(answer: str, file: str, text: str) -> bool:
         raise TimeoutError("model timed out after 30 s")
 
     result = check_sources("Some answer without codes.", CANDIDATES, confirm)
-    assert result.used == []
-    assert result.dropped == CANDIDATES
-    assert set(result.reasons) == {"alpha.txt", "beta.txt", "gamma.txt"}
-    for reason in result.reasons.values():
-        assert reason == "model check failed: TimeoutError: model timed out after 30 s"
+    assert result.used == [ALPHA_1, ALPHA_2]  # nothing cited, quoted or shared: the best retrieved file
+    assert result.reasons["alpha.txt"] == "kept on evidence: best retrieved"
+    assert result.reasons["beta.txt"] == "not used (model check failed: TimeoutError: model timed out after 30 s)"
+    assert "model check failed for alpha.txt, beta.txt, gamma.txt" in result.fallback
+    assert result.chunk_reasons == {"S1": "kept on evidence", "S3": "same file"}
 
 
-def test_no_model_check_available_keeps_nothing_and_says_why():
+def test_no_model_check_available_falls_back_to_evidence():
     result = check_sources("Some answer without codes.", CANDIDATES, None)
-    assert result.used == []
-    assert result.reasons["beta.txt"] == "model check failed: no model check available"
+    assert result.used == [ALPHA_1, ALPHA_2]
+    assert result.reasons["beta.txt"] == "not used (model check failed: no model check available)"
+
+
+POLICY = Source("S1", "policy.txt", "Hotel cap: 140 EUR per night. Daily meal allowance: 60 EUR.")
+FAQ = Source("S2", "faq.txt", "Receipts must be uploaded within 30 days. Hotel bookings go through the travel desk.")
+
+
+@pytest.mark.parametrize("order", [[POLICY, FAQ], [FAQ, POLICY]])
+def test_a_failed_check_never_drops_the_file_the_answer_took_its_figure_from(order):
+    """The check of policy.txt fails (a truncated reply), the check of faq.txt wrongly says "used"."""
+
+    def confirm(answer: str, file: str, text: str) -> bool:
+        if file == "policy.txt":
+            raise ValueError("reply cut off at the token limit")
+        return True
+
+    result = check_sources("The hotel cap is 140 EUR per night.", order, confirm)
+    assert [c.file for c in result.used] == ["policy.txt"]
+    assert result.reasons["policy.txt"] == "kept on evidence: shares 140 with the answer"
+    assert result.reasons["faq.txt"].startswith("not used")
+    assert result.chunk_reasons == {"S1": "kept on evidence"}
+    assert "policy.txt" in result.fallback
+
+
+def test_figures_are_matched_whole_not_inside_other_numbers():
+    def confirm(answer: str, file: str, text: str) -> bool:
+        raise ValueError("no reply")
+
+    a = Source("S1", "a.txt", "Error E-1200 means the pump is dry.")
+    b = Source("S2", "b.txt", "Model 12005 has two pumps.")
+    result = check_sources("That is error E-1200.", [b, a], confirm)
+    assert [c.file for c in result.used] == ["a.txt"]
+
+
+def test_cited_chunks_come_with_their_own_reason_and_the_rest_of_the_file_says_same_file():
+    result = check_sources("Eiffel's company built it [S3].", CANDIDATES)
+    assert result.chunk_reasons == {"S1": "same file", "S3": "cited"}
 
 
 def test_no_candidates():

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from ragtopics.answer.turn import ask, session_turns
+from ragtopics.answer.history import session_turns, turn_trace
+from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import receive_upload
 from ragtopics.topics.topics import create_topic
 from tests.ingest.test_ingest import upload
@@ -121,7 +122,7 @@ def test_streaming_yields_growing_text_before_the_final_update(rt, run_jobs, scr
     run_jobs()
     scripted_llm.replies["answer"] = "one two three four five [S1]"
     updates = list(ask(rt, topic, "How are tokens delivered?"))
-    partial = [u.text for u in updates if not u.done]
+    partial = [u.text for u in updates if not u.done and u.phase == "answering"]
     assert len(partial) >= 5 and partial[0] == "one " and updates[-1].done
     assert updates[-1].text == "one two three four five [a.txt]"
 
@@ -152,7 +153,7 @@ def test_stopping_the_stream_saves_nothing(rt, run_jobs, scripted_llm):
         next(stream)
     stream.close()
     assert session_turns(rt, first.session_id) == []
-    from ragtopics.answer.turn import list_sessions
+    from ragtopics.answer.history import list_sessions
 
     assert list_sessions(rt, topic) == []  # no empty chat left in "Earlier chats"
 
@@ -185,7 +186,7 @@ def test_a_follow_up_that_finds_nothing_alone_is_searched_with_the_previous_ques
     follow_up = final(ask(rt, topic, "And how long must I wait?", session_id=first.session_id))
     assert [s.file for s in follow_up.sources] == ["errors.txt"] and not follow_up.no_answer
     turn = session_turns(rt, first.session_id)[-1]
-    retrievals = [e["data"] for e in json.loads(turn.trace_json) if e["step"] == "retrieve"]
+    retrievals = [e["data"] for e in turn_trace(rt, turn.id) if e["step"] == "retrieve"]
     assert [r["query"] for r in retrievals] == ["And how long must I wait?", "What does pump error E-4711 mean?\nAnd how long must I wait?"]
     assert retrievals[0]["kept"] == [] and retrievals[1]["kept"][0]["file"] == "errors.txt"
     # A new chat has no previous question: the same words alone find nothing.

@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from ragtopics.answer.attachments import read_attachment
-from ragtopics.answer.turn import ask, session_turns
+from ragtopics.answer.history import session_turns, turn_trace
+from ragtopics.answer.turn import ask
 from ragtopics.errors import ConfigurationError
 from ragtopics.topics.topics import create_topic
 from ragtopics.storage.links import LinkError
@@ -24,11 +25,11 @@ def final(updates):
 
 
 def steps(rt, result) -> list[str]:
-    return [e["step"] for e in json.loads(session_turns(rt, result.session_id)[-1].trace_json)]
+    return [e["step"] for e in turn_trace(rt, session_turns(rt, result.session_id)[-1].id)]
 
 
 def event(rt, result, step: str) -> dict:
-    return next(e for e in json.loads(session_turns(rt, result.session_id)[-1].trace_json) if e["step"] == step)
+    return next(e for e in turn_trace(rt, session_turns(rt, result.session_id)[-1].id) if e["step"] == step)
 
 
 @pytest.fixture

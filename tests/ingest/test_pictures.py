@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 from sqlmodel import select
 
-from ragtopics.answer.turn import ask, session_turns
+from ragtopics.answer.history import session_turns, turn_trace
+from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import get_document
 from ragtopics.ingest.docling import Picture
 from ragtopics.ingest.pictures import link_pictures
@@ -89,7 +90,7 @@ def test_a_placed_picture_is_shown_at_its_position_with_a_signed_link(rt, pump, 
     assert result.text.startswith("See the diagram [pump.docx]\n![" + CAPTION + "](/files/")
     token = re.search(r"\(/files/([^)]+)\)", result.text).group(1)
     assert rt.signer.verify(token) == picture.blob_path
-    trace = json.loads(session_turns(rt, result.session_id)[-1].trace_json)
+    trace = turn_trace(rt, session_turns(rt, result.session_id)[-1].id)
     shown = next(e for e in trace if e["step"] == "pictures")["data"]
     assert [p["picture_id"] for p in shown["offered"]] == [picture.id] and shown["placed"] == ["P1"]
 

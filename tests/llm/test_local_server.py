@@ -7,7 +7,8 @@ import json
 import pytest
 from rq import SimpleWorker
 
-from ragtopics.answer.turn import ask, session_turns
+from ragtopics.answer.history import session_turns, turn_trace
+from ragtopics.answer.turn import ask
 from ragtopics.settings.env import Settings
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.llm.local_server import LocalModelServer, gguf_path
@@ -53,7 +54,7 @@ def test_real_model_answers_from_uploaded_passages(local_model, tmp_path, redis_
         assert len(updates) >= 2 and not updates[0].done, "the answer should stream before the final update"
         turn = session_turns(rt, final.session_id)[0]
         assert turn.answer == final.text
-        trace = json.loads(turn.trace_json)
+        trace = turn_trace(rt, turn.id)
         kept = {h["file"] for e in trace if e["step"] == "retrieve" for h in e["data"]["kept"]}
         raw = [e["data"]["raw_answer"] for e in trace if e["step"] == "answer"]
         assert {f"{t}.txt" for t in gold} & kept

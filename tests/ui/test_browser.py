@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlmodel import select
 
-from ragtopics.answer.turn import session_turns
+from ragtopics.answer.history import session_turns
 from ragtopics.topics.topics import create_topic
 from ragtopics.storage.metadata import ChatSessionRow
 from tests.conftest import free_port

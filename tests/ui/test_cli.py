@@ -65,7 +65,10 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     assert main(["ask", "Fleet", "How often is pump P-7 inspected?", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] == "Every 90 days [pumps.txt]." and out["route"] == "SEARCH"
-    assert out["sources"][0]["file"] == "pumps.txt" and set(out["sources"][0]) == {"file", "chunk_id", "score"}
+    assert out["sources"][0]["file"] == "pumps.txt"
+    assert set(out["sources"][0]) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status"}
+    assert out["sources"][0]["reason"] == "cited" and out["sources"][0]["link"].startswith("/files/")
+    assert {"retrieve", "answer", "total"} <= set(out["timings_ms"]) and out["route_reason"] == ""
     assert main(["docs", "Fleet", "--json"]) == 0
     docs = {d["file_name"]: d for d in json.loads(capsys.readouterr().out)}
     assert docs["pumps.txt"]["status"] == "indexed" and docs["trucks.md"]["chunk_count"] == 1

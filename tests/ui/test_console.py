@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gradio_client import Client, handle_file
 
-from ragtopics.answer.turn import list_sessions, session_turns
+from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.topics.topics import get_topic
 from tests.conftest import free_port
 from ragtopics.ui.app import launch_console

@@ -1,0 +1,215 @@
+"""The contract between a search way and the answer stage.
+
+Every way of searching (a RAG Topic's SEARCH; a GraphRAG Topic's PATH, LOCAL, GLOBAL
+and HYBRID) is a :class:`Retriever` that returns one :class:`Context`: evidence items
+with a score and their provenance. The answer stage (:mod:`ragtopics.answer.turn`)
+gives each item a citation code, builds the prompt, streams the answer, checks which
+evidence the answer used and turns provenance into :class:`Source` badges and links.
+Nothing after retrieval knows which way found the evidence.
+
+The shape follows fast-graphrag's ``TContext`` (entities, relationships and chunks with
+scores feeding one reference formatter), reduced to one list of typed items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from ragtopics.tracing.trace import Trace
+
+#: What an evidence item is.
+EvidenceKind = Literal["chunk", "entity", "relationship", "community_report", "path"]
+
+#: Where a source came from: an uploaded file (downloadable) or a graph-ingestion record (no file).
+SourceKind = Literal["upload", "graph_ingestion"]
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """The document behind an evidence item.
+
+    Attributes:
+        document_id: the document's id ("" for a record that was never a file).
+        file_name: the name shown on the source badge.
+        chunk_ids: the chunks of that document the item rests on, best first.
+        kind: ``"upload"`` (an uploaded file with a download link) or ``"graph_ingestion"``
+            (shown as ``name (graph ingestion)``, no download).
+        topic: the Topic the document belongs to ("" for the Topic asked).
+        version: the content hash of the file version the chunks were read from ("" when unknown).
+    """
+
+    document_id: str
+    file_name: str
+    chunk_ids: tuple[str, ...] = ()
+    kind: SourceKind = "upload"
+    topic: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One item the answer may draw on.
+
+    Attributes:
+        kind: chunk, entity, relationship, community_report or path.
+        id: a stable id with a kind prefix (``chunk-…``, ``ent-…``, ``rel-…``, ``comm-…``).
+        text: what the prompt shows for it.
+        score: cosine similarity to the question in [-1, 1] for items found by vector search;
+            a way whose items carry no similarity says so in its docstring.
+        provenance: the documents it rests on; at least one for anything that can be cited.
+        context: a context line shown before the text ("" when none).
+        pictures: ids of stored pictures linked to it.
+    """
+
+    kind: EvidenceKind
+    id: str
+    text: str
+    score: float
+    provenance: tuple[Provenance, ...]
+    context: str = ""
+    pictures: tuple[str, ...] = ()
+
+    @property
+    def file_names(self) -> list[str]:
+        """The distinct file names of its provenance, in order."""
+        return list(dict.fromkeys(p.file_name for p in self.provenance))
+
+    @property
+    def prompt_text(self) -> str:
+        """The text with its context line in front, as the prompt shows it."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a retriever found for one question.
+
+    Attributes:
+        items: evidence, best first; empty when nothing passed the way's filters.
+        route: the way that produced it (``SEARCH``, ``PATH``, ...).
+        note: why the context is empty or how the way fell back ("" when nothing to say).
+    """
+
+    items: tuple[Evidence, ...]
+    route: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalQuery:
+    """The question as a retriever sees it.
+
+    Attributes:
+        question: the user's message.
+        previous_question: the chat's previous user message ("" in a new chat); a way may
+            search it together with ``question`` when the question alone finds nothing.
+        entities: named entities the router saw in the question (may be empty).
+    """
+
+    question: str
+    previous_question: str = ""
+    entities: tuple[str, ...] = ()
+
+
+class Retriever(Protocol):
+    """A way of searching a Topic.
+
+    Attributes:
+        route: the route name the way answers to.
+    """
+
+    route: str
+
+    def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
+        """Find evidence for ``query``, recording its steps in ``trace``.
+
+        Raises:
+            ModelUnavailableError: when a model the way needs cannot be reached.
+            StoreUnavailableError: when the index cannot be searched.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A source shown under an answer: one chunk (or record) of one document.
+
+    The one public shape of a source; :meth:`to_public` is what the CLI's JSON, MCP and
+    connected Topics show, :meth:`to_row` what a saved turn keeps.
+
+    Attributes:
+        file: the document's file name.
+        chunk_id: the chunk the answer drew on.
+        score: cosine similarity between the question and the chunk, in [-1, 1].
+        code: its citation code in the prompt (``S1``...); "" for a connected Topic's source.
+        document_id: the document's id ("" for a graph-ingestion record).
+        topic: the Topic it comes from.
+        link: a signed download link to the file, valid for about 10 minutes ("" when none).
+        kind: ``"upload"`` or ``"graph_ingestion"``.
+        reason: why it is shown: ``cited``, ``quoted``, ``confirmed by model check``,
+            ``kept on evidence`` (the check could not decide), ``same file`` (another chunk
+            of a file the answer used) or ``via <topic>`` for a connected Topic's source.
+        version: content hash of the file version the chunk came from ("" when unknown).
+        status: ``current``, ``changed`` (the file was replaced since) or ``removed``
+            (deleted since); set when a saved turn is shown again.
+    """
+
+    file: str
+    chunk_id: str
+    score: float
+    code: str
+    document_id: str
+    topic: str = ""
+    link: str = ""
+    kind: SourceKind = "upload"
+    reason: str = ""
+    version: str = ""
+    status: str = "current"
+
+    @property
+    def label(self) -> str:
+        """The name on the badge: the file name, with ``(graph ingestion)`` for a record."""
+        return f"{self.file} (graph ingestion)" if self.kind == "graph_ingestion" else self.file
+
+    def to_public(self) -> dict[str, Any]:
+        """The JSON shape given to the CLI, MCP and connected Topics."""
+        return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "topic": self.topic,
+                "kind": self.kind, "reason": self.reason, "link": self.link, "status": self.status}  # fmt: skip
+
+    def to_row(self) -> dict[str, Any]:
+        """The JSON shape kept with a saved turn (no link: links expire)."""
+        return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "code": self.code,
+                "document_id": self.document_id, "topic": self.topic, "kind": self.kind, "reason": self.reason,
+                "version": self.version}  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Source":
+        """Rebuild a source from :meth:`to_row` output (older rows lack the newer keys)."""
+        known = {k: row[k] for k in ("file", "chunk_id", "score", "code", "document_id", "topic", "kind", "reason", "version")
+                 if k in row}  # fmt: skip
+        return cls(**{"code": "", "document_id": "", **known})
+
+    def with_(self, **changes: Any) -> "Source":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def assign_codes(items: Sequence[Evidence]) -> dict[str, Evidence]:
+    """Citation codes for the evidence in the prompt: ``S1``, ``S2``, ... in order.
+
+    Returns:
+        code → evidence, in prompt order.
+    """
+    return {f"S{i}": item for i, item in enumerate(items, start=1)}
+
+
+@dataclass(slots=True)
+class UsedEvidence:
+    """An evidence item the answer used, with its code and why it counts as used."""
+
+    code: str
+    evidence: Evidence
+    reason: str
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,91 @@
+"""A RAG Topic's SEARCH way: dense or hybrid retrieval, the Min. Similarity Score / Top-K
+filter and an optional LLM rerank, returned as :class:`~ragtopics.answer.context.Context`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
+from ragtopics.prompts.templates import PromptTemplate
+from ragtopics.rag.rerank import rerank
+from ragtopics.rag.retrieval import retrieve
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import RagTopicSettings
+from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.tracing.trace import Trace
+
+log = logging.getLogger(__name__)
+
+#: Candidates collected per kept chunk before an LLM rerank (the spec: "about three times as many").
+RERANK_POOL_FACTOR = 3
+
+
+def chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
+    """A retrieved chunk as evidence: its text, cosine score, pictures and document."""
+    return Evidence(
+        kind="chunk",
+        id=hit.chunk_id,
+        text=hit.text,
+        score=hit.score,
+        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic),),
+        context=hit.context,
+        pictures=tuple(hit.pictures.split()),
+    )
+
+
+@dataclass(slots=True)
+class ChunkRetriever:
+    """SEARCH over a Topic's chunk index (DENSE or HYBRID, per the Topic's settings).
+
+    A follow-up that names nothing searchable ("and how long must I wait?") finds no
+    chunk alone; only then is it searched again together with the previous question.
+    Scores are cosine similarities under both strategies (see :mod:`ragtopics.rag.retrieval`).
+
+    Args:
+        rt: the runtime (embedder and chunk index).
+        topic_id: the Topic searched.
+        settings: the Topic's settings (strategy, Top-K, Min. Similarity Score, rerank, rrf_k).
+        rerank_prompt: the reranker's prompt (used with Reranking Strategy LLM).
+    """
+
+    rt: Runtime
+    topic_id: str
+    settings: RagTopicSettings
+    rerank_prompt: PromptTemplate
+    route: str = "SEARCH"
+
+    def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
+        """Search, filter and (optionally) rerank; see :class:`~ragtopics.answer.context.Retriever`."""
+        cfg = self.settings
+        rerank_llm = cfg.reranking_strategy == "LLM"
+        candidates = cfg.top_k_results * (RERANK_POOL_FACTOR if rerank_llm else 1)
+        queries = [query.question] + ([f"{query.previous_question}\n{query.question}"] if query.previous_question else [])
+        hits: list[ChunkHit] = []
+        for text in queries:
+            hits = self._search(text, candidates, trace)
+            if hits:
+                break
+        if rerank_llm and hits:
+            hits = rerank(self.rt.gateway, self.rerank_prompt, query.question, hits, top_k=cfg.top_k_results, trace=trace)
+        hits = hits[: cfg.top_k_results]
+        note = "" if hits else "no chunk passed Min. Similarity Score"
+        return Context(tuple(chunk_evidence(h) for h in hits), self.route, note)
+
+    def _search(self, text: str, candidates: int, trace: Trace) -> list[ChunkHit]:
+        cfg = self.settings
+        with trace.step("retrieve", query=text, strategy=cfg.retrieval_strategy, top_k=cfg.top_k_results,
+                        min_score=cfg.min_similarity_score, candidates=candidates) as ev:  # fmt: skip
+            with trace.step("embed_question"):
+                vector = self.rt.gateway.embed([text], trace=trace, purpose="question")[0]
+            with trace.step("search"):
+                found = retrieve(self.rt.chunk_index(self.topic_id), text, vector, strategy=cfg.retrieval_strategy,
+                                 top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
+                                 rrf_k=cfg.rrf_k)  # fmt: skip
+            ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
+                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits])  # fmt: skip
+        return found.hits
+
+
+def _hit_summary(h: ChunkHit) -> dict:
+    return {"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4), "text": h.text[:300]}

@@ -1,0 +1,92 @@
+"""The trace store: step trees of chat turns and upload jobs, bounded in size and number.
+
+A trace is written once, when its turn or job ends. Two bounds keep the store from
+growing without limit: one trace keeps at most :data:`MAX_TRACE_BYTES` of JSON (the
+largest values are cut first), and each kind keeps its newest :data:`KEEP_PER_KIND`
+traces (older ones are deleted as new ones arrive).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from sqlmodel import col, delete, select
+
+from ragtopics.storage.metadata import MetadataStore, TraceRow
+
+log = logging.getLogger(__name__)
+
+#: Largest JSON size of one stored trace, in bytes.
+MAX_TRACE_BYTES = 2_000_000
+#: Traces kept per kind (``chat``, ``upload``); the oldest beyond this are deleted.
+KEEP_PER_KIND = 2_000
+#: Longest string kept in an event's data when a trace is over :data:`MAX_TRACE_BYTES`.
+SHRUNK_VALUE_CHARS = 500
+
+
+def save_trace(store: MetadataStore, *, kind: str, owner: str, subject: str, events: list[dict[str, Any]],
+               topic_id: str = "") -> int:  # fmt: skip
+    """Store a trace's events (JSON-ready dicts, as :meth:`Trace.to_list` gives them).
+
+    Args:
+        store: the SQL metadata store.
+        kind: ``"chat"`` or ``"upload"``.
+        owner: what the trace explains: ``turn:<id>`` or ``document:<id>``.
+        subject: the question or file name.
+        events: the trace's events.
+        topic_id: the Topic it belongs to.
+
+    Returns:
+        The stored trace's id.
+    """
+    events, size = _bounded(events)
+    with store.session() as s:
+        row = TraceRow(kind=kind, owner=owner, topic_id=topic_id, subject=subject[:300], size_bytes=size, events=events)
+        s.add(row)
+        s.flush()
+        trace_id = row.id
+        cutoff = s.exec(select(TraceRow.id).where(TraceRow.kind == kind).order_by(col(TraceRow.id).desc())
+                        .offset(KEEP_PER_KIND).limit(1)).first()  # fmt: skip
+        if cutoff is not None:
+            s.exec(delete(TraceRow).where(TraceRow.kind == kind, col(TraceRow.id) <= cutoff))
+    return trace_id
+
+
+def load_trace(store: MetadataStore, owner: str) -> list[dict[str, Any]]:
+    """The events of the newest trace of ``owner`` (``[]`` when none is kept)."""
+    with store.session() as s:
+        row = s.exec(select(TraceRow).where(TraceRow.owner == owner).order_by(col(TraceRow.id).desc())).first()
+    return list(row.events) if row else []
+
+
+def delete_traces(store: MetadataStore, *, topic_id: str) -> int:
+    """Delete every trace of a Topic; returns how many were deleted."""
+    with store.session() as s:
+        result = s.exec(delete(TraceRow).where(TraceRow.topic_id == topic_id))
+        return result.rowcount or 0
+
+
+def _bounded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The events, long strings cut when their JSON is over :data:`MAX_TRACE_BYTES`; and the JSON size."""
+    size = len(json.dumps(events, ensure_ascii=False, default=str))
+    if size <= MAX_TRACE_BYTES:
+        return events, size
+    shrunk = [{**e, "data": _shrink(e.get("data", {})), "shrunk": True} for e in events]
+    size = len(json.dumps(shrunk, ensure_ascii=False, default=str))
+    if size > MAX_TRACE_BYTES:  # still too big: keep the step skeleton only
+        shrunk = [{k: v for k, v in e.items() if k != "data"} | {"data": {}, "shrunk": True} for e in events]
+        size = len(json.dumps(shrunk, ensure_ascii=False, default=str))
+    log.info("trace cut to %d bytes", size)
+    return shrunk, size
+
+
+def _shrink(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > SHRUNK_VALUE_CHARS:
+        return value[:SHRUNK_VALUE_CHARS] + f"… [{len(value) - SHRUNK_VALUE_CHARS} more characters]"
+    if isinstance(value, dict):
+        return {k: _shrink(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shrink(v) for v in value[:50]] + ([f"… [{len(value) - 50} more items]"] if len(value) > 50 else [])
+    return value
