@@ -19,6 +19,10 @@ class InvalidSettingError(ConfigurationError):
     """A Topic setting has an unknown key or a value outside its range."""
 
 
+class EmbeddingMismatchError(ConfigurationError):
+    """A Topic's index was built with another embedding model or dimension than the configured one."""
+
+
 class RefusedFileError(RagTopicsError):
     """An uploaded file is refused before anything is stored (type, name, size)."""
 

@@ -52,8 +52,9 @@ class Runtime:
             return self._gateway
 
     def chunk_index(self, topic_id: str) -> ChunkIndex:
-        """The chunk index of a Topic, sized for the configured embedder."""
-        return ChunkIndex(self.redis, topic_id, dims=self.gateway.embedder.dims)
+        """The chunk index of a Topic, sized for (and checked against) the configured embedder."""
+        embedder = self.gateway.embedder
+        return ChunkIndex(self.redis, topic_id, dims=embedder.dims, embedding_model=embedder.model)
 
     def check_store(self) -> None:
         """Check that Redis answers and has the search and graph modules.

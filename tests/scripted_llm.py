@@ -3,10 +3,13 @@
 Replies are keyed by prompt name (the ``X-Prompt-Name`` header the gateway sends).
 A reply is a string or a function of the request body that returns a string.
 Every request is kept, so tests can assert on what the model was given.
+``/v1/embeddings`` answers deterministic vectors (prompt name ``"embeddings"``), and
+:meth:`ScriptedLLM.fail_next` makes the next requests fail with an HTTP status.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -25,12 +28,19 @@ class ScriptedLLM:
         replies: prompt name → reply; a missing name answers HTTP 400.
         requests: ``(prompt_name, body)`` of every request, in order.
         delay_s: pause between streamed tokens.
+        embedding_dims: dimension of the vectors ``/v1/embeddings`` returns.
     """
+
+    #: Prompt name under which ``/v1/embeddings`` requests are recorded.
+    EMBEDDINGS = "embeddings"
 
     def __init__(self) -> None:
         self.replies: dict[str, Reply] = {}
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.delay_s = 0.0
+        self.embedding_dims = 384
+        self._failures: list[tuple[int, str | None]] = []
+        self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -53,6 +63,24 @@ class ScriptedLLM:
         self.replies.clear()
         self.requests.clear()
         self.delay_s = 0.0
+        self.embedding_dims = 384
+        with self._lock:
+            self._failures.clear()
+
+    def fail_next(self, n: int, status: int, retry_after: float | None = None) -> None:
+        """Answer the next ``n`` requests (any path, recorded as usual) with HTTP ``status``.
+
+        Args:
+            n: how many requests fail.
+            status: the HTTP status, e.g. 429 or 503.
+            retry_after: sent as ``Retry-After`` (seconds) when given.
+        """
+        with self._lock:
+            self._failures.extend([(status, None if retry_after is None else str(retry_after))] * n)
+
+    def _next_failure(self) -> tuple[int, str | None] | None:
+        with self._lock:
+            return self._failures.pop(0) if self._failures else None
 
     def prompts(self, name: str) -> list[dict[str, Any]]:
         """Bodies of the requests made with prompt ``name``."""
@@ -70,8 +98,18 @@ class ScriptedLLM:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                name = self.headers.get("X-Prompt-Name", "")
+                embeddings = self.path.rstrip("/").endswith("/embeddings")
+                name = script.EMBEDDINGS if embeddings else self.headers.get("X-Prompt-Name", "")
                 script.requests.append((name, body))
+                failure = script._next_failure()
+                if failure is not None:
+                    status, retry_after = failure
+                    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+                    self._json(status, {"error": {"message": f"scripted failure {status}"}}, headers)
+                    return
+                if embeddings:
+                    self._json(200, _embeddings(body, script.embedding_dims))
+                    return
                 reply = script.replies.get(name)
                 if reply is None:
                     self._json(400, {"error": {"message": f"no scripted reply for prompt {name!r}"}})
@@ -85,9 +123,11 @@ class ScriptedLLM:
                 else:
                     self._json(200, _completion(text, body))
 
-            def _json(self, status: int, payload: dict) -> None:
+            def _json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -121,6 +161,17 @@ class ScriptedLLM:
                 self.wfile.flush()
 
         return Handler
+
+
+def _embeddings(body: dict, dims: int) -> dict:
+    """Deterministic vectors: each text's SHA-256 repeated, as floats in [-1, 1)."""
+    texts = body.get("input") or []
+    texts = [texts] if isinstance(texts, str) else texts
+    data = []
+    for i, text in enumerate(texts):
+        seed = hashlib.sha256(str(text).encode()).digest() * (dims // 32 + 1)
+        data.append({"object": "embedding", "index": i, "embedding": [b / 128 - 1 for b in seed[:dims]]})
+    return {"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
 def _usage(text: str, body: dict) -> dict:

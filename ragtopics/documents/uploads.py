@@ -16,6 +16,7 @@ from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import Topic
 from ragtopics.storage.metadata import DocumentRow, utcnow
+from ragtopics.storage.traces import load_trace
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,11 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
                      json.loads(r.indexed_with_json or "{}"))  # fmt: skip
         for r in rows
     ]
+
+
+def document_trace(rt: Runtime, document_id: str) -> list[dict[str, Any]]:
+    """The stored trace of a document's latest upload job (events with ``id``/``parent``; ``[]`` when none is kept)."""
+    return load_trace(rt.metadata, f"document:{document_id}")
 
 
 def source_link(rt: Runtime, document_id: str) -> str:

@@ -5,6 +5,12 @@ digits or join parts with ``-``, ``_``, ``/``, ``.``, such as ``E-4711``, ``SK-4
 ``v2.3``) kept whole. A code is written in a normalised form (lower case, joiners
 removed: ``E-4711`` → ``e4711``) because RediSearch's tokenizer would otherwise cut
 it at the hyphen; questions go through the same function, so both sides match.
+
+A code inside a path, URL, e-mail address or dotted name
+(``/v3/fleet/telemetry/ZETA-7781/export``, ``jane.doe42@example.com``) is written
+both whole and by segment (``zeta7781``), so a question naming only the segment
+finds it. A question is searched by its codes *and* its words; the keyword search
+weights the codes up (see ``ChunkIndex.search_keywords``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ _CODE = re.compile(r"(?<![\w-])(?=[\w./-]*\d)(?=[\w./-]*[A-Za-z])[A-Za-z0-9]+(?:
                    r"(?<![\w-])[A-Za-z0-9]+(?:[-_/][A-Za-z0-9]+)*\d+(?![\w-])")  # fmt: skip
 _WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 _JOINERS = re.compile(r"[-_./]")
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+#: Joiners that separate the segments of a path, URL, e-mail address or dotted name.
+_SEGMENT_JOINERS = re.compile(r"[/.@+]")
+_SEARCHABLE = re.compile(r"[^\W_]")
+#: A segment of only digits is indexed on its own from this many digits (``v2.3`` gives no ``3``).
+_MIN_DIGIT_SEGMENT = 3
 
 
 def normalise_code(code: str) -> str:
@@ -33,16 +45,32 @@ def normalise_code(code: str) -> str:
     return _JOINERS.sub("", code).lower()
 
 
-def query_keywords(question: str) -> list[str]:
-    """Keywords to search for a question: its codes when it has any, else its content words.
+def is_searchable(text: str) -> bool:
+    """True when ``text`` holds a letter or a digit (any script): something a search can match.
 
-    A code (``E-4711``) is what keyword search exists for; adding the question's
-    generic words ("error", "code") would let every chunk that talks about error
-    codes in general outrank, after fusion, the one chunk that holds the code.
+    A question made only of punctuation and symbols (``"?!"``, ``"--- ***"``) is not
+    searchable; retrieval returns no hits for it, so the no-answer path answers.
     """
-    keywords = extract_keywords(question)
-    codes = [k for k in keywords if any(c.isdigit() for c in k)]
-    return codes or keywords
+    return _SEARCHABLE.search(text) is not None
+
+
+def is_code(keyword: str) -> bool:
+    """True for a normalised code (a keyword with a digit: ``e4711``, ``40``)."""
+    return any(c.isdigit() for c in keyword)
+
+
+def query_keywords(question: str) -> list[str]:
+    """Keywords to search for a question: its codes first, then its content words.
+
+    Both are searched: a question about "the unit price of Brass hinge, 40 mm" needs
+    ``brass`` and ``hinge`` as much as ``40``. The keyword search weights codes up
+    (a code is what keyword search exists for), so the chunk holding ``E-4711``
+    still outranks chunks that only talk about error codes in general.
+
+    Returns:
+        Normalised keywords, codes before words (see :func:`extract_keywords`).
+    """
+    return extract_keywords(question)
 
 
 def extract_keywords(text: str, *, max_keywords: int = 200) -> list[str]:
@@ -56,12 +84,31 @@ def extract_keywords(text: str, *, max_keywords: int = 200) -> list[str]:
         Lower-case keywords in order of first appearance (codes before words).
     """
     seen: dict[str, None] = {}
+    for match in _EMAIL.finditer(text):
+        seen.setdefault(re.sub(r"[^0-9a-z]", "", match.group(0).lower()), None)
+        for segment in _segments(match.group(0)):
+            seen.setdefault(segment, None)
     for match in _CODE.finditer(text):
         token = match.group(0).strip("./")
         if any(c.isdigit() for c in token):
             seen.setdefault(normalise_code(token), None)
+            for segment in _segments(token):
+                seen.setdefault(segment, None)
     for match in _WORD.finditer(text):
         word = match.group(0).lower()
         if word not in STOP_WORDS:
             seen.setdefault(word, None)
     return list(seen)[:max_keywords]
+
+
+def _segments(token: str) -> list[str]:
+    """Normalised codes among the segments of a path, URL, e-mail address or dotted name (``[]`` for a plain code)."""
+    parts = _SEGMENT_JOINERS.split(token)
+    if len(parts) < 2:
+        return []
+    codes = []
+    for part in parts:
+        code = normalise_code(part)
+        if is_code(code) and (not code.isdigit() or len(code) >= _MIN_DIGIT_SEGMENT):
+            codes.append(code)
+    return codes

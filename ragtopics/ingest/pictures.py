@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ragtopics.ingest.docling import Picture
 from ragtopics.errors import ConfigurationError, ReadError
-from ragtopics.prompts.templates import DESCRIBE_PICTURE, PICTURE_LINE, PICTURES, PromptTemplate
+from ragtopics.prompts.templates import PICTURE_LINE, PICTURES, PromptTemplate
 from ragtopics.tracing.trace import Trace
 
 if TYPE_CHECKING:
@@ -92,9 +92,17 @@ def read_image(data: bytes, *, file_name: str) -> Picture:
     return Picture(index=0, image_png=buffer.getvalue(), caption=file_name, page=None, neighbour_text="")
 
 
-def describe_pictures(gateway: ModelGateway, pictures: list[Picture], *, trace: Trace | None = None,
-                      template: PromptTemplate = DESCRIBE_PICTURE) -> list[str]:  # fmt: skip
+def describe_pictures(gateway: ModelGateway, pictures: list[Picture], *, template: PromptTemplate,
+                      trace: Trace | None = None) -> list[str]:  # fmt: skip
     """Describe each picture with one call to the ``image_describer`` model.
+
+    Args:
+        gateway: the model gateway.
+        pictures: the pictures, in order.
+        template: the ``describe_picture`` prompt as resolved for the Topic (its override
+            from the Prompts tab, else the shared one, else the default); no default here,
+            so a caller cannot skip the Topic's override by accident.
+        trace: receives one ``model_call`` per picture.
 
     Returns:
         One description per picture, in order ("" when the model replied nothing).

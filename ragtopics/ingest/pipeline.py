@@ -23,16 +23,17 @@ from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.errors import RefusedFileError
 from ragtopics.ingest.keywords import extract_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.prompts.templates import CONTEXT_LINE as CONTEXT_PROMPT
-from ragtopics.prompts.templates import KEYWORDS as KEYWORDS_PROMPT
-from ragtopics.prompts.templates import NARRATE as NARRATE_PROMPT
-from ragtopics.ingest.readers import IMAGE_READER, ReadResult, read_file
+from ragtopics.prompts.resolve import resolve_ingest_prompts
+from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
+from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
-from ragtopics.ingest.structured import pack_records
+from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
+from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
+from ragtopics.storage.traces import save_trace
 from ragtopics.storage.metadata import DocumentRow, PictureRow, utcnow
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         s.add(doc)
     topic = get_topic(rt, doc.topic_id)
     cfg = topic.settings
+    prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
     trace = Trace("upload", doc.file_name)
     new_blobs: list[str] = []
     try:
@@ -103,12 +105,15 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
             ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
                            records=len(result.records) if result.records is not None else None,
                            pictures=len(result.pictures))  # fmt: skip
-        result, descriptions = _describe(rt, result, cfg, trace, report)
+        result, descriptions = _describe(rt, result, cfg, trace, report, prompts.describe_picture)
         report("chunking", 0, 1)
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
-            pieces = _chunk(rt, result, cfg, trace, doc.file_name)
-            ev.data.update(count=len(pieces), chunks=[p.text for p in pieces])
-        contexts = _context_lines(rt, result.text, pieces, cfg, trace, report)
+            pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate)
+            capped = _cap_to_window(rt, pieces, cfg, doc.file_name)
+            pieces = capped.pieces
+            ev.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
+        contexts = _context_lines(rt, result.text, pieces, cfg, trace, report, prompts.context_line)
+        contexts = _fit_context_lines(rt, contexts)  # the context line is embedded with its chunk: it counts
         # A SEMANTIC chunk is embedded together with its context line.
         embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
         vectors = []
@@ -117,7 +122,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                 report("embedding", i, len(pieces))
                 vectors.extend(rt.gateway.embed(embed_texts[i : i + _EMBED_STEP], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
-        keywords = _keywords(rt, pieces, cfg, trace, report)
+        keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords)
         pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
         tags = _link(pieces, result, descriptions, pictures, trace)
         report("storing", len(pieces), len(pieces))
@@ -146,7 +151,10 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                     "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
                     "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
                     "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
-                    "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace)}  # fmt: skip
+                    "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace),
+                    "records_per_chunk": records_per_chunk([p.records for p in pieces]) if result.records is not None else None,
+                    "embedding_window_tokens": capped.max_tokens, "chunks_split_to_fit": capped.split_chunks,
+                    "chunks_added_by_split": capped.added_chunks, "token_cap": capped.note()}  # fmt: skip
     _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
     report("done", len(records), len(records))
     return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
@@ -189,7 +197,7 @@ def model_call_counts(trace: Trace) -> dict[str, int]:
 
 
 def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace,
-                   report: ProgressFn) -> list[str]:  # fmt: skip
+                   report: ProgressFn, template: PromptTemplate) -> list[str]:  # fmt: skip
     """SEMANTIC: one model call per chunk writes a short line saying where the chunk sits in the document."""
     if cfg.chunking_strategy != "SEMANTIC" or not pieces:
         return [""] * len(pieces)
@@ -198,14 +206,15 @@ def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSet
     with trace.step("context_lines", count=len(pieces)) as ev:
         for i, p in enumerate(pieces):
             report("context lines", i, len(pieces))
-            messages = [{"role": "user", "content": CONTEXT_PROMPT.render(document=outline, chunk=p.text)}]
+            messages = [{"role": "user", "content": template.render(document=outline, chunk=p.text)}]
             reply = rt.gateway.chat("language_model", messages, prompt_name="context_line", trace=trace, max_tokens=80)
             lines.append(" ".join(reply.text.split())[:CONTEXT_LINE_CHARS])
         ev.data["context_lines"] = lines[:50]
     return lines
 
 
-def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str) -> list[Piece]:
+def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str,
+           narrate: PromptTemplate) -> list[Piece]:  # fmt: skip
     """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking.
 
     Raises:
@@ -221,15 +230,44 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
         lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
         _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
     if result.records is None:
-        pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap)
+        pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
+                                 source_code=extension_of(file_name) in SOURCE_CODE_EXTENSIONS)  # fmt: skip
         _check_chunk_count(file_name, len(pieces), limit, cfg)
         return pieces
     records = list(result.records)
     if cfg.import_strategy == "NARRATE":
-        records = [_narrate(rt, r, trace) for r in records]
-    texts = pack_records(records, size=cfg.chunk_size)
-    _check_chunk_count(file_name, len(texts), limit, cfg)
-    return [Piece(text=t, start=0, end=len(t)) for t in texts]
+        records = [_narrate(rt, r, trace, narrate) for r in records]
+    packed = pack_records_counted(records, size=cfg.chunk_size)
+    _check_chunk_count(file_name, len(packed), limit, cfg)
+    return [Piece(text=t, start=0, end=len(t), records=n) for t, n in packed]
+
+
+def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file_name: str) -> CappedChunks:
+    """Split chunks longer than the embedder's window (see :mod:`ragtopics.ingest.token_cap`).
+
+    Under SEMANTIC, :data:`CONTEXT_LINE_TOKENS` stay free for the context line embedded with each chunk.
+
+    Raises:
+        RefusedFileError: when the split chunks exceed ``MAX_CHUNKS_PER_DOCUMENT``.
+    """
+    embedder = rt.gateway.embedder
+    reserve = CONTEXT_LINE_TOKENS if cfg.chunking_strategy == "SEMANTIC" else 0
+    counter = embedder.count_tokens if embedder.max_tokens else None
+    capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve)
+    if capped.split_chunks:
+        log.info("%s: %s", file_name, capped.note())
+        _check_chunk_count(file_name, len(capped.pieces), rt.settings.max_chunks_per_document, cfg)
+    return capped
+
+
+def _fit_context_lines(rt: Runtime, lines: list[str]) -> list[str]:
+    """Context lines shortened to :data:`CONTEXT_LINE_TOKENS` when the embedder's window is known."""
+    embedder = rt.gateway.embedder
+    if not embedder.max_tokens or not any(lines):
+        return lines
+    counts = embedder.count_tokens(lines)
+    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, embedder.count_tokens) if n > CONTEXT_LINE_TOKENS else line
+            for line, n in zip(lines, counts, strict=True)]  # fmt: skip
 
 
 def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSettings, *, at_least: bool = False) -> None:
@@ -241,21 +279,21 @@ def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSett
         )
 
 
-def _narrate(rt: Runtime, record: str, trace: Trace) -> str:
+def _narrate(rt: Runtime, record: str, trace: Trace, template: PromptTemplate) -> str:
     """Import Strategy NARRATE: one model call rewrites a record as a short paragraph."""
-    messages = [{"role": "user", "content": NARRATE_PROMPT.render(record=record)}]
+    messages = [{"role": "user", "content": template.render(record=record)}]
     text = rt.gateway.chat("language_model", messages, prompt_name="narrate", trace=trace, max_tokens=300).text.strip()
     return text or record
 
 
-def _describe(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace,
-              report: ProgressFn) -> tuple[ReadResult, list[str]]:  # fmt: skip
+def _describe(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
+              template: PromptTemplate) -> tuple[ReadResult, list[str]]:  # fmt: skip
     """Describe pictures with a vision model: the descriptions become the text (image files) or follow it."""
     if not cfg.describe_pictures or not result.pictures:
         return result, [""] * len(result.pictures)
     report("describing", 0, len(result.pictures))
     with trace.step("describe_pictures", count=len(result.pictures)) as ev:
-        descriptions = describe_pictures(rt.gateway, list(result.pictures), trace=trace)
+        descriptions = describe_pictures(rt.gateway, list(result.pictures), trace=trace, template=template)
         ev.data["descriptions"] = descriptions
     if result.reader == IMAGE_READER:
         return replace(result, text=descriptions[0] or result.text), descriptions
@@ -298,7 +336,8 @@ def _docling_options(cfg: RagTopicSettings):
     return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
 
 
-def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn) -> list[str]:
+def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
+              template: PromptTemplate) -> list[str]:  # fmt: skip
     """Keyword index text per chunk: only under HYBRID; ALGORITHMIC from the chunk's words, LLM from a model call."""
     if cfg.retrieval_strategy != "HYBRID":
         return [""] * len(pieces)
@@ -307,7 +346,7 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
             out = []
             for i, p in enumerate(pieces):
                 report("keywords", i, len(pieces))
-                messages = [{"role": "user", "content": KEYWORDS_PROMPT.render(text=p.text)}]
+                messages = [{"role": "user", "content": template.render(text=p.text)}]
                 reply = rt.gateway.chat("language_model", messages, prompt_name="keywords", trace=trace, max_tokens=120)
                 out.append(" ".join(extract_keywords(reply.text + " " + p.text)))
         else:
@@ -330,9 +369,11 @@ def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: 
         doc.pending_sha256, doc.pending_blob_path = "", ""
         doc.status, doc.chunk_count, doc.warning, doc.error = status, count, warning, ""
         doc.indexed_with_json = json.dumps(indexed_with)
-        doc.trace_json = json.dumps(trace.to_list())
+        doc.trace_json = "[]"
         doc.updated_at = utcnow()
         s.add(doc)
+    save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
+               topic_id=doc.topic_id)  # fmt: skip
     if old_blob and old_blob != doc.blob_path:
         rt.blobs.remove(old_blob)
     kept = {row.blob_path for row in pictures}
@@ -357,6 +398,8 @@ def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace, ne
         doc.pending_sha256, doc.pending_blob_path = "", ""
         doc.status = "failed"
         doc.error = str(exc) + (" (the previous version is still searchable)" if doc.content_sha256 else "")
-        doc.trace_json = json.dumps(trace.to_list())
+        doc.trace_json = "[]"
         doc.updated_at = utcnow()
         s.add(doc)
+    save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
+               topic_id=doc.topic_id)  # fmt: skip

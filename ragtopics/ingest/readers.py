@@ -1,6 +1,7 @@
 """Readers that take the text out of an uploaded file, by file type.
 
-* text files (plain text, Markdown, source code): decoded, encoding detected;
+* text files (plain text, Markdown, source code): decoded, encoding detected; HTML pages
+  are converted to Markdown (see :mod:`ragtopics.ingest.html`) so tables and code stay whole;
 * structured files (json, jsonl, xml, yaml, toml, csv, tsv): records, see :mod:`ragtopics.ingest.structured`;
 * documents (pdf, docx, xlsx, pptx): converted by Docling, see :mod:`ragtopics.ingest.docling`;
 * images (jpg, png, gif, ...): one picture, see :mod:`ragtopics.ingest.pictures`; the text is the
@@ -29,6 +30,18 @@ TEXT_EXTENSIONS: frozenset[str] = frozenset(
         "dockerfile", "makefile", "cmake",
     }
 )  # fmt: skip
+
+#: Source code: chunked at top-level definitions first (see ragtopics.ingest.chunking).
+SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
+    {
+        "py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
+        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
+        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
+        "sql", "css", "scss", "less", "vue", "svelte", "proto", "graphql", "gradle", "dockerfile", "makefile", "cmake",
+    }
+)  # fmt: skip
+#: HTML pages: read as text, then converted to Markdown.
+HTML_EXTENSIONS: frozenset[str] = frozenset({"html", "htm"})
 
 #: Structured files and documents (kept in sync with ragtopics.ingest.structured / ragtopics.ingest.docling,
 #: which import heavier libraries and are loaded only when such a file is read).
@@ -110,6 +123,11 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
         ReadError: when the file cannot be read (the message names the file and why).
     """
     ext = extension_of(file_name)
+    if ext in HTML_EXTENSIONS:
+        from ragtopics.ingest.html import html_to_markdown
+
+        page = read_text_bytes(data, file_name=file_name)
+        return ReadResult(text=html_to_markdown(page.text), reader="html", encoding=page.encoding)
     if ext in TEXT_EXTENSIONS:
         return read_text_bytes(data, file_name=file_name)
     if ext in STRUCTURED_TYPES:

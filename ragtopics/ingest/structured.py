@@ -7,11 +7,13 @@ record (a table row, an array entry, a section) is never cut in the middle:
   values are all scalars is one record; any other object gives one record per
   top-level key, except that a key holding a list of objects/arrays (a TOML
   ``[[table]]``, a JSON ``{"results": [...]}``) gives one record per list entry, so a
-  long list is not one giant record. Several YAML documents give one record each.
-- JSON Lines: one record per non-blank line. One bad line fails the whole file
-  (naming the line): skipping it would silently lose data, and a file that is only
-  partly JSON Lines is more likely the wrong file than a file with one typo.
-- CSV / TSV: one record per row, keyed by the header row.
+  long list is not one giant record. Several YAML documents give one record each;
+  a broken one among them is skipped with a warning, by the same rule as JSON Lines.
+- JSON Lines: one record per non-blank line. A line that is not valid JSON (a line
+  cut off mid-object) is skipped with a warning naming it; the file fails only when
+  most of its lines are bad (then it is more likely the wrong file than a typo).
+- CSV / TSV: one record per row, keyed by the header row. A row the CSV parser
+  cannot read is skipped with a warning, by the same rule.
 - XML: one record per child element of the root (``<book> 4`` is the fourth
   ``<book>``), so every repeated element is a record and a lone sibling such as
   ``<meta>`` is not dropped; the root's own attributes/text, if any, come first as
@@ -39,12 +41,16 @@ from dataclasses import dataclass
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
+import re
+
 import yaml
 from charset_normalizer import from_bytes
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeElementTree
 
 from ragtopics.errors import InvalidSettingError, ReadError
+from ragtopics.ingest.chunking import split_recursive
+from ragtopics.ingest.keywords import is_searchable
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,13 @@ _NODES_PER_BYTE = 64
 _MIN_NODE_BUDGET = 4096
 _SNIFF_CHARS = 65536
 _SNIFF_DELIMITERS = ",;\t|"
+#: Bad lines (rows, documents) named one by one in warnings; the rest are counted.
+_NAMED_BAD_LINES = 10
+#: A flattened field line: ``path: value``.
+_FIELD_LINE = re.compile(r"([^\n:]{1,80}): (.*)", re.DOTALL)
+#: Keys that identify a record (the last part of a dotted path).
+_IDENTIFYING_KEY = re.compile(r"(?:^|[._ -])(?:id|sku|name|title|code|key|ref|reference|number|no|uuid|slug)$", re.IGNORECASE)
+_YAML_DOCUMENT_START = re.compile(r"^---(?=[ \t]|$)", re.MULTILINE)
 
 #: (label, path prefix, value) — one future record before flattening.
 _Unit = tuple[str, str, Any]
@@ -131,34 +144,47 @@ def flatten_record(record: Record) -> str:
 
 
 def pack_records(texts: list[str], *, size: int) -> list[str]:
-    """Group consecutive record texts into chunks without cutting a record.
+    """Group consecutive record texts into chunks without cutting a record (see :func:`pack_records_counted`).
+
+    Returns:
+        The chunk texts.
+
+    Raises:
+        InvalidSettingError: when ``size`` is below 1.
+    """
+    return [text for text, _count in pack_records_counted(texts, size=size)]
+
+
+def pack_records_counted(texts: list[str], *, size: int) -> list[tuple[str, int]]:
+    """Group consecutive record texts into chunks, never cutting a record that fits.
 
     Args:
-        texts: record texts in file order (e.g. from :func:`flatten_record`);
-            empty ones are skipped.
+        texts: record texts in file order (e.g. from :func:`flatten_record`); empty
+            ones and ones without any letter or digit are skipped.
         size: Chunk Size in characters (>= 1).
 
     Returns:
-        Chunk texts. Records that fit are joined by a blank line into chunks of at
-        most ``size`` characters. A record longer than ``size`` gets chunks of its
-        own, split only between lines; a single line longer than ``size`` is kept
-        whole as one oversized chunk.
+        ``(chunk text, number of records in it)`` pairs. Records that fit are joined
+        by a blank line into chunks of at most ``size`` characters. A record longer
+        than ``size`` gets chunks of its own (count 1 each), split between fields
+        (a long value at sentence or word ends, keeping its ``path:``), and every
+        piece starts with the record's identifying fields (see :func:`identifying_lines`).
 
     Raises:
         InvalidSettingError: when ``size`` is below 1.
     """
     if size < 1:
         raise InvalidSettingError(f"chunk_size must be at least 1 character, got {size}")
-    chunks: list[str] = []
+    chunks: list[tuple[str, int]] = []
     current: list[str] = []
     used = 0
     for text in texts:
-        if not text:
+        if not text or not is_searchable(text):
             continue
         if len(text) > size:
             chunks.extend(_flush(current))
             current, used = [], 0
-            chunks.extend(_split_lines(text, size))
+            chunks.extend((piece, 1) for piece in split_record(text, size=size))
             continue
         added = len(text) + (2 if current else 0)
         if used + added > size:
@@ -170,11 +196,65 @@ def pack_records(texts: list[str], *, size: int) -> list[str]:
     return chunks
 
 
+def records_per_chunk(counts: list[int]) -> list[int] | None:
+    """``[fewest, most]`` records per chunk from the counts of :func:`pack_records_counted`; ``None`` for no chunks."""
+    return [min(counts), max(counts)] if counts else None
+
+
+def identifying_lines(text: str, *, size: int) -> list[str]:
+    """The ``path: value`` lines that say which record a piece belongs to.
+
+    Args:
+        text: a flattened record (``path: value`` lines).
+        size: Chunk Size in characters; together the lines take at most a third of it.
+
+    Returns:
+        The first field and the fields whose key reads like an identifier (``id``,
+        ``sku``, ``name``, ``product_id``, ``Part Number`` …), in record order; ``[]``
+        for a record that is not ``path: value`` lines (a narrated one).
+    """
+    lines = text.split("\n")
+    keep = [n for n, line in enumerate(lines) if (m := _FIELD_LINE.fullmatch(line)) and (
+        n == 0 or _IDENTIFYING_KEY.search(m.group(1).strip()))]  # fmt: skip
+    chosen: list[str] = []
+    for n in keep:
+        if sum(len(c) + 1 for c in chosen) + len(lines[n]) <= size // 3:
+            chosen.append(lines[n])
+    return chosen
+
+
+def split_record(text: str, *, size: int) -> list[str]:
+    """Pieces of one record longer than ``size``, each starting with its identifying fields.
+
+    Args:
+        text: a flattened record (``path: value`` lines) or a narrated one.
+        size: Chunk Size in characters (>= 1).
+
+    Returns:
+        Pieces in order; each is at most ``size`` characters unless one word is longer.
+    """
+    ident = identifying_lines(text, size=size)
+    head = "".join(line + "\n" for line in ident)
+    budget = max(size - len(head), 1)
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if line in ident:
+            continue
+        if len(line) <= budget:
+            lines.append(line)
+            continue
+        field = _FIELD_LINE.fullmatch(line)
+        key = f"{field.group(1)}: " if field and len(field.group(1)) < budget // 2 else ""
+        value = field.group(2) if key else line
+        lines.extend(key + p.text for p in split_recursive(value, size=max(budget - len(key), 1), overlap=0))
+    return [head + group for group in _split_lines("\n".join(lines), budget)] if lines else [head.rstrip("\n")]
+
+
 # --- packing helpers -------------------------------------------------------------
 
 
-def _flush(texts: list[str]) -> list[str]:
-    return ["\n\n".join(texts)] if texts else []
+def _flush(texts: list[str]) -> list[tuple[str, int]]:
+    return [("\n\n".join(texts), len(texts))] if texts else []
 
 
 def _split_lines(text: str, size: int) -> list[str]:
@@ -325,6 +405,7 @@ def _read_json(data: bytes, limits: _Limits) -> list[Record]:
 def _read_jsonl(data: bytes, limits: _Limits) -> list[Record]:
     text = _decode(data, limits.file_name)
     units: list[_Unit] = []
+    bad: list[str] = []
     # split("\n"), not splitlines(): U+2028 and friends may stand raw inside JSON strings.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -332,13 +413,29 @@ def _read_jsonl(data: bytes, limits: _Limits) -> list[Record]:
         try:
             doc = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ReadError(
-                f"{limits.file_name}: line {number} is not valid JSON ({exc.msg} at column {exc.colno}); the file was not read"
-            ) from exc
+            bad.append(f"line {number} is not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
         _check_tree(doc, limits, f"line {number}")
         units.append((f"line {number}", "", doc))
         _check_count(len(units), limits)
+    _skip_bad(bad, len(units), "lines", limits.file_name)
     return _to_records(units, limits)
+
+
+def _skip_bad(bad: list[str], good: int, what: str, file_name: str) -> None:
+    """Warn about each skipped part (``bad``: why, per part); refuse the file when most parts are bad.
+
+    Raises:
+        ReadError: when the bad parts outnumber the good ones.
+    """
+    if not bad:
+        return
+    if len(bad) > good:
+        raise ReadError(f"{file_name}: {len(bad)} of {len(bad) + good} {what} are unreadable ({bad[0]}); the file was not read")
+    for reason in bad[:_NAMED_BAD_LINES]:
+        log.warning("%s: %s; skipped, the rest of the file was read", file_name, reason)
+    if len(bad) > _NAMED_BAD_LINES:
+        log.warning("%s: %d more unreadable %s skipped", file_name, len(bad) - _NAMED_BAD_LINES, what)
 
 
 # --- YAML and TOML ---------------------------------------------------------------------
@@ -348,12 +445,8 @@ def _read_yaml(data: bytes, limits: _Limits) -> list[Record]:
     text = _decode(data, limits.file_name)
     try:
         docs = list(yaml.safe_load_all(text))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ReadError(f"{limits.file_name} is not valid YAML: {exc.problem or exc.context}{where}") from exc
     except yaml.YAMLError as exc:
-        raise ReadError(f"{limits.file_name} is not valid YAML: {exc}") from exc
+        docs = _read_yaml_documents(text, limits.file_name, exc)
     numbered = [(number, doc) for number, doc in enumerate(docs, start=1) if doc is not None]
     if len(numbered) == 1:
         _check_tree(numbered[0][1], limits, "the document")
@@ -361,6 +454,41 @@ def _read_yaml(data: bytes, limits: _Limits) -> list[Record]:
     for number, doc in numbered:
         _check_tree(doc, limits, f"document {number}")
     return _to_records([(f"document {number}", "", doc) for number, doc in numbered], limits)
+
+
+def _yaml_error(exc: yaml.YAMLError, line_offset: int = 0) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1 + line_offset}, column {mark.column + 1}" if mark else ""
+        return f"{exc.problem or exc.context}{where}"
+    return str(exc)
+
+
+def _read_yaml_documents(text: str, file_name: str, exc: yaml.YAMLError) -> list[Any]:
+    """Several ``---`` documents, one of them broken: parse each alone and skip the broken ones.
+
+    A ``---`` at column 0 always starts a new document (even inside a block scalar),
+    so cutting the text there gives the same documents the parser sees.
+
+    Raises:
+        ReadError: the file is one document, or most documents are broken.
+    """
+    starts = [m.start() for m in _YAML_DOCUMENT_START.finditer(text)]
+    bounds = sorted({0, *starts, len(text)})
+    parts = [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+    if len(parts) < 2:
+        raise ReadError(f"{file_name} is not valid YAML: {_yaml_error(exc)}") from exc
+    docs: list[Any] = []
+    bad: list[str] = []
+    for number, part in enumerate(parts, start=1):
+        try:
+            docs.extend(yaml.safe_load_all(part))
+        except yaml.YAMLError as part_exc:
+            line = text.count("\n", 0, text.index(part)) if text.count(part) == 1 else 0
+            bad.append(f"document {number} is not valid YAML: {_yaml_error(part_exc, line)}")
+            docs.append(None)
+    _skip_bad(bad, len(parts) - len(bad), "documents", file_name)
+    return docs
 
 
 def _read_toml(data: bytes, limits: _Limits) -> list[Record]:
@@ -420,14 +548,23 @@ def _read_rows(text: str, dialect: type[csv.Dialect] | csv.Dialect, limits: _Lim
         if header is None:
             return []
         names = [name.strip() or f"column_{i + 1}" for i, name in enumerate(header)]
-        for row in reader:
-            if not row:
-                continue
-            fields = _row_fields(names, row, limits.file_name, reader.line_num)
-            records.append(Record(index=len(records), label=f"row {len(records) + 1}", fields=fields))
-            _check_count(len(records), limits)
     except csv.Error as exc:
         raise ReadError(f"{limits.file_name}: line {reader.line_num} is not valid CSV: {exc}") from exc
+    bad: list[str] = []
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # the reader goes on with the next line
+            bad.append(f"line {reader.line_num} is not valid CSV ({exc})")
+            continue
+        if not row:
+            continue
+        fields = _row_fields(names, row, limits.file_name, reader.line_num)
+        records.append(Record(index=len(records), label=f"row {len(records) + 1}", fields=fields))
+        _check_count(len(records), limits)
+    _skip_bad(bad, len(records), "rows", limits.file_name)
     return records
 
 

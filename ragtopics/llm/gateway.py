@@ -1,9 +1,13 @@
 """The model gateway: the one module through which every model call goes.
 
 It maps a role to its endpoint, retries transient errors (connection, timeout,
-rate limit; never a bad request), bounds concurrency per endpoint, streams, and
-records model, tokens and duration of every call into the caller's :class:`Trace`
-(the DEV-report hook).
+HTTP 408, 429 and 5xx; never a bad request) under one :class:`RetryPolicy`, bounds
+concurrency per endpoint, streams, and records model, tokens and duration of every
+call into the caller's :class:`Trace` (the DEV-report hook).
+
+Every model call goes through :meth:`ModelGateway._call`: chat, streamed chat (until
+its first token), structured output, tool calls and embeddings over HTTP. The openai
+SDK's own retries are off (``max_retries=0`` on every client), so there is one policy.
 """
 
 from __future__ import annotations
@@ -11,25 +15,105 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import instructor
 import numpy as np
 import openai
 from instructor.core.exceptions import InstructorError
 from pydantic import BaseModel, ValidationError
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from ragtopics.settings.env import ModelEndpoint, Settings
 from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
-from ragtopics.errors import ModelUnavailableError, StructuredOutputError
+from ragtopics.errors import ConfigurationError, ModelUnavailableError, StructuredOutputError
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError)
 MAX_CONCURRENT_CALLS = 4
+
+#: Attempts per model call, the first included. Four attempts with waits of about
+#: 0.5, 1 and 2 s ride out a model server restarting or a short overload (llama.cpp
+#: and vLLM answer 503 while busy) without making a dead endpoint take long to report.
+RETRY_ATTEMPTS = 4
+#: First wait and cap of the exponential backoff (seconds; each wait gets up to 0.5 s of jitter).
+RETRY_INITIAL_WAIT_S = 0.5
+RETRY_MAX_WAIT_S = 8.0
+#: A server's ``Retry-After`` is honoured up to this many seconds; a longer one means
+#: "not soon", and the caller is better told now than after minutes of silence.
+RETRY_AFTER_MAX_S = 30.0
+#: HTTP statuses worth another attempt besides 5xx: request timeout, rate limit.
+RETRY_STATUSES = frozenset({408, 429})
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When and how long the gateway waits before trying a model call again.
+
+    Attributes:
+        attempts: attempts per call, the first included (>= 1).
+        initial_wait_s: first backoff wait in seconds; it doubles per retry.
+        max_wait_s: cap on one backoff wait in seconds.
+        max_retry_after_s: a ``Retry-After`` (or ``retry-after-ms``) up to this many
+            seconds replaces the backoff wait; a longer one is capped to it.
+    """
+
+    attempts: int = RETRY_ATTEMPTS
+    initial_wait_s: float = RETRY_INITIAL_WAIT_S
+    max_wait_s: float = RETRY_MAX_WAIT_S
+    max_retry_after_s: float = RETRY_AFTER_MAX_S
+
+    def retrying(self, label: str) -> Retrying:
+        """A tenacity ``Retrying`` for one call to ``label`` (logged before each wait)."""
+        backoff = wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s,
+                                          jitter=min(0.5, self.initial_wait_s))  # fmt: skip
+
+        def wait(state: RetryCallState) -> float:
+            after = retry_after_s(state.outcome.exception()) if state.outcome else None
+            return min(after, self.max_retry_after_s) if after is not None else backoff(state)
+
+        def before_sleep(state: RetryCallState) -> None:
+            log.warning("%s: attempt %s of %s failed (%s); retrying in %.1f s", label, state.attempt_number,
+                        self.attempts, _describe(state.outcome.exception()), state.upcoming_sleep)  # fmt: skip
+
+        return Retrying(retry=retry_if_exception(is_transient), stop=stop_after_attempt(self.attempts), wait=wait,
+                        before_sleep=before_sleep, reraise=True)  # fmt: skip
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a model call that raised ``exc`` may succeed when tried again.
+
+    True for connection errors and timeouts and for HTTP 408, 429 and 5xx; False for
+    any other status (400 bad request, 401, 404 unknown model...) and non-HTTP errors.
+    """
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is one
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRY_STATUSES or exc.status_code >= 500
+    return False
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """The wait in seconds a failed response asks for (``retry-after-ms`` or ``Retry-After`` seconds), or None."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:  # an HTTP date: rare from model servers, use the backoff
+            return None
+        return seconds if seconds >= 0 else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +154,13 @@ class ModelGateway:
     Args:
         settings: process settings (endpoints per role).
         embedder: the embedder to use; built from settings when omitted.
+        retry: the retry policy of every model call; :class:`RetryPolicy` defaults when omitted.
     """
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None):
+    def __init__(self, settings: Settings, embedder: Embedder | None = None, *, retry: RetryPolicy | None = None):
         self.settings = settings
         self.embedder = embedder or build_embedder(settings)
+        self.retry = retry or RetryPolicy()
         self._clients: dict[str, openai.OpenAI] = {}
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._lock = threading.Lock()
@@ -86,12 +172,33 @@ class ModelGateway:
     def _client(self, endpoint: ModelEndpoint) -> tuple[openai.OpenAI, threading.BoundedSemaphore]:
         with self._lock:
             key = f"{endpoint.base_url}|{endpoint.api_key}"
-            if key not in self._clients:
+            if key not in self._clients:  # max_retries=0: the gateway's RetryPolicy is the only one
                 self._clients[key] = openai.OpenAI(
                     base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=0
                 )
-                self._slots[key] = threading.BoundedSemaphore(MAX_CONCURRENT_CALLS)
-            return self._clients[key], self._slots[key]
+        return self._clients[key], self._slot(endpoint.base_url or "")
+
+    def _slot(self, base_url: str) -> threading.BoundedSemaphore:
+        """The concurrency slots of one server (per base URL, shared by its roles and its embeddings)."""
+        with self._lock:
+            return self._slots.setdefault(base_url, threading.BoundedSemaphore(MAX_CONCURRENT_CALLS))
+
+    def _call(self, label: str, request: Callable[[], T]) -> T:
+        """Run one model request under the retry policy; the one place model errors are turned into ours.
+
+        Args:
+            label: ``"the language model at http://..."``, for logs and messages.
+            request: sends the request; called once per attempt.
+
+        Raises:
+            ModelUnavailableError: a transient failure (connection, timeout, 408, 429, 5xx)
+                outlasted :attr:`RetryPolicy.attempts`, or the server refused the
+                request (any other HTTP status), naming ``label``.
+        """
+        try:
+            return self.retry.retrying(label)(request)
+        except openai.APIError as exc:
+            raise ModelUnavailableError(_failure_message(label, exc, self.retry.attempts)) from exc
 
     def chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
              max_tokens: int | None = None, temperature: float = 0.2) -> ChatReply:  # fmt: skip
@@ -121,6 +228,8 @@ class ModelGateway:
                     max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Generator[str, None, str | None]:  # fmt: skip
         """Stream a chat completion as text deltas.
 
+        A failure before the first token is retried like any call; once a token has been
+        yielded nothing is retried (the caller has already shown it).
         Closing the iterator early closes the HTTP stream and records the call as
         ``stopped`` (the server may still finish the generation in the background).
         The generator returns the finish reason (``"stop"``, ``"length"`` when ``max_tokens``
@@ -137,11 +246,11 @@ class ModelGateway:
         usage = None
         stopped = True
         with slot:
-            stream = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
-                                  temperature=temperature, tools=tools)  # fmt: skip
+            stream, head = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
+                                        temperature=temperature, tools=tools)  # fmt: skip
             finish_reason = None
             try:
-                for chunk in stream:
+                for chunk in _chain(head, stream):
                     if chunk.usage is not None:
                         usage = chunk.usage
                     delta = chunk.choices[0].delta.content if chunk.choices else None
@@ -152,7 +261,7 @@ class ModelGateway:
                         yield delta
                 stopped = False
             except openai.APIError as exc:
-                raise ModelUnavailableError(f"the {endpoint.role} at {endpoint.base_url} failed while streaming: {exc}") from exc
+                raise ModelUnavailableError(f"{_label(endpoint)} failed while streaming: {exc}") from exc
             finally:
                 stream.close()
                 call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
@@ -165,7 +274,7 @@ class ModelGateway:
         """One chat completion parsed into ``response_model`` (instructor, JSON-schema mode).
 
         JSON-schema mode makes llama.cpp and vLLM constrain their output to the schema;
-        a reply that still does not parse is not retried.
+        a reply that still does not parse is not retried (transport failures are).
 
         Raises:
             StructuredOutputError: when the reply does not fit ``response_model``.
@@ -175,19 +284,23 @@ class ModelGateway:
         client, slot = self._client(endpoint)
         patched = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
         t0 = time.perf_counter()
-        try:
-            with slot:
-                result, completion = _with_retries(patched.chat.completions.create_with_completion)(
+
+        def request():
+            try:
+                return patched.chat.completions.create_with_completion(
                     model=endpoint.model, messages=messages, response_model=response_model, max_retries=0,
                     max_tokens=max_tokens, temperature=0.0, extra_headers={"X-Prompt-Name": prompt_name},
                 )  # fmt: skip
-        except TRANSIENT as exc:
-            raise ModelUnavailableError(f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} is not reachable ({type(exc).__name__})") from exc
+            except InstructorError as exc:  # instructor wraps transport errors; unwrap them for the retry policy
+                cause = _api_error_in(exc)
+                raise cause if cause is not None else exc
+
+        try:
+            with slot:
+                result, completion = self._call(_label(endpoint), request)
         except (ValidationError, InstructorError) as exc:
             _record(trace, ModelCall(role, prompt_name, endpoint.model, 0, 0, _ms(t0)), messages, f"unparsable: {exc}")
             raise StructuredOutputError(f"the {prompt_name} reply did not match {response_model.__name__}: {str(exc)[:300]}") from exc
-        except openai.APIError as exc:
-            raise ModelUnavailableError(f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} failed: {exc}") from exc
         usage = completion.usage
         call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
                          getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
@@ -206,8 +319,6 @@ class ModelGateway:
             ConfigurationError: when the role's model is not marked as supporting tools.
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
         """
-        from ragtopics.errors import ConfigurationError
-
         endpoint = self.endpoint(role)
         if not endpoint.supports_tools:
             raise ConfigurationError(
@@ -231,46 +342,104 @@ class ModelGateway:
     def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding") -> np.ndarray:
         """Embed texts with the configured embedding model.
 
+        An embedder behind an HTTP endpoint (``embedder.base_url`` set) sends each batch
+        under this gateway's retry policy and the endpoint's concurrency slots.
+
         Returns:
             Shape ``(len(texts), dims)`` float32, unit rows.
 
         Raises:
-            ModelUnavailableError: when the embedding model is unreachable.
+            ModelUnavailableError: when the embedding model is unreachable after retries or fails.
         """
         t0 = time.perf_counter()
-        vectors = self.embedder.embed(texts)
+        base_url = self.embedder.base_url
+        if base_url:
+            label, slot = f"the embedding model at {base_url}", self._slot(base_url)
+
+            def send(request: Callable[[], np.ndarray]) -> np.ndarray:
+                with slot:
+                    return self._call(label, request)
+
+            vectors = self.embedder.embed(texts, send=send)
+        else:
+            vectors = self.embedder.embed(texts)
         call = ModelCall("embedding", purpose, self.embedder.model, 0, 0, _ms(t0), items=len(texts))
         if trace is not None:
             trace.add("model_call", **asdict(call))
         return vectors
 
-    @staticmethod
-    def _create(client: openai.OpenAI, endpoint: ModelEndpoint, messages: list[dict], prompt_name: str, *,
+    def _create(self, client: openai.OpenAI, endpoint: ModelEndpoint, messages: list[dict], prompt_name: str, *,
                 stream: bool, max_tokens: int | None, temperature: float, tools: list[dict] | None = None):  # fmt: skip
+        """A chat completion; for ``stream=True``, ``(stream, chunks read up to the first token)``."""
         extra: dict = {"stream_options": {"include_usage": True}} if stream else {}
         if tools:
             extra["tools"] = tools
-        try:
-            return _with_retries(client.chat.completions.create)(
+
+        def request():
+            response = client.chat.completions.create(
                 model=endpoint.model, messages=messages, stream=stream, max_tokens=max_tokens,
                 temperature=temperature, extra_headers={"X-Prompt-Name": prompt_name}, **extra,
             )  # fmt: skip
-        except TRANSIENT as exc:
-            raise ModelUnavailableError(
-                f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} is not reachable ({type(exc).__name__}); "
-                "is the model server running?"
-            ) from exc
-        except openai.APIError as exc:
-            raise ModelUnavailableError(f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url} failed: {exc}") from exc
+            return _read_to_first_token(response) if stream else response
+
+        return self._call(_label(endpoint), request)
 
 
-def _with_retries(fn):
-    return retry(
-        retry=retry_if_exception_type(TRANSIENT),
-        stop=stop_after_attempt(3),
-        wait=wait_exponential(multiplier=0.5, max=4),
-        reraise=True,
-    )(fn)
+def _label(endpoint: ModelEndpoint) -> str:
+    """``"the language model at http://..."``: how messages and logs name an endpoint."""
+    return f"the {endpoint.role.replace('_', ' ')} at {endpoint.base_url}"
+
+
+def _failure_message(label: str, exc: openai.APIError, attempts: int) -> str:
+    """The operator's message for a model call that failed for good."""
+    if not is_transient(exc):
+        return f"{label} failed: {exc}"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"{label} is not reachable ({type(exc).__name__}, {attempts} attempts); is the model server running?"
+    return f"{label} failed after {attempts} attempts: {_describe(exc)}"
+
+
+def _describe(exc: BaseException | None) -> str:
+    """``HTTP 503: overloaded`` for a status error, else the exception's type."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {str(exc)[:200]}"
+    return type(exc).__name__
+
+
+def _api_error_in(exc: BaseException) -> openai.APIError | None:
+    """The openai error an instructor error wraps (its cause chain, or its ``failed_attempts``), if any."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, openai.APIError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    for attempt in getattr(exc, "failed_attempts", None) or []:
+        if isinstance(getattr(attempt, "exception", None), openai.APIError):
+            return attempt.exception
+    return None
+
+
+def _read_to_first_token(stream):
+    """Read a chat stream up to its first text delta, so a failure before it can be retried.
+
+    Returns:
+        ``(stream, chunks read so far)``; the stream is closed when reading fails.
+    """
+    head = []
+    try:
+        for chunk in stream:
+            head.append(chunk)
+            if chunk.choices and chunk.choices[0].delta.content:
+                break
+    except BaseException:
+        stream.close()
+        raise
+    return stream, head
+
+
+def _chain(head: list, stream) -> Iterator:
+    yield from head
+    yield from stream
 
 
 def build_embedder(settings: Settings) -> Embedder:

@@ -6,6 +6,8 @@ built-in default of :mod:`ragtopics.prompts.templates`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlmodel import select
 
 from ragtopics.errors import NotFoundError
@@ -28,6 +30,30 @@ def resolve_prompts(rt: Runtime, topic_id: str | None = None) -> dict[str, Promp
         text = text if text is not None else overrides.get((SHARED, name))
         resolved[name] = default if text is None else PromptTemplate(name, text, default.description)
     return resolved
+
+
+@dataclass(frozen=True, slots=True)
+class IngestPrompts:
+    """The prompts an upload uses, resolved once per ingest job for its Topic.
+
+    Attributes:
+        context_line: SEMANTIC chunking's context line per chunk.
+        keywords: HYBRID retrieval's LLM keyword enrichment.
+        narrate: Import Strategy NARRATE's rewrite of a record.
+        describe_picture: Describe pictures' vision-model description.
+    """
+
+    context_line: PromptTemplate
+    keywords: PromptTemplate
+    narrate: PromptTemplate
+    describe_picture: PromptTemplate
+
+
+def resolve_ingest_prompts(rt: Runtime, topic_id: str) -> IngestPrompts:
+    """The upload-time prompts as they apply to a Topic (its overrides, then the shared ones, then the defaults)."""
+    prompts = resolve_prompts(rt, topic_id)
+    return IngestPrompts(context_line=prompts["context_line"], keywords=prompts["keywords"],
+                         narrate=prompts["narrate"], describe_picture=prompts["describe_picture"])  # fmt: skip
 
 
 def set_prompt(rt: Runtime, scope: str, name: str, text: str) -> PromptTemplate:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ragtopics.ingest.keywords import query_keywords
+from ragtopics.ingest.keywords import is_searchable, query_keywords
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 
 #: Reciprocal rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009: k = 60).
@@ -93,7 +93,13 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
         min_score: Min. Similarity Score (cosine).
         candidates: how many hits to keep (Top-K, or 3 × Top-K before a rerank).
         rrf_k: reciprocal rank fusion constant.
+
+    Returns:
+        The retrieval; no hits at all for a question without a letter or digit
+        (see ``ragtopics.ingest.keywords.is_searchable``), so the no-answer path answers.
     """
+    if not is_searchable(question):
+        return Retrieval([], [], [], {})
     # Fusion needs each list deeper than what is kept, or a chunk ranked well by one
     # search but just outside the other's cut-off loses its second vote.
     depth = max(candidates, top_k) if strategy != "HYBRID" else max(FUSION_DEPTH, 3 * candidates)

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
+from ragtopics.ingest.keywords import is_searchable
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.rag.rerank import rerank
 from ragtopics.rag.retrieval import retrieve
@@ -58,6 +59,9 @@ class ChunkRetriever:
     def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
         """Search, filter and (optionally) rerank; see :class:`~ragtopics.answer.context.Retriever`."""
         cfg = self.settings
+        if not is_searchable(query.question):  # "?!" names nothing; searching it with the previous question would invent a match
+            trace.add("retrieve", query=query.question, skipped="the question holds no letter or digit")
+            return Context((), self.route, "the question has nothing that can be searched")
         rerank_llm = cfg.reranking_strategy == "LLM"
         candidates = cfg.top_k_results * (RERANK_POOL_FACTOR if rerank_llm else 1)
         queries = [query.question] + ([f"{query.previous_question}\n{query.question}"] if query.previous_question else [])

@@ -1,21 +1,26 @@
 """Process settings read from the environment (the only module that reads it).
 
-Every variable is listed, with its default and meaning, in ``.env.example``.
-A component receives its own slice (:class:`RedisSettings`, :class:`ModelEndpoint`,
+Every variable is a field below with its alias (the variable name), default and a
+one-line description; ``docs/settings.md`` is generated from them and ``.env.example``
+is checked against them by the tests. A component receives its own slice (:class:`RedisSettings`, :class:`ModelEndpoint`,
 ...) rather than the whole object.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-#: Model roles; every role without an endpoint of its own uses LANGUAGE_MODEL's.
+from ragtopics.errors import ConfigurationError
+
+#: Model roles; every role without an endpoint of its own uses the Language Model's (``LLM_*``).
+#: Each role after ``language_model`` has ``<ROLE>_BASE_URL``, ``_MODEL``, ``_API_KEY``,
+#: ``_SUPPORTS_TOOLS`` and ``_SUPPORTS_IMAGES`` fields in :class:`Settings`.
 ROLES: tuple[str, ...] = (
     "language_model",
     "router",
@@ -41,6 +46,8 @@ class ModelEndpoint:
         timeout_s: per-request timeout in seconds.
         supports_tools: whether the model may be given OpenAI tool definitions.
         supports_images: whether the model accepts image parts.
+        is_bundled: whether the role is served by the bundled model server that
+            ``ragtopics up`` starts (no ``LLM_BASE_URL`` and no endpoint of the role's own).
     """
 
     role: str
@@ -50,53 +57,148 @@ class ModelEndpoint:
     timeout_s: float
     supports_tools: bool = False
     supports_images: bool = False
+    is_bundled: bool = False
 
     @property
     def is_local(self) -> bool:
-        """True when the endpoint is the bundled model (server or in-process embedder)."""
-        return self.base_url is None or self.model == LOCAL_MODEL_NAME
+        """True when the endpoint is the bundled model (its server, or the in-process embedder).
+
+        Also true for an endpoint that serves the bundled model under its own name
+        (``ragtopics serve-model`` run separately), since its abilities are the same.
+        """
+        return self.is_bundled or self.base_url is None or self.model == LOCAL_MODEL_NAME
+
+
+def _role_url(prefix: str) -> Any:
+    return Field(None, alias=f"{prefix}_BASE_URL",
+                 description=f"Endpoint of the {prefix} role; unset: the Language Model's endpoint (needs {prefix}_MODEL).")  # fmt: skip
+
+
+def _role_model(prefix: str) -> Any:
+    return Field(None, alias=f"{prefix}_MODEL", description=f"Model name sent for the {prefix} role; unset: LLM_MODEL.")
+
+
+def _role_key(prefix: str) -> Any:
+    return Field(None, alias=f"{prefix}_API_KEY",
+                 description=f"API key of {prefix}_BASE_URL; unset: LLM_API_KEY without an own endpoint, else not-needed.")  # fmt: skip
+
+
+def _role_flag(prefix: str, ability: str) -> Any:
+    return Field(None, alias=f"{prefix}_SUPPORTS_{ability.upper()}",
+                 description=f"Whether the {prefix} role's model accepts {ability}; unset: LLM_SUPPORTS_{ability.upper()} "
+                 "without an own endpoint, else false.")  # fmt: skip
 
 
 class Settings(BaseSettings):
-    """Environment settings of one ragtopics process.
+    """Environment settings of one ragtopics process, read from the environment and ``.env``.
+
+    Every field has an alias (the variable name) and a description; ``docs/settings.md``
+    and ``.env.example`` are checked against them by the tests.
 
     Raises:
         pydantic.ValidationError: when a variable has a value of the wrong type.
+        ConfigurationError: when a role has ``<ROLE>_BASE_URL`` but no ``<ROLE>_MODEL``.
     """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(default_factory=lambda: _default_data_dir(), alias="RAGTOPICS_DATA_DIR")
-    redis_url: str | None = Field(None, alias="REDIS_URL")
-    embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT")
-    redis_query_timeout_ms: int = Field(5000, alias="REDIS_QUERY_TIMEOUT_MS")
-    falkordb_url: str | None = Field(None, alias="FALKORDB_URL")
-    database_url: str | None = Field(None, alias="DATABASE_URL")
+    data_dir: Path = Field(default_factory=lambda: _default_data_dir(), alias="RAGTOPICS_DATA_DIR",
+                           description="Where the embedded Redis data, the SQLite metadata and uploaded files live.",
+                           json_schema_extra={"default_text": "var/ in the checkout"})  # fmt: skip
+    redis_url: str | None = Field(None, alias="REDIS_URL",
+                                  description="An existing Redis with RediSearch and FalkorDB; unset: the embedded server.")  # fmt: skip
+    embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT", description="Port of the embedded Redis on 127.0.0.1.")
+    redis_query_timeout_ms: int = Field(5000, alias="REDIS_QUERY_TIMEOUT_MS",
+                                        description="RediSearch query timeout in ms; a slower query fails.")  # fmt: skip
+    falkordb_url: str | None = Field(None, alias="FALKORDB_URL",
+                                     description="A separate FalkorDB for GraphRAG knowledge graphs; unset: the same Redis.")  # fmt: skip
+    database_url: str | None = Field(None, alias="DATABASE_URL",
+                                     description="SQLAlchemy URL of the metadata database; unset: SQLite under the data dir.")  # fmt: skip
 
-    llm_base_url: str | None = Field(None, alias="LLM_BASE_URL")
-    llm_api_key: str = Field("not-needed", alias="LLM_API_KEY")
-    llm_model: str = Field(LOCAL_MODEL_NAME, alias="LLM_MODEL")
-    llm_timeout_s: float = Field(120.0, alias="LLM_TIMEOUT_S")
-    llm_max_tokens: int = Field(512, ge=16, alias="LLM_MAX_TOKENS")
-    llm_supports_tools: bool = Field(False, alias="LLM_SUPPORTS_TOOLS")
-    llm_supports_images: bool = Field(False, alias="LLM_SUPPORTS_IMAGES")
-    local_llm_port: int = Field(18080, alias="LOCAL_LLM_PORT")
-    local_llm_context_tokens: int = Field(8192, alias="LOCAL_LLM_CONTEXT_TOKENS")
-    local_llm_threads: int = Field(0, alias="LOCAL_LLM_THREADS")
+    llm_base_url: str | None = Field(None, alias="LLM_BASE_URL",
+                                     description="OpenAI-compatible endpoint of the Language Model; unset: the bundled model.")  # fmt: skip
+    llm_api_key: str = Field("not-needed", alias="LLM_API_KEY", description="API key of LLM_BASE_URL.")
+    llm_model: str = Field(LOCAL_MODEL_NAME, alias="LLM_MODEL", description="Model name sent to LLM_BASE_URL.")
+    llm_timeout_s: float = Field(120.0, alias="LLM_TIMEOUT_S",
+                                 description="Seconds before a model request times out (every role).")  # fmt: skip
+    llm_max_tokens: int = Field(512, ge=16, alias="LLM_MAX_TOKENS",
+                                description="Most tokens a model may write in one reply without its own cap.")  # fmt: skip
+    llm_supports_tools: bool = Field(False, alias="LLM_SUPPORTS_TOOLS",
+                                     description="Whether the Language Model accepts OpenAI tool definitions.")  # fmt: skip
+    llm_supports_images: bool = Field(False, alias="LLM_SUPPORTS_IMAGES",
+                                      description="Whether the Language Model accepts image parts (vision).")  # fmt: skip
+    local_llm_port: int = Field(18080, alias="LOCAL_LLM_PORT", description="Port of the bundled model server on 127.0.0.1.")
+    local_llm_context_tokens: int = Field(8192, alias="LOCAL_LLM_CONTEXT_TOKENS",
+                                          description="Context window of the bundled model server, in tokens.")  # fmt: skip
+    local_llm_threads: int = Field(0, alias="LOCAL_LLM_THREADS",
+                                   description="CPU threads of the bundled model server; 0: all cores.")  # fmt: skip
 
-    embedding_base_url: str | None = Field(None, alias="EMBEDDING_BASE_URL")
-    embedding_api_key: str = Field("not-needed", alias="EMBEDDING_API_KEY")
-    embedding_model: str = Field("all-MiniLM-L6-v2", alias="EMBEDDING_MODEL")
-    embedding_dim: int = Field(384, alias="EMBEDDING_DIM")
-    embedding_batch_size: int = Field(64, alias="EMBEDDING_BATCH_SIZE")
+    router_base_url: str | None = _role_url("ROUTER")
+    router_model: str | None = _role_model("ROUTER")
+    router_api_key: str | None = _role_key("ROUTER")
+    router_supports_tools: bool | None = _role_flag("ROUTER", "tools")
+    router_supports_images: bool | None = _role_flag("ROUTER", "images")
+    graph_extraction_base_url: str | None = _role_url("GRAPH_EXTRACTION")
+    graph_extraction_model: str | None = _role_model("GRAPH_EXTRACTION")
+    graph_extraction_api_key: str | None = _role_key("GRAPH_EXTRACTION")
+    graph_extraction_supports_tools: bool | None = _role_flag("GRAPH_EXTRACTION", "tools")
+    graph_extraction_supports_images: bool | None = _role_flag("GRAPH_EXTRACTION", "images")
+    deduplication_base_url: str | None = _role_url("DEDUPLICATION")
+    deduplication_model: str | None = _role_model("DEDUPLICATION")
+    deduplication_api_key: str | None = _role_key("DEDUPLICATION")
+    deduplication_supports_tools: bool | None = _role_flag("DEDUPLICATION", "tools")
+    deduplication_supports_images: bool | None = _role_flag("DEDUPLICATION", "images")
+    image_describer_base_url: str | None = _role_url("IMAGE_DESCRIBER")
+    image_describer_model: str | None = _role_model("IMAGE_DESCRIBER")
+    image_describer_api_key: str | None = _role_key("IMAGE_DESCRIBER")
+    image_describer_supports_tools: bool | None = _role_flag("IMAGE_DESCRIBER", "tools")
+    image_describer_supports_images: bool | None = _role_flag("IMAGE_DESCRIBER", "images")
+    community_report_base_url: str | None = _role_url("COMMUNITY_REPORT")
+    community_report_model: str | None = _role_model("COMMUNITY_REPORT")
+    community_report_api_key: str | None = _role_key("COMMUNITY_REPORT")
+    community_report_supports_tools: bool | None = _role_flag("COMMUNITY_REPORT", "tools")
+    community_report_supports_images: bool | None = _role_flag("COMMUNITY_REPORT", "images")
+    follow_up_base_url: str | None = _role_url("FOLLOW_UP")
+    follow_up_model: str | None = _role_model("FOLLOW_UP")
+    follow_up_api_key: str | None = _role_key("FOLLOW_UP")
+    follow_up_supports_tools: bool | None = _role_flag("FOLLOW_UP", "tools")
+    follow_up_supports_images: bool | None = _role_flag("FOLLOW_UP", "images")
 
-    host: str = Field("127.0.0.1", alias="HOST")
-    port: int = Field(7860, alias="PORT")
-    share: bool = Field(False, alias="GRADIO_SHARE")
-    queue_name: str = Field("ragtopics", alias="RQ_QUEUE")
-    job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S")
-    max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT")
-    log_level: str = Field("INFO", alias="LOG_LEVEL")
+    embedding_base_url: str | None = Field(None, alias="EMBEDDING_BASE_URL",
+                                           description="OpenAI-compatible /v1/embeddings endpoint; unset: the bundled model on CPU.")  # fmt: skip
+    embedding_api_key: str = Field("not-needed", alias="EMBEDDING_API_KEY", description="API key of EMBEDDING_BASE_URL.")
+    embedding_model: str = Field("all-MiniLM-L6-v2", alias="EMBEDDING_MODEL",
+                                 description="Embedding model name; each Topic's index records the model it was built with.")  # fmt: skip
+    embedding_dim: int = Field(384, alias="EMBEDDING_DIM", description="Dimension of the vectors the embedding model returns.")
+    embedding_batch_size: int = Field(64, alias="EMBEDDING_BATCH_SIZE",
+                                      description="Texts per embedding request or forward pass.")  # fmt: skip
+
+    host: str = Field("127.0.0.1", alias="HOST", description="Address the console listens on.")
+    port: int = Field(7860, alias="PORT", description="Port the console listens on.")
+    share: bool = Field(False, alias="GRADIO_SHARE", description="Ask Gradio for a public share link (needs the internet).")
+    queue_name: str = Field("ragtopics", alias="RQ_QUEUE", description="Name of the RQ job queue.")
+    job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S", description="Longest a job may run, in seconds.")
+    max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT",
+                                         description="Most chunks one file may give; a larger file is refused before any model call.")  # fmt: skip
+    log_level: str = Field("INFO", alias="LOG_LEVEL", description="Python logging level of every process.")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
+        """``ROUTER_BASE_URL=`` in ``.env`` means unset, as a commented line does."""
+        if value == "" and info.field_name and cls.model_fields[info.field_name].default is None:
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _role_models_named(self) -> "Settings":
+        for role in ROLES[1:]:
+            if getattr(self, f"{role}_base_url") and not getattr(self, f"{role}_model"):
+                prefix = role.upper()
+                raise ConfigurationError(f"{prefix}_BASE_URL is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
+                                         f"name of the model that {getattr(self, f'{role}_base_url')} serves, or unset "
+                                         f"{prefix}_BASE_URL to use the Language Model")  # fmt: skip
+        return self
 
     @property
     def is_redis_embedded(self) -> bool:
@@ -121,36 +223,41 @@ class Settings(BaseSettings):
     def endpoint(self, role: str) -> ModelEndpoint:
         """Return the endpoint for ``role``.
 
-        A role's own ``<ROLE>_BASE_URL`` / ``<ROLE>_MODEL`` / ``<ROLE>_API_KEY``
-        variables override the Language Model's; ``embedding`` has its own variables.
+        A role's own ``<ROLE>_BASE_URL`` / ``_MODEL`` / ``_API_KEY`` / ``_SUPPORTS_TOOLS`` /
+        ``_SUPPORTS_IMAGES`` variables override the Language Model's (``LLM_*``). A role
+        without its own base URL uses the Language Model's endpoint, key and capability
+        flags (a ``<ROLE>_MODEL`` alone names another model on that endpoint); a role with
+        its own base URL is assumed to support neither tools nor images unless its flags
+        say so. ``embedding`` has its own variables.
 
         Raises:
             ConfigurationError: for an unknown role.
         """
-        from ragtopics.errors import ConfigurationError
-
         if role == "embedding":
-            return ModelEndpoint(
-                role=role,
-                base_url=self.embedding_base_url,
-                model=self.embedding_model,
-                api_key=self.embedding_api_key,
-                timeout_s=self.llm_timeout_s,
-            )
+            return ModelEndpoint(role=role, base_url=self.embedding_base_url, model=self.embedding_model,
+                                 api_key=self.embedding_api_key, timeout_s=self.llm_timeout_s,
+                                 is_bundled=self.embedding_base_url is None)  # fmt: skip
         if role not in ROLES:
             raise ConfigurationError(f"unknown model role {role!r}; known roles: {', '.join(ROLES)}")
-        base = self.llm_base_url or f"http://127.0.0.1:{self.local_llm_port}/v1"
-        prefix = role.upper()
-        override = role != "language_model" and os.environ.get(f"{prefix}_BASE_URL")
+        own = {f: getattr(self, f"{role}_{f}", None) for f in _ROLE_FIELDS}
+        inherits = own["base_url"] is None
         return ModelEndpoint(
             role=role,
-            base_url=override or base,
-            model=os.environ.get(f"{prefix}_MODEL") if override else self.llm_model,
-            api_key=(os.environ.get(f"{prefix}_API_KEY", "not-needed") if override else self.llm_api_key),
+            base_url=own["base_url"] or self.llm_base_url or f"http://127.0.0.1:{self.local_llm_port}/v1",
+            model=own["model"] or self.llm_model,
+            api_key=own["api_key"] or (self.llm_api_key if inherits else "not-needed"),
             timeout_s=self.llm_timeout_s,
-            supports_tools=self.llm_supports_tools and not override,
-            supports_images=self.llm_supports_images and not override,
+            supports_tools=_flag(own["supports_tools"], self.llm_supports_tools if inherits else False),
+            supports_images=_flag(own["supports_images"], self.llm_supports_images if inherits else False),
+            is_bundled=inherits and self.is_llm_local,
         )
+
+
+_ROLE_FIELDS = ("base_url", "model", "api_key", "supports_tools", "supports_images")
+
+
+def _flag(own: bool | None, inherited: bool) -> bool:
+    return inherited if own is None else own
 
 
 def _default_data_dir() -> Path:

@@ -1,13 +1,22 @@
-"""Topic settings: one pydantic model per Topic kind, keys and defaults as in SETTINGS.md.
+"""Topic settings: one pydantic model per Topic kind; the models are the settings table.
 
 Keys are the specification's names in snake_case and values are spelled as the
-specification spells them (``retrieval_strategy=HYBRID``). The CLI's ``--set
-key=value`` strings, the console's form values and the JSON stored in SQL all go
-through :func:`parse_assignments` / :meth:`RagTopicSettings.model_validate`.
+specification spells them (``retrieval_strategy=HYBRID``). Every field carries its
+default, its range, a one-line ``description`` and its ``phase`` (when a change takes
+effect: ``upload``, ``chat``, ``upload+chat`` or ``communities``), so ``topic show``,
+the console's settings form and ``docs/settings.md`` are all derived from here
+(datasette-style). The CLI's ``--set key=value`` strings, the console's form values
+and the JSON stored in SQL all go through :func:`parse_assignments`,
+:func:`validate_settings` and :func:`load_settings`.
+
+Model roles (Language Model, Router Model, Graph Extraction Model, ...) and the stores
+are process settings (``ragtopics.settings.env``), not Topic settings.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from enum import Enum
 from typing import Any, Literal
 
@@ -16,46 +25,167 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ragtopics.errors import InvalidSettingError
 from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 
+log = logging.getLogger(__name__)
+
 DEFAULT_NO_ANSWER = "I could not find this in the documents of this Topic."
+
+Phase = Literal["upload", "chat", "upload+chat", "communities"]
+
+#: Keys that older versions stored but that never took effect; dropped when a stored Topic
+#: is loaded, refused (with the reason) when set.
+REMOVED_KEYS: dict[str, str] = {
+    "language_model": "the Language Model is a process setting (LLM_BASE_URL, LLM_MODEL, or <ROLE>_MODEL per role)",
+    "embedding_model": "the embedding model is a process setting (EMBEDDING_BASE_URL, EMBEDDING_MODEL, EMBEDDING_DIM); "
+    "each Topic's index records the model it was built with",
+    "vector_database": "every Topic uses the app's Redis (REDIS_URL)",
+}
+
+
+def setting(default: Any = ..., *, phase: Phase, description: str, default_factory: Any = None,
+            default_text: str = "", **limits: Any) -> Any:  # fmt: skip
+    """A settings-table field: ``Field`` with a one-line description and the phase it applies to.
+
+    Args:
+        default: the default value (leave out when ``default_factory`` is given).
+        phase: when a change takes effect.
+        description: one line for the operator: what the setting changes.
+        default_factory: builds a mutable default.
+        default_text: how the settings reference shows the default, when not the value itself.
+        **limits: pydantic constraints (``ge``, ``le``, ``gt``, ``min_length``).
+    """
+    extra: dict[str, Any] = {"phase": phase}
+    if default_text:
+        extra["default_text"] = default_text
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=description, json_schema_extra=extra, **limits)
+    return Field(default, description=description, json_schema_extra=extra, **limits)
 
 
 class ImportStrategy(str, Enum):
+    """How a structured file (json, xml, yaml, toml, csv, tsv) becomes text.
+
+    FLATTEN: each record becomes ``key: value`` lines; no model call.
+    NARRATE: a model rewrites each record as a short paragraph (one call per record).
+    """
+
     FLATTEN = "FLATTEN"
     NARRATE = "NARRATE"
 
 
 class ChunkingStrategy(str, Enum):
+    """How text is cut into chunks.
+
+    RECURSIVE: cut at paragraphs, then sentences, then words; no model call.
+    SEMANTIC: the same cut, then a model writes a context line for every chunk
+        (contextual retrieval; one call per chunk).
+    """
+
     RECURSIVE = "RECURSIVE"
     SEMANTIC = "SEMANTIC"
 
 
 class RetrievalStrategy(str, Enum):
+    """How chunks are searched.
+
+    DENSE: vector (cosine) search of the chunk embeddings only.
+    HYBRID: vector search plus BM25 over a keyword index, merged by reciprocal rank
+        fusion; the keyword index is written at upload.
+    """
+
     DENSE = "DENSE"
     HYBRID = "HYBRID"
 
 
 class KeywordEnrichment(str, Enum):
+    """Where the keywords of the BM25 index come from (HYBRID only).
+
+    ALGORITHMIC: the chunk's own words; no model call.
+    LLM: a model writes keywords for each chunk (one call per chunk).
+    """
+
     ALGORITHMIC = "ALGORITHMIC"
     LLM = "LLM"
 
 
 class RerankingStrategy(str, Enum):
+    """Whether the candidate chunks are reranked before answering.
+
+    NONE: keep the search order.
+    LLM: collect about three times Top-K candidates and let a model sort them (one call per question).
+    """
+
     NONE = "NONE"
     LLM = "LLM"
+
+
+class RouterMethod(str, Enum):
+    """How the router picks the way a question is answered.
+
+    AUTO: EMBEDDING while the Router role is the bundled language model, LLM otherwise.
+    EMBEDDING: nearest exemplar questions by the bundled embedding model; no model call.
+    LLM: one call to the Router role's model.
+    """
+
+    AUTO = "AUTO"
+    EMBEDDING = "EMBEDDING"
+    LLM = "LLM"
+
+
+class GraphExtractionMethod(str, Enum):
+    """How entities and relationships are found in each chunk (GraphRAG).
+
+    AUTO: NLP while the Graph Extraction role is the bundled language model, LLM otherwise.
+    NLP: a packaged NLP library finds entities; relationships are co-occurrences in a chunk.
+    LLM: the Graph Extraction role's model lists entities and relationships (one call per chunk).
+    """
+
+    AUTO = "AUTO"
+    NLP = "NLP"
+    LLM = "LLM"
+
+
+class PictureHandling(str, Enum):
+    """What a GraphRAG Topic does with pictures.
+
+    PICTURE_IN_GRAPH: one Image node per picture, linked to the entities it shows.
+    EXTRACT_ENTITIES: the picture's description is read like normal text.
+    IGNORE: pictures are not used.
+    """
+
+    PICTURE_IN_GRAPH = "PICTURE_IN_GRAPH"
+    EXTRACT_ENTITIES = "EXTRACT_ENTITIES"
+    IGNORE = "IGNORE"
+
+
+class SeedStrategy(str, Enum):
+    """Where the starting entities of a LOCAL search come from (GraphRAG).
+
+    NODES: entity names found by meaning.
+    CHUNKS: chunks worded like the question, then the entities they carry.
+    FUSED: both lists merged by reciprocal rank fusion.
+    """
+
+    NODES = "NODES"
+    CHUNKS = "CHUNKS"
+    FUSED = "FUSED"
 
 
 class DoclingSettings(BaseModel):
     """Docling Settings (advanced): passed through to the converter."""
 
     model_config = ConfigDict(extra="forbid")
-    ocr: bool = False
-    table_structure: bool = True
-    page_range: str = ""
-    timeout_s: int = Field(300, ge=1)
+    ocr: bool = Field(False, description="recognise text in scanned pages and pictures")
+    table_structure: bool = Field(True, description="recover the rows and columns of tables")
+    page_range: str = Field("", description="pages to convert, e.g. 1-20; empty: all pages")
+    timeout_s: int = Field(300, ge=1, description="seconds before a conversion is abandoned")
 
 
-class RagTopicSettings(BaseModel):
-    """Every setting of a RAG Topic, with the defaults of SETTINGS.md.
+def _default_attachment_types() -> list[str]:
+    return ["docx", "jpg", "md", "pdf", "png", "txt"]
+
+
+class ChatSettings(BaseModel):
+    """The settings both Topic kinds share: files and chunking at upload, then the chat phase.
 
     Raises:
         pydantic.ValidationError: on an unknown key or an out-of-range value
@@ -64,34 +194,43 @@ class RagTopicSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_enum_values=True, validate_assignment=True)
 
-    custom_system_prompt: str = ""
-    file_types: list[str] = Field(default_factory=lambda: sorted(SUPPORTED_EXTENSIONS))
-    max_file_size_mb: float = Field(100.0, gt=0)
-    chunk_size: int = Field(1000, ge=100, le=8000)
-    chunk_overlap: int = Field(150, ge=0)
-    docling_server: str = "embedded"
-    docling_settings: DoclingSettings = Field(default_factory=DoclingSettings)
-    embedding_model: str = "local"
-    vector_database: str = "default"
-    language_model: str = "local"
-    memory: int = Field(10, ge=0, le=50)
-    chat_attachment_types: list[str] = Field(default_factory=lambda: ["txt", "md", "pdf", "docx", "png", "jpg"])
-    largest_chat_attachment_mb: float = Field(10.0, gt=0)
-    no_answer_response: str = Field(DEFAULT_NO_ANSWER, min_length=1)
-    import_strategy: ImportStrategy = ImportStrategy.FLATTEN
-    chunking_strategy: ChunkingStrategy = ChunkingStrategy.RECURSIVE
-    describe_pictures: bool = False
-    store_pictures: bool = True
-    show_pictures: bool = True
-    retrieval_strategy: RetrievalStrategy = RetrievalStrategy.HYBRID
-    keyword_enrichment: KeywordEnrichment = KeywordEnrichment.ALGORITHMIC
-    rrf_k: int = Field(60, ge=1)
-    top_k_results: int = Field(5, ge=1, le=50)
-    min_similarity_score: float = Field(0.25, ge=0.0, le=1.0)
-    reranking_strategy: RerankingStrategy = RerankingStrategy.NONE
-    route_before_retrieval: bool = False
-    router_confidence_threshold: float = Field(0.9, ge=0.0, le=1.0)
-    mcp_interfaces: list[str] = Field(default_factory=list)
+    custom_system_prompt: str = setting(
+        "", phase="chat", description="Text added to the shared system prompt; changes the wording and tone, not what is found.")
+    file_types: list[str] = setting(
+        phase="upload", default_factory=lambda: sorted(SUPPORTED_EXTENSIONS), default_text="every supported type",
+        description="File extensions the Topic accepts; any other file is refused at upload.")
+    max_file_size_mb: float = setting(100.0, phase="upload", gt=0, description="Largest file accepted at upload, in MB.")
+    chunk_size: int = setting(
+        1000, phase="upload", ge=100, le=8000,
+        description="Most characters per chunk; smaller chunks give more exact sources, larger ones fewer chunks.")
+    chunk_overlap: int = setting(
+        150, phase="upload", ge=0, description="Characters each chunk repeats from the one before; must be below chunk_size.")
+    docling_server: str = setting(
+        "embedded", phase="upload",
+        description="Converter for pdf/docx/xlsx/pptx: 'embedded' or a docling-serve URL; without one documents are refused.")
+    docling_settings: DoclingSettings = setting(
+        phase="upload", default_factory=DoclingSettings,
+        description="Docling options as JSON: ocr, table_structure, page_range, timeout_s.")
+    memory: int = setting(
+        10, phase="chat", ge=0, le=50,
+        description="Earlier chat messages the model sees with each question; more keeps context but costs time.")
+    chat_attachment_types: list[str] = setting(
+        phase="chat", default_factory=_default_attachment_types,
+        description="File extensions a chat message may attach (text is read, pictures go to the model).")
+    largest_chat_attachment_mb: float = setting(
+        10.0, phase="chat", gt=0, description="Largest file a chat message may attach, in MB.")
+    no_answer_response: str = setting(
+        DEFAULT_NO_ANSWER, phase="chat", min_length=1,
+        description="Fixed reply shown when no document and no connected Topic contributed to the answer.")
+    route_before_retrieval: bool = setting(
+        False, phase="chat",
+        description="Let a router decide per question whether to search or answer from the conversation or attachment.")
+    router_method: RouterMethod = setting(
+        RouterMethod.AUTO, phase="chat",
+        description="How the router decides: AUTO (EMBEDDING while the Router role is bundled, else LLM), EMBEDDING or LLM.")
+    mcp_interfaces: list[str] = setting(
+        phase="chat", default_factory=list,
+        description="Names of other Topics the model may ask as tools (needs a tool-capable Language Model).")
 
     @field_validator("file_types", "chat_attachment_types", mode="before")
     @classmethod
@@ -120,29 +259,169 @@ class RagTopicSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _overlap_below_size(self) -> "RagTopicSettings":
+    def _overlap_below_size(self) -> "ChatSettings":
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
         return self
 
 
+class RagTopicSettings(ChatSettings):
+    """Every setting of a RAG Topic, with the defaults of the settings table (``docs/settings.md``)."""
+
+    import_strategy: ImportStrategy = setting(
+        ImportStrategy.FLATTEN, phase="upload",
+        description="Structured files: FLATTEN records to key: value lines, or NARRATE them with a model (one call per record).")
+    chunking_strategy: ChunkingStrategy = setting(
+        ChunkingStrategy.RECURSIVE, phase="upload",
+        description="RECURSIVE cuts at paragraphs and sentences; SEMANTIC also adds a model-written context line per chunk.")
+    describe_pictures: bool = setting(
+        False, phase="upload",
+        description="Let the Image Describer role describe pictures so they become searchable text (needs a vision model).")
+    store_pictures: bool = setting(
+        True, phase="upload", description="Keep the pictures of uploaded documents so answers can show them.")
+    show_pictures: bool = setting(
+        True, phase="chat", description="Show stored pictures that the answer places next to its text.")
+    retrieval_strategy: RetrievalStrategy = setting(
+        RetrievalStrategy.HYBRID, phase="upload+chat",
+        description="DENSE: vector search only; HYBRID: vector plus BM25 keyword search (index written at upload).")
+    keyword_enrichment: KeywordEnrichment = setting(
+        KeywordEnrichment.ALGORITHMIC, phase="upload",
+        description="HYBRID keywords: ALGORITHMIC uses the chunk's words, LLM asks a model per chunk.")
+    rrf_k: int = setting(
+        60, phase="chat", ge=1, description="Reciprocal rank fusion constant k used to merge the vector and BM25 rankings.")
+    top_k_results: int = setting(
+        5, phase="chat", ge=1, le=50, description="Most chunks given to the model; higher: fuller but slower, noisier answers.")
+    min_similarity_score: float = setting(
+        0.25, phase="chat", ge=0.0, le=1.0,
+        description="Chunks below this cosine similarity are dropped; higher: closer matches, more no-answers.")
+    reranking_strategy: RerankingStrategy = setting(
+        RerankingStrategy.NONE, phase="chat",
+        description="NONE keeps the search order; LLM lets a model sort about 3x Top-K candidates (one call).")
+    router_confidence_threshold: float = setting(
+        0.9, phase="chat", ge=0.0, le=1.0,
+        description="Router confidence needed to skip the search; below it the question is searched.")
+
+
+class GraphRagTopicSettings(ChatSettings):
+    """Every setting of a GraphRAG Topic, with the defaults of the settings table (``docs/settings.md``)."""
+
+    chunk_size: int = setting(
+        1200, phase="upload", ge=100, le=8000,
+        description="Most characters per chunk; larger: fewer extraction calls but missed details (1000-2000 works well).")
+    route_before_retrieval: bool = setting(
+        True, phase="chat",
+        description="Let the router pick the way per question (DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID).")
+    graph_extraction_method: GraphExtractionMethod = setting(
+        GraphExtractionMethod.AUTO, phase="upload",
+        description="How entities and relationships are found: AUTO (NLP while the role is bundled, else LLM), NLP or LLM.")
+    collection_name: str = setting(
+        "", phase="upload+chat", description="Name of the Topic's graph and vector collection; empty: the Topic's id.")
+    picture_handling: PictureHandling = setting(
+        PictureHandling.PICTURE_IN_GRAPH, phase="upload",
+        description="PICTURE_IN_GRAPH: an Image node linked to its entities; EXTRACT_ENTITIES: description read as text; IGNORE.")
+    local_keyword_search: bool = setting(
+        True, phase="upload+chat", description="Also write and search a keyword index for LOCAL search (entities and chunks).")
+    global_keyword_search: bool = setting(
+        True, phase="upload+chat", description="Also write and search a keyword index for GLOBAL search (community reports).")
+    refresh_cycle: str = setting(
+        "1d", phase="communities",
+        description="How often communities are rebuilt: 'off' or an interval such as 30m, 6h, 1d.")
+    resolution: float = setting(
+        1.0, phase="communities", gt=0.0, le=10.0,
+        description="Leiden resolution: higher gives more, smaller communities (0.5-2.0 is the useful range).")
+    confidence_threshold: float = setting(
+        0.6, phase="chat", ge=0.0, le=1.0, description="Router confidence needed for its way; below it HYBRID is taken.")
+    direct_confidence_threshold: float = setting(
+        0.9, phase="chat", ge=0.0, le=1.0, description="Router confidence needed to answer DIRECT without any search.")
+    answer_without_searching: bool = setting(
+        True, phase="chat", description="Allow the DIRECT way (answers from the conversation alone, no sources).")
+    path_max_hops: int = setting(
+        4, phase="chat", ge=1, le=8, description="Longest chain of relationships a PATH search follows between two entities.")
+    seed_strategy: SeedStrategy = setting(
+        SeedStrategy.FUSED, phase="chat",
+        description="Where LOCAL starting entities come from: NODES, CHUNKS or FUSED (both, merged by rank).")
+    top_k_nodes: int = setting(10, phase="chat", ge=1, le=100, description="How many starting entities a LOCAL search takes.")
+    min_similarity_score: float = setting(
+        0.25, phase="chat", ge=0.0, le=1.0,
+        description="Entities, chunks and reports below this cosine similarity are dropped.")
+    hop_depth: int = setting(1, phase="chat", ge=0, le=4, description="Relationship steps followed from the starting entities.")
+    max_subgraph_nodes: int = setting(
+        60, phase="chat", ge=1, le=500, description="Most entities collected around the starting entities.")
+    max_cited_chunks: int = setting(
+        8, phase="chat", ge=1, le=50, description="Most chunks an answer is written from (and so the most sources it shows).")
+    top_k_seed_chunks: int = setting(
+        5, phase="chat", ge=0, le=50, description="Chunks searched to find starting entities (CHUNKS and FUSED).")
+    top_k_unlinked_chunks: int = setting(
+        3, phase="chat", ge=0, le=50, description="Extra chunks that no entity carries, e.g. tables the extraction missed.")
+    top_k_reports: int = setting(
+        5, phase="chat", ge=1, le=50, description="Community reports read by GLOBAL and HYBRID; each costs one model call.")
+    max_follow_up_rounds: int = setting(
+        2, phase="chat", ge=0, le=5, description="Rounds of follow-up questions HYBRID may plan.")
+    max_follow_up_questions: int = setting(
+        3, phase="chat", ge=1, le=10, description="Follow-up questions per round, each answered by a LOCAL search.")
+
+    @field_validator("refresh_cycle")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value != "off" and not re.fullmatch(r"[1-9]\d*[mhd]", value):
+            raise ValueError(f"{value!r} is not 'off' or an interval such as 30m, 6h or 1d")
+        return value
+
+    @property
+    def refresh_interval_s(self) -> int | None:
+        """The Refresh Cycle in seconds; ``None`` when it is ``off``."""
+        if self.refresh_cycle == "off":
+            return None
+        return int(self.refresh_cycle[:-1]) * {"m": 60, "h": 3600, "d": 86400}[self.refresh_cycle[-1]]
+
+
 TopicKind = Literal["rag", "graphrag"]
-SETTINGS_MODELS: dict[str, type[BaseModel]] = {"rag": RagTopicSettings}
+TopicSettings = RagTopicSettings | GraphRagTopicSettings
+SETTINGS_MODELS: dict[str, type[ChatSettings]] = {"rag": RagTopicSettings, "graphrag": GraphRagTopicSettings}
 
 
-def validate_settings(kind: str, values: dict[str, Any]) -> BaseModel:
-    """Validate a settings dict for a Topic kind.
+def settings_model(kind: str) -> type[ChatSettings]:
+    """The settings model of a Topic kind.
 
     Raises:
-        InvalidSettingError: with every problem, each naming its key.
+        InvalidSettingError: for an unknown kind.
     """
     model = SETTINGS_MODELS.get(kind)
     if model is None:
         raise InvalidSettingError(f"Topic kind {kind!r} is not available; available kinds: {', '.join(SETTINGS_MODELS)}")
+    return model
+
+
+def validate_settings(kind: str, values: dict[str, Any]) -> TopicSettings:
+    """Validate a settings dict for a Topic kind (missing keys take their defaults).
+
+    Raises:
+        InvalidSettingError: for an unknown kind, or with every problem, each naming its key.
+    """
+    model = settings_model(kind)
     try:
         return model.model_validate(values)
     except ValidationError as exc:
         raise InvalidSettingError(_describe(exc)) from exc
+
+
+def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
+    """Validate settings read back from storage, dropping keys of :data:`REMOVED_KEYS`.
+
+    Raises:
+        InvalidSettingError: as :func:`validate_settings`, for any other problem.
+    """
+    legacy = sorted(set(stored) & set(REMOVED_KEYS))
+    if legacy:
+        log.info("ignoring removed Topic setting(s) %s", ", ".join(legacy))
+    return validate_settings(kind, {k: v for k, v in stored.items() if k not in REMOVED_KEYS})
+
+
+def phase_of(model: type[BaseModel], key: str) -> str:
+    """The phase a setting applies to (``upload``, ``chat``, ``upload+chat``, ``communities``)."""
+    extra = model.model_fields[key].json_schema_extra
+    return str(extra.get("phase", "")) if isinstance(extra, dict) else ""
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, Any]:
@@ -175,6 +454,6 @@ def _describe(exc: ValidationError) -> str:
         key = ".".join(str(p) for p in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = "unknown setting"
+            message = f"this setting was removed: {REMOVED_KEYS[key]}" if key in REMOVED_KEYS else "unknown setting"
         parts.append(f"{key}: {message}" if key else message)  # a rule across settings names them itself
     return "invalid Topic settings: " + "; ".join(parts)

@@ -9,7 +9,8 @@ serves vector KNN (cosine) and BM25 full-text search over text and keywords.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
@@ -18,9 +19,19 @@ from redisvl.index import SearchIndex
 from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import Tag
 
+from ragtopics.errors import EmbeddingMismatchError
+
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
+
+#: How much more a code (a keyword with a digit: ``e4711``) counts than a word in keyword search.
+CODE_WEIGHT = 3.0
+#: Candidates fetched from RediSearch before BM25 scoring, at least.
+_MIN_KEYWORD_CANDIDATES = 200
+#: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
+BM25_K1 = 1.2
+BM25_B = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +89,24 @@ _RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "c
 class ChunkIndex:
     """The RediSearch chunk index of one Topic.
 
+    The index records the embedding model and dimension it was built with (a hash at
+    ``rt:{topic_id}:index:chunks``); writing to it or searching it by vector with another
+    embedder raises :class:`EmbeddingMismatchError` instead of failing silently.
+
     Args:
         client: a redis-py client (``decode_responses=False``).
         topic_id: the Topic's id; it names the index and the key prefix.
-        dims: embedding dimension.
+        dims: embedding dimension of the configured embedder.
+        embedding_model: name of the configured embedding model ("" when unknown: not checked).
     """
 
-    def __init__(self, client: redis.Redis, topic_id: str, dims: int):
+    def __init__(self, client: redis.Redis, topic_id: str, dims: int, embedding_model: str = ""):
         self.client = client
         self.topic_id = topic_id
         self.dims = dims
+        self.embedding_model = embedding_model
         self.prefix = f"rt:{topic_id}:chunk"
+        self.record_key = f"rt:{topic_id}:index:chunks"  # outside the chunk prefix, so never indexed
         self.index = SearchIndex.from_dict(self.schema(topic_id, dims), redis_client=client)
 
     @staticmethod
@@ -111,10 +129,64 @@ class ChunkIndex:
         }
 
     def ensure(self) -> None:
-        """Create the index if it does not exist yet (idempotent)."""
+        """Create the index if it does not exist yet (idempotent), recording the embedder it is built for.
+
+        An existing index without chunks that was built for another embedder is rebuilt.
+
+        Raises:
+            EmbeddingMismatchError: when the existing index holds chunks embedded by another
+                model or with another dimension.
+        """
+        if self.index.exists():
+            try:
+                self.check_embedder()
+                return
+            except EmbeddingMismatchError:
+                if self.count():
+                    raise
+                self.index.delete(drop=True)
+        self.index.create(overwrite=False)
+        self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims})
+        log.info("created chunk index %s (%s, %d dims)", self.index.name, self.embedding_model or "model unknown", self.dims)
+
+    def built_with(self) -> tuple[str, int] | None:
+        """The embedding model name and dimension the index was built with.
+
+        Returns:
+            ``(model, dims)``; model is ``""`` for an index built before the record was kept
+            (its dims are read from the index schema); ``None`` when there is no index.
+        """
         if not self.index.exists():
-            self.index.create(overwrite=False)
-            log.info("created chunk index %s (%d dims)", self.index.name, self.dims)
+            return None
+        record = {_decode(k): _decode(v) for k, v in self.client.hgetall(self.record_key).items()}
+        if record:
+            return record.get("embedding_model", ""), int(record.get("dims", 0))
+        existing = SearchIndex.from_existing(self.index.name, redis_client=self.client)
+        return "", int(existing.schema.fields["embedding"].attrs.dims)
+
+    def check_embedder(self) -> None:
+        """Check that the configured embedder is the one the index was built with.
+
+        An index from before the record was kept is adopted when its dimension matches.
+
+        Raises:
+            EmbeddingMismatchError: naming both models and dimensions, and what to do.
+        """
+        built = self.built_with()
+        if built is None or not self.embedding_model:
+            return
+        model, dims = built
+        if dims == self.dims and model in ("", self.embedding_model):
+            if not model:
+                self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims})
+            return
+        raise EmbeddingMismatchError(
+            f"the chunk index of Topic {self.topic_id} was built with the embedding model {model or 'unknown'} "
+            f"({dims} dims), but the configured embedding model is {self.embedding_model} ({self.dims} dims). "
+            "Its chunks cannot be searched or extended with another model: re-embed the Topic's documents "
+            "(console: Topics → Configure a Topic → Re-embed documents; or delete and upload them again), "
+            f"or set EMBEDDING_MODEL={model or '…'} and EMBEDDING_DIM={dims} again."
+        )
 
     def key(self, chunk_id: str) -> str:
         """Redis key of a chunk."""
@@ -195,6 +267,7 @@ class ChunkIndex:
         """
         if not self.index.exists():
             return []
+        self.check_embedder()
         query = VectorQuery(
             vector=np.asarray(vector, dtype=np.float32).tobytes(),
             vector_field_name="embedding",
@@ -205,31 +278,58 @@ class ChunkIndex:
         # RediSearch's COSINE metric returns a distance: 1 - cosine similarity.
         return [_hit(row, 1.0 - float(row["vector_distance"])) for row in rows]
 
-    def search_keywords(self, terms: list[str], k: int) -> list[ChunkHit]:
-        """BM25 search of the keyword index: chunks whose keywords match any of ``terms``.
+    def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT) -> list[ChunkHit]:
+        """BM25 search of the keyword index: chunks whose keywords match any of ``terms``, codes weighted up.
 
         Only chunks written with keywords (uploaded under HYBRID) can match.
+        RediSearch finds the candidates (up to ``max(4k, 200)``); they are scored here
+        with Okapi BM25 (:func:`bm25_score`), because RediSearch's own ``BM25`` scores
+        a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms.
+        Document frequencies come from the index; a code (a term with a digit)
+        counts ``code_weight`` times a word. When some chunk holds one of the codes,
+        chunks that hold none are left out: the words then only rank the chunks with
+        the code, so chunks that talk about error codes in general get no second vote
+        in fusion against the one chunk that holds ``E-4711``.
 
         Args:
             terms: normalised keywords (see ``ragtopics.ingest.keywords``); empty gives ``[]``.
             k: how many hits to return.
+            code_weight: factor on a code's BM25 term weight (>= 1 favours codes).
 
         Returns:
-            Up to ``k`` hits, best first; ``score`` is the BM25 score (> 0).
+            Up to ``k`` hits, best first (ties in RediSearch's order); ``score`` is the BM25 score (> 0).
         """
-        terms = [t for t in terms if t]
+        terms = list(dict.fromkeys(t for t in terms if t))
         if not terms or not self.index.exists():
             return []
+        frequencies = {t: self._count_matching([t]) for t in terms}
+        terms = [t for t in terms if frequencies[t]]
+        if not terms:
+            return []
+        total = max(self.count(), max(frequencies.values()))
+        weights = {t: (code_weight if any(c.isdigit() for c in t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
+        codes = [t for t in terms if any(c.isdigit() for c in t)]
+        rows = self._keyword_candidates(codes or terms, max(4 * k, _MIN_KEYWORD_CANDIDATES))
+        average = sum(len(keywords) for _, keywords in rows) / len(rows) if rows else 1.0
+        scored = [replace(hit, score=round(bm25_score(keywords, weights, average_length=average), 6)) for hit, keywords in rows]
+        return sorted(scored, key=lambda h: -h.score)[:k]
+
+    def _count_matching(self, terms: list[str]) -> int:
+        """How many chunks' keywords hold any of ``terms``."""
+        query = Query(f"@keywords:({'|'.join(_escape_term(t) for t in terms)})").paging(0, 0).dialect(2)
+        return int(self.client.ft(self.index.name).search(query).total)
+
+    def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, list[str]]]:
+        """Up to ``limit`` chunks whose keywords hold any of ``terms``, with their keyword lists."""
         query = (
             Query(f"@keywords:({'|'.join(_escape_term(t) for t in terms)})")
-            .scorer("BM25")
-            .with_scores()
-            .paging(0, k)
-            .return_fields(*_RETURN_FIELDS)
+            .paging(0, limit)
+            .return_fields(*_RETURN_FIELDS, "keywords")
             .dialect(2)
         )
-        result = self.client.ft(self.index.name).search(query)
-        return [_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, float(doc.score)) for doc in result.docs]
+        docs = self.client.ft(self.index.name).search(query).docs
+        return [(_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, 0.0), _decode(getattr(doc, "keywords", "")).split())
+                for doc in docs]  # fmt: skip
 
     def embeddings(self, chunk_ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings of the given chunks (missing ids are left out)."""
@@ -245,9 +345,42 @@ class ChunkIndex:
         return int(self.index.info()["num_docs"])
 
     def drop(self) -> None:
-        """Delete the index and every chunk of the Topic."""
+        """Delete the index, every chunk of the Topic and the record of the embedder it was built with."""
         if self.index.exists():
             self.index.delete(drop=True)
+        self.client.delete(self.record_key)
+
+
+def bm25_idf(total: int, matching: int) -> float:
+    """BM25 inverse document frequency ``ln(1 + (N - n + 0.5) / (n + 0.5))``: > 0 even for a term in every chunk.
+
+    Args:
+        total: chunks in the index (N).
+        matching: chunks holding the term (n, ``0 < n <= N``).
+    """
+    return math.log(1.0 + (total - matching + 0.5) / (matching + 0.5))
+
+
+def bm25_score(keywords: list[str], weights: dict[str, float], *, average_length: float,
+               k1: float = BM25_K1, b: float = BM25_B) -> float:  # fmt: skip
+    """Okapi BM25 of one chunk's keyword list for query terms with weights (IDF × term weight).
+
+    Args:
+        keywords: the chunk's keywords (a term may repeat).
+        weights: query term → its weight (``bm25_idf`` times the code weight).
+        average_length: mean keyword count of the scored chunks (> 0).
+        k1, b: term-frequency saturation and length normalisation.
+
+    Returns:
+        ``Σ_t w_t · tf (k1 + 1) / (tf + k1 (1 - b + b · len / avg))``, 0 when no term occurs.
+    """
+    norm = k1 * (1 - b + b * len(keywords) / max(average_length, 1e-9))
+    score = 0.0
+    for term, weight in weights.items():
+        tf = keywords.count(term)
+        if tf:
+            score += weight * tf * (k1 + 1) / (tf + norm)
+    return score
 
 
 def _hit(row: dict, score: float) -> ChunkHit:

@@ -6,14 +6,14 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from sqlmodel import select
 
 from ragtopics.errors import InvalidSettingError, NotFoundError
 from ragtopics.runtime import Runtime
-from ragtopics.settings.topic import RagTopicSettings, validate_settings
-from ragtopics.storage.metadata import TopicRow, TopicSettingsVersion, utcnow
+from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
+from ragtopics.storage.metadata import DocumentRow, TopicRow, TopicSettingsVersion, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +27,10 @@ class Topic:
     Attributes:
         id: ``topic-<hex>``.
         name: unique display name.
-        kind: ``"rag"`` (``"graphrag"`` later).
+        kind: ``"rag"`` or ``"graphrag"``.
         description: free text.
-        settings: the current settings.
+        settings: the current settings, of the model for ``kind``
+            (:class:`RagTopicSettings` or :class:`GraphRagTopicSettings`).
         settings_version: increases by one with every change.
     """
 
@@ -37,7 +38,7 @@ class Topic:
     name: str
     kind: str
     description: str
-    settings: RagTopicSettings
+    settings: TopicSettings
     settings_version: int
 
 
@@ -115,6 +116,47 @@ def _topic(row: TopicRow) -> Topic:
         name=row.name,
         kind=row.kind,
         description=row.description,
-        settings=RagTopicSettings.model_validate(json.loads(row.settings_json)),
+        settings=load_settings(row.kind, json.loads(row.settings_json)),
         settings_version=row.settings_version,
     )
+
+
+def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, str, str], str]) -> list[str]:
+    """Re-embed every stored document of a Topic with the configured embedding model.
+
+    Drops the Topic's chunk index (and the record of the embedder it was built with),
+    then queues each document's stored file for indexing again, as a re-upload would.
+    Until the jobs have run, the Topic finds nothing.
+
+    Args:
+        rt: the runtime.
+        name_or_id: the Topic.
+        enqueue: ``enqueue(rt, topic_id, document_id) -> job id``
+            (``ragtopics.worker.queue.enqueue_ingest``).
+
+    Returns:
+        The ids of the queued jobs, one per document with a stored file.
+
+    Raises:
+        NotFoundError: when there is no such Topic.
+    """
+    topic = get_topic(rt, name_or_id)
+    rt.chunk_index(topic.id).drop()
+    with rt.metadata.session() as s:
+        rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic.id, DocumentRow.blob_path != "")).all()
+        for row in rows:
+            if not row.pending_blob_path:  # a newer upload already waiting is indexed instead
+                row.pending_sha256, row.pending_blob_path = row.content_sha256, row.blob_path
+            row.status, row.error, row.updated_at = "queued", "", utcnow()
+            s.add(row)
+        doc_ids = [row.id for row in rows]
+    jobs = []
+    for doc_id in doc_ids:
+        job_id = enqueue(rt, topic.id, doc_id)
+        with rt.metadata.session() as s:
+            row = s.get(DocumentRow, doc_id)
+            row.job_id = job_id
+            s.add(row)
+        jobs.append(job_id)
+    log.info("re-embedding %d document(s) of Topic %r", len(jobs), topic.name)
+    return jobs

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import gradio as gr
 
+from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
 from ragtopics.ui import chat_tab, mcp_tools, prompts_tab, topics_tab, upload_tab
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import install_file_route
 
 TITLE = "ragtopics"
+
+log = logging.getLogger(__name__)
 
 
 def build_app(rt: Runtime) -> gr.Blocks:
@@ -51,4 +57,13 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     _, local_url, share_url = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
                                          quiet=True, show_error=True, mcp_server=mcp)  # fmt: skip
     install_file_route(app, rt)
+    # Load the embedding model and the router's exemplars now, not in the first chat turn.
+    threading.Thread(target=_warm, args=(rt,), name="warm-router", daemon=True).start()
     return app, local_url, share_url
+
+
+def _warm(rt: Runtime) -> None:
+    try:
+        warm_router(rt.gateway)
+    except Exception as exc:  # noqa: BLE001 - warming is an optimisation; the first turn loads what it needs
+        log.warning("could not warm the router: %s", exc)

@@ -126,9 +126,14 @@ def _cmd_topic(args) -> int:
         for t in topics.list_topics(rt):
             print(f"{t.name}\t{t.kind}\t{t.id}\tsettings v{t.settings_version}")
     elif args.topic_command == "show":
+        from dataclasses import asdict
+
+        from ragtopics.settings.docs import settings_rows
+
         t = topics.get_topic(rt, args.name)
         print(json.dumps({"id": t.id, "name": t.name, "kind": t.kind, "settings_version": t.settings_version,
-                          "settings": t.settings.model_dump(mode="json")}, indent=2))  # fmt: skip
+                          "settings": t.settings.model_dump(mode="json"),
+                          "reference": [asdict(row) for row in settings_rows(t.settings)]}, indent=2))  # fmt: skip
     else:
         t = topics.update_settings(rt, args.name, parse_assignments(args.assignments))
         print(f"Topic {t.name!r} now at settings v{t.settings_version}")

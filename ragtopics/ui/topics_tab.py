@@ -10,16 +10,22 @@ import gradio as gr
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
+from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.topic import DEFAULT_NO_ANSWER, RagTopicSettings
-from ragtopics.topics.topics import create_topic, get_topic, list_topics, update_settings
+from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
+from ragtopics.worker.queue import enqueue_ingest
 
 _DEFAULTS = RagTopicSettings()
 
 
 def topics_table(rt: Runtime) -> list[list]:
-    """Rows of the Topics table: name, kind, chunk size/overlap, Top-K, min score, settings version."""
+    """Rows of the Topics table: name, kind, chunk size/overlap, Top-K, min score, settings version.
+
+    Top-K is Top-K Results for RAG and Top-K Nodes for GraphRAG.
+    """
     return [
-        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap, t.settings.top_k_results,
+        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap,
+         getattr(t.settings, "top_k_results", None) or getattr(t.settings, "top_k_nodes", None),
          t.settings.min_similarity_score, f"v{t.settings_version}"]  # fmt: skip
         for t in list_topics(rt)
     ]
@@ -70,43 +76,70 @@ def build(rt: Runtime) -> dict:
 
 
 SETTING_KEYS = sorted(RagTopicSettings.model_fields)
+_TABLE_HEADERS = ["Setting", "Phase", "Value", "Default", "Values", "Description"]
+
+
+def settings_table(rt: Runtime, topic_name: str) -> list[list[str]]:
+    """Rows of the settings table of a Topic (key, phase, value, default, values, description); [] when none."""
+    if not topic_name:
+        return []
+    try:
+        rows = settings_rows(get_topic(rt, topic_name).settings)
+    except RagTopicsError:
+        return []
+    return [[r.key, r.phase, r.value, r.default, r.values, r.description] for r in rows]
 
 
 def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
-    """Change one setting of an existing Topic (every change is a new settings version)."""
+    """Change one setting of an existing Topic (every change is a new settings version).
+
+    The form lists every setting of the chosen Topic's kind with its value, default and
+    description, all taken from the settings model.
+    """
     with gr.Accordion("Configure a Topic", open=False):
         with gr.Row():
             topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="settings-topic")
             key = gr.Dropdown(SETTING_KEYS, value="retrieval_strategy", label="Setting")
             value = gr.Textbox(label="Value", elem_id="settings-value")
-        apply = gr.Button("Apply")
+        about = gr.Markdown(elem_id="settings-about")
+        with gr.Row():
+            apply = gr.Button("Apply")
+            reembed = gr.Button("Re-embed documents", variant="secondary")
         status = gr.Markdown()
+        reference = gr.Dataframe(headers=_TABLE_HEADERS, value=[], interactive=False, label="Settings", wrap=True)
 
     def current(topic_name, setting):
         if not topic_name:
-            return ""
+            return "", "", gr.skip()
         try:
-            return _display(getattr(get_topic(rt, topic_name).settings, setting))
+            t = get_topic(rt, topic_name)
         except RagTopicsError as exc:
-            return str(exc)
+            return str(exc), "", gr.skip()
+        keys = sorted(type(t.settings).model_fields)
+        setting = setting if setting in keys else keys[0]
+        row = next(r for r in settings_rows(t.settings) if r.key == setting)
+        about_text = (f"**{row.key}** ({row.phase}; {html.escape(row.values)}; default `{html.escape(row.default)}`): "
+                      f"{html.escape(row.description)}")
+        return row.value, about_text, gr.update(choices=keys, value=setting)
 
     def change(topic_name, setting, raw):
         try:
-            t = update_settings(rt, topic_name, {setting: json.loads(raw) if raw.strip().startswith("{") else raw})
+            t = update_settings(rt, topic_name, {setting: json.loads(raw) if raw.strip().startswith(("{", "[")) else raw})
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
-        return f"Topic **{html.escape(t.name)}**: `{setting}` = `{_display(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
+        return f"Topic **{html.escape(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
 
-    for trigger in (topic.change, key.change):
-        trigger(current, [topic, key], value, api_visibility="private")
-    apply.click(change, [topic, key, value], [status, table], api_name="change_setting", api_visibility="undocumented")
+    def start_reembed(topic_name):
+        try:
+            jobs = reembed_topic(rt, topic_name, enqueue_ingest)
+        except RagTopicsError as exc:
+            return f"**Not re-embedded:** {html.escape(str(exc))}"
+        return f"Re-embedding {len(jobs)} document(s) with the configured embedding model; see the Upload tab."
+
+    topic.change(current, [topic, key], [value, about, key], api_visibility="private")
+    key.change(lambda name, setting: current(name, setting)[:2], [topic, key], [value, about], api_visibility="private")
+    topic.change(lambda name: settings_table(rt, name), [topic], reference, api_visibility="private")
+    apply.click(change, [topic, key, value], [status, table], api_name="change_setting", api_visibility="undocumented").then(
+        lambda name: settings_table(rt, name), [topic], reference, api_visibility="private")  # fmt: skip
+    reembed.click(start_reembed, [topic], status, api_name="reembed_topic", api_visibility="undocumented")
     return topic
-
-
-def _display(value) -> str:
-    """A setting's value as the operator types it: lists comma-separated, objects as JSON."""
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    if hasattr(value, "model_dump_json"):
-        return value.model_dump_json()
-    return str(value)

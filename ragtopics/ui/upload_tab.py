@@ -26,7 +26,13 @@ def indexed_with_text(w: dict) -> str:
     if not w:
         return ""
     keywords = f"keyword index ({w.get('keyword_enrichment', '').lower() or 'yes'})" if w.get("keyword_index") else "no keyword index"
-    return f"{w.get('chunking_strategy', '')} {w['chunk_size']}/{w['chunk_overlap']} · {keywords} · {w.get('reader', '')}"
+    records = w.get("records_per_chunk")
+    per_chunk = ""
+    if records:
+        fewest, most = records
+        per_chunk = f" · {fewest if fewest == most else f'{fewest}–{most}'} record{'s' if most > 1 else ''} per chunk"
+    split = f" · {w['token_cap']}" if w.get("token_cap") else ""  # chunks split to fit the embedder's window
+    return f"{w.get('chunking_strategy', '')} {w['chunk_size']}/{w['chunk_overlap']} · {keywords} · {w.get('reader', '')}{per_chunk}{split}"
 
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:

@@ -1,4 +1,10 @@
-"""RQ job functions. Each runs in a worker process with the process-wide runtime."""
+"""RQ job functions. Each runs in a worker process with the process-wide runtime.
+
+An expected refusal (a file of the wrong type, one that would give too many chunks,
+a file that cannot be read) still fails its job, so the console shows the message,
+but the worker log gets one clear line for it instead of RQ's traceback: a traceback
+says "bug", and these are the operator's files, not bugs.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,45 @@ import logging
 
 from rq import get_current_job
 
+from ragtopics.errors import ReadError, RefusedFileError
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.runtime import get_runtime
 
 log = logging.getLogger(__name__)
+
+#: Errors that are the file's fault, not the product's: logged in one line, without traceback.
+EXPECTED_FAILURES: tuple[type[Exception], ...] = (RefusedFileError, ReadError)
+
+
+class OneLineRefusals(logging.Filter):
+    """Drop RQ's "exception raised while executing" record (with its traceback) for an expected refusal.
+
+    The pipeline has already logged the refusal in one line ("upload of … failed:
+    <message>"); RQ logs every failed job again with the formatted traceback as the
+    last argument. When that traceback ends in one of :data:`EXPECTED_FAILURES`, the
+    record is dropped; any other failure keeps its traceback.
+    """
+
+    _names = tuple(f"{cls.__module__}.{cls.__qualname__}: " for cls in EXPECTED_FAILURES)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not args or not isinstance(args[-1], str) or "exception raised while executing" not in str(record.msg):
+            return True
+        last = args[-1].rstrip().rsplit("\n", 1)[-1]
+        return not last.startswith(self._names)
+
+
+def install_one_line_refusals(logger: logging.Logger | None = None) -> None:
+    """Add :class:`OneLineRefusals` to RQ's worker logger once (idempotent)."""
+    target = logger or logging.getLogger("rq.worker")
+    if not any(isinstance(f, OneLineRefusals) for f in target.filters):
+        target.addFilter(OneLineRefusals())
+
+
+# The job module is imported by the worker before it runs the first job, so the
+# filter is in place before RQ logs any failure of these jobs.
+install_one_line_refusals()
 
 
 def ingest(topic_id: str, document_id: str) -> dict:

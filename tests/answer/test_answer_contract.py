@@ -158,3 +158,11 @@ def test_the_trace_store_is_bounded(rt, monkeypatch):
     assert sorted(r.owner for r in rows) == ["turn:2", "turn:3", "turn:4"]
     assert all(r.size_bytes <= 10_000 for r in rows)
     assert load_trace(rt.metadata, "turn:4")[0]["shrunk"] is True and load_trace(rt.metadata, "turn:0") == []
+
+
+def test_a_question_with_nothing_searchable_gets_the_no_answer_response_even_as_a_follow_up(rt, travel, scripted_llm):
+    scripted_llm.replies["answer"] = "140 EUR [S1]."
+    first = final(ask(rt, travel, "What is the hotel cap per night?"))
+    junk = final(ask(rt, travel, "?!? ...", session_id=first.session_id))
+    assert junk.no_answer and junk.text == travel.settings.no_answer_response and junk.sources == []
+    assert len(scripted_llm.prompts("answer")) == 1

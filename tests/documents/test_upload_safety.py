@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from ragtopics.documents.uploads import document_trace
 from ragtopics.documents.uploads import get_document, list_documents, receive_upload
 from ragtopics.ingest.keywords import query_keywords
 from ragtopics.topics.topics import create_topic
@@ -156,7 +157,7 @@ def test_a_failure_after_embedding_leaves_the_previous_version_whole(rt, run_job
 
     row = get_document(rt, doc.id)
     assert job_progress(rt, job_id).status == "failed" and row.status == "failed"
-    steps = [e["step"] for e in json.loads(row.trace_json)]
+    steps = [e["step"] for e in document_trace(rt, row.id)]
     assert "embed" in steps and "store" not in steps
     assert stored_chunks(rt, topic, doc.id) == chunks_before
     assert rt.chunk_index(topic.id).count() == len(chunks_before)

@@ -70,14 +70,19 @@ def test_without_overlap_chunks_do_not_repeat_text():
     assert sum(len(_non_space(p.text)) for p in pieces) == len(_non_space(text))
 
 
-def test_fenced_code_block_is_never_split_even_when_larger_than_size():
-    text = "Intro paragraph.\n\n" + CODE + "\nOutro text that follows the code.\n"
-    pieces = split_recursive(text, size=30, overlap=10)
-    code_pieces = [p for p in pieces if "def f(x)" in p.text]
-    assert len(code_pieces) == 1
-    assert code_pieces[0].text == CODE.strip()
-    assert code_pieces[0].is_code
-    assert not any("return x" in p.text for p in pieces if p is not code_pieces[0])
+def test_fenced_code_block_larger_than_size_is_split_at_lines_and_each_piece_is_fenced():
+    # Changed with the real-world inputs work: a block larger than Chunk Size used to be one
+    # oversized chunk; now it is cut at line ends and every piece is a fenced block of its own.
+    code = "```python\n" + "".join(f"value_{i} = compute({i})\n" for i in range(40)) + "```\n"
+    text = "Intro paragraph.\n\n" + code + "\nOutro text that follows the code.\n"
+    pieces = split_recursive(text, size=200, overlap=20)
+    code_pieces = [p for p in pieces if "value_" in p.text]
+    assert len(code_pieces) > 1 and all(p.is_code for p in code_pieces)
+    for p in code_pieces:
+        assert p.text.startswith("```python\n") and p.text.endswith("\n```") and len(p.text) <= 200
+        assert all(re.fullmatch(r"value_\d+ = compute\(\d+\)", line) for line in p.text.splitlines()[1:-1])
+    assert sum(p.text.count("compute(") for p in code_pieces) == 40
+    assert not any("compute" in p.text for p in pieces if p not in code_pieces)
 
 
 def test_small_code_block_shares_a_chunk_and_stays_whole():

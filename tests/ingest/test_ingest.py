@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from ragtopics.documents.uploads import document_trace
 from ragtopics.documents.uploads import get_document, list_documents, receive_upload, set_job
 from ragtopics.llm.embedding import OpenAIEmbedder
 from ragtopics.errors import RefusedFileError
@@ -44,7 +45,7 @@ def test_ingest_writes_chunks_with_embeddings_through_the_worker(rt, run_jobs):
     vector = np.frombuffer(chunks[0]["embedding"], dtype=np.float32)
     assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1) < 1e-3
     assert json.loads(row.indexed_with_json)["chunk_size"] == 200
-    steps = [e["step"] for e in json.loads(row.trace_json)]
+    steps = [e["step"] for e in document_trace(rt, row.id)]
     assert {"read", "chunk", "embed", "store"} <= set(steps)
     assert (rt.blobs.read(row.blob_path)) == text.encode()
 

@@ -1,0 +1,100 @@
+"""Topic settings: one model per kind on a shared chat base, each field self-describing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragtopics.errors import InvalidSettingError
+from ragtopics.settings.topic import (
+    SETTINGS_MODELS,
+    ChatSettings,
+    GraphRagTopicSettings,
+    RagTopicSettings,
+    load_settings,
+    parse_assignments,
+    phase_of,
+    validate_settings,
+)
+from ragtopics.storage.metadata import TopicRow
+from ragtopics.topics.topics import create_topic, get_topic, list_topics, update_settings
+
+PHASES = {"upload", "chat", "upload+chat", "communities"}
+
+
+@pytest.mark.parametrize("kind", sorted(SETTINGS_MODELS))
+def test_every_field_has_a_one_line_description_and_a_phase(kind):
+    model = SETTINGS_MODELS[kind]
+    assert issubclass(model, ChatSettings)
+    for key, field in model.model_fields.items():
+        assert field.description and "\n" not in field.description, key
+        assert phase_of(model, key) in PHASES, key
+
+
+def test_graphrag_defaults_and_ranges_follow_the_settings_table():
+    s = GraphRagTopicSettings()
+    assert (s.chunk_size, s.confidence_threshold, s.direct_confidence_threshold, s.path_max_hops) == (1200, 0.6, 0.9, 4)
+    assert (s.graph_extraction_method, s.picture_handling, s.seed_strategy, s.router_method) == ("AUTO", "PICTURE_IN_GRAPH", "FUSED", "AUTO")
+    assert (s.top_k_nodes, s.hop_depth, s.max_subgraph_nodes, s.max_cited_chunks) == (10, 1, 60, 8)
+    assert (s.top_k_seed_chunks, s.top_k_unlinked_chunks, s.top_k_reports) == (5, 3, 5)
+    assert (s.max_follow_up_rounds, s.max_follow_up_questions, s.resolution, s.refresh_cycle) == (2, 3, 1.0, "1d")
+    assert s.answer_without_searching and s.local_keyword_search and s.global_keyword_search and s.route_before_retrieval
+    assert s.refresh_interval_s == 86400 and validate_settings("graphrag", {"refresh_cycle": "off"}).refresh_interval_s is None
+    for bad, key in [({"path_max_hops": 9}, "path_max_hops"), ({"seed_strategy": "ALL"}, "seed_strategy"),
+                     ({"refresh_cycle": "weekly"}, "refresh_cycle"), ({"top_k_rsults": 3}, "top_k_rsults")]:  # fmt: skip
+        with pytest.raises(InvalidSettingError, match=key):
+            validate_settings("graphrag", bad)
+
+
+def test_rag_keeps_its_keys_and_defaults_and_gains_router_method():
+    s = validate_settings("rag", parse_assignments(["router_method=EMBEDDING", "top_k_results=8"]))
+    assert isinstance(s, RagTopicSettings) and (s.router_method, s.top_k_results, s.chunk_size) == ("EMBEDDING", 8, 1000)
+    assert not s.route_before_retrieval and s.router_confidence_threshold == 0.9
+    with pytest.raises(InvalidSettingError, match="router_method"):
+        validate_settings("rag", {"router_method": "KEYWORDS"})
+    with pytest.raises(InvalidSettingError, match="path_max_hops: unknown setting"):
+        validate_settings("rag", {"path_max_hops": 2})
+
+
+@pytest.mark.parametrize("key", ["language_model", "vector_database", "embedding_model"])
+def test_removed_settings_are_refused_with_the_reason(key):
+    with pytest.raises(InvalidSettingError, match=f"{key}: this setting was removed: .*(LLM_|REDIS_URL|EMBEDDING_)"):
+        validate_settings("rag", {key: "gpt-4o"})
+
+
+def test_stored_topic_with_removed_keys_still_loads(rt):
+    create_topic(rt, "Old", settings={"top_k_results": 7})
+    with rt.metadata.session() as s:
+        row = s.get(TopicRow, get_topic(rt, "Old").id)
+        stored = json.loads(row.settings_json)
+        row.settings_json = json.dumps({**stored, "embedding_model": "local", "vector_database": "default", "language_model": "local"})
+        s.add(row)
+    topic = get_topic(rt, "Old")
+    assert topic.settings.top_k_results == 7 and "language_model" not in topic.settings.model_dump()
+    assert update_settings(rt, "Old", {"memory": 4}).settings.memory == 4
+    assert load_settings("rag", {"language_model": "x"}) == RagTopicSettings()
+
+
+def test_graphrag_topic_is_created_and_read_with_its_own_model(rt):
+    topic = create_topic(rt, "Graph", kind="graphrag", settings={"path_max_hops": 6})
+    assert isinstance(topic.settings, GraphRagTopicSettings) and topic.kind == "graphrag"
+    again = update_settings(rt, "Graph", {"confidence_threshold": "0.7"})
+    assert isinstance(again.settings, GraphRagTopicSettings)
+    assert (again.settings.path_max_hops, again.settings.confidence_threshold, again.settings_version) == (6, 0.7, 2)
+    assert {t.name: type(t.settings) for t in list_topics(rt)} == {"Graph": GraphRagTopicSettings}
+    with pytest.raises(InvalidSettingError, match="top_k_results: unknown setting"):
+        update_settings(rt, "Graph", {"top_k_results": 3})
+    with pytest.raises(InvalidSettingError, match="kind 'lightrag' is not available"):
+        create_topic(rt, "Other", kind="lightrag")
+
+
+def test_topic_show_lists_each_setting_with_default_and_description(rt, capsys):
+    from ragtopics.ui.cli import main
+
+    create_topic(rt, "Graph", kind="graphrag", settings={"hop_depth": 2})
+    assert main(["topic", "show", "Graph"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    rows = {r["key"]: r for r in shown["reference"]}
+    assert set(rows) == set(GraphRagTopicSettings.model_fields) and shown["settings"]["hop_depth"] == 2
+    assert rows["hop_depth"]["value"] == "2" and rows["hop_depth"]["default"] == "1" and rows["hop_depth"]["description"]
