@@ -9,13 +9,12 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlmodel import select
-
 from ragtopics.errors import NotFoundError, RefusedFileError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import Topic
-from ragtopics.storage.metadata import DocumentRow, utcnow
+from ragtopics.storage import documents as document_store
+from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
 
 log = logging.getLogger(__name__)
@@ -117,25 +116,17 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
         raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
     doc_id = document_id_for(topic.id, name)
     rel, digest = rt.blobs.put(topic.id, doc_id, name, data)
-    with rt.metadata.session() as s:
-        row = s.get(DocumentRow, doc_id)
-        if row is None:
-            row = DocumentRow(id=doc_id, topic_id=topic.id, file_name=name)
-        elif row.pending_blob_path and row.pending_blob_path not in (rel, row.blob_path):
-            rt.blobs.remove(row.pending_blob_path)
-        row.pending_sha256, row.pending_blob_path = digest, rel
-        row.size_bytes, row.status, row.error, row.updated_at = len(data), "queued", "", utcnow()
-        s.add(row)
+    row, obsolete = document_store.stage_upload(rt.metadata, document_id=doc_id, topic_id=topic.id, file_name=name, sha256=digest,
+                                                blob_path=rel, size_bytes=len(data))  # fmt: skip
+    if obsolete:
+        rt.blobs.remove(obsolete)
     log.info("received %s (%d bytes) for Topic %s", name, len(data), topic.name)
     return row
 
 
 def set_job(rt: Runtime, document_id: str, job_id: str) -> None:
     """Remember the RQ job that indexes a document."""
-    with rt.metadata.session() as s:
-        row = s.get(DocumentRow, document_id)
-        row.job_id = job_id
-        s.add(row)
+    document_store.set_job(rt.metadata, document_id, job_id)
 
 
 def get_document(rt: Runtime, document_id: str) -> DocumentRow:
@@ -144,8 +135,7 @@ def get_document(rt: Runtime, document_id: str) -> DocumentRow:
     Raises:
         NotFoundError: when it does not exist.
     """
-    with rt.metadata.session() as s:
-        row = s.get(DocumentRow, document_id)
+    row = document_store.get_document(rt.metadata, document_id)
     if row is None:
         raise NotFoundError(f"no document {document_id}")
     return row
@@ -153,8 +143,7 @@ def get_document(rt: Runtime, document_id: str) -> DocumentRow:
 
 def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
     """The Indexed Documents list of a Topic, by file name."""
-    with rt.metadata.session() as s:
-        rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic.id).order_by(DocumentRow.file_name)).all()
+    rows = document_store.topic_documents(rt.metadata, topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
                      json.loads(r.indexed_with_json or "{}"))  # fmt: skip
@@ -169,8 +158,7 @@ def document_trace(rt: Runtime, document_id: str) -> list[dict[str, Any]]:
 
 def source_link(rt: Runtime, document_id: str) -> str:
     """A signed download link (about 10 minutes) to a document's original file; "" when it is gone."""
-    with rt.metadata.session() as s:
-        doc = s.get(DocumentRow, document_id)
+    doc = document_store.get_document(rt.metadata, document_id)
     if doc is None or not doc.blob_path:
         return ""
     return rt.signer.sign(doc.blob_path)

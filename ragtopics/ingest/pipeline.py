@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from sqlmodel import select
 
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.errors import RefusedFileError
+from ragtopics.errors import NotFoundError, RefusedFileError
 from ragtopics.ingest.keywords import extract_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.prompts.resolve import resolve_ingest_prompts
@@ -33,8 +31,9 @@ from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
+from ragtopics.storage import documents
 from ragtopics.storage.traces import save_trace
-from ragtopics.storage.metadata import DocumentRow, PictureRow, utcnow
+from ragtopics.storage.metadata import DocumentRow, PictureRow
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +83,9 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         document row says ``failed`` with the message.
     """
     report = progress or (lambda phase, done, total: None)
-    with rt.metadata.session() as s:
-        doc = s.get(DocumentRow, document_id)
-        if doc is None:
-            from ragtopics.errors import NotFoundError
-
-            raise NotFoundError(f"no document {document_id}")
-        doc.status = "processing"
-        s.add(doc)
+    doc = documents.start_processing(rt.metadata, document_id)
+    if doc is None:
+        raise NotFoundError(f"no document {document_id}")
     topic = get_topic(rt, doc.topic_id)
     cfg = topic.settings
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
@@ -357,49 +351,23 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
 
 def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace,
                pictures: list[PictureRow]) -> None:  # fmt: skip
-    with rt.metadata.session() as s:
-        old_pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
-        for row in old_pictures:
-            s.delete(row)
-        s.flush()  # a picture kept from the previous version is written again under the same id
-        s.add_all(pictures)
-        doc = s.get(DocumentRow, document_id)
-        old_blob = doc.blob_path
-        doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
-        doc.pending_sha256, doc.pending_blob_path = "", ""
-        doc.status, doc.chunk_count, doc.warning, doc.error = status, count, warning, ""
-        doc.indexed_with_json = json.dumps(indexed_with)
-        doc.trace_json = "[]"
-        doc.updated_at = utcnow()
-        s.add(doc)
+    doc, obsolete = documents.finish(rt.metadata, document_id, status=status, chunk_count=count, warning=warning,
+                                     indexed_with=indexed_with, pictures=pictures)  # fmt: skip
     save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
                topic_id=doc.topic_id)  # fmt: skip
-    if old_blob and old_blob != doc.blob_path:
-        rt.blobs.remove(old_blob)
-    kept = {row.blob_path for row in pictures}
-    for row in old_pictures:
-        if row.blob_path not in kept:
-            rt.blobs.remove(row.blob_path)
+    for path in obsolete:
+        rt.blobs.remove(path)
 
 
 def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
     log.error("upload of %s failed: %s", document_id, exc)
-    with rt.metadata.session() as s:
-        kept = {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
+    kept = documents.picture_blobs(rt.metadata, document_id)
     for path in new_blobs:
         if path not in kept:  # the previous version's identical picture stays
             rt.blobs.remove(path)
-    with rt.metadata.session() as s:
-        doc = s.get(DocumentRow, document_id)
-        if doc is None:
-            return
-        if doc.pending_blob_path and doc.pending_blob_path != doc.blob_path:
-            rt.blobs.remove(doc.pending_blob_path)
-        doc.pending_sha256, doc.pending_blob_path = "", ""
-        doc.status = "failed"
-        doc.error = str(exc) + (" (the previous version is still searchable)" if doc.content_sha256 else "")
-        doc.trace_json = "[]"
-        doc.updated_at = utcnow()
-        s.add(doc)
-    save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
-               topic_id=doc.topic_id)  # fmt: skip
+    doc, obsolete = documents.fail(rt.metadata, document_id, str(exc))
+    for path in obsolete:
+        rt.blobs.remove(path)
+    if doc is not None:
+        save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
+                   topic_id=doc.topic_id)  # fmt: skip

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import select
-
 from ragtopics.errors import NotFoundError
 from ragtopics.prompts.templates import DEFAULTS, PromptTemplate
 from ragtopics.runtime import Runtime
-from ragtopics.storage.metadata import PromptOverrideRow, utcnow
+from ragtopics.storage.prompts import prompt_overrides, write_override
 
 SHARED = "shared"
 
@@ -21,9 +19,7 @@ SHARED = "shared"
 def resolve_prompts(rt: Runtime, topic_id: str | None = None) -> dict[str, PromptTemplate]:
     """Every named prompt as it applies to a Topic (or to all Topics when ``topic_id`` is None)."""
     scopes = [SHARED] + ([topic_id] if topic_id else [])
-    with rt.metadata.session() as s:
-        rows = s.exec(select(PromptOverrideRow).where(PromptOverrideRow.scope.in_(scopes))).all()
-    overrides = {(r.scope, r.name): r.text for r in rows}
+    overrides = prompt_overrides(rt.metadata, scopes)
     resolved: dict[str, PromptTemplate] = {}
     for name, default in DEFAULTS.items():
         text = overrides.get((topic_id, name)) if topic_id else None
@@ -66,14 +62,9 @@ def set_prompt(rt: Runtime, scope: str, name: str, text: str) -> PromptTemplate:
     default = DEFAULTS.get(name)
     if default is None:
         raise NotFoundError(f"no prompt called {name!r}; prompts: {', '.join(DEFAULTS)}")
-    with rt.metadata.session() as s:
-        row = s.exec(select(PromptOverrideRow).where(PromptOverrideRow.scope == scope, PromptOverrideRow.name == name)).first()
-        if not text.strip():
-            if row is not None:
-                s.delete(row)
-            return default
-        template = default.with_text(text)
-        row = row or PromptOverrideRow(scope=scope, name=name, text=text)
-        row.text, row.updated_at = text, utcnow()
-        s.add(row)
+    if not text.strip():
+        write_override(rt.metadata, scope, name, None)
+        return default
+    template = default.with_text(text)  # checks the variables before anything is stored
+    write_override(rt.metadata, scope, name, text)
     return template

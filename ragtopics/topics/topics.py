@@ -8,12 +8,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlmodel import select
-
 from ragtopics.errors import InvalidSettingError, NotFoundError
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
-from ragtopics.storage.metadata import DocumentRow, TopicRow, TopicSettingsVersion, utcnow
+from ragtopics.storage import documents as document_store
+from ragtopics.storage import topics as topic_store
+from ragtopics.storage.metadata import TopicRow
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,9 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     model = validate_settings(kind, settings or {})
     topic_id = topic_id_for(name)
     payload = model.model_dump_json()
-    with rt.metadata.session() as s:
-        if s.get(TopicRow, topic_id) is not None or s.exec(select(TopicRow).where(TopicRow.name == name)).first():
-            raise InvalidSettingError(f"a Topic called {name!r} already exists")
-        s.add(TopicRow(id=topic_id, name=name, kind=kind, description=description, settings_json=payload))
-        s.flush()
-        s.add(TopicSettingsVersion(topic_id=topic_id, version=1, settings_json=payload))
+    if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
+                                    settings_json=payload):  # fmt: skip
+        raise InvalidSettingError(f"a Topic called {name!r} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
     return get_topic(rt, topic_id)
 
@@ -75,8 +72,7 @@ def get_topic(rt: Runtime, name_or_id: str) -> Topic:
     Raises:
         NotFoundError: when there is no such Topic.
     """
-    with rt.metadata.session() as s:
-        row = s.get(TopicRow, name_or_id) or s.exec(select(TopicRow).where(TopicRow.name == name_or_id)).first()
+    row = topic_store.find_topic(rt.metadata, name_or_id)
     if row is None:
         raise NotFoundError(f"no Topic called {name_or_id!r}; create it first (`ragtopics topic create NAME`)")
     return _topic(row)
@@ -84,9 +80,7 @@ def get_topic(rt: Runtime, name_or_id: str) -> Topic:
 
 def list_topics(rt: Runtime) -> list[Topic]:
     """Every Topic, by name."""
-    with rt.metadata.session() as s:
-        rows = s.exec(select(TopicRow).order_by(TopicRow.name)).all()
-    return [_topic(r) for r in rows]
+    return [_topic(r) for r in topic_store.all_topics(rt.metadata)]
 
 
 def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> Topic:
@@ -100,13 +94,7 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
     merged = {**topic.settings.model_dump(), **changes}
     model = validate_settings(topic.kind, merged)
     payload = model.model_dump_json()
-    with rt.metadata.session() as s:
-        row = s.get(TopicRow, topic.id)
-        row.settings_json = payload
-        row.settings_version += 1
-        row.updated_at = utcnow()
-        s.add(row)
-        s.add(TopicSettingsVersion(topic_id=topic.id, version=row.settings_version, settings_json=payload))
+    topic_store.save_settings(rt.metadata, topic.id, payload)
     return get_topic(rt, topic.id)
 
 
@@ -142,21 +130,10 @@ def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, str,
     """
     topic = get_topic(rt, name_or_id)
     rt.chunk_index(topic.id).drop()
-    with rt.metadata.session() as s:
-        rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic.id, DocumentRow.blob_path != "")).all()
-        for row in rows:
-            if not row.pending_blob_path:  # a newer upload already waiting is indexed instead
-                row.pending_sha256, row.pending_blob_path = row.content_sha256, row.blob_path
-            row.status, row.error, row.updated_at = "queued", "", utcnow()
-            s.add(row)
-        doc_ids = [row.id for row in rows]
     jobs = []
-    for doc_id in doc_ids:
+    for doc_id in document_store.requeue_stored(rt.metadata, topic.id):
         job_id = enqueue(rt, topic.id, doc_id)
-        with rt.metadata.session() as s:
-            row = s.get(DocumentRow, doc_id)
-            row.job_id = job_id
-            s.add(row)
+        document_store.set_job(rt.metadata, doc_id, job_id)
         jobs.append(job_id)
     log.info("re-embedding %d document(s) of Topic %r", len(jobs), topic.name)
     return jobs
