@@ -179,7 +179,7 @@ def convert_document(
     Raises:
         ConfigurationError: when docling_server is neither "embedded" nor an http(s) URL.
         ReadError: on an unsupported extension, a corrupt or truncated file, a zip
-            bomb, OCR asked of the embedded converter for a PDF, an unreachable or
+            bomb, an unreachable or
             failing Docling server, or a conversion slower than ``options.timeout_s``.
     """
     extension = _extension(file_name)
@@ -192,12 +192,7 @@ def convert_document(
         check_zip_archive(data, file_name=file_name)
     work: Callable[[], ConvertedDocument]
     if server == "embedded":
-        if extension == "pdf" and options.ocr:
-            raise ReadError(
-                f"{file_name}: OCR was requested, but the embedded Docling has no OCR engine or layout model "
-                "offline (docling-ibm-models and EasyOCR/RapidOCR/Tesseract are not installed and models can "
-                "not be downloaded); switch OCR off or set a Docling Server"
-            )
+        # A Topic stored with OCR on (before OCR was refused when set) still reads the text layer.
         _import_docling()  # ~10 s on first use (torch); not counted against timeout_s
         work = partial(_convert_embedded, data, file_name, extension, options)
     else:
@@ -308,10 +303,25 @@ def _convert_embedded(data: bytes, file_name: str, extension: str, options: Docl
     return _from_docling_document(result.document, _pipeline_note(extension, options), pages)
 
 
+def ocr_unavailable_reason(docling_server: str) -> str:
+    """Why OCR cannot run for a Docling Server setting, or "" when it can (a docling-serve URL decides itself).
+
+    The embedded converter runs docling's model-free native PDF pipeline: OCR needs the
+    layout model and an OCR engine's weights, which are not installed and cannot be
+    downloaded at run time.
+    """
+    if docling_server.strip() != "embedded":
+        return ""
+    return ("the embedded Docling has no OCR engine or layout model offline (their model weights are not installed "
+            "and cannot be downloaded); PDFs are read from their text layer")  # fmt: skip
+
+
 def _pipeline_note(extension: str, options: DoclingOptions) -> str:
     """Say what the embedded converter ran and what it skipped, for the upload log."""
     if extension == "pdf":
         notes = [_NATIVE_PDF_PIPELINE]
+        if options.ocr:
+            notes.append("OCR skipped (not available in the embedded converter)")
         if options.table_structure:
             notes.append("table structure skipped (needs a model)")
     else:

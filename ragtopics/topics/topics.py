@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ragtopics.errors import InvalidSettingError, NotFoundError
+from ragtopics.ingest.docling import ocr_unavailable_reason
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
 from ragtopics.storage import documents as document_store
@@ -57,6 +58,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     if not name or len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
         raise InvalidSettingError(f"a Topic name must be 1 to {MAX_NAME_CHARS} printable characters")
     model = validate_settings(kind, settings or {})
+    _check_runnable(model)
     topic_id = topic_id_for(name)
     payload = model.model_dump_json()
     if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
@@ -93,9 +95,24 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
     topic = get_topic(rt, name_or_id)
     merged = {**topic.settings.model_dump(), **changes}
     model = validate_settings(topic.kind, merged)
+    if {"docling_settings", "docling_server"} & set(changes):
+        _check_runnable(model)
     payload = model.model_dump_json()
     topic_store.save_settings(rt.metadata, topic.id, payload)
     return get_topic(rt, topic.id)
+
+
+def _check_runnable(model: TopicSettings) -> None:
+    """Refuse settings that validate but cannot run on this installation, with the reason.
+
+    Raises:
+        InvalidSettingError: OCR switched on where no OCR engine can run.
+    """
+    if model.docling_settings.ocr:
+        reason = ocr_unavailable_reason(model.docling_server)
+        if reason:
+            raise InvalidSettingError(f"docling_settings: OCR cannot be switched on here: {reason}. Keep ocr false, or set "
+                                      "docling_server to a docling-serve URL that runs OCR")  # fmt: skip
 
 
 def _topic(row: TopicRow) -> Topic:

@@ -279,9 +279,12 @@ def test_zip_bomb_docx_is_refused_before_docling_opens_it():
         check_zip_archive(bomb, file_name="bomb.docx", max_uncompressed_bytes=100 * MIB)
 
 
-def test_ocr_on_a_pdf_is_refused_offline_not_ignored(pdf_bytes):
-    with pytest.raises(ReadError, match=r"plant\.pdf: OCR was requested, but the embedded Docling has no OCR engine"):
-        convert_document(pdf_bytes, file_name="plant.pdf", options=DoclingOptions(ocr=True))
+def test_a_pdf_with_text_never_fails_because_ocr_is_missing(pdf_bytes):
+    """A Topic stored with OCR on (before it was refused when set) still reads the PDF's text layer, and says so."""
+    plain = convert_document(pdf_bytes, file_name="plant.pdf")
+    result = convert_document(pdf_bytes, file_name="plant.pdf", options=DoclingOptions(ocr=True))
+    assert result.text == plain.text and result.text.strip()
+    assert "OCR skipped (not available in the embedded converter)" in result.pipeline
 
 
 def test_ocr_on_office_files_is_noted_as_not_applicable(samples):

@@ -98,3 +98,24 @@ def test_topic_show_lists_each_setting_with_default_and_description(rt, capsys):
     rows = {r["key"]: r for r in shown["reference"]}
     assert set(rows) == set(GraphRagTopicSettings.model_fields) and shown["settings"]["hop_depth"] == 2
     assert rows["hop_depth"]["value"] == "2" and rows["hop_depth"]["default"] == "1" and rows["hop_depth"]["description"]
+
+
+def test_ocr_that_cannot_run_here_is_refused_when_set_with_the_reason(rt):
+    from ragtopics.errors import InvalidSettingError
+    from ragtopics.topics.topics import create_topic, update_settings
+
+    with pytest.raises(InvalidSettingError, match="OCR cannot be switched on here: the embedded Docling has no OCR engine"):
+        create_topic(rt, "Scans", settings={"docling_settings": {"ocr": True}})
+    topic = create_topic(rt, "Scans")
+    with pytest.raises(InvalidSettingError, match="docling-serve URL"):
+        update_settings(rt, topic.name, {"docling_settings": {"ocr": True, "table_structure": True, "page_range": "", "timeout_s": 300}})
+    assert get_topic_ocr(rt, topic.name) is False
+    served = update_settings(rt, topic.name, {"docling_server": "http://docling.example:5001",
+                                              "docling_settings": {"ocr": True}})  # a docling-serve decides itself
+    assert served.settings.docling_settings.ocr is True
+
+
+def get_topic_ocr(rt, name):
+    from ragtopics.topics.topics import get_topic
+
+    return get_topic(rt, name).settings.docling_settings.ocr
