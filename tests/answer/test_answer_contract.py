@@ -117,15 +117,8 @@ def test_timings_and_a_stored_trace_tree(rt, travel, scripted_llm):
     assert json.loads(session_turns(rt, result.session_id)[0].trace_json) == []  # not inlined in the turn row any more
 
 
-def test_connected_topic_sources_keep_their_links_and_nest_in_the_trace(reconfigure, run_jobs, scripted_llm):
-    rt = reconfigure(LLM_SUPPORTS_TOOLS=True)
-    hr = create_topic(rt, "HR", settings={"min_similarity_score": 0.0})
-    upload(rt, hr, "holidays.txt", b"Employees get 30 days of holiday per year.")
-    main = create_topic(rt, "Main", settings={"mcp_interfaces": "HR", "min_similarity_score": 0.99})
-    run_jobs()
-    calls = iter([{"tool_calls": [{"name": "ask_hr", "arguments": {"question": "How many holiday days?"}}]}])
-    scripted_llm.replies["answer"] = lambda body: next(calls, None) or (
-        "30 days [S1]." if body["messages"][-1]["role"] == "user" else "HR says 30 days.")
+def test_connected_topic_sources_keep_their_links_and_nest_in_the_trace(connected):
+    rt, main = connected
     result = final(ask(rt, main, "How much holiday do I get?"))
     source = result.sources[0]
     assert (source.file, source.topic, source.reason) == ("holidays.txt", "HR", "via HR")

@@ -186,21 +186,8 @@ def test_uncited_answer_is_confirmed_by_a_model_check(rt, run_jobs, scripted_llm
     assert unconfirmed.no_answer and unconfirmed.text == topic.settings.no_answer_response
 
 
-@pytest.fixture
-def tool_runtime(reconfigure):
-    """The runtime with a language model marked as tool-capable."""
-    return reconfigure(LLM_SUPPORTS_TOOLS=True)
-
-
-def test_connected_topic_is_called_as_a_tool_and_its_sources_join(tool_runtime, run_jobs, scripted_llm):
-    rt = tool_runtime
-    hr = create_topic(rt, "HR", settings={"min_similarity_score": 0.0})
-    upload(rt, hr, "holidays.txt", b"Employees get 30 days of holiday per year.")
-    main = create_topic(rt, "Main", settings={"mcp_interfaces": "HR", "min_similarity_score": 0.99})
-    run_jobs()
-    calls = iter([{"tool_calls": [{"name": "ask_hr", "arguments": {"question": "How many holiday days?"}}]}])
-    scripted_llm.replies["answer"] = lambda body: next(calls, None) or (
-        "30 days [S1]." if body["messages"][-1]["role"] == "user" else "HR says 30 days.")
+def test_connected_topic_is_called_as_a_tool_and_its_sources_join(connected, scripted_llm):
+    rt, main = connected
     result = final(ask(rt, main, "How much holiday do I get?"))
     assert result.text == "HR says 30 days." and not result.no_answer
     assert [(s.file, s.topic) for s in result.sources] == [("holidays.txt", "HR")]
