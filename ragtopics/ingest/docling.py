@@ -441,10 +441,28 @@ def _neighbour_text(items: list[Any], position: int, caption: str) -> str:
     return ""
 
 
+#: A pipe-table line (``| a | b |``) as docling exports it, padded so that the columns align.
+_TABLE_LINE = re.compile(r"^[ \t]*\|.*\|[ \t]*$", re.MULTILINE)
+
+
 def _tidy_markdown(markdown: str) -> str:
-    """Drop docling's picture placeholders and the blank lines they leave."""
+    """Drop docling's picture placeholders and the blank lines they leave, and unpad pipe tables.
+
+    Docling pads every cell of a table to its column's widest value; a column of long
+    texts then turns each row into thousands of spaces, which fill chunks (and repeat in
+    every chunk's copy of the header) without adding a word.
+    """
     markdown = markdown.replace("<!-- image -->", "")
+    markdown = _TABLE_LINE.sub(lambda m: _unpadded_row(m.group(0)), markdown)
     return re.sub(r"\n{3,}", "\n\n", markdown).strip()
+
+
+def _unpadded_row(line: str) -> str:
+    """``|  a   |  b |`` → ``| a | b |``; a delimiter row becomes ``|---|---|`` (alignment colons kept)."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if all(re.fullmatch(r":?-{3,}:?", c) for c in cells):
+        cells = [("" if not c.startswith(":") else ":") + "---" + (":" if c.endswith(":") and len(c) > 1 else "") for c in cells]
+    return "| " + " | ".join(cells) + " |"
 
 
 def _is_http_url(value: str) -> bool:

@@ -194,11 +194,19 @@ def test_docx_picture_comes_out_as_png_with_caption_and_neighbour_text(converted
     assert picture.page is None
 
 
+def test_table_rows_lose_their_column_padding():
+    from ragtopics.ingest.docling import _tidy_markdown
+
+    padded = "| Title      | Text              |\n|------------|:-----------------:|\n| A          | a long cell text  |"
+    assert _tidy_markdown(padded) == "| Title | Text |\n| --- | :---: |\n| A | a long cell text |"
+
+
 def test_xlsx_gives_both_sheets_as_tables(converted):
     result = converted["figures.xlsx"]
     for cell in ("Product", "Units", "Gizmo-XL", "42", "Name", "Role", "Ada Quill", "Engineer"):
         assert cell in result.text
-    assert result.text.count("|---") >= 2  # one Markdown table per sheet
+    assert result.text.count("| --- |") >= 2  # one Markdown table per sheet
+    assert "  " not in result.text  # cells are not padded to their column's width
     assert result.pipeline.startswith("docling XLSX backend")
     assert result.pages == 2
     assert result.pictures == ()
