@@ -173,7 +173,7 @@ class SeedStrategy(str, Enum):
 class DoclingSettings(BaseModel):
     """Docling Settings (advanced): passed through to the converter."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     ocr: bool = Field(False, description="recognise text in scanned pages and pictures")
     table_structure: bool = Field(True, description="recover the rows and columns of tables")
     page_range: str = Field("", description="pages to convert, e.g. 1-20; empty: all pages")
@@ -192,7 +192,8 @@ class ChatSettings(BaseModel):
             (wrapped into :class:`InvalidSettingError` by :func:`validate_settings`).
     """
 
-    model_config = ConfigDict(extra="forbid", use_enum_values=True, validate_assignment=True)
+    # inf/nan are refused: JSON cannot store them, so a Topic saved with one could not be read back.
+    model_config = ConfigDict(extra="forbid", use_enum_values=True, validate_assignment=True, allow_inf_nan=False)
 
     custom_system_prompt: str = setting(
         "", phase="chat", description="Text added to the shared system prompt; changes the wording and tone, not what is found.")

@@ -60,6 +60,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     model = validate_settings(kind, settings or {})
     _check_runnable(model)
     topic_id = topic_id_for(name)
+    _check_connected(rt, name, topic_id, model)
     payload = model.model_dump_json()
     if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
                                     settings_json=payload):  # fmt: skip
@@ -97,9 +98,26 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
     model = validate_settings(topic.kind, merged)
     if {"docling_settings", "docling_server"} & set(changes):
         _check_runnable(model)
+    if "mcp_interfaces" in changes:
+        _check_connected(rt, topic.name, topic.id, model)
     payload = model.model_dump_json()
     topic_store.save_settings(rt.metadata, topic.id, payload)
     return get_topic(rt, topic.id)
+
+
+def _check_connected(rt: Runtime, name: str, topic_id: str, model: TopicSettings) -> None:
+    """Refuse MCP Interfaces that name no Topic, or the Topic itself.
+
+    Raises:
+        InvalidSettingError: naming the unknown Topics.
+    """
+    names = list(model.mcp_interfaces)
+    if any(n in (name, topic_id) for n in names):
+        raise InvalidSettingError(f"mcp_interfaces: Topic {name!r} cannot be connected to itself")
+    unknown = [n for n in names if topic_store.find_topic(rt.metadata, n) is None]
+    if unknown:
+        raise InvalidSettingError(f"mcp_interfaces: no Topic called {', '.join(repr(n) for n in unknown)}; "
+                                  "connect Topics that exist (see `ragtopics topic list`)")  # fmt: skip
 
 
 def _check_runnable(model: TopicSettings) -> None:

@@ -119,3 +119,25 @@ def get_topic_ocr(rt, name):
     from ragtopics.topics.topics import get_topic
 
     return get_topic(rt, name).settings.docling_settings.ocr
+
+
+@pytest.mark.parametrize("value", ["inf", "infinity", "-inf", "nan"])
+def test_infinite_numbers_are_refused_and_nothing_is_stored(rt, value):
+    from ragtopics.topics.topics import create_topic, get_topic, list_topics, update_settings
+
+    topic = create_topic(rt, "Limits")
+    with pytest.raises(InvalidSettingError, match="max_file_size_mb"):
+        update_settings(rt, topic.name, {"max_file_size_mb": value})
+    assert get_topic(rt, topic.name).settings_version == 1
+    assert [t.name for t in list_topics(rt)] == ["Limits"]
+
+
+def test_connected_topics_must_exist_and_not_be_the_topic_itself(rt):
+    from ragtopics.topics.topics import create_topic, update_settings
+
+    create_topic(rt, "HR")
+    with pytest.raises(InvalidSettingError, match="no Topic called 'Nope'"):
+        create_topic(rt, "Main", settings={"mcp_interfaces": "HR,Nope"})
+    main = create_topic(rt, "Main", settings={"mcp_interfaces": "HR"})
+    with pytest.raises(InvalidSettingError, match="cannot be connected to itself"):
+        update_settings(rt, main.name, {"mcp_interfaces": "Main"})
