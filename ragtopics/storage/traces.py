@@ -15,6 +15,7 @@ from typing import Any
 from sqlmodel import col, delete, select
 
 from ragtopics.storage.metadata import MetadataStore, TraceRow
+from ragtopics.tracing.trace import clip
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +74,10 @@ def _bounded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     size = len(json.dumps(events, ensure_ascii=False, default=str))
     if size <= MAX_TRACE_BYTES:
         return events, size
-    shrunk = [{**e, "data": _shrink(e.get("data", {})), "shrunk": True} for e in events]
+    shrunk = [{**e, "data": clip(e.get("data", {}), SHRUNK_VALUE_CHARS, 50), "shrunk": True} for e in events]
     size = len(json.dumps(shrunk, ensure_ascii=False, default=str))
     if size > MAX_TRACE_BYTES:  # still too big: keep the step skeleton only
         shrunk = [{k: v for k, v in e.items() if k != "data"} | {"data": {}, "shrunk": True} for e in events]
         size = len(json.dumps(shrunk, ensure_ascii=False, default=str))
     log.info("trace cut to %d bytes", size)
     return shrunk, size
-
-
-def _shrink(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > SHRUNK_VALUE_CHARS:
-        return value[:SHRUNK_VALUE_CHARS] + f"… [{len(value) - SHRUNK_VALUE_CHARS} more characters]"
-    if isinstance(value, dict):
-        return {k: _shrink(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_shrink(v) for v in value[:50]] + ([f"… [{len(value) - 50} more items]"] if len(value) > 50 else [])
-    return value

@@ -107,7 +107,7 @@ class Trace:
 
     def to_list(self) -> list[dict[str, Any]]:
         """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""
-        return [_clip(asdict(e)) for e in self.events]
+        return [clip(asdict(e)) for e in self.events]
 
 
 def _summary(data: dict[str, Any]) -> str:
@@ -120,11 +120,14 @@ def _summary(data: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _clip(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
-        return value[:MAX_VALUE_CHARS] + f"… [{len(value) - MAX_VALUE_CHARS} more characters]"
+def clip(value: Any, max_chars: int = MAX_VALUE_CHARS, max_items: int | None = None) -> Any:
+    """A JSON-ready copy of ``value`` with strings cut to ``max_chars`` and lists to ``max_items`` (marked where cut)."""
+    if isinstance(value, str) and len(value) > max_chars:
+        return value[:max_chars] + f"… [{len(value) - max_chars} more characters]"
     if isinstance(value, dict):
-        return {k: _clip(v) for k, v in value.items()}
+        return {k: clip(v, max_chars, max_items) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clip(v) for v in value]
+        kept = value if max_items is None else value[:max_items]
+        more = [f"… [{len(value) - len(kept)} more items]"] if len(kept) < len(value) else []
+        return [clip(v, max_chars, max_items) for v in kept] + more
     return value
