@@ -79,6 +79,7 @@ class Piece:
         end: offset one past the last character of the span in the source.
         is_code: the chunk is (or holds) a fenced code block.
         records: for structured files, how many records (whole or part) the chunk holds; 0 otherwise.
+        pages: 1-based pages of the source document the chunk comes from (empty when unknown).
     """
 
     text: str
@@ -86,6 +87,7 @@ class Piece:
     end: int
     is_code: bool = False
     records: int = 0
+    pages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,12 +85,19 @@ class ConvertedDocument:
         pipeline: what ran, for the upload log, including what was skipped.
         pages: pages (PDF), slides (PPTX) or sheets (XLSX) of the source file;
             None for DOCX, which has no pages.
+        document: the ``DoclingDocument`` itself (structure, page provenance), for
+            structure-aware chunking; None when a docling-serve answer had no JSON.
+        unreadable_pages: 1-based pages that gave no text (no text layer and no OCR).
+        ocr_pages: 1-based pages whose text came from OCR.
     """
 
     text: str
     pictures: tuple[Picture, ...]
     pipeline: str
     pages: int | None
+    document: Any = None
+    unreadable_pages: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +398,8 @@ def _convert_on_server(data: bytes, file_name: str, options: DoclingOptions, ser
 def _from_docling_document(document: DoclingDocument, pipeline: str, pages: int | None) -> ConvertedDocument:
     """Take the Markdown and the pictures out of a DoclingDocument."""
     markdown = document.export_to_markdown(image_placeholder="", escape_underscores=False, escape_html=False)
-    return ConvertedDocument(text=_tidy_markdown(markdown), pictures=_extract_pictures(document), pipeline=pipeline, pages=pages)
+    return ConvertedDocument(text=_tidy_markdown(markdown), pictures=_extract_pictures(document), pipeline=pipeline, pages=pages,
+                             document=document)
 
 
 def _extract_pictures(document: DoclingDocument) -> tuple[Picture, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from charset_normalizer import from_bytes
 
@@ -67,6 +68,10 @@ class ReadResult:
             (chunked without ever cutting a record); ``None`` for other files.
         pictures: pictures lifted out of a document, or the one picture of an image
             file (``ragtopics.ingest.docling.Picture``).
+        document: for documents converted by Docling, the ``DoclingDocument`` (None otherwise).
+        page_count: pages (slides, sheets) of a document; None for files without pages.
+        unreadable_pages: 1-based pages of a document that gave no text.
+        ocr_pages: 1-based pages of a document read by OCR.
     """
 
     text: str
@@ -74,6 +79,10 @@ class ReadResult:
     encoding: str = ""
     records: tuple[str, ...] | None = None
     pictures: tuple = ()
+    document: Any = None
+    page_count: int | None = None
+    unreadable_pages: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()
 
 
 def extension_of(file_name: str) -> str:
@@ -140,7 +149,9 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
 
         converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
                                      docling_server=docling_server)  # fmt: skip
-        return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures)
+        return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures,
+                          document=converted.document, page_count=converted.pages,
+                          unreadable_pages=converted.unreadable_pages, ocr_pages=converted.ocr_pages)  # fmt: skip
     if ext in IMAGE_TYPES:
         from ragtopics.ingest.pictures import read_image
 
