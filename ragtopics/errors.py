@@ -49,3 +49,11 @@ class PromptTemplateError(RagTopicsError):
 
 class StructuredOutputError(ModelUnavailableError):
     """A model's structured reply could not be parsed into the expected type."""
+
+
+class SupersededError(RagTopicsError):
+    """An indexing job's version is no longer the one wanted: a newer upload replaced it, or the document was deleted."""
+
+
+class StateTransitionError(RagTopicsError):
+    """A document state change that the state machine does not allow (a bug, not the operator's doing)."""

@@ -38,6 +38,8 @@ class Provenance:
             (shown as ``name (graph ingestion)``, no download).
         topic: the Topic the document belongs to ("" for the Topic asked).
         version: the content hash of the file version the chunks were read from ("" when unknown).
+        pages: 1-based pages (slides, sheets) of that document the chunks come from, ascending
+            (empty when the document has no pages or they are unknown).
     """
 
     document_id: str
@@ -46,6 +48,7 @@ class Provenance:
     kind: SourceKind = "upload"
     topic: str = ""
     version: str = ""
+    pages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,8 @@ class Source:
         version: content hash of the file version the chunk came from ("" when unknown).
         status: ``current``, ``changed`` (the file was replaced since) or ``removed``
             (deleted since); set when a saved turn is shown again.
+        pages: 1-based pages (slides, sheets) of the file the chunk comes from, ascending
+            (empty when the file has no pages or they are unknown); a PDF's link opens the first.
     """
 
     file: str
@@ -167,33 +172,90 @@ class Source:
     reason: str = ""
     version: str = ""
     status: str = "current"
+    pages: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
         """The name on the badge: the file name, with ``(graph ingestion)`` for a record."""
         return f"{self.file} (graph ingestion)" if self.kind == "graph_ingestion" else self.file
 
+    @property
+    def location(self) -> str:
+        """Where in the file: ``p. 3``, ``pp. 3–4``, ``slide 2`` (see :func:`pages_label`); "" when unknown."""
+        return pages_label(self.file, self.pages)
+
+    @property
+    def cited_as(self) -> str:
+        """The label with its location: ``report.pdf, p. 3`` (just the label when the pages are unknown)."""
+        return f"{self.label}, {self.location}" if self.location else self.label
+
     def to_public(self) -> dict[str, Any]:
-        """The JSON shape given to the CLI, MCP and connected Topics."""
+        """The JSON shape given to the CLI, MCP and connected Topics (``pages`` a list, ``location`` as shown)."""
         return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "topic": self.topic,
-                "kind": self.kind, "reason": self.reason, "link": self.link, "status": self.status}  # fmt: skip
+                "kind": self.kind, "reason": self.reason, "link": self.link, "status": self.status,
+                "pages": list(self.pages), "location": self.location}  # fmt: skip
 
     def to_row(self) -> dict[str, Any]:
         """The JSON shape kept with a saved turn (no link: links expire)."""
         return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "code": self.code,
                 "document_id": self.document_id, "topic": self.topic, "kind": self.kind, "reason": self.reason,
-                "version": self.version}  # fmt: skip
+                "version": self.version, "pages": list(self.pages)}  # fmt: skip
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Source":
-        """Rebuild a source from :meth:`to_row` output (older rows lack the newer keys)."""
+        """Rebuild a source from :meth:`to_row` output (older rows lack the newer keys, e.g. ``pages``)."""
         known = {k: row[k] for k in ("file", "chunk_id", "score", "code", "document_id", "topic", "kind", "reason", "version")
                  if k in row}  # fmt: skip
-        return cls(**{"code": "", "document_id": "", **known})
+        pages = tuple(int(p) for p in row.get("pages") or () if isinstance(p, int) and p > 0)
+        return cls(**{"code": "", "document_id": "", **known}, pages=pages)
+
+    def with_link(self, link: str) -> "Source":
+        """A copy whose link is ``link`` opened at the source's page (see :func:`page_link`)."""
+        return replace(self, link=page_link(link, self.file, self.pages))
 
     def with_(self, **changes: Any) -> "Source":
         """A copy with some fields changed."""
         return replace(self, **changes)
+
+
+#: What a page is called, by file type: a PowerPoint slide, an Excel sheet, else a page.
+_PAGE_NAMES = {"pptx": ("slide", "slides"), "xlsx": ("sheet", "sheets")}
+
+
+def pages_label(file_name: str, pages: Sequence[int]) -> str:
+    """How a source's pages are shown: ``p. 3``, ``pp. 3–4``, ``pp. 2, 5–7``; ``slide 2`` (PPTX), ``sheets 1–2`` (XLSX).
+
+    Args:
+        file_name: the file's name; its extension picks the word for a page.
+        pages: 1-based page numbers (any order, repeats allowed).
+
+    Returns:
+        The label, runs of consecutive pages joined by an en dash; "" when ``pages`` is empty.
+    """
+    numbers = sorted(set(pages))
+    if not numbers:
+        return ""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    text = ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+    one, many = _PAGE_NAMES.get(file_name.rpartition(".")[2].lower(), ("p.", "pp."))
+    return f"{one if len(numbers) == 1 else many} {text}"
+
+
+def page_link(link: str, file_name: str, pages: Sequence[int]) -> str:
+    """A download link that opens a PDF at the first of ``pages``: ``link#page=3``.
+
+    ``#page=N`` is the PDF open parameter browsers' PDF viewers follow (RFC 8118); the
+    fragment is never sent to the server, so the signed link itself is unchanged. Other
+    files, an empty link and unknown pages give ``link`` as it is.
+    """
+    if not link or not pages or not file_name.lower().endswith(".pdf") or "#" in link:
+        return link
+    return f"{link}#page={min(pages)}"
 
 
 def assign_codes(items: Sequence[Evidence]) -> dict[str, Evidence]:

@@ -7,7 +7,6 @@ and links to the current version; one whose file was deleted says it was removed
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -61,13 +60,27 @@ def check_session(rt: Runtime, topic: Topic, session_id: str) -> None:
         raise NotFoundError(f"no chat session {session_id} in Topic {topic.name!r}")
 
 
+#: Stands in the history for an earlier answer that cited a file deleted since.
+WITHHELD_ANSWER = "(This earlier answer cited a file that has since been deleted; its content is not repeated.)"
+
+
 def history_messages(rt: Runtime, session_id: str | None, memory: int) -> list[dict]:
-    """The last ``memory`` messages (user and assistant, OpenAI message dicts) of a session, oldest first."""
+    """The last ``memory`` messages (user and assistant, OpenAI message dicts) of a session, oldest first.
+
+    An earlier answer that cited an uploaded file deleted since is replaced by
+    :data:`WITHHELD_ANSWER`, so nothing of a deleted document reaches a follow-up.
+    """
     if memory <= 0 or not session_id:
         return []
+    turns = chats.session_turns(rt.metadata, session_id, last=(memory + 1) // 2)
+    cited = {r.id: [Source.from_row(s) for s in r.sources or []] for r in turns}
+    wanted = list({s.document_id for ss in cited.values() for s in ss if s.document_id and s.kind == "upload"})
+    present = chats.documents_by_id(rt.metadata, wanted)
     messages: list[dict] = []
-    for turn in chats.session_turns(rt.metadata, session_id, last=(memory + 1) // 2):
-        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer}]
+    for turn in turns:
+        deleted = any(s.kind == "upload" and s.document_id and s.document_id not in present for s in cited[turn.id])
+        answer = WITHHELD_ANSWER if deleted else turn.answer
+        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": answer}]
     return messages[-memory:]
 
 
@@ -89,14 +102,14 @@ def turn_trace(rt: Runtime, turn_id: int) -> list[dict]:
 def saved_turns(rt: Runtime, session_id: str) -> list[SavedTurn]:
     """The turns of a session with their sources re-linked and marked current, changed or removed."""
     rows = chats.session_turns(rt.metadata, session_id)
-    stored = {r.id: [Source.from_row(s) for s in json.loads(r.sources_json or "[]")] for r in rows}
+    stored = {r.id: [Source.from_row(s) for s in r.sources or []] for r in rows}
     docs = chats.documents_by_id(rt.metadata, list({s.document_id for ss in stored.values() for s in ss if s.document_id}))
     out = []
     for r in rows:
         route_step = next((e for e in turn_trace(rt, r.id) if e.get("step") == "route"), {})
         out.append(SavedTurn(r.id, r.question, r.answer, [_relinked(rt, s, docs) for s in stored[r.id]], r.route,
                              r.route_confidence, route_step.get("data", {}).get("reason", ""),
-                             json.loads(r.timings_json or "{}")))  # fmt: skip
+                             dict(r.timings or {})))  # fmt: skip
     return out
 
 
@@ -108,7 +121,7 @@ def _relinked(rt: Runtime, source: Source, docs: dict) -> Source:
     if doc is None or not doc.blob_path:
         return source.with_(status=REMOVED, link="")
     status = CHANGED if source.version and doc.content_sha256 and source.version != doc.content_sha256 else CURRENT
-    return source.with_(status=status, link=rt.signer.sign(doc.blob_path))
+    return source.with_(status=status).with_link(rt.signer.sign(doc.blob_path))  # a PDF opens at the source's page
 
 
 def save_turn(rt: Runtime, topic: Topic, *, session_id: str, question: str, answer: str, sources: list[Source], route: str,

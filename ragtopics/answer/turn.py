@@ -324,7 +324,8 @@ class _Turn:
                 seen.add((p.document_id, item.id))
                 reason = check.chunk_reasons.get(c.code, "")
                 source = Source(p.file_name, p.chunk_ids[0] if p.chunk_ids else item.id, round(item.score, 4), c.code,
-                                p.document_id, p.topic or self.topic.name, kind=p.kind, reason=reason)  # fmt: skip
+                                p.document_id, p.topic or self.topic.name, kind=p.kind, reason=reason, pages=p.pages,
+                                version=p.version)  # fmt: skip
                 (rest if reason == "same file" else primary).append(source)
         order = list(dict.fromkeys(s.file for s in primary + rest))
         return sorted(primary, key=lambda s: order.index(s.file)) + sorted(rest, key=lambda s: order.index(s.file))
@@ -386,16 +387,27 @@ class _Candidate:
 
 
 def _linked(rt: Runtime, sources: list[Source]) -> list[Source]:
-    """The sources with signed download links and the version (content hash) of the file they came from.
+    """The sources with signed download links to the very file version their chunks were read from.
 
-    A connected Topic's sources already carry their links; graph-ingestion records have none.
+    A chunk records its file's version (content hash), so the link serves that version
+    even when a newer upload was swapped in after the search; when that version is no
+    longer stored, the source has no link and says ``changed``. Chunks stored before
+    versions were kept link to the searchable version. A PDF's link opens the source's
+    first page (``#page=N``, see :func:`~ragtopics.answer.context.page_link`). A connected
+    Topic's sources already carry their links; graph-ingestion records have none.
     """
     docs = chats.documents_by_id(rt.metadata, [s.document_id for s in sources if s.document_id and not s.link])
     out = []
     for s in sources:
         doc = docs.get(s.document_id)
-        if doc is not None and doc.blob_path and s.kind == "upload":
-            s = s.with_(link=rt.signer.sign(doc.blob_path), version=doc.content_sha256)
+        if doc is None or not doc.blob_path or s.kind != "upload":
+            out.append(s)
+            continue
+        if not s.version or s.version == doc.content_sha256:
+            s = s.with_(version=doc.content_sha256).with_link(rt.signer.sign(doc.blob_path))
+        else:
+            path = rt.blobs.relative_path(doc.topic_id, doc.id, s.version, doc.file_name)
+            s = s.with_link(rt.signer.sign(path)) if rt.blobs.exists(path) else s.with_(link="", status="changed")
         out.append(s)
     return out
 

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtopics.errors import NotFoundError, RefusedFileError
+import redis
+
+from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
+from ragtopics.ingest.docling import check_zip_archive
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import Topic
 from ragtopics.storage import documents as document_store
+from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_NAME_BYTES = 255
+#: Office files are zip archives: checked for zip bombs when received.
+ZIP_CONTAINER_TYPES: frozenset[str] = frozenset({"docx", "xlsx", "pptx"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +96,19 @@ def document_id_for(topic_id: str, file_name: str) -> str:
 
 
 def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> DocumentRow:
-    """Check an upload and store the original file; the caller then enqueues ``ingest``.
+    """Check an upload and store the original file as the document's pending version.
 
-    A file with a name already stored keeps its searchable version until the new
-    one has been indexed.
+    Every check runs before anything is stored: the name, the type, the Topic's size
+    limit and, for Office files (zip archives), the archive itself (zip bombs). A file
+    with a name already stored keeps its searchable version until the new one has been
+    indexed; a job still indexing an older upload of it is superseded. The caller then
+    enqueues the returned row's job (:func:`upload_file` does both).
 
     Raises:
-        RefusedFileError: for an unusable name, a type the Topic does not accept, or a
-            file over the Topic's size limit. Nothing is stored then.
+        RefusedFileError: for an unusable name, a type the Topic does not accept, a file
+            over the Topic's size limit, or an archive that is corrupt or a zip bomb.
+            Nothing is stored then.
+        SupersededError: when a document of that name is being deleted right now.
     """
     name = clean_file_name(file_name)
     ext = extension_of(name)
@@ -114,19 +124,69 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
     if len(data) > limit:
         raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
+    if ext in ZIP_CONTAINER_TYPES:
+        try:
+            check_zip_archive(data, file_name=name)
+        except ReadError as exc:
+            raise RefusedFileError(f"{name} was refused: {exc}") from exc
     doc_id = document_id_for(topic.id, name)
-    rel, digest = rt.blobs.put(topic.id, doc_id, name, data)
-    row, obsolete = document_store.stage_upload(rt.metadata, document_id=doc_id, topic_id=topic.id, file_name=name, sha256=digest,
-                                                blob_path=rel, size_bytes=len(data))  # fmt: skip
-    if obsolete:
-        rt.blobs.remove(obsolete)
+    with document_lock(rt.redis, doc_id):  # waits while a job swaps in an older version, or a delete runs
+        rel, digest = rt.blobs.put(topic.id, doc_id, name, data)
+        try:
+            row, obsolete = document_store.stage_upload(rt.metadata, document_id=doc_id, topic_id=topic.id, file_name=name,
+                                                        sha256=digest, blob_path=rel, size_bytes=len(data))  # fmt: skip
+        except SupersededError:
+            current = document_store.get_document(rt.metadata, doc_id)
+            if rel not in ((current.blob_path, current.pending_blob_path) if current else ()):
+                rt.blobs.remove(rel)
+            raise
+        if obsolete:
+            rt.blobs.remove(obsolete)
     log.info("received %s (%d bytes) for Topic %s", name, len(data), topic.name)
     return row
 
 
-def set_job(rt: Runtime, document_id: str, job_id: str) -> None:
-    """Remember the RQ job that indexes a document."""
-    document_store.set_job(rt.metadata, document_id, job_id)
+def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
+    """Enqueue the indexing job of a staged version (``row.job_id``, ``row.pending_blob_path``).
+
+    Returns:
+        The job id.
+
+    Raises:
+        StoreUnavailableError: when the job cannot be enqueued; the document is then
+            marked ``failed`` with the reason (never left ``queued``) and its pending file removed.
+    """
+    from ragtopics.worker.queue import enqueue_ingest
+
+    try:
+        return enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
+    except (redis.RedisError, OSError) as exc:
+        log.error("could not enqueue %s: %s", row.file_name, exc)
+        reason = f"the job queue in Redis is not reachable: {exc}"
+        try:
+            with document_lock(rt.redis, row.id, wait_s=5):
+                obsolete = document_store.fail_enqueue(rt.metadata, row.id, row.job_id, reason)
+        except (redis.RedisError, StoreUnavailableError):  # Redis is down: the SQL row still must not stay queued
+            obsolete = document_store.fail_enqueue(rt.metadata, row.id, row.job_id, reason)
+        for path in obsolete:
+            rt.blobs.remove(path)
+        raise StoreUnavailableError(f"{row.file_name} was stored but could not be queued for indexing ({reason}); "
+                                    "upload it again when Redis is back") from exc  # fmt: skip
+
+
+def upload_file(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> DocumentRow:
+    """Receive a file (:func:`receive_upload`) and enqueue its indexing job (:func:`enqueue_document`).
+
+    Returns:
+        The document row; its ``job_id`` is the enqueued job.
+
+    Raises:
+        RefusedFileError: see :func:`receive_upload` (nothing stored).
+        StoreUnavailableError: the job could not be enqueued (the document says ``failed``).
+    """
+    row = receive_upload(rt, topic, file_name, data)
+    enqueue_document(rt, row)
+    return row
 
 
 def get_document(rt: Runtime, document_id: str) -> DocumentRow:
@@ -146,7 +206,7 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
     rows = document_store.topic_documents(rt.metadata, topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
-                     json.loads(r.indexed_with_json or "{}"))  # fmt: skip
+                     dict(r.indexed_with or {}))  # fmt: skip
         for r in rows
     ]
 

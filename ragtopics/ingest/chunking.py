@@ -80,6 +80,9 @@ class Piece:
         is_code: the chunk is (or holds) a fenced code block.
         records: for structured files, how many records (whole or part) the chunk holds; 0 otherwise.
         pages: 1-based pages of the source document the chunk comes from (empty when unknown).
+        pictures: docling picture numbers (``Picture.index``) of the document's pictures tied
+            to the chunk by the document's structure (see :mod:`ragtopics.ingest.docling_chunks`);
+            empty for chunks cut from text, whose pictures are linked by matching text.
     """
 
     text: str
@@ -88,6 +91,7 @@ class Piece:
     is_code: bool = False
     records: int = 0
     pages: tuple[int, ...] = ()
+    pictures: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

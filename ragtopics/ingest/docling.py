@@ -2,32 +2,54 @@
 
 Two ways to run Docling, chosen by the Topic's Docling Server setting:
 
-- ``"embedded"``: the docling library in this process. PDF layout, table and OCR
-  models can not be downloaded here, so PDFs go through docling's model-free
-  ``NativePdfPipeline`` (docling-parse text cells and embedded bitmaps; no reading
-  order, headings or tables). DOCX, XLSX and PPTX use docling's own backends,
+- ``"embedded"``: the docling library in a converter child process (see below). PDF
+  layout and table models can not be downloaded here, so PDFs go through docling's
+  model-free ``NativePdfPipeline`` (docling-parse text cells and embedded bitmaps; no
+  reading order, headings or tables). DOCX, XLSX and PPTX use docling's own backends,
   which need no models.
-- an ``http(s)://`` URL: a docling-serve instance, called on ``/v1/convert/file``.
+- an ``http(s)://`` URL: a docling-serve instance, called on ``/v1/convert/file``, from
+  this process (httpx's timeout stops the wait; the server stops its own work).
 
 Both ways end in a ``DoclingDocument``, from which the same code takes the Markdown
 and the pictures, so the rest of the product does not care which one ran.
+
+What runs where (embedded):
+
+- The worker (the RQ job, this process) checks the file (extension, zip bomb), hands
+  the bytes to one long-lived **converter process** and waits at most ``timeout_s``
+  (:mod:`ragtopics.ingest.convert_process`). That process imports docling once (~3-10 s,
+  torch; not counted against the timeout) and converts document after document; on a
+  timeout it is killed (SIGTERM, then SIGKILL) and a new one is started for the next
+  document, so an overrunning conversion never keeps the worker busy.
+- In the converter process, after docling: each PDF page of the page range that gave
+  no text (no text item with provenance on it) is either read by **OCR** (Docling
+  Settings ``ocr`` on) or reported in ``unreadable_pages`` with a warning. OCR renders
+  the page with pypdfium2 at 200 dpi and recognises its lines with
+  ``rapidocr-onnxruntime`` (:mod:`ragtopics.ingest.ocr`), inside the same timeout; the
+  paragraphs go into the DoclingDocument as text items with page provenance, so the
+  Markdown export and the structure chunker see them. That engine was chosen because
+  its PP-OCRv4 ONNX models ship inside the PyPI wheel (nothing is downloaded, no
+  network), it is Apache-2.0 licensed and runs on the CPU with ONNX Runtime.
+  Only pages without any text are OCR'd (a page with a text layer and a scanned
+  picture keeps just its text layer), and docling's own OCR (which needs its layout
+  model) is not used.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 import re
-import threading
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
+from ragtopics.ingest import ocr
+from ragtopics.ingest.convert_process import ConverterProcess
 
 if TYPE_CHECKING:  # docling imports torch (~10 s), so it is only imported when a document is converted
     from docling_core.types.doc import DoclingDocument
@@ -105,7 +127,8 @@ class DoclingOptions:
     """The Topic's "Docling Settings (advanced)", passed through to the converter.
 
     Attributes:
-        ocr: run OCR on PDFs (needs OCR models: refused by the embedded converter).
+        ocr: read PDF pages without a text layer by OCR (the embedded converter:
+            rapidocr-onnxruntime on those pages only; a docling-serve URL: its own OCR).
         table_structure: recover PDF table structure (needs a model: skipped offline).
         page_range: ``""`` for all pages, ``"2"`` or ``"1-3"`` (1-based, inclusive);
             applies to PDF pages, PPTX slides and XLSX sheets, not to DOCX.
@@ -169,10 +192,10 @@ def convert_document(
 ) -> ConvertedDocument:
     """Convert a document to Markdown text and pictures with Docling.
 
-    The conversion runs in a daemon worker thread that is waited for at most
-    ``options.timeout_s``; Python can not stop a thread, so after a timeout it may
-    linger until docling finishes on its own (for PDFs docling's own
-    ``document_timeout`` is set too, so it stops soon after).
+    The embedded converter runs in the converter process (started and warmed up
+    first, which is not counted), waited for at most ``options.timeout_s``, OCR
+    included; after a timeout that process is killed. PDF pages that gave no text
+    are listed in ``unreadable_pages`` and named in a logged warning.
 
     Args:
         data: the file's bytes.
@@ -186,8 +209,9 @@ def convert_document(
     Raises:
         ConfigurationError: when docling_server is neither "embedded" nor an http(s) URL.
         ReadError: on an unsupported extension, a corrupt or truncated file, a zip
-            bomb, an unreachable or
-            failing Docling server, or a conversion slower than ``options.timeout_s``.
+            bomb, an unreachable or failing Docling server, a conversion slower than
+            ``options.timeout_s`` (its process is killed), or a converter process
+            that died (``the converter process died (signal 9, SIGKILL) while converting X``).
     """
     extension = _extension(file_name)
     if extension not in DOCUMENT_EXTENSIONS:
@@ -197,14 +221,16 @@ def convert_document(
         raise ConfigurationError(f"Docling Server must be 'embedded' or an http(s) URL, got {docling_server!r}")
     if extension != "pdf":  # also spares a Docling server the zip bombs
         check_zip_archive(data, file_name=file_name)
-    work: Callable[[], ConvertedDocument]
     if server == "embedded":
-        # A Topic stored with OCR on (before OCR was refused when set) still reads the text layer.
-        _import_docling()  # ~10 s on first use (torch); not counted against timeout_s
-        work = partial(_convert_embedded, data, file_name, extension, options)
+        converted = _CONVERTER.run(_convert_embedded, data, file_name, extension, options,
+                                   timeout_s=options.timeout_s, file_name=file_name)  # fmt: skip
     else:
-        work = partial(_convert_on_server, data, file_name, options, server.rstrip("/"))
-    converted = _run_with_timeout(work, timeout_s=options.timeout_s, file_name=file_name)
+        converted = _convert_on_server(data, file_name, options, server.rstrip("/"))
+        if extension == "pdf" and converted.document is not None:
+            pages = _pages_to_check(options.page_range, converted.document)
+            converted = replace(converted, unreadable_pages=ocr.pages_without_text(converted.document, pages))
+    if converted.unreadable_pages:
+        log.warning("%s", _unreadable_warning(file_name, converted.unreadable_pages, options, embedded=server == "embedded"))
     log.info(
         "Converted %s with %s: %d chars, %d pictures", file_name, converted.pipeline, len(converted.text), len(converted.pictures)
     )
@@ -250,77 +276,103 @@ def check_zip_archive(
             )
 
 
-def _run_with_timeout(work: Callable[[], ConvertedDocument], *, timeout_s: int, file_name: str) -> ConvertedDocument:
-    """Run work in a daemon thread and wait for it at most timeout_s (the thread may linger)."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = work()
-        except Exception as exc:  # noqa: BLE001 - handed over to the waiting thread, re-raised there
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"docling-{file_name}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise ReadError(f"{file_name}: Docling conversion took longer than {timeout_s} s and was abandoned")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
-
-
 def _import_docling() -> None:
-    """Import the docling library, telling the Hugging Face Hub client to stay offline first."""
+    """Import the docling library, telling the Hugging Face Hub client to stay offline first.
+
+    Also the converter process's warm-up (~3-10 s, torch), run before any timeout starts.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub; fail fast instead of hanging
     import docling.document_converter  # noqa: F401
 
 
-def _convert_embedded(data: bytes, file_name: str, extension: str, options: DoclingOptions) -> ConvertedDocument:
-    """Convert with the docling library in this process, without models or network."""
-    _import_docling()
-    from docling.datamodel.base_models import ConversionStatus, DocumentStream, FailureCategory, InputFormat
+#: The process that runs embedded conversions (started on first use, replaced after a timeout or crash).
+_CONVERTER = ConverterProcess(name="docling-converter", label="Docling conversion", warm_up=_import_docling)
+
+
+def converter_pid() -> int | None:
+    """The process id of the running converter process, or None while none runs (none started, or killed)."""
+    return _CONVERTER.pid
+
+
+@functools.cache
+def _document_converter() -> Any:
+    """docling's DocumentConverter for the embedded formats, built once per converter process."""
+    from docling.datamodel.base_models import InputFormat
     from docling.datamodel.pipeline_options import NativePdfPipelineOptions
     from docling.document_converter import DocumentConverter, NativePdfFormatOption
 
-    pdf_options = NativePdfPipelineOptions(
-        generate_page_images=False, generate_picture_images=True, document_timeout=float(options.timeout_s)
-    )
-    # A fresh converter per call: cheap (pipelines are built lazily), and a thread
-    # abandoned after a timeout never shares one with the next conversion.
-    converter = DocumentConverter(
+    # No document_timeout: the converter process is the clock, and is killed when time is up.
+    pdf_options = NativePdfPipelineOptions(generate_page_images=False, generate_picture_images=True)
+    return DocumentConverter(
         allowed_formats=[InputFormat.PDF, InputFormat.DOCX, InputFormat.XLSX, InputFormat.PPTX],
         format_options={InputFormat.PDF: NativePdfFormatOption(pipeline_options=pdf_options)},
     )
+
+
+def _convert_embedded(data: bytes, file_name: str, extension: str, options: DoclingOptions) -> ConvertedDocument:
+    """Convert with the docling library in this process (the converter process), without models or network.
+
+    PDF pages of the page range that gave no text are read by OCR when ``options.ocr``
+    is on and the engine imports, else listed in ``unreadable_pages``.
+    """
+    _import_docling()
+    from docling.datamodel.base_models import ConversionStatus, DocumentStream
+
     bounds = parse_page_range(options.page_range)
     kwargs = {"page_range": bounds} if bounds else {}
     try:
-        result = converter.convert(DocumentStream(name=file_name, stream=io.BytesIO(data)), raises_on_error=False, **kwargs)
+        result = _document_converter().convert(DocumentStream(name=file_name, stream=io.BytesIO(data)),
+                                               raises_on_error=False, **kwargs)  # fmt: skip
     except Exception as exc:  # docling raises its own types for unreadable input
         raise ReadError(f"{file_name} could not be converted by Docling: {exc}") from exc
     reasons = [_plain_reason(error.error_message) for error in result.errors]
-    if any(error.category == FailureCategory.TIMEOUT for error in result.errors):
-        raise ReadError(f"{file_name}: Docling conversion took longer than {options.timeout_s} s: {reasons[0]}")
     if result.status not in (ConversionStatus.SUCCESS, ConversionStatus.PARTIAL_SUCCESS):
         reason = "; ".join(reasons) or f"status {result.status.value}"
         raise ReadError(f"{file_name} is not a valid {extension.upper()} or could not be converted: {reason}")
     if reasons:
         log.warning("Docling converted %s only partly: %s", file_name, "; ".join(reasons))
     pages = result.input.page_count or None
-    return _from_docling_document(result.document, _pipeline_note(extension, options), pages)
+    empty: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()
+    if extension == "pdf":
+        empty = ocr.pages_without_text(result.document, _pages_to_check(options.page_range, result.document, pages))
+        if empty and options.ocr and not ocr.engine_unavailable_reason():
+            ocr_pages = ocr.read_pages_by_ocr(result.document, data, empty)
+    converted = _from_docling_document(result.document, _pipeline_note(extension, options), pages)
+    unreadable = tuple(page for page in empty if page not in ocr_pages)
+    return replace(converted, unreadable_pages=unreadable, ocr_pages=ocr_pages)
+
+
+def _pages_to_check(page_range: str, document: DoclingDocument, page_count: int | None = None) -> range | list[int]:
+    """The 1-based pages that were converted: the page range within the file's pages, else all pages."""
+    total = page_count or max(document.pages, default=0)
+    bounds = parse_page_range(page_range)
+    return range(bounds[0], min(bounds[1], total) + 1) if bounds else range(1, total + 1)
+
+
+def _unreadable_warning(file_name: str, pages: tuple[int, ...], options: DoclingOptions, *, embedded: bool) -> str:
+    """``scan.pdf: pages 2, 3 have no text layer and were not read (turn on OCR in Docling Settings to read them)``."""
+    many = len(pages) > 1
+    subject = f"{file_name}: page{'s' if many else ''} {', '.join(map(str, pages))} {'have' if many else 'has'} no text layer"
+    them, verb = ("them", "were") if many else ("it", "was")
+    if not options.ocr:
+        return f"{subject} and {verb} not read (turn on OCR in Docling Settings to read {them})"
+    reason = ocr.engine_unavailable_reason() if embedded else ""
+    if reason:
+        return f"{subject} and {verb} not read (OCR is on but can not run: {reason})"
+    engine = "OCR" if embedded else "the Docling server's OCR"
+    return f"{subject} and {engine} found no text on {them}"
 
 
 def ocr_unavailable_reason(docling_server: str) -> str:
     """Why OCR cannot run for a Docling Server setting, or "" when it can (a docling-serve URL decides itself).
 
-    The embedded converter runs docling's model-free native PDF pipeline: OCR needs the
-    layout model and an OCR engine's weights, which are not installed and cannot be
-    downloaded at run time.
+    The embedded converter reads pages without a text layer with rapidocr-onnxruntime
+    (see :mod:`ragtopics.ingest.ocr`); it can run when that engine imports.
     """
     if docling_server.strip() != "embedded":
         return ""
-    return ("the embedded Docling has no OCR engine or layout model offline (their model weights are not installed "
-            "and cannot be downloaded); PDFs are read from their text layer")  # fmt: skip
+    return ocr.engine_unavailable_reason()
 
 
 def _pipeline_note(extension: str, options: DoclingOptions) -> str:
@@ -328,7 +380,8 @@ def _pipeline_note(extension: str, options: DoclingOptions) -> str:
     if extension == "pdf":
         notes = [_NATIVE_PDF_PIPELINE]
         if options.ocr:
-            notes.append("OCR skipped (not available in the embedded converter)")
+            reason = ocr.engine_unavailable_reason()
+            notes.append(f"OCR skipped ({reason})" if reason else f"OCR: {ocr.OCR_ENGINE} on pages without a text layer")
         if options.table_structure:
             notes.append("table structure skipped (needs a model)")
     else:

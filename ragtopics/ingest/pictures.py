@@ -129,12 +129,15 @@ def describe_pictures(gateway: ModelGateway, pictures: list[Picture], *, templat
 
 def text_with_descriptions(text: str, pictures: list[Picture], descriptions: list[str]) -> str:
     """The document text followed by one paragraph per described picture: ``Picture 2: <caption>. <description>``."""
-    paragraphs = []
-    for n, (picture, description) in enumerate(zip(pictures, descriptions, strict=True), start=1):
-        if description:
-            caption = picture.caption.strip().rstrip(".")
-            paragraphs.append(f"Picture {n}: {caption}. {description}" if caption else f"Picture {n}: {description}")
+    numbered = enumerate(zip(pictures, descriptions, strict=True), start=1)
+    paragraphs = [description_paragraph(n, picture, description) for n, (picture, description) in numbered if description]
     return "\n\n".join(p for p in [text.strip(), *paragraphs] if p)
+
+
+def description_paragraph(n: int, picture: Picture, description: str) -> str:
+    """The searchable paragraph of the ``n``-th (1-based) described picture: ``Picture 2: <caption>. <description>``."""
+    caption = picture.caption.strip().rstrip(".")
+    return f"Picture {n}: {caption}. {description}" if caption else f"Picture {n}: {description}"
 
 
 def link_pictures(chunk_texts: list[str], pictures: list[Picture], descriptions: list[str] | None = None) -> list[list[int]]:

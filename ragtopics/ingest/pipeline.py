@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.errors import NotFoundError, RefusedFileError
+from ragtopics.errors import NotFoundError, RefusedFileError, SupersededError
 from ragtopics.ingest.keywords import extract_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.prompts.resolve import resolve_ingest_prompts
@@ -32,6 +32,7 @@ from ragtopics.tracing.trace import Trace
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
+from ragtopics.storage.locks import document_lock
 from ragtopics.storage.traces import save_trace
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
@@ -53,10 +54,12 @@ class IngestResult:
 
     Attributes:
         document_id: the document.
-        status: ``indexed`` or ``empty``.
+        status: ``indexed`` or ``empty``; ``superseded`` or ``cancelled`` when a newer upload
+            or a delete made the job's version obsolete before it was stored (nothing was changed).
         chunk_count: chunks now searchable.
         replaced: chunks of the previous version removed.
         trace: the step events.
+        reason: why a job stopped early ("" otherwise).
     """
 
     document_id: str
@@ -64,6 +67,7 @@ class IngestResult:
     chunk_count: int
     replaced: int
     trace: list[dict]
+    reason: str = ""
 
 
 def chunk_id_for(document_id: str, position: int, text: str) -> str:
@@ -71,8 +75,14 @@ def chunk_id_for(document_id: str, position: int, text: str) -> str:
     return "chunk-" + hashlib.sha1(f"{document_id}\0{position}\0{text}".encode()).hexdigest()[:16]
 
 
-def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None) -> IngestResult:
-    """Index the pending version of a document.
+def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None, *, job_id: str | None = None,
+                    blob_path: str | None = None) -> IngestResult:  # fmt: skip
+    """Index one version of a document: the one staged for ``job_id`` (by default the row's pending version).
+
+    Between steps the job checks that its version is still the one wanted; a newer
+    upload or a delete stops it with status ``superseded``/``cancelled`` and nothing
+    changed. The final step (pictures, chunk swap, SQL row) runs under the document's
+    lock (:mod:`ragtopics.storage.locks`), so chunks, row and file never disagree.
 
     Raises:
         ReadError: when the file cannot be read.
@@ -82,10 +92,23 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         In every failure case the previous version stays searchable and the
         document row says ``failed`` with the message.
     """
-    report = progress or (lambda phase, done, total: None)
-    doc = documents.start_processing(rt.metadata, document_id)
-    if doc is None:
-        raise NotFoundError(f"no document {document_id}")
+    if job_id is None:  # called in-process (bench, older queued jobs): the row's pending version
+        row = documents.get_document(rt.metadata, document_id)
+        if row is None:
+            raise NotFoundError(f"no document {document_id}")
+        job_id, blob_path = row.job_id, row.pending_blob_path
+    try:
+        with document_lock(rt.redis, document_id):
+            doc = documents.start_processing(rt.metadata, document_id, job_id)
+    except SupersededError as exc:
+        return _stopped(document_id, exc, Trace("upload", document_id))
+    blob_path = blob_path or doc.pending_blob_path
+
+    def report(phase: str, done: int, total: int) -> None:
+        documents.check_current(rt.metadata, document_id, job_id)  # stop at the next step once superseded
+        if progress is not None:
+            progress(phase, done, total)
+
     topic = get_topic(rt, doc.topic_id)
     cfg = topic.settings
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
@@ -94,7 +117,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     try:
         report("reading", 0, 1)
         with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
-            result = read_file(rt.blobs.read(doc.pending_blob_path), file_name=doc.file_name,
+            result = read_file(rt.blobs.read(blob_path), file_name=doc.file_name,
                                docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
             ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
                            records=len(result.records) if result.records is not None else None,
@@ -102,7 +125,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         result, descriptions = _describe(rt, result, cfg, trace, report, prompts.describe_picture)
         report("chunking", 0, 1)
         with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
-            pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate)
+            pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate, descriptions)
             capped = _cap_to_window(rt, pieces, cfg, doc.file_name)
             pieces = capped.pieces
             ev.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
@@ -119,39 +142,85 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords)
         pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
         tags = _link(pieces, result, descriptions, pictures, trace)
-        report("storing", len(pieces), len(pieces))
         records = [
             ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
                         position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
-                        context=ctx)  # fmt: skip
+                        context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
             for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
         ]
-        with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
-            _put_picture_blobs(rt, result, pictures, new_blobs)
-            replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
-            ev.data["replaced"] = replaced
+        report("storing", len(pieces), len(pieces))
+        status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
+        warning = _warning(records, read_warnings, doc, topic.name)
+        indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, descriptions, capped, trace)
+        with document_lock(rt.redis, doc.id):  # a newer upload or a delete waits until the swap is complete
+            with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
+                documents.check_current(rt.metadata, doc.id, job_id)
+                _put_picture_blobs(rt, result, pictures, new_blobs)
+                replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
+                ev.data["replaced"] = replaced
+            _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, pictures)
+    except SupersededError as exc:
+        _drop_unused(rt, doc.id, new_blobs)
+        return _stopped(doc.id, exc, trace)
     except Exception as exc:
-        _mark_failed(rt, doc.id, exc, trace, new_blobs)
+        if _superseded(rt, doc.id, job_id):  # e.g. its file was removed by the newer upload while it was read
+            _drop_unused(rt, doc.id, new_blobs)
+            return _stopped(doc.id, SupersededError(documents.SUPERSEDED_BY_UPLOAD), trace)
+        _mark_failed(rt, doc.id, job_id, exc, trace, new_blobs)
         raise
-    status = "indexed" if records else "empty"
+    report_done = progress or (lambda phase, done, total: None)
+    report_done("done", len(records), len(records))
+    return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
+
+
+def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: DocumentRow, topic_name: str) -> str:
+    """The warning kept with the document: no readable text, and what the readers warned about."""
     warnings = ([] if records else ["no readable text: the file is stored, but nothing of it can be found"])
     if read_warnings:
         more = f" (and {len(read_warnings) - 1} more like it)" if len(read_warnings) > 1 else ""
         warnings.append(f"{len(read_warnings)} warning(s) while reading: {read_warnings[0]}{more}")
     warning = "; ".join(warnings)
     if warning:
-        log.warning("%s in Topic %s: %s", doc.file_name, topic.name, warning)
-    indexed_with = {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
-                    "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
-                    "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
-                    "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
-                    "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace),
-                    "records_per_chunk": records_per_chunk([p.records for p in pieces]) if result.records is not None else None,
-                    "embedding_window_tokens": capped.max_tokens, "chunks_split_to_fit": capped.split_chunks,
-                    "chunks_added_by_split": capped.added_chunks, "token_cap": capped.note()}  # fmt: skip
-    _mark_done(rt, doc.id, status, len(records), warning, indexed_with, trace, pictures)
-    report("done", len(records), len(records))
-    return IngestResult(doc.id, status, len(records), replaced, trace.to_list())
+        log.warning("%s in Topic %s: %s", doc.file_name, topic_name, warning)
+    return warning
+
+
+def _indexed_with(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, pieces: list[Piece], pictures: list[PictureRow],
+                  descriptions: list[str], capped: CappedChunks, trace: Trace) -> dict:  # fmt: skip
+    """The settings and counts a version was indexed with (shown in the Indexed Documents list)."""
+    return {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
+            "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
+            "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
+            "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
+            "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace),
+            "records_per_chunk": records_per_chunk([p.records for p in pieces]) if result.records is not None else None,
+            "embedding_window_tokens": capped.max_tokens, "chunks_split_to_fit": capped.split_chunks,
+            "chunks_added_by_split": capped.added_chunks, "token_cap": capped.note()}  # fmt: skip
+
+
+def _stopped(document_id: str, exc: SupersededError, trace: Trace) -> IngestResult:
+    """The result of a job whose version became obsolete: nothing was changed."""
+    status = "cancelled" if str(exc) == documents.SUPERSEDED_BY_DELETE else "superseded"
+    log.info("indexing of %s stopped: %s", document_id, exc)
+    trace.add("stopped", reason=str(exc))
+    return IngestResult(document_id, status, 0, 0, trace.to_list(), reason=str(exc))
+
+
+def _superseded(rt: Runtime, document_id: str, job_id: str) -> bool:
+    """True when ``job_id`` is no longer the job of the document's pending version."""
+    try:
+        documents.check_current(rt.metadata, document_id, job_id)
+    except SupersededError:
+        return True
+    return False
+
+
+def _drop_unused(rt: Runtime, document_id: str, new_blobs: list[str]) -> None:
+    """Remove picture files a stopped or failed job wrote that the searchable version does not use."""
+    kept = documents.picture_blobs(rt.metadata, document_id)
+    for path in new_blobs:
+        if path not in kept:  # the previous version's identical picture stays
+            rt.blobs.remove(path)
 
 
 @contextlib.contextmanager
@@ -208,8 +277,10 @@ def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSet
 
 
 def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str,
-           narrate: PromptTemplate) -> list[Piece]:  # fmt: skip
-    """Chunks of a read file: one piece (image files), records packed whole (structured files), else RECURSIVE chunking.
+           narrate: PromptTemplate, descriptions: list[str] | None = None) -> list[Piece]:  # fmt: skip
+    """Chunks of a read file: one piece (image files), records packed whole (structured files), a Docling
+    document by its structure (:mod:`ragtopics.ingest.docling_chunks`: headings, pages, tables whole or split
+    between rows; ``descriptions`` of its pictures go where the pictures sit), else RECURSIVE chunking.
 
     Raises:
         RefusedFileError: when the file would give more than ``MAX_CHUNKS_PER_DOCUMENT`` chunks;
@@ -223,6 +294,13 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
         # Each chunk holds at most Chunk Size characters, and together they hold every non-space character.
         lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
         _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
+    if result.records is None and result.document is not None:
+        from ragtopics.ingest.docling_chunks import chunk_document
+
+        pieces = chunk_document(result.document, result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
+                                pictures=result.pictures, descriptions=descriptions or [""] * len(result.pictures))  # fmt: skip
+        _check_chunk_count(file_name, len(pieces), limit, cfg)
+        return pieces
     if result.records is None:
         pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
                                  source_code=extension_of(file_name) in SOURCE_CODE_EXTENSIONS)  # fmt: skip
@@ -306,11 +384,19 @@ def _picture_rows(doc: DocumentRow, result: ReadResult, descriptions: list[str])
 
 
 def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows: list[PictureRow], trace: Trace) -> list[str]:
-    """Per chunk, the space-separated ids of the stored pictures linked to it."""
+    """Per chunk, the space-separated ids of the stored pictures linked to it.
+
+    A Docling document's chunks carry their pictures from its structure (``Piece.pictures``);
+    other chunks (image files, text) are linked by matching caption, description or neighbouring text.
+    """
     if not rows:
         return [""] * len(pieces)
-    with trace.step("link_pictures", pictures=len(rows)) as ev:
-        links = link_pictures([p.text for p in pieces], list(result.pictures), descriptions)
+    with trace.step("link_pictures", pictures=len(rows), by="structure" if result.document is not None else "text") as ev:
+        if result.document is not None:
+            position = {picture.index: n for n, picture in enumerate(result.pictures)}
+            links = [[position[i] for i in p.pictures if i in position] for p in pieces]
+        else:
+            links = link_pictures([p.text for p in pieces], list(result.pictures), descriptions)
         tags = [" ".join(rows[i].id for i in found) for found in links]
         ev.data["linked_chunks"] = sum(1 for t in tags if t)
     return tags
@@ -349,9 +435,9 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
     return out
 
 
-def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: str, indexed_with: dict, trace: Trace,
-               pictures: list[PictureRow]) -> None:  # fmt: skip
-    doc, obsolete = documents.finish(rt.metadata, document_id, status=status, chunk_count=count, warning=warning,
+def _mark_done(rt: Runtime, document_id: str, job_id: str, status: documents.DocumentStatus, count: int, warning: str,
+               indexed_with: dict, trace: Trace, pictures: list[PictureRow]) -> None:  # fmt: skip
+    doc, obsolete = documents.finish(rt.metadata, document_id, job_id, status=status, chunk_count=count, warning=warning,
                                      indexed_with=indexed_with, pictures=pictures)  # fmt: skip
     save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
                topic_id=doc.topic_id)  # fmt: skip
@@ -359,15 +445,13 @@ def _mark_done(rt: Runtime, document_id: str, status: str, count: int, warning: 
         rt.blobs.remove(path)
 
 
-def _mark_failed(rt: Runtime, document_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
+def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
     log.error("upload of %s failed: %s", document_id, exc)
-    kept = documents.picture_blobs(rt.metadata, document_id)
-    for path in new_blobs:
-        if path not in kept:  # the previous version's identical picture stays
+    _drop_unused(rt, document_id, new_blobs)
+    with document_lock(rt.redis, document_id):
+        doc, obsolete = documents.fail(rt.metadata, document_id, job_id, str(exc))
+        for path in obsolete:
             rt.blobs.remove(path)
-    doc, obsolete = documents.fail(rt.metadata, document_id, str(exc))
-    for path in obsolete:
-        rt.blobs.remove(path)
     if doc is not None:
         save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
                    topic_id=doc.topic_id)  # fmt: skip

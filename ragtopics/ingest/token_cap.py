@@ -78,7 +78,8 @@ def cap_tokens(pieces: list[Piece], *, max_tokens: int | None, count_tokens: Tok
         reserve_tokens: tokens to keep free in each chunk's window (the SEMANTIC context line).
 
     Returns:
-        The capped chunks; a split part keeps the chunk's ``is_code`` and ``records``, and
+        The capped chunks; a split part keeps the chunk's ``is_code``, ``records``, ``pages``
+        and ``pictures`` (all of the chunk's: which page a part's text is on is not known), and
         its own ``start``/``end`` when the chunk's text is its source span (else the chunk's).
 
     Raises:

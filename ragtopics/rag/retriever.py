@@ -23,13 +23,14 @@ RERANK_POOL_FACTOR = 3
 
 
 def chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
-    """A retrieved chunk as evidence: its text, cosine score, pictures and document."""
+    """A retrieved chunk as evidence: its text, cosine score, pictures and document (with the chunk's pages)."""
     return Evidence(
         kind="chunk",
         id=hit.chunk_id,
         text=hit.text,
         score=hit.score,
-        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic),),
+        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic, version=hit.version,
+                               pages=hit.pages),),
         context=hit.context,
         pictures=tuple(hit.pictures.split()),
     )
@@ -92,4 +93,4 @@ class ChunkRetriever:
 
 
 def _hit_summary(h: ChunkHit) -> dict:
-    return {"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4), "text": h.text[:300]}
+    return {"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4), "text": h.text[:300], "pages": list(h.pages)}

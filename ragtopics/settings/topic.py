@@ -174,10 +174,10 @@ class DoclingSettings(BaseModel):
     """Docling Settings (advanced): passed through to the converter."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    ocr: bool = Field(False, description="recognise text in scanned pages and pictures")
+    ocr: bool = Field(False, description="read pages that have no text layer (scans, faxes) with OCR (rapidocr-onnxruntime)")
     table_structure: bool = Field(True, description="recover the rows and columns of tables")
     page_range: str = Field("", description="pages to convert, e.g. 1-20; empty: all pages")
-    timeout_s: int = Field(300, ge=1, description="seconds before a conversion is abandoned")
+    timeout_s: int = Field(300, ge=1, description="seconds before a conversion is stopped (its process is killed)")
 
 
 def _default_attachment_types() -> list[str]:

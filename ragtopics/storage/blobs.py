@@ -26,7 +26,7 @@ class BlobStore:
         version never overwrites the one still being served.
         """
         digest = hashlib.sha256(data).hexdigest()
-        rel = Path(topic_id) / document_id / digest[:16] / file_name
+        rel = Path(self.relative_path(topic_id, document_id, digest, file_name))
         target = self.root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
@@ -34,6 +34,18 @@ class BlobStore:
             tmp_path = Path(tmp.name)
         os.replace(tmp_path, target)
         return rel.as_posix(), digest
+
+    @staticmethod
+    def relative_path(topic_id: str, document_id: str, sha256: str, file_name: str) -> str:
+        """Where :meth:`put` stores a file version: ``<topic>/<document>/<sha256[:16]>/<file_name>``."""
+        return f"{topic_id}/{document_id}/{sha256[:16]}/{file_name}"
+
+    def exists(self, relative: str) -> bool:
+        """Whether a blob is stored (False for a path outside the store)."""
+        try:
+            return self.path(relative).is_file()
+        except ValueError:
+            return False
 
     def path(self, relative: str) -> Path:
         """Absolute path of a stored blob.

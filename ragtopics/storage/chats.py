@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlmodel import col, select
@@ -39,8 +38,8 @@ def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str
             s.add(ChatSessionRow(id=session_id, topic_id=topic_id, title=title[:80]))
             s.flush()
         row = ChatTurnRow(session_id=session_id, topic_id=topic_id, question=question, answer=answer,
-                          sources_json=json.dumps(sources), route=route, route_confidence=route_confidence,
-                          timings_json=json.dumps(timings_ms), trace_json="[]")  # fmt: skip
+                          sources=list(sources), route=route, route_confidence=route_confidence,
+                          timings=dict(timings_ms))  # fmt: skip
         s.add(row)
         s.flush()
         return row.id
@@ -55,8 +54,9 @@ def pictures_by_id(store: MetadataStore, picture_ids: list[str]) -> dict[str, Pi
 
 
 def documents_by_id(store: MetadataStore, document_ids: list[str]) -> dict[str, DocumentRow]:
-    """The documents among ``document_ids`` that still exist, by id."""
+    """The documents among ``document_ids`` that still exist (not gone, not being deleted), by id."""
     if not document_ids:
         return {}
     with store.session() as s:
-        return {r.id: r for r in s.exec(select(DocumentRow).where(col(DocumentRow.id).in_(document_ids))).all()}
+        query = select(DocumentRow).where(col(DocumentRow.id).in_(document_ids), DocumentRow.status != "deleting")
+        return {r.id: r for r in s.exec(query).all()}

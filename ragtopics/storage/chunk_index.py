@@ -1,8 +1,8 @@
 """The per-Topic chunk index in RediSearch, declared once and used through redisvl.
 
 Each chunk is a Redis hash under ``rt:{topic_id}:chunk:{chunk_id}`` holding its
-text, keywords, document id, file name, offsets, the ids of its pictures (stored,
-not indexed) and a float32 embedding. The index
+text, keywords, document id, file name, offsets, the ids of its pictures and the
+pages it comes from (both stored, not indexed) and a float32 embedding. The index
 serves vector KNN (cosine) and BM25 full-text search over text and keywords.
 """
 
@@ -49,6 +49,10 @@ class ChunkRecord:
         keywords: space-separated keywords for BM25 ("" when none were written).
         context: a context line stored with the chunk ("" when none).
         pictures: space-separated ids of the pictures linked to the chunk ("" when none).
+        pages: 1-based pages (slides, sheets) of the document the chunk comes from, ascending;
+            stored as space-separated text (``"3 4"``; ``""`` when unknown).
+        version: SHA-256 (hex) of the file version the chunk was read from, so a hit's
+            download link serves exactly that version ("" when unknown).
     """
 
     chunk_id: str
@@ -62,6 +66,8 @@ class ChunkRecord:
     keywords: str = ""
     context: str = ""
     pictures: str = ""
+    pages: tuple[int, ...] = ()
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,8 @@ class ChunkHit:
     Attributes:
         chunk_id, document_id, file_name, position, text, context, pictures: as stored.
         score: cosine similarity in [-1, 1] for vector search; BM25 score for keyword search.
+        pages: as stored (``()`` for chunks stored before pages were kept, or without pages).
+        version: as stored ("" for chunks stored before versions were kept).
     """
 
     chunk_id: str
@@ -81,9 +89,11 @@ class ChunkHit:
     score: float
     context: str = ""
     pictures: str = ""
+    pages: tuple[int, ...] = ()
+    version: str = ""
 
 
-_RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures"]
+_RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version"]
 
 
 class ChunkIndex:
@@ -253,6 +263,8 @@ class ChunkIndex:
             "context": chunk.context,
             "keywords": chunk.keywords,
             "pictures": chunk.pictures,
+            "pages": " ".join(str(p) for p in chunk.pages),
+            "version": chunk.version,
             "start": chunk.start,
             "end": chunk.end,
             "embedding": vector.tobytes(),
@@ -392,8 +404,15 @@ def _hit(row: dict, score: float) -> ChunkHit:
         text=row["text"],
         context=row.get("context", ""),
         pictures=row.get("pictures", "") or "",
+        pages=parse_pages(row.get("pages", "") or ""),
+        version=row.get("version", "") or "",
         score=score,
     )
+
+
+def parse_pages(stored: str) -> tuple[int, ...]:
+    """The pages of a stored chunk from their text (``"3 4"`` → ``(3, 4)``); anything not a page number is ignored."""
+    return tuple(int(p) for p in stored.split() if p.isdigit() and int(p) > 0)
 
 
 def _decode(value: bytes | str) -> str:

@@ -1,18 +1,100 @@
-"""SQL queries and state changes of documents (and their pictures).
+"""SQL queries and state changes of documents (and their pictures): the one owner of a document's state.
 
-A document's row moves ``queued → processing → indexed | empty | failed``; the
-functions here are the only writers of those changes. They touch SQL only: blob files
-they make obsolete are returned for the caller to remove after the change is committed.
+A document moves through :class:`DocumentStatus`::
+
+    (new) ─► queued ─► processing ─► indexed | empty | failed
+               ▲  │         │              │
+               └──┴─────────┴──────────────┘   a new upload queues a new version
+    any state ─► deleting ─► (row removed: gone)
+
+Every version to index has its own job id (``DocumentRow.job_id``), written in the
+same SQL transaction as the version's blob path (``pending_blob_path``). A job
+passes its id to :func:`start_processing`, :func:`check_current`, :func:`finish`
+and :func:`fail`; a job whose id is no longer the row's is *superseded* (a newer
+upload replaced its version, or the document is being deleted) and changes nothing.
+
+Each change reads the row and writes it back. SQLite has no row locks, so two
+writers could interleave there (a lost update); callers hold the document's lock
+(:func:`ragtopics.storage.locks.document_lock`) around every change, and the rows are
+also read ``FOR UPDATE`` for databases that have row locks.
+
+The functions here touch SQL only: blob files they make obsolete are returned for
+the caller to remove after the change is committed.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
+from enum import StrEnum
 from typing import Any
 
-from sqlmodel import col, select
+from sqlmodel import col, delete, select
 
+from ragtopics.errors import StateTransitionError, SupersededError
 from ragtopics.storage.metadata import DocumentRow, MetadataStore, PictureRow, utcnow
+
+
+class DocumentStatus(StrEnum):
+    """The states of a document (the values stored in ``DocumentRow.status``)."""
+
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    INDEXED = "indexed"
+    EMPTY = "empty"
+    FAILED = "failed"
+    DELETING = "deleting"
+
+
+_S = DocumentStatus
+#: Allowed changes. A new upload (or a re-embed) may queue a new version from any state but ``deleting``.
+TRANSITIONS: dict[DocumentStatus, frozenset[DocumentStatus]] = {
+    _S.QUEUED: frozenset({_S.QUEUED, _S.PROCESSING, _S.FAILED, _S.DELETING}),
+    _S.PROCESSING: frozenset({_S.QUEUED, _S.INDEXED, _S.EMPTY, _S.FAILED, _S.DELETING}),
+    _S.INDEXED: frozenset({_S.QUEUED, _S.DELETING}),
+    _S.EMPTY: frozenset({_S.QUEUED, _S.DELETING}),
+    _S.FAILED: frozenset({_S.QUEUED, _S.DELETING}),
+    _S.DELETING: frozenset({_S.DELETING}),
+}
+
+#: Why a job stops early.
+SUPERSEDED_BY_UPLOAD = "superseded by a newer upload"
+SUPERSEDED_BY_DELETE = "cancelled: the document was deleted"
+
+
+def _move(row: DocumentRow, to: DocumentStatus) -> None:
+    """Change a row's status, checking the change against :data:`TRANSITIONS`.
+
+    Raises:
+        StateTransitionError: for a change the state machine does not allow.
+    """
+    current = DocumentStatus(row.status)
+    if to not in TRANSITIONS[current]:
+        raise StateTransitionError(f"{row.file_name}: a document cannot go from {current} to {to}")
+    row.status = to.value
+    row.updated_at = utcnow()
+
+
+def new_job_id() -> str:
+    """A fresh job id (32 hex digits), chosen before the job is enqueued."""
+    return uuid.uuid4().hex
+
+
+def _current(row: DocumentRow | None, job_id: str) -> DocumentRow:
+    """The row, when ``job_id`` is still the job of its pending version.
+
+    Raises:
+        SupersededError: when the document is gone or deleting, or a newer upload replaced the job's version.
+    """
+    if row is None or row.status == _S.DELETING:
+        raise SupersededError(SUPERSEDED_BY_DELETE)
+    if row.job_id != job_id:
+        raise SupersededError(SUPERSEDED_BY_UPLOAD)
+    return row
+
+
+def _locked(s, document_id: str) -> DocumentRow | None:
+    """A document row read for a change (``SELECT ... FOR UPDATE`` where the database has row locks)."""
+    return s.get(DocumentRow, document_id, with_for_update=True)
 
 
 def get_document(store: MetadataStore, document_id: str) -> DocumentRow | None:
@@ -29,64 +111,80 @@ def topic_documents(store: MetadataStore, topic_id: str) -> list[DocumentRow]:
 
 def stage_upload(store: MetadataStore, *, document_id: str, topic_id: str, file_name: str, sha256: str, blob_path: str,
                  size_bytes: int) -> tuple[DocumentRow, str]:  # fmt: skip
-    """Record a received file as the document's pending version, status ``queued``.
+    """Record a received file as the document's pending version with a new job id, status ``queued``.
+
+    A job still working on an older pending version is superseded from now on.
 
     Returns:
-        The row, and the blob path of an older pending version it replaces ("" when none),
-        which the caller removes.
+        The row (its ``job_id`` is the id to enqueue the job under), and the blob path of
+        an older pending version it replaces ("" when none), which the caller removes.
+
+    Raises:
+        SupersededError: when the document is being deleted (upload it again once it is gone).
     """
     obsolete = ""
     with store.session() as s:
-        row = s.get(DocumentRow, document_id)
+        row = _locked(s, document_id)
         if row is None:
-            row = DocumentRow(id=document_id, topic_id=topic_id, file_name=file_name)
-        elif row.pending_blob_path and row.pending_blob_path not in (blob_path, row.blob_path):
-            obsolete = row.pending_blob_path
-        row.pending_sha256, row.pending_blob_path = sha256, blob_path
-        row.size_bytes, row.status, row.error, row.updated_at = size_bytes, "queued", "", utcnow()
+            row = DocumentRow(id=document_id, topic_id=topic_id, file_name=file_name, status=_S.QUEUED.value)
+        else:
+            if row.status == _S.DELETING:
+                raise SupersededError(f"{file_name} is being deleted; upload it again when the delete has finished")
+            if row.pending_blob_path and row.pending_blob_path not in (blob_path, row.blob_path):
+                obsolete = row.pending_blob_path
+            _move(row, _S.QUEUED)
+        row.pending_sha256, row.pending_blob_path, row.job_id = sha256, blob_path, new_job_id()
+        row.size_bytes, row.error, row.updated_at = size_bytes, "", utcnow()
         s.add(row)
     return row, obsolete
 
 
-def set_job(store: MetadataStore, document_id: str, job_id: str) -> None:
-    """Remember the job that indexes a document."""
+def start_processing(store: MetadataStore, document_id: str, job_id: str) -> DocumentRow:
+    """Mark a document ``processing`` for the job of its pending version.
+
+    Raises:
+        SupersededError: when the job's version was replaced or the document deleted.
+    """
     with store.session() as s:
-        row = s.get(DocumentRow, document_id)
-        row.job_id = job_id
+        row = _current(_locked(s, document_id), job_id)
+        _move(row, _S.PROCESSING)
         s.add(row)
-
-
-def start_processing(store: MetadataStore, document_id: str) -> DocumentRow | None:
-    """Mark a document ``processing``; None when it does not exist."""
-    with store.session() as s:
-        row = s.get(DocumentRow, document_id)
-        if row is not None:
-            row.status = "processing"
-            s.add(row)
         return row
 
 
-def finish(store: MetadataStore, document_id: str, *, status: str, chunk_count: int, warning: str,
+def check_current(store: MetadataStore, document_id: str, job_id: str) -> None:
+    """Check, between two steps of a job, that its version is still the one wanted.
+
+    Raises:
+        SupersededError: when a newer upload replaced it or the document is being deleted.
+    """
+    with store.session() as s:
+        _current(s.get(DocumentRow, document_id), job_id)
+
+
+def finish(store: MetadataStore, document_id: str, job_id: str, *, status: DocumentStatus, chunk_count: int, warning: str,
            indexed_with: dict[str, Any], pictures: list[PictureRow]) -> tuple[DocumentRow, list[str]]:  # fmt: skip
-    """Make the pending version the searchable one (``indexed`` or ``empty``) and replace its pictures.
+    """Make the job's pending version the searchable one (``indexed`` or ``empty``) and replace its pictures.
 
     Returns:
         The row, and the blob paths no longer used (the previous file, its pictures not kept).
+
+    Raises:
+        SupersededError: when the job's version was replaced or the document deleted (nothing changes).
     """
     with store.session() as s:
+        doc = _current(_locked(s, document_id), job_id)
         old_pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
         for row in old_pictures:
             s.delete(row)
         s.flush()  # a picture kept from the previous version is written again under the same id
         s.add_all(pictures)
-        doc = s.get(DocumentRow, document_id)
         old_blob = doc.blob_path
         doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
         doc.pending_sha256, doc.pending_blob_path = "", ""
-        doc.status, doc.chunk_count, doc.warning, doc.error = status, chunk_count, warning, ""
-        doc.indexed_with_json = json.dumps(indexed_with)
-        doc.trace_json = "[]"
-        doc.updated_at = utcnow()
+        _move(doc, DocumentStatus(status))
+        doc.chunk_count, doc.warning, doc.error = chunk_count, warning, ""
+        doc.indexed_with = dict(indexed_with)
         s.add(doc)
     kept = {row.blob_path for row in pictures}
     obsolete = [old_blob] if old_blob and old_blob != doc.blob_path else []
@@ -100,33 +198,106 @@ def picture_blobs(store: MetadataStore, document_id: str) -> set[str]:
         return {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
 
 
-def fail(store: MetadataStore, document_id: str, error: str) -> tuple[DocumentRow | None, list[str]]:
-    """Mark a document ``failed``, dropping its pending version; the searchable version, if any, stays.
+def fail(store: MetadataStore, document_id: str, job_id: str, error: str) -> tuple[DocumentRow | None, list[str]]:
+    """Mark a document ``failed`` for its current job, dropping the pending version; the searchable version, if any, stays.
+
+    A superseded job changes nothing (the newer upload, or the delete, owns the row).
 
     Returns:
-        The row (None when it is gone), and the pending blob path to remove (if any).
+        The row (None when the job was superseded), and the pending blob path to remove (if any).
     """
     with store.session() as s:
-        doc = s.get(DocumentRow, document_id)
-        if doc is None:
+        try:
+            doc = _current(_locked(s, document_id), job_id)
+        except SupersededError:
             return None, []
         obsolete = [doc.pending_blob_path] if doc.pending_blob_path and doc.pending_blob_path != doc.blob_path else []
         doc.pending_sha256, doc.pending_blob_path = "", ""
-        doc.status = "failed"
+        _move(doc, _S.FAILED)
         doc.error = error + (" (the previous version is still searchable)" if doc.content_sha256 else "")
-        doc.trace_json = "[]"
-        doc.updated_at = utcnow()
         s.add(doc)
     return doc, obsolete
 
 
-def requeue_stored(store: MetadataStore, topic_id: str) -> list[str]:
-    """Queue every stored file of a Topic for indexing again (re-embedding); returns the document ids."""
+def begin_delete(store: MetadataStore, document_id: str) -> DocumentRow | None:
+    """Mark a document ``deleting`` and clear its job id, so a job still working on it stops at its next step.
+
+    Returns:
+        The row, or None when there is no such document. Deleting twice is allowed (a
+        delete that stopped half-way is finished by the next one).
+    """
     with store.session() as s:
-        rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id, DocumentRow.blob_path != "")).all()
-        for row in rows:
-            if not row.pending_blob_path:  # a newer upload already waiting is indexed instead
-                row.pending_sha256, row.pending_blob_path = row.content_sha256, row.blob_path
-            row.status, row.error, row.updated_at = "queued", "", utcnow()
-            s.add(row)
-        return [row.id for row in rows]
+        row = _locked(s, document_id)
+        if row is None:
+            return None
+        _move(row, _S.DELETING)
+        row.job_id = ""
+        s.add(row)
+        return row
+
+
+def remove(store: MetadataStore, document_id: str) -> list[str]:
+    """Delete a ``deleting`` document's row and its picture rows: the document is gone.
+
+    Returns:
+        Every blob path the rows named (file versions and pictures), for the caller to remove.
+
+    Raises:
+        StateTransitionError: when the document was not marked ``deleting`` first.
+    """
+    with store.session() as s:
+        row = _locked(s, document_id)
+        if row is None:
+            return []
+        if row.status != _S.DELETING:
+            raise StateTransitionError(f"{row.file_name}: a document is removed only after it is marked deleting")
+        pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
+        blobs = [p for p in (row.blob_path, row.pending_blob_path) if p] + [p.blob_path for p in pictures if p.blob_path]
+        s.exec(delete(PictureRow).where(PictureRow.document_id == document_id))
+        s.delete(row)
+    return blobs
+
+
+def job_ids(store: MetadataStore, topic_id: str) -> list[str]:
+    """The job ids the document rows of a Topic name (the latest job of each document)."""
+    with store.session() as s:
+        return [j for j in s.exec(select(DocumentRow.job_id).where(DocumentRow.topic_id == topic_id)).all() if j]
+
+
+def fail_enqueue(store: MetadataStore, document_id: str, job_id: str, reason: str) -> list[str]:
+    """Mark a document ``failed`` whose job could not be enqueued, so it does not stay ``queued`` forever.
+
+    Returns:
+        The pending blob path to remove (if any).
+    """
+    _, obsolete = fail(store, document_id, job_id, f"the upload could not be queued for indexing ({reason}); upload it again")
+    return obsolete
+
+
+def stored_documents(store: MetadataStore, topic_id: str) -> list[str]:
+    """Ids of the documents of a Topic that have a stored, searchable file (not being deleted)."""
+    with store.session() as s:
+        query = select(DocumentRow.id).where(DocumentRow.topic_id == topic_id, DocumentRow.blob_path != "",
+                                             DocumentRow.status != _S.DELETING.value)  # fmt: skip
+        return list(s.exec(query).all())
+
+
+def requeue_stored(store: MetadataStore, document_id: str) -> DocumentRow | None:
+    """Queue a document's stored file for indexing again (re-embedding), with a new job id.
+
+    A newer upload already waiting is indexed instead of the stored file.
+
+    Returns:
+        The queued row (its ``job_id`` is the id to enqueue under), or None when the
+        document is gone, being deleted, or has no stored file.
+    """
+    with store.session() as s:
+        row = _locked(s, document_id)
+        if row is None or row.status == _S.DELETING or not row.blob_path:
+            return None
+        if not row.pending_blob_path:
+            row.pending_sha256, row.pending_blob_path = row.content_sha256, row.blob_path
+        _move(row, _S.QUEUED)
+        row.job_id, row.error = new_job_id(), ""
+        s.add(row)
+        return row

@@ -1,13 +1,14 @@
 """SQL metadata through sqlmodel: Topics (settings versioned), documents, their pictures, chat sessions and turns.
 
-SQLite under the data directory by default; any SQLAlchemy URL otherwise.
-JSON-valued columns hold plain JSON text; the pydantic models that give them
-meaning live in ``core``.
+SQLite under the data directory by default; any SQLAlchemy URL otherwise. The schema
+is managed by Alembic migrations (:mod:`ragtopics.storage.migrate`), applied when a
+:class:`MetadataStore` opens. JSON-valued columns are SQL JSON holding plain dicts and
+lists; the pydantic models that give them meaning live elsewhere. SQLAlchemy does not
+notice a dict or list changed in place: assign a new object to store a change.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -17,6 +18,11 @@ from typing import Any
 from sqlalchemy import JSON, Column, UniqueConstraint, event
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
+
+__all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "MetadataStore", "MigrationError", "PictureRow",
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -32,15 +38,10 @@ class TopicRow(SQLModel, table=True):
     name: str = Field(index=True, unique=True)
     kind: str  # "rag" or "graphrag"
     description: str = ""
-    settings_json: str
+    settings: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))  # validated by ``ragtopics.settings.topic``
     settings_version: int = 1
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The settings as a dict (validated by ``ragtopics.settings.topic``)."""
-        return json.loads(self.settings_json)
 
 
 class TopicSettingsVersion(SQLModel, table=True):
@@ -50,7 +51,7 @@ class TopicSettingsVersion(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     topic_id: str = Field(index=True, foreign_key="topic.id")
     version: int
-    settings_json: str
+    settings: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -59,7 +60,7 @@ class DocumentRow(SQLModel, table=True):
 
     ``status`` is one of ``queued``, ``processing``, ``indexed``, ``empty`` (stored,
     no readable text) and ``failed``. The columns ``content_sha256``/``chunk_count``/
-    ``indexed_with_json`` describe the version that is searchable now; ``pending_*``
+    ``indexed_with`` describe the version that is searchable now; ``pending_*``
     the version being processed.
     """
 
@@ -78,8 +79,7 @@ class DocumentRow(SQLModel, table=True):
     job_id: str = ""
     error: str = ""
     warning: str = ""
-    indexed_with_json: str = "{}"
-    trace_json: str = "[]"
+    indexed_with: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -113,7 +113,10 @@ class ChatSessionRow(SQLModel, table=True):
 
 
 class ChatTurnRow(SQLModel, table=True):
-    """A saved question and answer with its sources, route, timings and trace."""
+    """A saved question and answer with its sources (``Source.to_row`` dicts), route and timings (ms per step).
+
+    Its trace is a :class:`TraceRow` with ``owner="turn:<id>"``.
+    """
 
     __tablename__ = "chat_turn"
     id: int | None = Field(default=None, primary_key=True)
@@ -121,11 +124,10 @@ class ChatTurnRow(SQLModel, table=True):
     topic_id: str = Field(index=True, foreign_key="topic.id")
     question: str
     answer: str
-    sources_json: str = "[]"
+    sources: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     route: str = "SEARCH"
     route_confidence: float | None = None
-    timings_json: str = "{}"
-    trace_json: str = "[]"
+    timings: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -159,10 +161,13 @@ class TraceRow(SQLModel, table=True):
 
 
 class MetadataStore:
-    """Engine and sessions for the SQL metadata.
+    """Engine and sessions for the SQL metadata, its schema migrated to the newest revision.
 
     Args:
         url: SQLAlchemy URL; a ``sqlite:///`` file's folder is created.
+
+    Raises:
+        MigrationError: when the schema cannot be migrated (the database is left as it was).
     """
 
     def __init__(self, url: str):
@@ -172,7 +177,7 @@ class MetadataStore:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
-        SQLModel.metadata.create_all(self.engine)
+        upgrade_to_head(url)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from sqlmodel import col, select
+from sqlalchemy import func
+from sqlmodel import col, delete, select
 
-from ragtopics.storage.metadata import MetadataStore, TopicRow, TopicSettingsVersion, utcnow
+from ragtopics.storage.metadata import (ChatSessionRow, ChatTurnRow, DocumentRow, MetadataStore, PictureRow, PromptOverrideRow,
+                                        TopicRow, TopicSettingsVersion, TraceRow, utcnow)  # fmt: skip
 
 
 def find_topic(store: MetadataStore, name_or_id: str) -> TopicRow | None:
@@ -19,24 +21,56 @@ def all_topics(store: MetadataStore) -> list[TopicRow]:
         return list(s.exec(select(TopicRow).order_by(col(TopicRow.name))).all())
 
 
-def insert_topic(store: MetadataStore, *, topic_id: str, name: str, kind: str, description: str, settings_json: str) -> bool:
-    """Store a new Topic with settings version 1; False (and nothing stored) when its id or name is taken."""
+def insert_topic(store: MetadataStore, *, topic_id: str, name: str, kind: str, description: str,
+                 settings: dict[str, object]) -> bool:  # fmt: skip
+    """Store a new Topic with settings version 1 (a JSON-ready dict); False (and nothing stored) when its id or name is taken."""
     with store.session() as s:
         if s.get(TopicRow, topic_id) is not None or s.exec(select(TopicRow).where(TopicRow.name == name)).first():
             return False
-        s.add(TopicRow(id=topic_id, name=name, kind=kind, description=description, settings_json=settings_json))
+        s.add(TopicRow(id=topic_id, name=name, kind=kind, description=description, settings=settings))
         s.flush()
-        s.add(TopicSettingsVersion(topic_id=topic_id, version=1, settings_json=settings_json))
+        s.add(TopicSettingsVersion(topic_id=topic_id, version=1, settings=settings))
     return True
 
 
-def save_settings(store: MetadataStore, topic_id: str, settings_json: str) -> int:
-    """Store a Topic's settings as its next version; returns the new version number."""
+def save_settings(store: MetadataStore, topic_id: str, settings: dict[str, object]) -> int:
+    """Store a Topic's whole new settings (a JSON-ready dict) as its next version; returns the new version number."""
     with store.session() as s:
         row = s.get(TopicRow, topic_id)
-        row.settings_json = settings_json
+        row.settings = settings
         row.settings_version += 1
         row.updated_at = utcnow()
         s.add(row)
-        s.add(TopicSettingsVersion(topic_id=topic_id, version=row.settings_version, settings_json=settings_json))
+        s.add(TopicSettingsVersion(topic_id=topic_id, version=row.settings_version, settings=settings))
         return row.settings_version
+
+
+def _topic_tables(topic_id: str) -> list[tuple[type, object]]:
+    """Every table holding rows of a Topic, children before parents, with the condition that selects them."""
+    return [
+        (ChatTurnRow, ChatTurnRow.topic_id == topic_id),
+        (ChatSessionRow, ChatSessionRow.topic_id == topic_id),
+        (PictureRow, PictureRow.topic_id == topic_id),
+        (DocumentRow, DocumentRow.topic_id == topic_id),
+        (TraceRow, TraceRow.topic_id == topic_id),
+        (PromptOverrideRow, PromptOverrideRow.scope == topic_id),
+        (TopicSettingsVersion, TopicSettingsVersion.topic_id == topic_id),
+        (TopicRow, TopicRow.id == topic_id),
+    ]
+
+
+def delete_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
+    """Delete a Topic and every row that belongs to it, in one transaction (children first).
+
+    Returns:
+        Rows deleted, by table name.
+    """
+    with store.session() as s:
+        return {table.__tablename__: s.exec(delete(table).where(cond)).rowcount or 0 for table, cond in _topic_tables(topic_id)}
+
+
+def count_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
+    """How many rows of each table belong to a Topic (for reports and tests)."""
+    with store.session() as s:
+        return {table.__tablename__: s.exec(select(func.count()).select_from(table).where(cond)).one()
+                for table, cond in _topic_tables(topic_id)}  # fmt: skip

@@ -69,6 +69,13 @@ def delete_traces(store: MetadataStore, *, topic_id: str) -> int:
         return result.rowcount or 0
 
 
+def delete_owner_traces(store: MetadataStore, owner: str) -> int:
+    """Delete every trace of ``owner`` (e.g. ``document:<id>``); returns how many were deleted."""
+    with store.session() as s:
+        result = s.exec(delete(TraceRow).where(TraceRow.owner == owner))
+        return result.rowcount or 0
+
+
 def _bounded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """The events, long strings cut when their JSON is over :data:`MAX_TRACE_BYTES`; and the JSON size."""
     size = len(json.dumps(events, ensure_ascii=False, default=str))

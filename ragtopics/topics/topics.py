@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -14,6 +13,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
+from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import TopicRow
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     _check_runnable(model)
     topic_id = topic_id_for(name)
     _check_connected(rt, name, topic_id, model)
-    payload = model.model_dump_json()
+    payload = model.model_dump(mode="json")
     if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
-                                    settings_json=payload):  # fmt: skip
+                                    settings=payload):  # fmt: skip
         raise InvalidSettingError(f"a Topic called {name!r} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
     return get_topic(rt, topic_id)
@@ -100,7 +100,7 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
         _check_runnable(model)
     if "mcp_interfaces" in changes:
         _check_connected(rt, topic.name, topic.id, model)
-    payload = model.model_dump_json()
+    payload = model.model_dump(mode="json")
     topic_store.save_settings(rt.metadata, topic.id, payload)
     return get_topic(rt, topic.id)
 
@@ -139,12 +139,12 @@ def _topic(row: TopicRow) -> Topic:
         name=row.name,
         kind=row.kind,
         description=row.description,
-        settings=load_settings(row.kind, json.loads(row.settings_json)),
+        settings=load_settings(row.kind, row.settings),
         settings_version=row.settings_version,
     )
 
 
-def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, str, str], str]) -> list[str]:
+def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, Any], str]) -> list[str]:
     """Re-embed every stored document of a Topic with the configured embedding model.
 
     Drops the Topic's chunk index (and the record of the embedder it was built with),
@@ -154,8 +154,8 @@ def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, str,
     Args:
         rt: the runtime.
         name_or_id: the Topic.
-        enqueue: ``enqueue(rt, topic_id, document_id) -> job id``
-            (``ragtopics.worker.queue.enqueue_ingest``).
+        enqueue: ``enqueue(rt, document_row) -> job id``, enqueues the row's staged version
+            (``ragtopics.documents.uploads.enqueue_document``).
 
     Returns:
         The ids of the queued jobs, one per document with a stored file.
@@ -166,9 +166,10 @@ def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, str,
     topic = get_topic(rt, name_or_id)
     rt.chunk_index(topic.id).drop()
     jobs = []
-    for doc_id in document_store.requeue_stored(rt.metadata, topic.id):
-        job_id = enqueue(rt, topic.id, doc_id)
-        document_store.set_job(rt.metadata, doc_id, job_id)
-        jobs.append(job_id)
+    for document_id in document_store.stored_documents(rt.metadata, topic.id):
+        with document_lock(rt.redis, document_id):
+            row = document_store.requeue_stored(rt.metadata, document_id)
+        if row is not None:
+            jobs.append(enqueue(rt, row))
     log.info("re-embedding %d document(s) of Topic %r", len(jobs), topic.name)
     return jobs

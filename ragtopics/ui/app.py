@@ -35,12 +35,13 @@ def build_app(rt: Runtime) -> gr.Blocks:
             chat = chat_tab.build(rt)
             prompts = prompts_tab.build(rt)
         mcp_tools.register(rt)
-        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], topics["settings_topic"]]
+        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], topics["settings_topic"], topics["delete_topic"]]
 
         def refresh(*current):
             return tuple(refresh_dropdown(rt, c) for c in current)
 
         topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
+        topics["deleted"].then(refresh, dropdowns, dropdowns, api_visibility="private")
         app.load(refresh, dropdowns, dropdowns, api_visibility="private")
         app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
     return app

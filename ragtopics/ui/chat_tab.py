@@ -8,6 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from ragtopics.answer.attachments import read_attachment
+from ragtopics.answer.context import Source, pages_label
 from ragtopics.answer.history import list_sessions, saved_turns, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.errors import RagTopicsError
@@ -17,10 +18,11 @@ from ragtopics.ui.common import find_topic, short_name, topic_choices
 
 
 def sources_html(update: ChatUpdate | None) -> str:
-    """Badges for the sources of the final answer: one per file, with its best score and chunk count.
+    """Badges for the sources of the final answer: one per file, with its pages, best score and chunk count.
 
-    The number on a badge is the file's best cosine similarity to the question (0..1); hovering
-    a badge says so, with the chunk ids used.
+    A badge reads ``report.pdf, pp. 3–4 · 0.82``: the pages (slides, sheets) of the chunks used,
+    when known, and the file's best cosine similarity to the question (0..1); hovering a badge
+    says so, with the chunk ids used. A PDF's link opens the best chunk's first page.
     """
     if update is None or not update.sources:
         return ""
@@ -40,9 +42,21 @@ _STATUS_NOTE = {
 }
 
 
+def _named(hits: list[Source]) -> str:
+    """A file's name on its badge, with the pages of the chunks the answer drew on: ``report.pdf, pp. 3–4``.
+
+    Chunks shown only because the answer used their file (``same file``) add their pages
+    only when no chunk of the file was used directly.
+    """
+    direct = [s for s in hits if s.reason != "same file"] or hits
+    where = pages_label(hits[0].file, [p for s in direct for p in s.pages])
+    return short_name(hits[0].label) + (f", {where}" if where else "")
+
+
 def _badge(name: str, hits: list) -> str:
     first = hits[0]
-    label = f"{html.escape(short_name(first.label))} · {max(s.score for s in hits):.2f}" + (f" · {len(hits)} chunks" if len(hits) > 1 else "")
+    label = f"{html.escape(_named(hits))} · {max(s.score for s in hits):.2f}"
+    label += f" · {len(hits)} chunks" if len(hits) > 1 else ""
     if first.topic and not first.code:  # from a connected Topic
         label += f" · via {html.escape(first.topic)}"
     note, why = _STATUS_NOTE.get(first.status, ("", "The link downloads the file for about 10 minutes."))
@@ -69,7 +83,7 @@ def sources_line(update: ChatUpdate) -> str:
         return ""
     parts = []
     for name, hits in by_file.items():
-        label = html.escape(short_name(hits[0].label)).replace("[", "&#91;").replace("]", "&#93;")
+        label = html.escape(_named(hits)).replace("[", "&#91;").replace("]", "&#93;")
         label += _STATUS_NOTE.get(hits[0].status, ("", ""))[0]
         link = hits[0].link
         parts.append((f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
@@ -104,6 +118,23 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
                           route_reason=turn.route_reason)  # fmt: skip
         messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer + sources_line(last)}]
     return messages, (sources_html(last) or route_note(last)) if last else ""
+
+
+def refresh_earlier(rt: Runtime, history: list[dict], session_id: str) -> list[dict]:
+    """The chat with the source lines of its saved answers re-rendered: a file deleted or replaced since says so.
+
+    Only answers whose sources changed status are touched; an answer is found by its saved text.
+    """
+    history = list(history)
+    for turn in saved_turns(rt, session_id):
+        if all(s.status == "current" for s in turn.sources):
+            continue
+        update = ChatUpdate(text=turn.answer, done=True, sources=turn.sources, route=turn.route)
+        for i, message in enumerate(history):
+            text = _message_text(message.get("content"))
+            if message.get("role") == "assistant" and text.startswith(turn.answer + "\n\n<sub>Sources:"):
+                history[i] = {"role": "assistant", "content": turn.answer + sources_line(update)}
+    return history
 
 
 def _message_text(content) -> str:
@@ -148,6 +179,9 @@ def build(rt: Runtime) -> dict:
         yield history, "", session_id, "", attachment_path
         if session_id and not session_turns(rt, session_id):
             session_id = None  # its only turn was stopped, so nothing of it was saved: this is a new chat
+        if session_id:  # earlier answers whose files were deleted or replaced since say so now
+            history = refresh_earlier(rt, history, session_id)
+            yield history, gr.skip(), session_id, gr.skip(), attachment_path
         try:
             topic_obj = get_topic(rt, topic_name)
             attachment = _read(topic_obj, attachment_path)

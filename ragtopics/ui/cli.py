@@ -35,14 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     change = topic.add_parser("set", help="change settings (a new settings version)")
     change.add_argument("name")
     change.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    remove = topic.add_parser("delete", help="delete a Topic with its documents, chats and files")
+    remove.add_argument("name")
+    remove.add_argument("--yes", action="store_true", help="confirm the delete (required)")
 
     ingest = sub.add_parser("ingest", help="upload files into a Topic and wait for indexing")
     ingest.add_argument("topic")
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--no-wait", action="store_true", help="enqueue and return")
-    docs = sub.add_parser("docs", help="list a Topic's indexed documents")
+    docs = sub.add_parser("docs", help="list a Topic's indexed documents, or delete one")
     docs.add_argument("topic")
     docs.add_argument("--json", action="store_true")
+    docs.add_argument("--delete", metavar="FILE", default=None,
+                      help="delete the document FILE: its chunks, keywords, pictures, stored files and links")
 
     ask = sub.add_parser("ask", help="ask a Topic a question")
     ask.add_argument("topic")
@@ -54,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-save", action="store_true", help="do not save the turn in a chat session")
     ask.add_argument("--session", default=None, help="continue a chat session")
     ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
+
+    db = sub.add_parser("db", help="schema migrations of the metadata database").add_subparsers(dest="db_command", required=True)
+    db.add_parser("upgrade", help="migrate the database to the newest revision now (start-up does it too)")
+    revision = db.add_parser("revision", help="write a new migration script from the changed models (developers)")
+    revision.add_argument("-m", "--message", required=True, help="what the revision changes, one line")
     return parser
 
 
@@ -134,17 +144,35 @@ def _cmd_topic(args) -> int:
         print(json.dumps({"id": t.id, "name": t.name, "kind": t.kind, "settings_version": t.settings_version,
                           "settings": t.settings.model_dump(mode="json"),
                           "reference": [asdict(row) for row in settings_rows(t.settings)]}, indent=2))  # fmt: skip
+    elif args.topic_command == "delete":
+        from ragtopics.topics.delete import delete_topic
+
+        if not args.yes:
+            t = topics.get_topic(rt, args.name)
+            print(f"error: deleting Topic {t.name!r} removes its documents, chats and files for good; "
+                  "add --yes to confirm", file=sys.stderr)  # fmt: skip
+            return 2
+        rt.check_store()
+        deletion = delete_topic(rt, args.name)
+        print(f"deleted Topic {deletion.topic.name!r}: " + _removed_text(deletion.removed))
+        for note in deletion.notes:
+            print(f"note: {note}", file=sys.stderr)
     else:
         t = topics.update_settings(rt, args.name, parse_assignments(args.assignments))
         print(f"Topic {t.name!r} now at settings v{t.settings_version}")
     return 0
 
 
+def _removed_text(removed: dict[str, int]) -> str:
+    """``{"chunks": 12, "files": 3}`` → ``12 chunks, 3 files`` (kinds with nothing removed left out)."""
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in removed.items() if n) or "nothing was stored"
+
+
 def _cmd_ingest(args) -> int:
-    from ragtopics.documents.uploads import receive_upload, set_job
+    from ragtopics.documents.uploads import upload_file
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import enqueue_ingest, job_progress
+    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     rt.check_store()
@@ -154,14 +182,12 @@ def _cmd_ingest(args) -> int:
     for path in args.files:
         try:
             data = path.read_bytes()
-            doc = receive_upload(rt, topic, path.name, data)
+            doc = upload_file(rt, topic, path.name, data)
         except (OSError, RagTopicsError) as exc:
             print(f"refused {path}: {exc}", file=sys.stderr)
             refused += 1
             continue
-        job_id = enqueue_ingest(rt, topic.id, doc.id)
-        set_job(rt, doc.id, job_id)
-        jobs[job_id] = doc.file_name
+        jobs[doc.job_id] = doc.file_name
     print(f"enqueued {len(jobs)} file(s)" + (f", refused {refused}" if refused else ""), file=sys.stderr)
     if args.no_wait or not jobs:
         return 1 if refused else 0
@@ -171,7 +197,7 @@ def _cmd_ingest(args) -> int:
 
 def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
     pending = dict(jobs)
-    failed = empty = 0
+    failed = empty = stopped = 0
     chunks = 0
     last_done = -1
     started = time.monotonic()
@@ -181,7 +207,10 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             if not p.is_final:
                 continue
             del pending[job_id]
-            if p.status == "finished":
+            if p.status == "finished" and (p.result or {}).get("status") in ("superseded", "cancelled"):
+                stopped += 1
+                print(f"  {name}: {(p.result or {}).get('reason')}", file=sys.stderr)
+            elif p.status == "finished":
                 chunks += (p.result or {}).get("chunk_count", 0)
                 empty += (p.result or {}).get("status") == "empty"
                 if len(jobs) <= 20:
@@ -190,7 +219,8 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
                 failed += 1
                 print(f"  {name}: FAILED: {p.error or p.status}", file=sys.stderr)
         done = len(jobs) - len(pending)
-        counts = f"{done - failed - empty} indexed" + (f", {empty} empty" if empty else "") + (f", {failed} failed" if failed else "")
+        counts = (f"{done - failed - empty - stopped} indexed" + (f", {empty} empty" if empty else "")
+                  + (f", {stopped} replaced or deleted" if stopped else "") + (f", {failed} failed" if failed else ""))  # fmt: skip
         line = f"[{done}/{len(jobs)}] files done: {counts}; {chunks} chunks, {time.monotonic() - started:.0f} s"
         if sys.stderr.isatty():
             print("\r" + line, end="", file=sys.stderr)
@@ -211,7 +241,15 @@ def _cmd_docs(args) -> int:
     from ragtopics.topics.topics import get_topic
 
     rt = get_runtime()
-    docs = list_documents(rt, get_topic(rt, args.topic))
+    topic = get_topic(rt, args.topic)
+    if args.delete is not None:
+        from ragtopics.documents.delete import delete_document
+
+        rt.check_store()
+        removed = delete_document(rt, topic, args.delete)
+        print(f"deleted {args.delete} from Topic {topic.name!r}: {_removed_text(removed)}")
+        return 0
+    docs = list_documents(rt, topic)
     if args.json:
         print(json.dumps([asdict(d) for d in docs], indent=2))
     else:
@@ -262,8 +300,22 @@ def _cmd_ask(args) -> int:
     else:
         print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:
-            print(f"  [{s.label}] score {s.score:.3f} ({s.chunk_id}{', ' + s.reason if s.reason else ''})")
+            print(f"  [{s.cited_as}] score {s.score:.3f} ({s.chunk_id}{', ' + s.reason if s.reason else ''})")
         print(f"(session {final.session_id})", file=sys.stderr)
+    return 0
+
+
+def _cmd_db(args) -> int:
+    from ragtopics.storage import migrate
+
+    if args.db_command == "revision":
+        print(f"wrote {migrate.new_revision(args.message)}; review it (data is never carried over by itself)")
+        return 0
+    from ragtopics.settings.env import get_settings
+    from ragtopics.storage.metadata import MetadataStore
+
+    store = MetadataStore(get_settings().effective_database_url)
+    print(f"metadata database at revision {migrate.schema_revision(store.engine)} (newest: {migrate.head_revision()})")
     return 0
 
 
@@ -275,6 +327,7 @@ _COMMANDS = {
     "ingest": _cmd_ingest,
     "docs": _cmd_docs,
     "ask": _cmd_ask,
+    "db": _cmd_db,
 }
 
 if __name__ == "__main__":

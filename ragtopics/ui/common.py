@@ -38,11 +38,11 @@ def short_name(name: str, limit: int = 60) -> str:
 
 
 def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> str:
-    """HTML for one labelled progress bar (``state``: "", "failed", "empty" or "done").
+    """HTML for one labelled progress bar (``state``: "", "failed", "empty", "stopped" or "done").
 
     A long ``detail`` (an error message) wraps inside the bar's width instead of widening the page.
     """
-    colour = {"failed": "#d9534f", "done": "#2e8b57", "empty": "#d97706"}.get(state, "#3b82f6")
+    colour = {"failed": "#d9534f", "done": "#2e8b57", "empty": "#d97706", "stopped": "#9ca3af"}.get(state, "#3b82f6")
     pct = max(0.0, min(1.0, fraction)) * 100
     return (
         f'<div class="rt-job" data-state="{html.escape(state)}" style="margin:4px 0">'

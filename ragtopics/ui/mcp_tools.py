@@ -31,7 +31,8 @@ def register(rt: Runtime) -> None:
 
         Returns:
             JSON text: {"answer": str, "sources": [{"file", "chunk_id", "score", "topic", "kind", "reason",
-            "link", "status"}], "route": str, "route_confidence": float | null, "route_reason": str}.
+            "link", "status", "pages", "location"}], "route": str, "route_confidence": float | null,
+            "route_reason": str}; "pages" lists the 1-based pages of the source, "location" reads "p. 3".
         """
         *_, final = ask(rt, topic_store.get_topic(rt, topic), question, save=False)
         return json.dumps({"answer": final.text, "route": final.route, "route_confidence": final.route_confidence,

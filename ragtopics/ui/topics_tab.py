@@ -12,8 +12,9 @@ from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.topic import DEFAULT_NO_ANSWER, RagTopicSettings
+from ragtopics.documents.uploads import enqueue_document
+from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
-from ragtopics.worker.queue import enqueue_ingest
 
 _DEFAULTS = RagTopicSettings()
 
@@ -59,6 +60,7 @@ def build(rt: Runtime) -> dict:
             label="Topics",
         )
         settings_box = _settings_editor(rt, table)
+        deleted = _delete_panel(rt, table)
 
     def on_create(name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer):
         settings = {"custom_system_prompt": system_prompt or "", "file_types": file_types or [],
@@ -72,7 +74,35 @@ def build(rt: Runtime) -> dict:
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
     event = create.click(on_create, inputs, [status, table, name], api_name="create_topic", api_visibility="undocumented")
-    return {"created": event, "settings_topic": settings_box, "table": table}
+    return {"created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
+            "table": table}  # fmt: skip
+
+
+def _delete_panel(rt: Runtime, table) -> dict:
+    """Delete a Topic: the operator types its name to confirm."""
+    with gr.Accordion("Delete a Topic", open=False):
+        with gr.Row():
+            topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="delete-topic")
+            typed = gr.Textbox(label="Type the Topic's name to confirm", elem_id="delete-topic-confirm")
+        button = gr.Button("Delete Topic", variant="stop", elem_id="delete-topic-button")
+        status = gr.Markdown(elem_id="delete-topic-status")
+
+    def on_delete(topic_name, confirmation):
+        if not topic_name:
+            return "Choose a Topic to delete first.", gr.skip(), gr.skip()
+        if (confirmation or "").strip() != topic_name:
+            return (f"Type the Topic's name exactly, **{html.escape(topic_name)}**, to confirm. Nothing was deleted.",
+                    gr.skip(), gr.skip())  # fmt: skip
+        try:
+            deletion = delete_topic(rt, topic_name)
+        except RagTopicsError as exc:
+            return f"**Not deleted:** {html.escape(str(exc))}", gr.skip(), gr.skip()
+        what = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in deletion.removed.items() if n)
+        notes = "".join(f"<br>{html.escape(note)}" for note in deletion.notes)
+        return f"Deleted Topic **{html.escape(topic_name)}** ({what}).{notes}", topics_table(rt), ""
+
+    event = button.click(on_delete, [topic, typed], [status, table, typed], api_name="delete_topic", api_visibility="undocumented")
+    return {"event": event, "topic": topic}
 
 
 SETTING_KEYS = sorted(RagTopicSettings.model_fields)
@@ -131,7 +161,7 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
 
     def start_reembed(topic_name):
         try:
-            jobs = reembed_topic(rt, topic_name, enqueue_ingest)
+            jobs = reembed_topic(rt, topic_name, enqueue_document)
         except RagTopicsError as exc:
             return f"**Not re-embedded:** {html.escape(str(exc))}"
         return f"Re-embedding {len(jobs)} document(s) with the configured embedding model; see the Upload tab."

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import gradio as gr
 
-from ragtopics.documents.uploads import list_documents, receive_upload, set_job
+from ragtopics.documents.delete import delete_document
+from ragtopics.documents.uploads import list_documents, upload_file
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui.common import find_topic, plural, progress_bar, refresh_dropdown, short_name, topic_choices
-from ragtopics.worker.queue import enqueue_ingest, job_progress
+from ragtopics.worker.queue import job_progress
 
 MAX_TRACKED_JOBS = 2000
+#: Job results of a version that a newer upload or a delete made obsolete.
+STOPPED = ("superseded", "cancelled")
 MAX_BARS = 20
 
 DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)"]
@@ -59,8 +63,10 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
     progress = [(name, job_progress(rt, job_id)) for job_id, name in jobs]
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
+    stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
     failed = sum(p.is_final and p.status != "finished" for _, p in progress)
-    counts = f"{finished - empty} indexed · " + (f"{empty} empty (no readable text) · " if empty else "")
+    counts = (f"{finished - empty - stopped} indexed · " + (f"{empty} empty (no readable text) · " if empty else "")
+              + (f"{stopped} replaced or deleted before indexing finished · " if stopped else ""))  # fmt: skip
     summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session", (finished + failed) / len(jobs),
                            f"{counts}{failed} failed · {len(jobs) - finished - failed} waiting or running",
                            "failed" if failed else ("done" if finished == len(jobs) else ""))  # fmt: skip
@@ -69,7 +75,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
     shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
     bars = [summary]
     for name, p in shown:
-        if p.status == "finished":
+        if p.status == "finished" and (p.result or {}).get("status") in STOPPED:
+            bars.append(progress_bar(short_name(name), 1.0, (p.result or {}).get("reason", ""), "stopped"))
+        elif p.status == "finished":
             result = p.result or {}
             empty = result.get("status") == "empty"
             done = f"{result.get('status', 'done')} · {plural(result.get('chunk_count', 0), 'chunk')}"
@@ -94,6 +102,15 @@ def build(rt: Runtime) -> dict:
         gr.Markdown("#### Indexed Documents")
         table = gr.Dataframe(headers=DOC_HEADERS, interactive=False, elem_id="documents", wrap=True,
                              column_widths=DOC_COLUMN_WIDTHS)  # fmt: skip
+        with gr.Row(equal_height=True):
+            doc_choice = gr.Dropdown([], label="Document", allow_custom_value=False, elem_id="delete-document-choice", scale=3)
+            ask_delete = gr.Button("Delete document…", variant="secondary", elem_id="delete-document", scale=1)
+        with gr.Group(visible=False, elem_id="delete-document-confirm") as confirm_box:
+            confirm_text = gr.Markdown()
+            with gr.Row():
+                confirm = gr.Button("Delete", variant="stop", elem_id="delete-document-yes")
+                cancel = gr.Button("Cancel", elem_id="delete-document-no")
+        deleted_text = gr.Markdown(elem_id="delete-document-status")
         jobs = gr.State([])
         rendered = gr.State(None)
         timer = gr.Timer(1.0)
@@ -111,10 +128,8 @@ def build(rt: Runtime) -> dict:
         for path in paths:
             name = Path(path).name
             try:
-                doc = receive_upload(rt, topic_obj, name, Path(path).read_bytes())
-                job_id = enqueue_ingest(rt, topic_obj.id, doc.id)
-                set_job(rt, doc.id, job_id)
-                new_jobs.append((job_id, doc.file_name))
+                doc = upload_file(rt, topic_obj, name, Path(path).read_bytes())
+                new_jobs.append((doc.job_id, doc.file_name))
             except RagTopicsError as exc:
                 lines.append(f"- **Refused:** {exc}")
         head = f"Enqueued {len(new_jobs)} file(s)." if new_jobs else "Nothing enqueued."
@@ -135,4 +150,32 @@ def build(rt: Runtime) -> dict:
         return documents_table(rt, topic_name)
 
     topic.change(documents, topic, table, api_name="documents", api_visibility="undocumented")
+
+    def document_names(topic_name: str | None, current: str | None = None) -> gr.Dropdown:
+        t = find_topic(rt, topic_name)
+        names = [d.file_name for d in list_documents(rt, t)] if t else []
+        return gr.Dropdown(choices=names, value=current if current in names else None)
+
+    def on_ask_delete(topic_name, file_name):
+        if not topic_name or not file_name:
+            return gr.Group(visible=False), "", gr.skip(), "Choose a Topic and a document to delete first."
+        question = (f"Delete **{html.escape(file_name)}** from Topic **{html.escape(topic_name)}**? Its chunks, keywords, "
+                    "pictures and stored file are removed for good; chats that cited it show it as removed.")  # fmt: skip
+        return gr.Group(visible=True), question, gr.Button(f"Delete {short_name(file_name, 40)}"), ""
+
+    def on_delete(topic_name, file_name):
+        try:
+            removed = delete_document(rt, get_topic(rt, topic_name), file_name)
+        except RagTopicsError as exc:
+            return gr.Group(visible=False), f"**Not deleted:** {html.escape(str(exc))}", documents_table(rt, topic_name), gr.skip()
+        what = ", ".join(f"{n} {kind}" for kind, n in removed.items() if n)
+        return (gr.Group(visible=False), f"Deleted **{html.escape(file_name)}** ({what}).", documents_table(rt, topic_name),
+                document_names(topic_name))  # fmt: skip
+
+    topic.change(document_names, topic, doc_choice, api_visibility="private")
+    doc_choice.focus(document_names, [topic, doc_choice], doc_choice, api_visibility="private")
+    ask_delete.click(on_ask_delete, [topic, doc_choice], [confirm_box, confirm_text, confirm, deleted_text], api_visibility="private")
+    confirm.click(on_delete, [topic, doc_choice], [confirm_box, deleted_text, table, doc_choice], api_name="delete_document",
+                  api_visibility="undocumented")  # fmt: skip
+    cancel.click(lambda: gr.Group(visible=False), None, confirm_box, api_visibility="private")
     return {"topic": topic, "refresh": lambda current: refresh_dropdown(rt, current)}

@@ -53,11 +53,17 @@ def install_one_line_refusals(logger: logging.Logger | None = None) -> None:
 install_one_line_refusals()
 
 
-def ingest(topic_id: str, document_id: str) -> dict:
-    """Index one uploaded document; progress goes to ``job.meta`` (phase, done, total).
+def ingest(topic_id: str, document_id: str, job_id: str | None = None, blob_path: str | None = None) -> dict:
+    """Index one version of an uploaded document; progress goes to ``job.meta`` (phase, done, total).
+
+    Args:
+        job_id, blob_path: the version to index (see ``enqueue_ingest``); None for a job
+            queued by an older release, which indexes the document's pending version.
 
     Returns:
-        ``{"document_id", "status", "chunk_count", "replaced"}``.
+        ``{"document_id", "status", "chunk_count", "replaced", "reason"}``; status is
+        ``superseded`` or ``cancelled`` (with the reason) when a newer upload or a
+        delete made this version obsolete before it was stored.
 
     Raises:
         RagTopicsError: the job fails with the error's message (shown in the console).
@@ -69,5 +75,6 @@ def ingest(topic_id: str, document_id: str) -> dict:
             job.meta.update(phase=phase, done=done, total=total, topic_id=topic_id, document_id=document_id)
             job.save_meta()
 
-    result = ingest_document(get_runtime(), document_id, progress)
-    return {"document_id": result.document_id, "status": result.status, "chunk_count": result.chunk_count, "replaced": result.replaced}
+    result = ingest_document(get_runtime(), document_id, progress, job_id=job_id, blob_path=blob_path)
+    return {"document_id": result.document_id, "status": result.status, "chunk_count": result.chunk_count,
+            "replaced": result.replaced, "reason": result.reason}  # fmt: skip

@@ -50,11 +50,21 @@ def queue_for(rt: Runtime) -> Queue:
     return Queue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
 
 
-def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str) -> str:
-    """Enqueue ``ragtopics.worker.jobs.ingest`` for a document and return the job id."""
+def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str, blob_path: str) -> str:
+    """Enqueue ``ragtopics.worker.jobs.ingest`` for one version of a document and return the job id.
+
+    Args:
+        job_id: the id chosen for this version when it was staged (``DocumentRow.job_id``).
+        blob_path: the stored file of that version: the job indexes exactly this file.
+
+    Raises:
+        redis.RedisError: when the queue cannot be reached (the caller marks the document failed).
+    """
     job = queue_for(rt).enqueue_call(
         "ragtopics.worker.jobs.ingest",
         args=(topic_id, document_id),
+        kwargs={"job_id": job_id, "blob_path": blob_path},
+        job_id=job_id,
         description=f"ingest {document_id}",
         result_ttl=24 * 3600,
         failure_ttl=7 * 24 * 3600,

@@ -114,7 +114,7 @@ def test_timings_and_a_stored_trace_tree(rt, travel, scripted_llm):
     retrieve = next(e for e in events if e["step"] == "retrieve")
     children = [e["step"] for e in events if e["parent"] == retrieve["id"]]
     assert children == ["embed_question", "search"]
-    assert json.loads(session_turns(rt, result.session_id)[0].trace_json) == []  # not inlined in the turn row any more
+    assert not hasattr(session_turns(rt, result.session_id)[0], "trace_json")  # traces live in the trace table
 
 
 def test_connected_topic_sources_keep_their_links_and_nest_in_the_trace(connected):
@@ -132,11 +132,14 @@ def test_connected_topic_sources_keep_their_links_and_nest_in_the_trace(connecte
 
 
 def test_source_rows_round_trip_and_old_rows_still_load():
-    source = Source("a.txt", "chunk-1", 0.5, "S1", "doc-1", "T", link="/files/x", reason="cited", version="abc")
-    assert Source.from_row(source.to_row()) == source.with_(link="")
+    source = Source("a.pdf", "chunk-1", 0.5, "S1", "doc-1", "T", link="/files/x", reason="cited", version="abc", pages=(3, 4))
+    assert Source.from_row(json.loads(json.dumps(source.to_row()))) == source.with_(link="")
+    # A row saved before pages were kept (no "pages" key) loads with no pages.
     old = Source.from_row({"file": "a.txt", "chunk_id": "chunk-1", "score": 0.5, "code": "S1", "document_id": "doc-1", "topic": "T"})
-    assert (old.kind, old.reason, old.version) == ("upload", "", "")
-    assert set(source.to_public()) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status"}
+    assert (old.kind, old.reason, old.version, old.pages) == ("upload", "", "", ())
+    assert (old.location, old.cited_as, old.to_public()["pages"]) == ("", "a.txt", [])
+    assert set(source.to_public()) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status", "pages", "location"}
+    assert (source.to_public()["pages"], source.to_public()["location"], source.cited_as) == ([3, 4], "pp. 3–4", "a.pdf, pp. 3–4")
 
 
 def test_the_trace_store_is_bounded(rt, monkeypatch):

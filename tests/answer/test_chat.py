@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.turn import ask
-from ragtopics.documents.uploads import receive_upload
+from ragtopics.documents.uploads import upload_file
 from ragtopics.topics.topics import create_topic
 from tests.ingest.test_ingest import upload
-from ragtopics.worker.queue import enqueue_ingest
 
 ANSWER = "The answer is in the first source [S1]."
 
@@ -51,8 +49,7 @@ def test_hotpotqa_gold_passages_come_back_and_the_turn_is_saved(rt, run_jobs, sc
     assert len(titles) == 30
     topic = create_topic(rt, "HotpotQA", settings={"top_k_results": 5})
     for title in titles:
-        doc = receive_upload(rt, topic, f"{title}.txt", "".join(corpus[title]).encode())
-        enqueue_ingest(rt, topic.id, doc.id)
+        upload_file(rt, topic, f"{title}.txt", "".join(corpus[title]).encode())
     run_jobs()
     assert rt.chunk_index(topic.id).count() >= 30
     scripted_llm.replies["answer"] = cite_everything
@@ -67,7 +64,7 @@ def test_hotpotqa_gold_passages_come_back_and_the_turn_is_saved(rt, run_jobs, sc
         assert 1 <= len(files) <= 5
         turns = session_turns(rt, result.session_id)
         assert len(turns) == 1 and turns[0].answer == result.text and turns[0].question == q["question"]
-        assert [s["file"] for s in json.loads(turns[0].sources_json)] == files
+        assert [s["file"] for s in turns[0].sources] == files
     # all-MiniLM-L6-v2 on these passages finds a gold passage for nearly every question.
     assert hits >= 9, f"only {hits}/10 questions had a gold passage among the sources"
     body = scripted_llm.prompts("answer")[-1]

@@ -17,12 +17,13 @@ import pytest
 
 from ragtopics.documents.uploads import document_trace
 from ragtopics.documents.uploads import get_document, list_documents, receive_upload
+from ragtopics.errors import RefusedFileError
 from ragtopics.ingest.keywords import query_keywords
 from ragtopics.topics.topics import create_topic
 from tests.ingest.test_docling import make_docx, make_pdf, make_xlsx, make_zip_bomb
 from tests.ingest.test_ingest import stored_chunks, upload
 from tests.ingest.test_structured import BILLION_LAUGHS
-from ragtopics.worker.queue import job_progress
+from ragtopics.worker.queue import job_progress, queue_for
 
 GOOD_XML = b"<catalog><book id='1'><title>Valves</title></book><book id='2'><title>Pumps</title></book></catalog>"
 GOOD_JSON = json.dumps([{"part": "SK-44", "name": "bracket"}, {"part": "SK-45", "name": "hinge"}]).encode()
@@ -36,12 +37,16 @@ def _single_line(megabytes: int) -> bytes:
     return line.encode()[: megabytes * 1_000_000]
 
 
-BAD_INPUTS = {
-    "truncated pdf": ("plant.pdf", make_pdf, lambda: make_pdf()[:900], r"plant\.pdf is not a valid PDF"),
-    "corrupt docx": ("report.docx", make_docx, lambda: bytes(range(256)) * 40, r"report\.docx is not a valid DOCX"),
+#: Office files are zip archives: a broken archive or a zip bomb is refused when received, before anything is stored.
+REFUSED_AT_RECEIVE = {
+    "corrupt docx": ("report.docx", make_docx, lambda: bytes(range(256)) * 40, r"report\.docx was refused: report\.docx is not a valid DOCX"),
     "truncated docx": ("report.docx", make_docx, lambda: make_docx()[:2000], r"report\.docx is not a valid DOCX"),
     "truncated xlsx": ("figures.xlsx", make_xlsx, lambda: make_xlsx()[:1500], r"figures\.xlsx is not a valid XLSX"),
     "zip bomb docx": ("report.docx", make_docx, make_zip_bomb, r"report\.docx is refused as a zip bomb"),
+}  # fmt: skip
+
+BAD_INPUTS = {
+    "truncated pdf": ("plant.pdf", make_pdf, lambda: make_pdf()[:900], r"plant\.pdf is not a valid PDF"),
     "xml entity expansion": ("catalog.xml", lambda: GOOD_XML, lambda: BILLION_LAUGHS, r"catalog\.xml: the XML uses entities"),
     "deeply nested json": ("parts.json", lambda: GOOD_JSON, lambda: b"[" * 200_000 + b"]" * 200_000, r"parts\.json .*nested too deeply"),
     "binary bytes as txt": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: bytes(range(256)) * 64, r"notes\.txt .*binary"),
@@ -79,6 +84,26 @@ def test_bad_input_fails_clearly_and_keeps_the_previous_version(rt, run_jobs, ca
     assert rt.blobs.read(row.blob_path) == good_bytes
     assert row.pending_blob_path == "" and not rt.blobs.path(pending).exists()
     assert [d.file_name for d in list_documents(rt, topic)] == [name]
+
+
+@pytest.mark.parametrize("case", list(REFUSED_AT_RECEIVE))
+def test_a_broken_archive_is_refused_when_received_and_nothing_is_stored(rt, run_jobs, case):
+    name, good, bad, message = REFUSED_AT_RECEIVE[case]
+    topic = create_topic(rt, "Archives")
+    doc, _ = upload(rt, topic, name, good())
+    run_jobs()
+    before = get_document(rt, doc.id)
+    files_before = sorted(p for p in (rt.blobs.root / topic.id).rglob("*") if p.is_file())
+    jobs_before = len(queue_for(rt).finished_job_registry.get_job_ids())
+
+    with pytest.raises(RefusedFileError, match=message):
+        receive_upload(rt, topic, name, bad())
+
+    row = get_document(rt, doc.id)
+    assert (row.status, row.job_id, row.blob_path, row.pending_blob_path, row.error) == (
+        "indexed", before.job_id, before.blob_path, "", "")
+    assert sorted(p for p in (rt.blobs.root / topic.id).rglob("*") if p.is_file()) == files_before
+    assert len(queue_for(rt)) == 0 and len(queue_for(rt).finished_job_registry.get_job_ids()) == jobs_before
 
 
 def test_a_chunk_budget_refusal_comes_before_any_model_call(reconfigure, run_jobs, scripted_llm):
@@ -135,7 +160,7 @@ def test_llm_keywords_make_one_call_per_chunk_and_are_searchable(rt, run_jobs, s
     assert len(scripted_llm.prompts("keywords")) == len(chunks) > 1
     assert all({"coolant", "px900", "pump"} <= set(c["keywords"].decode().split()) for c in chunks)
     assert len(rt.chunk_index(topic.id).search_keywords(["coolant"], 10)) == len(chunks)
-    calls = json.loads(get_document(rt, doc.id).indexed_with_json)["model_calls"]
+    calls = get_document(rt, doc.id).indexed_with["model_calls"]
     assert calls == {"keywords": len(chunks), "embedding": len(chunks)}
 
 

@@ -1,8 +1,9 @@
 """Docling conversion of real DOCX, XLSX, PPTX and PDF files built in the test, offline.
 
-Each sample is converted once per module (docling's first import takes ~10 s) while
-every outbound network connection is refused and recorded, which proves that the
-embedded converter needs no models and no network.
+Each sample is converted once per module through the converter process (its start,
+importing docling, takes ~3-10 s once). One test runs the same conversion code in this
+process while every outbound network connection is refused and recorded, which proves
+that the embedded converter, OCR included, needs no models from and no network.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import signal
 import socket
 import threading
 import time
 import zipfile
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -30,6 +34,8 @@ from ragtopics.ingest.docling import (
     parse_page_range,
 )
 from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
+from ragtopics.ingest.convert_process import TERM_GRACE_S
+from tests.ingest.scans import draw_page, image_pdf, scanned_invoice_pdf, squashed
 
 MIB = 1024 * 1024
 
@@ -133,19 +139,13 @@ def network_blocked(attempts: list[object]):
 
 
 @pytest.fixture(scope="module")
-def connection_attempts() -> list[object]:
-    return []
-
-
-@pytest.fixture(scope="module")
 def samples() -> dict[str, bytes]:
     return {"report.docx": make_docx(), "figures.xlsx": make_xlsx(), "kickoff.pptx": make_pptx()}
 
 
 @pytest.fixture(scope="module")
-def converted(samples, connection_attempts) -> dict[str, ConvertedDocument]:
-    with network_blocked(connection_attempts):
-        return {name: convert_document(data, file_name=name) for name, data in samples.items()}
+def converted(samples) -> dict[str, ConvertedDocument]:
+    return {name: convert_document(data, file_name=name) for name, data in samples.items()}
 
 
 @pytest.fixture(scope="module")
@@ -154,12 +154,11 @@ def pdf_bytes() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def converted_pdf(pdf_bytes, connection_attempts) -> dict[str, ConvertedDocument]:
-    with network_blocked(connection_attempts):
-        return {
-            "all": convert_document(pdf_bytes, file_name="plant.pdf"),
-            "page 2": convert_document(pdf_bytes, file_name="plant.pdf", options=DoclingOptions(page_range="2")),
-        }
+def converted_pdf(pdf_bytes) -> dict[str, ConvertedDocument]:
+    return {
+        "all": convert_document(pdf_bytes, file_name="plant.pdf"),
+        "page 2": convert_document(pdf_bytes, file_name="plant.pdf", options=DoclingOptions(page_range="2")),
+    }
 
 
 def assert_png(picture_bytes: bytes, size: tuple[int, int]) -> None:
@@ -168,8 +167,29 @@ def assert_png(picture_bytes: bytes, size: tuple[int, int]) -> None:
     assert image.size == size
 
 
-def test_nothing_reaches_the_network_while_converting(converted, converted_pdf, connection_attempts):
-    assert connection_attempts == []
+def test_nothing_reaches_the_network_while_converting(samples, pdf_bytes):
+    """The converter process's code, run in this process (where sockets can be watched), OCR included."""
+    attempts: list[object] = []
+    inputs = {**samples, "plant.pdf": pdf_bytes, "scan.pdf": scanned_invoice_pdf()}
+    with network_blocked(attempts):
+        results = {
+            name: documents_docling._convert_embedded(data, name, name.rsplit(".", 1)[1], DoclingOptions(ocr=True))
+            for name, data in inputs.items()
+        }
+    assert attempts == []
+    assert "ZX-9000" in results["report.docx"].text and "ALPHA-111" in results["plant.pdf"].text
+    assert results["scan.pdf"].ocr_pages == (1,) and "invoice4711" in squashed(results["scan.pdf"].text)
+
+
+def test_the_converted_document_crosses_the_process_boundary_whole(converted_pdf):
+    from docling_core.types.doc import DoclingDocument, PictureItem
+
+    result = converted_pdf["all"]
+    assert isinstance(result.document, DoclingDocument)
+    assert result.document.num_pages() == 2
+    (picture_item,) = [item for item, _ in result.document.iterate_items() if isinstance(item, PictureItem)]
+    assert picture_item.get_image(result.document).size == (64, 48)
+    assert result.unreadable_pages == () and result.ocr_pages == ()
 
 
 def test_docx_gives_headings_paragraphs_and_table_cells(converted):
@@ -287,12 +307,15 @@ def test_zip_bomb_docx_is_refused_before_docling_opens_it():
         check_zip_archive(bomb, file_name="bomb.docx", max_uncompressed_bytes=100 * MIB)
 
 
-def test_a_pdf_with_text_never_fails_because_ocr_is_missing(pdf_bytes):
-    """A Topic stored with OCR on (before it was refused when set) still reads the PDF's text layer, and says so."""
+def test_ocr_leaves_the_pages_of_a_pdf_with_a_text_layer_as_they_are(pdf_bytes):
     plain = convert_document(pdf_bytes, file_name="plant.pdf")
     result = convert_document(pdf_bytes, file_name="plant.pdf", options=DoclingOptions(ocr=True))
     assert result.text == plain.text and result.text.strip()
-    assert "OCR skipped (not available in the embedded converter)" in result.pipeline
+    assert result.ocr_pages == () and result.unreadable_pages == ()
+    assert result.pipeline == (
+        "docling native PDF pipeline (no layout models, offline; docling-parse backend); "
+        "OCR: rapidocr-onnxruntime (PP-OCRv4, ONNX) on pages without a text layer; table structure skipped (needs a model)"
+    )
 
 
 def test_ocr_on_office_files_is_noted_as_not_applicable(samples):
@@ -317,16 +340,70 @@ def test_docling_server_that_is_neither_embedded_nor_a_url_is_a_configuration_er
         convert_document(b"%PDF-1.4", file_name="a.pdf", docling_server=server)
 
 
-def test_conversion_slower_than_the_timeout_is_abandoned(monkeypatch, samples):
-    def slow_conversion(*args):
-        time.sleep(3)
-        raise AssertionError("the caller should have stopped waiting")
+@pytest.fixture(scope="module")
+def slow_scan() -> bytes:
+    """Ten scanned pages: OCR takes seconds per page (~3-10 s each on 2 cores), far over a 1 s timeout."""
+    return image_pdf([draw_page()] * 10)
 
-    monkeypatch.setattr(documents_docling, "_convert_embedded", slow_conversion)
+
+def is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def converter_children() -> list[int]:
+    """Running child processes of this process that serve conversions (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"convert_process" in cmdline:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def test_conversion_slower_than_the_timeout_is_stopped_with_its_process(samples, slow_scan):
+    convert_document(samples["report.docx"], file_name="report.docx")  # the converter is warm: only the conversion is timed
+    pid = documents_docling.converter_pid()
+    assert pid is not None and converter_children() == [pid]
     started = time.monotonic()
-    with pytest.raises(ReadError, match=r"report\.docx: Docling conversion took longer than 1 s and was abandoned"):
-        convert_document(samples["report.docx"], file_name="report.docx", options=DoclingOptions(timeout_s=1))
-    assert time.monotonic() - started < 2.5
+    stopped = r"^scan\.pdf: Docling conversion took longer than 1 s and was stopped \(its process was killed\)$"
+    with pytest.raises(ReadError, match=stopped):
+        convert_document(slow_scan, file_name="scan.pdf", options=DoclingOptions(ocr=True, timeout_s=1))
+    assert time.monotonic() - started < 1 + TERM_GRACE_S
+    assert not is_running(pid)
+    assert documents_docling.converter_pid() is None
+    assert "ZX-9000" in convert_document(samples["report.docx"], file_name="report.docx").text
+    assert documents_docling.converter_pid() not in (None, pid)
+
+
+def test_after_a_timeout_the_worker_keeps_no_docling_thread_or_process(slow_scan):
+    """What the RQ worker is left with after an overrunning conversion: nothing of it."""
+    threads_before = {thread.ident for thread in threading.enumerate()}
+    with pytest.raises(ReadError, match="took longer than 1 s and was stopped"):
+        convert_document(slow_scan, file_name="scan.pdf", options=DoclingOptions(ocr=True, timeout_s=1))
+    left = [thread.name for thread in threading.enumerate() if thread.ident not in threads_before]
+    assert left == []
+    assert not [thread.name for thread in threading.enumerate() if "docling" in thread.name.lower()]
+    assert converter_children() == []
+    assert documents_docling.converter_pid() is None
+
+
+def test_a_converter_killed_while_converting_is_a_read_error_and_the_next_conversion_works(samples, slow_scan):
+    """SIGKILL is what the kernel's out-of-memory killer sends."""
+    convert_document(samples["report.docx"], file_name="report.docx")
+    pid = documents_docling.converter_pid()
+    killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    with pytest.raises(ReadError, match=r"^the converter process died \(signal 9, SIGKILL.*\) while converting scan\.pdf$"):
+        convert_document(slow_scan, file_name="scan.pdf", options=DoclingOptions(ocr=True, timeout_s=120))
+    killer.join()
+    assert not is_running(pid)
+    assert "ZX-9000" in convert_document(samples["report.docx"], file_name="report.docx").text
 
 
 @pytest.mark.parametrize(("text", "bounds"), [("", None), ("  ", None), ("2", (2, 2)), ("1-3", (1, 3)), (" 2 - 5 ", (2, 5))])
@@ -400,3 +477,18 @@ def test_docling_server_answer_gives_text_and_pictures(scripted_docling_serve, s
     assert b'filename="report.docx"' in request
     for field, value in [("to_formats", b"json"), ("page_range", b"1"), ("page_range", b"3"), ("do_ocr", b"false")]:
         assert f'name="{field}"'.encode() + b"\r\n\r\n" + value + b"\r\n" in request
+
+
+@pytest.mark.parametrize(("ocr_on", "reason"), [(False, "was not read (turn on OCR in Docling Settings to read it)"),
+                                                (True, "the Docling server's OCR found no text on it")])  # fmt: skip
+def test_docling_server_answer_without_text_on_a_page_names_the_page(scripted_docling_serve, caplog, ocr_on, reason):
+    url, _requests = scripted_docling_serve
+    scan = convert_document(scanned_invoice_pdf(), file_name="scan.pdf").document
+    _ScriptedDoclingServe.answer = {
+        "document": {"md_content": "", "json_content": scan.export_to_dict()}, "status": "success", "errors": []
+    }
+    with caplog.at_level("WARNING", logger="ragtopics"):
+        result = convert_document(b"%PDF-1.4 stand-in", file_name="scan.pdf", options=DoclingOptions(ocr=ocr_on),
+                                  docling_server=url)
+    assert result.text == "" and result.unreadable_pages == (1,) and result.ocr_pages == ()
+    assert f"scan.pdf: page 1 has no text layer and {reason}" in caplog.messages

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
 from ragtopics.documents.uploads import document_trace
-from ragtopics.documents.uploads import get_document, list_documents, receive_upload, set_job
+from ragtopics.documents.uploads import get_document, list_documents, receive_upload, upload_file
 from ragtopics.llm.embedding import OpenAIEmbedder
 from ragtopics.errors import RefusedFileError
 from ragtopics.topics.topics import create_topic
 from ragtopics.storage.metadata import DocumentRow
-from ragtopics.worker.queue import enqueue_ingest, job_progress
+from ragtopics.worker.queue import job_progress
 
 
 def upload(rt, topic, name, data: bytes):
-    doc = receive_upload(rt, topic, name, data)
-    job_id = enqueue_ingest(rt, topic.id, doc.id)
-    set_job(rt, doc.id, job_id)
-    return doc, job_id
+    doc = upload_file(rt, topic, name, data)
+    return doc, doc.job_id
 
 
 def stored_chunks(rt, topic, doc_id):
@@ -44,7 +41,7 @@ def test_ingest_writes_chunks_with_embeddings_through_the_worker(rt, run_jobs):
     assert "Paragraph 0 explains" in chunks[0]["text"].decode()
     vector = np.frombuffer(chunks[0]["embedding"], dtype=np.float32)
     assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1) < 1e-3
-    assert json.loads(row.indexed_with_json)["chunk_size"] == 200
+    assert row.indexed_with["chunk_size"] == 200
     steps = [e["step"] for e in document_trace(rt, row.id)]
     assert {"read", "chunk", "embed", "store"} <= set(steps)
     assert (rt.blobs.read(row.blob_path)) == text.encode()

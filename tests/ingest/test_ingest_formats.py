@@ -26,7 +26,7 @@ def test_csv_rows_become_key_value_records_never_cut(rt, run_jobs):
         record = f"part: SK-{i}\nname: Bracket number {i}\ncity: Lyon"
         assert sum(record in c for c in chunks) == 1, record  # every record whole, in exactly one chunk
     assert joined.count("part: ") == 12
-    indexed_with = json.loads(get_document(rt, doc.id).indexed_with_json)
+    indexed_with = get_document(rt, doc.id).indexed_with
     assert indexed_with["reader"] == "csv records (12)"
 
 
@@ -53,7 +53,7 @@ def test_docx_is_converted_by_docling_and_its_pipeline_recorded(rt, run_jobs):
     row = get_document(rt, doc.id)
     assert row.status == "indexed", row.error
     assert "Valve ZX-9000 is replaced every 5 years." in stored_chunks(rt, topic, doc.id)[0]["text"].decode()
-    assert "DOCX" in json.loads(row.indexed_with_json)["reader"]
+    assert "DOCX" in row.indexed_with["reader"]
 
 
 def test_a_broken_json_file_fails_with_the_line_and_keeps_nothing_half_written(rt, run_jobs):
@@ -76,7 +76,7 @@ def test_semantic_chunks_get_a_context_line_that_is_stored_and_embedded(rt, run_
     assert len(scripted_llm.prompts("context_line")) == len(chunks) > 1
     contexts = [c["context"].decode() for c in chunks]
     assert contexts[0] == "Section on Paragraph0" and all(c.startswith("Section on Paragraph") for c in contexts)
-    calls = json.loads(get_document(rt, doc.id).indexed_with_json)["model_calls"]
+    calls = get_document(rt, doc.id).indexed_with["model_calls"]
     assert calls == {"context_line": len(chunks), "embedding": len(chunks)}
     first = chunks[0]  # the stored vector embeds the context line together with the chunk
     expected = rt.gateway.embedder.embed([first["context"].decode() + "\n" + first["text"].decode()])[0]

@@ -4,7 +4,6 @@ chunks, offered to the answer and shown where the model placed them."""
 from __future__ import annotations
 
 import io
-import json
 import re
 
 import docx
@@ -76,7 +75,7 @@ def test_a_docx_picture_is_stored_and_linked_to_the_chunk_with_its_caption(rt, p
         assert image.size == (40, 30)
     tagged = [c for c in stored_chunks(rt, topic, doc.id) if CAPTION in c["text"].decode()]
     assert tagged and all(c["pictures"].decode() == picture.id for c in tagged)
-    assert json.loads(row.indexed_with_json)["pictures"] == 1
+    assert row.indexed_with["pictures"] == 1
 
 
 def test_a_placed_picture_is_shown_at_its_position_with_a_signed_link(rt, pump, scripted_llm):
@@ -153,7 +152,7 @@ def test_an_image_file_is_one_chunk_named_by_its_file_or_its_description(vision_
     [chunk] = stored_chunks(rt, plain, doc.id)
     [picture] = pictures_of(rt, doc.id)
     assert chunk["text"].decode() == "red-square.png" and chunk["pictures"].decode() == picture.id
-    assert json.loads(get_document(rt, doc.id).indexed_with_json)["reader"] == "image"
+    assert get_document(rt, doc.id).indexed_with["reader"] == "image"
     [described_chunk] = stored_chunks(rt, described, described_doc.id)
     assert described_chunk["text"].decode() == "A red square on white paper."
     assert len(scripted_llm.prompts("describe_picture")) == 1

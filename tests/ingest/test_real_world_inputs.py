@@ -132,7 +132,7 @@ def test_records_per_chunk_is_shown_in_the_indexed_documents_list(rt, run_jobs):
     topic = create_topic(rt, "Inventory 2")
     doc, _ = upload(rt, topic, "inventory.csv", inventory_csv(40, 3))
     run_jobs()
-    indexed_with = json.loads(get_document(rt, doc.id).indexed_with_json)
+    indexed_with = get_document(rt, doc.id).indexed_with
     low, high = indexed_with["records_per_chunk"]
     assert 1 <= low <= high and high > 1
     assert f"{low}–{high} records per chunk" in indexed_with_text(indexed_with) or low == high
@@ -166,7 +166,7 @@ def test_jsonl_with_one_line_cut_off_indexes_the_rest_and_names_the_line(rt, run
     assert "line 46" in row.warning and "skipped" in row.warning
     joined = "\n".join(texts(rt, topic, doc.id))
     assert "ORD-0045" in joined and "ORD-0047" in joined and "ORD-0046" not in joined
-    assert json.loads(row.indexed_with_json)["reader"] == "jsonl records (59)"
+    assert row.indexed_with["reader"] == "jsonl records (59)"
 
 
 def test_jsonl_with_mostly_bad_lines_still_fails():

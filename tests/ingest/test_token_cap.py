@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -86,7 +85,7 @@ def test_the_tail_of_a_long_paragraph_is_found_by_dense_search(rt, run_jobs, emb
     top = rt.chunk_index(topic.id).search_vector(question, 1)[0]
     assert "Biscuit" in top.text
 
-    indexed_with = json.loads(row.indexed_with_json)
+    indexed_with = row.indexed_with
     assert indexed_with["chunks_split_to_fit"] == 1 and indexed_with["embedding_window_tokens"] == 256
     [listed] = [r for r in documents_table(rt, topic.name) if r[0] == "harbour.txt"]
     assert "1 chunk split to fit the embedder's 256-token window" in listed[4]

@@ -67,8 +67,7 @@ def test_stored_topic_with_removed_keys_still_loads(rt):
     create_topic(rt, "Old", settings={"top_k_results": 7})
     with rt.metadata.session() as s:
         row = s.get(TopicRow, get_topic(rt, "Old").id)
-        stored = json.loads(row.settings_json)
-        row.settings_json = json.dumps({**stored, "embedding_model": "local", "vector_database": "default", "language_model": "local"})
+        row.settings = {**row.settings, "embedding_model": "local", "vector_database": "default", "language_model": "local"}
         s.add(row)
     topic = get_topic(rt, "Old")
     assert topic.settings.top_k_results == 7 and "language_model" not in topic.settings.model_dump()
@@ -100,13 +99,20 @@ def test_topic_show_lists_each_setting_with_default_and_description(rt, capsys):
     assert rows["hop_depth"]["value"] == "2" and rows["hop_depth"]["default"] == "1" and rows["hop_depth"]["description"]
 
 
-def test_ocr_that_cannot_run_here_is_refused_when_set_with_the_reason(rt):
+def test_ocr_can_be_switched_on_where_the_engine_runs_and_is_refused_with_the_reason_where_not(rt, monkeypatch):
     from ragtopics.errors import InvalidSettingError
+    from ragtopics.ingest import ocr
     from ragtopics.topics.topics import create_topic, update_settings
 
-    with pytest.raises(InvalidSettingError, match="OCR cannot be switched on here: the embedded Docling has no OCR engine"):
-        create_topic(rt, "Scans", settings={"docling_settings": {"ocr": True}})
-    topic = create_topic(rt, "Scans")
+    assert ocr.engine_unavailable_reason() == ""  # installed with the product
+    scans = create_topic(rt, "Scans", settings={"docling_settings": {"ocr": True}})
+    assert scans.settings.docling_settings.ocr is True
+
+    # An installation where the engine does not import (e.g. no libGL for OpenCV) refuses it, saying why.
+    monkeypatch.setattr(ocr, "engine_unavailable_reason", lambda: "the OCR engine rapidocr-onnxruntime does not import (ImportError: libGL.so.1)")
+    with pytest.raises(InvalidSettingError, match=r"OCR cannot be switched on here: the OCR engine .* libGL\.so\.1"):
+        create_topic(rt, "Faxes", settings={"docling_settings": {"ocr": True}})
+    topic = create_topic(rt, "Faxes")
     with pytest.raises(InvalidSettingError, match="docling-serve URL"):
         update_settings(rt, topic.name, {"docling_settings": {"ocr": True, "table_structure": True, "page_range": "", "timeout_s": 300}})
     assert get_topic_ocr(rt, topic.name) is False

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragtopics.documents.uploads import get_document, receive_upload, set_job
+from ragtopics.documents.uploads import enqueue_document, get_document, upload_file
 from ragtopics.errors import EmbeddingMismatchError
 from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from ragtopics.topics.topics import create_topic, reembed_topic
-from ragtopics.worker.queue import enqueue_ingest
 
 
 def _chunk(dims: int, n: int = 0) -> ChunkRecord:
@@ -53,15 +52,14 @@ def test_an_index_from_before_the_record_is_adopted_when_its_dims_match(rt):
 
 def test_reembed_topic_rebuilds_the_index_with_the_configured_model(rt, run_jobs):
     topic = create_topic(rt, "Manuals", settings={"chunk_size": 200, "chunk_overlap": 20})
-    doc = receive_upload(rt, topic, "valves.md", b"Valve 7 is serviced every nine months.\n\nPump 3 runs dry.")
-    set_job(rt, doc.id, enqueue_ingest(rt, topic.id, doc.id))
+    doc = upload_file(rt, topic, "valves.md", b"Valve 7 is serviced every nine months.\n\nPump 3 runs dry.")
     run_jobs()
     index = rt.chunk_index(topic.id)
     rt.redis.hset(index.record_key, "embedding_model", "text-embedding-3-small")  # as if built by another model
     with pytest.raises(EmbeddingMismatchError, match="text-embedding-3-small"):
         index.search_vector(np.ones(index.dims, dtype=np.float32), 1)
 
-    jobs = reembed_topic(rt, "Manuals", enqueue_ingest)
+    jobs = reembed_topic(rt, "Manuals", enqueue_document)
     assert len(jobs) == 1 and get_document(rt, doc.id).status == "queued"
     run_jobs()
     row = get_document(rt, doc.id)

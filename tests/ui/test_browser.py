@@ -130,3 +130,42 @@ def test_stopping_the_first_answer_of_a_chat_leaves_the_chat_usable(page, rt, ru
     with rt.metadata.session() as s:
         sessions = s.exec(select(ChatSessionRow).where(ChatSessionRow.topic_id == topic.id)).all()
     assert [[t.question for t in session_turns(rt, x.id)] for x in sessions] == [["How much does kettle K-3 hold?"]]
+
+
+def test_deleting_a_cited_document_in_the_console(page, rt, run_jobs, scripted_llm, tmp_path):
+    """Ask, delete the cited file with the confirmation naming it, then: the old link refuses with a page, a follow-up finds nothing."""
+    import urllib.request
+
+    topic, box = kettle_chat(page, rt, run_jobs, scripted_llm, "Delete Topic")
+    box.fill("When does kettle K-2 switch off?")
+    box.press("Enter")
+    link = page.locator("#chatbot").get_by_role("link", name="kettles.txt").last
+    link.wait_for(timeout=20000)
+    href = link.get_attribute("href")
+
+    page.get_by_role("tab", name="Upload").click()
+    page.locator("#upload-topic input").click()
+    page.get_by_role("option", name="Delete Topic").click()
+    page.locator("#delete-document-choice input").click()
+    page.get_by_role("option", name="kettles.txt").click()
+    page.get_by_role("button", name="Delete document…").click()
+    page.get_by_text("Delete kettles.txt from Topic Delete Topic?").wait_for()
+    page.screenshot(path=str(tmp_path / "delete-confirm.png"))
+    page.get_by_role("button", name="Delete kettles.txt").click()
+    page.locator("#delete-document-status").get_by_text("Deleted kettles.txt").wait_for(timeout=10000)
+    assert "kettles.txt" not in page.locator("#documents").inner_text()
+
+    base = page.url.rstrip("/")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(base + href)
+    body = refused.value.read().decode()
+    assert refused.value.code == 410 and "This file is no longer stored" in body and "Traceback" not in body
+
+    scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1]."
+    page.get_by_role("tab", name="Chat").click()
+    box.fill("And kettle K-2 again?")
+    box.press("Enter")
+    page.locator("#chatbot").get_by_text(topic.settings.no_answer_response).last.wait_for(timeout=20000)
+    page.locator("#chatbot").get_by_text("kettles.txt · removed").wait_for(timeout=10000)  # the earlier answer's line
+    assert page.locator("#chatbot").get_by_role("link", name="kettles.txt").count() == 0
+    page.screenshot(path=str(tmp_path / "after-delete.png"))

@@ -66,7 +66,9 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] == "Every 90 days [pumps.txt]." and out["route"] == "SEARCH"
     assert out["sources"][0]["file"] == "pumps.txt"
-    assert set(out["sources"][0]) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status"}
+    assert set(out["sources"][0]) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status", "pages",
+                                      "location"}  # fmt: skip
+    assert (out["sources"][0]["pages"], out["sources"][0]["location"]) == ([], "")  # a text file has no pages
     assert out["sources"][0]["reason"] == "cited" and out["sources"][0]["link"].startswith("/files/")
     assert {"retrieve", "answer", "total"} <= set(out["timings_ms"]) and out["route_reason"] == ""
     assert main(["docs", "Fleet", "--json"]) == 0
@@ -90,11 +92,9 @@ def test_unknown_topic_is_a_clear_error(rt, capsys):
 def test_ask_with_an_attachment_and_a_refused_one(rt, run_jobs, scripted_llm, tmp_path, capsys):
     main(["topic", "create", "Notes", "--set", "min_similarity_score=0"])
     (tmp_path / "a.txt").write_text("The generator is tested on Mondays.")
-    from ragtopics.documents.uploads import receive_upload
-    from ragtopics.worker.queue import enqueue_ingest
+    from ragtopics.documents.uploads import upload_file
 
-    doc = receive_upload(rt, get_topic(rt, "Notes"), "a.txt", (tmp_path / "a.txt").read_bytes())
-    enqueue_ingest(rt, doc.topic_id, doc.id)
+    upload_file(rt, get_topic(rt, "Notes"), "a.txt", (tmp_path / "a.txt").read_bytes())
     run_jobs()
     scripted_llm.replies["answer"] = "On Mondays [S1]."
     (tmp_path / "memo.md").write_text("Memo: the generator test moved to Tuesday.")

@@ -1,0 +1,1 @@
+"""Revision scripts, one per schema change, named ``<4-digit revision>_<slug>.py``."""

@@ -1,0 +1,175 @@
+"""Deleting a Topic: its index, documents, chats, traces, prompts, stored files and job records.
+
+Like a document delete (:mod:`ragtopics.documents.delete`), a Topic delete is a
+sequence of named, idempotent steps (:data:`TOPIC_DELETE_STEPS`) that other parts of
+the product extend with :func:`add_topic_delete_step` (a GraphRAG Topic adds its
+graph). The SQL rows go last, so a delete that stopped half-way can be run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rq.job import Job
+
+from ragtopics.runtime import Runtime
+from ragtopics.storage import documents as document_store
+from ragtopics.storage import topics as topic_store
+from ragtopics.storage.locks import document_lock
+from ragtopics.topics.topics import Topic, get_topic, update_settings
+from ragtopics.worker.queue import queue_for
+
+log = logging.getLogger(__name__)
+
+#: How long a Topic delete waits for jobs of its documents that are running right now, in seconds.
+RUNNING_JOB_WAIT_S = 30.0
+
+
+@dataclass
+class TopicDeletion:
+    """What a Topic delete works on, and what each step removed.
+
+    Attributes:
+        rt: the runtime.
+        topic: the Topic.
+        removed: counts by kind (``redis_keys``, ``files``, ``jobs``, table names, ...).
+        notes: things the operator should know (a job still running, Topics disconnected).
+    """
+
+    rt: Runtime
+    topic: Topic
+    removed: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, kind: str, n: int) -> None:
+        """Add ``n`` removed things of ``kind``."""
+        self.removed[kind] = self.removed.get(kind, 0) + n
+
+
+TopicDeleteStep = Callable[[TopicDeletion], None]
+
+
+def topic_job_ids(rt: Runtime, topic_id: str) -> list[str]:
+    """Ids of every RQ job record (queued, running, finished, failed, ...) that belongs to a Topic."""
+    queue = queue_for(rt)
+    registries = (queue.started_job_registry, queue.finished_job_registry, queue.failed_job_registry,
+                  queue.canceled_job_registry, queue.deferred_job_registry, queue.scheduled_job_registry)  # fmt: skip
+    candidates = set(queue.get_job_ids())
+    for registry in registries:
+        candidates.update(registry.get_job_ids())
+    candidates.update(document_store.job_ids(rt.metadata, topic_id))
+    jobs = Job.fetch_many(sorted(candidates), connection=rt.redis)
+    return [job.id for job in jobs if job is not None and (job.meta.get("topic_id") == topic_id or job.args[:1] == (topic_id,))]
+
+
+def _stop_documents(d: TopicDeletion) -> None:
+    """Mark every document ``deleting`` (running jobs stop at their next step) and cancel queued jobs."""
+    rows = document_store.topic_documents(d.rt.metadata, d.topic.id)
+    for row in rows:
+        with document_lock(d.rt.redis, row.id):
+            document_store.begin_delete(d.rt.metadata, row.id)
+    for job in Job.fetch_many(topic_job_ids(d.rt, d.topic.id), connection=d.rt.redis):
+        if job is not None and job.get_status(refresh=True) in ("queued", "deferred", "scheduled"):
+            job.cancel()
+
+
+def _drop_index(d: TopicDeletion) -> None:
+    """Drop the Topic's chunk index with its chunks, and every other Redis key under the Topic's prefix."""
+    index = d.rt.chunk_index(d.topic.id)
+    d.count("chunks", index.count())
+    index.drop()
+    keys = list(d.rt.redis.scan_iter(match=f"rt:{d.topic.id}:*", count=1000))
+    if keys:
+        d.rt.redis.delete(*keys)
+    d.count("redis_keys", len(keys))
+
+
+def _remove_jobs(d: TopicDeletion) -> None:
+    """Remove the Topic's job records; waits up to RUNNING_JOB_WAIT_S for running jobs to stop first."""
+    deadline = time.monotonic() + RUNNING_JOB_WAIT_S
+    while True:
+        jobs = [j for j in Job.fetch_many(topic_job_ids(d.rt, d.topic.id), connection=d.rt.redis) if j is not None]
+        running = [j for j in jobs if j.get_status(refresh=True) == "started"]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for job in jobs:
+        if job not in running:
+            job.delete()
+            d.count("jobs", 1)
+    if running:
+        d.notes.append(f"{len(running)} indexing job(s) were still running; they stop at their next step and store nothing")
+
+
+def _disconnect(d: TopicDeletion) -> None:
+    """Remove the Topic from the MCP Interfaces of every Topic connected to it."""
+    for row in topic_store.all_topics(d.rt.metadata):
+        if row.id == d.topic.id:
+            continue
+        other = get_topic(d.rt, row.id)
+        names = list(getattr(other.settings, "mcp_interfaces", []) or [])
+        kept = [n for n in names if n not in (d.topic.name, d.topic.id)]
+        if kept != names:
+            update_settings(d.rt, other.id, {"mcp_interfaces": kept})
+            d.notes.append(f"Topic {other.name!r} is no longer connected to it")
+
+
+def _remove_rows(d: TopicDeletion) -> None:
+    """Delete the Topic's SQL rows: chats, pictures, documents, traces, prompt overrides, settings versions, the Topic."""
+    for table, n in topic_store.delete_topic_rows(d.rt.metadata, d.topic.id).items():
+        d.count(table, n)
+
+
+def _remove_files(d: TopicDeletion) -> None:
+    """Remove the Topic's folder in the file store (every document version and picture)."""
+    folder = d.rt.blobs.root / d.topic.id
+    if folder.exists():
+        d.count("files", sum(1 for p in folder.rglob("*") if p.is_file()))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The steps of a Topic delete, in order: ``(name, step)``.
+TOPIC_DELETE_STEPS: list[tuple[str, TopicDeleteStep]] = [
+    ("stop_documents", _stop_documents),
+    ("drop_index", _drop_index),
+    ("remove_jobs", _remove_jobs),
+    ("disconnect", _disconnect),
+    ("remove_files", _remove_files),
+    ("remove_rows", _remove_rows),
+]
+
+
+def add_topic_delete_step(name: str, step: TopicDeleteStep, *, before: str = "remove_files") -> None:
+    """Insert a step into :data:`TOPIC_DELETE_STEPS` before the step ``before`` (idempotent by name).
+
+    Raises:
+        ValueError: when ``before`` names no step.
+    """
+    names = [n for n, _ in TOPIC_DELETE_STEPS]
+    if name in names:
+        return
+    if before not in names:
+        raise ValueError(f"no Topic delete step {before!r}; steps are {names}")
+    TOPIC_DELETE_STEPS.insert(names.index(before), (name, step))
+
+
+def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
+    """Delete a Topic and everything it holds.
+
+    Returns:
+        The deletion, with what was removed (``removed``) and notes for the operator.
+
+    Raises:
+        NotFoundError: when there is no such Topic.
+    """
+    topic = get_topic(rt, name_or_id)
+    deletion = TopicDeletion(rt, topic)
+    for name, step in TOPIC_DELETE_STEPS:
+        step(deletion)
+        log.debug("delete Topic %s: %s done", topic.name, name)
+    log.info("deleted Topic %r (%s): %s", topic.name, topic.id, deletion.removed)
+    return deletion

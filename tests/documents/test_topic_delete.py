@@ -1,0 +1,83 @@
+"""Deleting a Topic leaves no Redis key, SQL row or stored file of it behind; other Topics are untouched."""
+
+from __future__ import annotations
+
+from ragtopics.answer.turn import ask
+from ragtopics.documents.uploads import upload_file
+from ragtopics.prompts.resolve import set_prompt
+from ragtopics.storage.topics import count_topic_rows
+from ragtopics.topics.delete import delete_topic, topic_job_ids
+from ragtopics.topics.topics import create_topic, get_topic, list_topics
+from ragtopics.ui.cli import main
+
+
+def footprint(rt, topic_id: str) -> dict[str, int]:
+    """What a Topic holds: its Redis keys (chunks, index record, job records), rows by table, stored files."""
+    folder = rt.blobs.root / topic_id
+    index_names = {n.decode() if isinstance(n, bytes) else n for n in rt.redis.execute_command("FT._LIST")}
+    return {
+        "redis_keys": sum(1 for _ in rt.redis.scan_iter(match=f"rt:{topic_id}:*", count=1000)),
+        "job_records": len(topic_job_ids(rt, topic_id)),
+        "search_index": int(f"rt-{topic_id}-chunks" in index_names),
+        "rows": sum(count_topic_rows(rt.metadata, topic_id).values()),
+        "files": sum(1 for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0,
+    }
+
+
+def test_deleting_a_topic_with_50_documents_leaves_nothing_behind(rt, run_jobs, scripted_llm, capsys):
+    big = create_topic(rt, "Fifty", settings={"chunk_size": 200, "chunk_overlap": 0, "retrieval_strategy": "HYBRID",
+                                              "min_similarity_score": 0})  # fmt: skip
+    other = create_topic(rt, "Neighbour", settings={"mcp_interfaces": ["Fifty"]})
+    for n in range(50):
+        text = f"Document {n}. Pump P{n} is serviced every {n + 2} months by crew {n % 7}. " * 4
+        upload_file(rt, big, f"doc-{n:02d}.md", text.encode())
+    upload_file(rt, other, "own.md", b"The neighbour keeps its own file about valves.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "Every 5 months [S1]."
+    for question in ("How often is pump P3 serviced?", "Which crew services pump P10?"):
+        final = list(ask(rt, big, question))[-1]
+        assert final.sources
+    set_prompt(rt, big.id, "system", "You answer for the plant $topic_name. $custom_system_prompt")
+    other_before = footprint(rt, other.id)
+
+    before = footprint(rt, big.id)
+    deletion = delete_topic(rt, "Fifty")
+    after = footprint(rt, big.id)
+    print(f"\nTopic with 50 documents, before delete: {before}; after: {after}; removed: {deletion.removed}")
+
+    assert before["redis_keys"] >= 51 and before["job_records"] == 50 and before["files"] == 50
+    assert before["rows"] >= 50 + 2 + 2 + 1  # documents, turns, sessions, the Topic (plus traces, versions, prompts)
+    assert after == {"redis_keys": 0, "job_records": 0, "search_index": 0, "rows": 0, "files": 0}
+    assert [t.name for t in list_topics(rt)] == ["Neighbour"]
+    assert get_topic(rt, "Neighbour").settings.mcp_interfaces == []
+    assert deletion.notes == ["Topic 'Neighbour' is no longer connected to it"]
+    assert footprint(rt, other.id)["files"] == other_before["files"]
+    assert footprint(rt, other.id)["redis_keys"] == other_before["redis_keys"]
+
+
+def test_topic_delete_on_the_command_line_needs_yes(rt, run_jobs, capsys):
+    topic = create_topic(rt, "Scratch")
+    upload_file(rt, topic, "a.md", b"Scratch notes about the compressor.")
+    run_jobs()
+    assert main(["topic", "delete", "Scratch"]) == 2
+    assert "add --yes to confirm" in capsys.readouterr().err
+    assert [t.name for t in list_topics(rt)] == ["Scratch"]
+    assert main(["topic", "delete", "Scratch", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("deleted Topic 'Scratch': ") and "1 files" in out and "1 document" in out
+    assert list_topics(rt) == []
+    assert main(["topic", "delete", "Scratch", "--yes"]) == 2
+    assert "no Topic called 'Scratch'" in capsys.readouterr().err
+
+
+def test_document_delete_on_the_command_line(rt, run_jobs, capsys):
+    topic = create_topic(rt, "Docs")
+    upload_file(rt, topic, "a.md", b"Alpha notes.")
+    upload_file(rt, topic, "b.md", b"Beta notes.")
+    run_jobs()
+    assert main(["docs", "Docs", "--delete", "a.md"]) == 0
+    assert capsys.readouterr().out.startswith("deleted a.md from Topic 'Docs': 1 chunks")
+    assert main(["docs", "Docs"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["b.md"]
+    assert main(["docs", "Docs", "--delete", "a.md"]) == 2
+    assert "Topic 'Docs' has no document 'a.md'; its documents are: b.md" in capsys.readouterr().err
