@@ -31,3 +31,16 @@ def test_a_scan_with_ocr_is_indexed_with_its_recognised_text(rt, run_jobs):
     text = squashed(" ".join(chunk_texts(rt, topic, doc.id)))
     assert "invoice4711" in text and "95.20" in text and "quillfeather" in text
     assert "no text layer" not in (row.warning or "")
+
+
+def test_a_question_about_an_unread_scan_gets_the_no_answer_response(rt, run_jobs, scripted_llm):
+    from ragtopics.answer.turn import ask
+
+    topic = create_topic(rt, "Scans asked")
+    upload_file(rt, topic, "scan.pdf", scanned_invoice_pdf())
+    upload_file(rt, topic, "canteen.md", b"The canteen opens at eight and serves soup on Fridays.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "The total due is 12.00 EUR [S1]."  # whatever it is shown, it must not be asked
+    final = list(ask(rt, topic, "What is the total due on invoice 4711 from Quillfeather Ltd?"))[-1]
+    assert final.no_answer and final.text == topic.settings.no_answer_response and final.sources == []
+    assert scripted_llm.prompts("answer") == []
