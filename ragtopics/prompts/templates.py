@@ -178,10 +178,36 @@ CONTEXT_LINE = PromptTemplate(
     "Chunking Strategy SEMANTIC: one call per chunk at upload.",
 )
 
+GRAPH_EXTRACTION = PromptTemplate(
+    "graph_extraction",
+    "List the entities and relationships in the text below.\n"
+    "Entities: the people, organisations, places, products, parts, codes, events and key concepts it names. "
+    "For each give its name exactly as written, a short upper-case type (PERSON, ORGANIZATION, PLACE, PRODUCT, "
+    "PART, CODE, EVENT, CONCEPT), one or two sentences on what the text says about it, and other names or "
+    "abbreviations the text uses for it.\n"
+    "Relationships: pairs of listed entities that the text connects. Source and target must be names from your "
+    "entity list. Give a short description in the text's words and a strength from 1 (mentioned together) "
+    "to 10 (tightly bound).\n"
+    "Reply as JSON with entities and relationships; use empty lists when the text names nothing.\n\nText:\n$text",
+    "GraphRAG Graph Extraction (method LLM): one call per chunk at upload.",
+)
+
+COMMUNITY_REPORT = PromptTemplate(
+    "community_report",
+    "Below are the entities and relationships of one community of a knowledge graph: a group of closely "
+    "connected things from the same documents.\n"
+    "Write a report on it. Use only the facts listed.\n"
+    "Reply as JSON with title (a short name for the group, at most ten words) and summary (three to six "
+    "sentences on what the group is about and how its main members are connected).\n\n"
+    "Entities:\n$entities\n\nRelationships:\n$relationships",
+    "GraphRAG community reports: one call per changed community at a rebuild.",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
         SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
-        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE,
+        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE, GRAPH_EXTRACTION,
+        COMMUNITY_REPORT,
     )
 }
