@@ -17,6 +17,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -85,12 +86,32 @@ def _remove_traces(d: Deletion) -> None:
     d.count("traces", delete_owner_traces(d.rt.metadata, f"document:{d.document.id}"))
 
 
+def remove_folder(folder: Path) -> int:
+    """Remove a folder of the file store with everything in it; returns how many files it held (0 when absent)."""
+    if not folder.exists():
+        return 0
+    files = sum(1 for p in folder.rglob("*") if p.is_file())
+    shutil.rmtree(folder, ignore_errors=True)
+    return files
+
+
+def insert_step(steps: list[tuple[str, Callable]], name: str, step: Callable, *, before: str) -> None:
+    """Insert ``(name, step)`` into a delete sequence before the step ``before`` (idempotent by name).
+
+    Raises:
+        ValueError: when ``before`` names no step.
+    """
+    names = [n for n, _ in steps]
+    if name in names:
+        return
+    if before not in names:
+        raise ValueError(f"no delete step {before!r}; steps are {names}")
+    steps.insert(names.index(before), (name, step))
+
+
 def _remove_files(d: Deletion) -> None:
     """Remove the document's folder in the file store: every stored version and picture (signed links then fail)."""
-    folder = d.rt.blobs.root / d.topic_id / d.document.id
-    if folder.exists():
-        d.count("files", sum(1 for p in folder.rglob("*") if p.is_file()))
-        shutil.rmtree(folder, ignore_errors=True)
+    d.count("files", remove_folder(d.rt.blobs.root / d.topic_id / d.document.id))
 
 
 #: The steps of a document delete, in order: ``(name, step)``.
@@ -108,12 +129,7 @@ def add_delete_step(name: str, step: DeleteStep, *, before: str = "remove_files"
     Raises:
         ValueError: when ``before`` names no step.
     """
-    names = [n for n, _ in DOCUMENT_DELETE_STEPS]
-    if name in names:
-        return
-    if before not in names:
-        raise ValueError(f"no delete step {before!r}; steps are {names}")
-    DOCUMENT_DELETE_STEPS.insert(names.index(before), (name, step))
+    insert_step(DOCUMENT_DELETE_STEPS, name, step, before=before)
 
 
 def delete_document(rt: Runtime, topic: Topic, file_name: str) -> dict[str, int]:

@@ -9,13 +9,13 @@ graph). The SQL rows go last, so a delete that stopped half-way can be run again
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rq.job import Job
 
+from ragtopics.documents.delete import insert_step, remove_folder
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
@@ -126,10 +126,7 @@ def _remove_rows(d: TopicDeletion) -> None:
 
 def _remove_files(d: TopicDeletion) -> None:
     """Remove the Topic's folder in the file store (every document version and picture)."""
-    folder = d.rt.blobs.root / d.topic.id
-    if folder.exists():
-        d.count("files", sum(1 for p in folder.rglob("*") if p.is_file()))
-        shutil.rmtree(folder, ignore_errors=True)
+    d.count("files", remove_folder(d.rt.blobs.root / d.topic.id))
 
 
 #: The steps of a Topic delete, in order: ``(name, step)``.
@@ -149,12 +146,7 @@ def add_topic_delete_step(name: str, step: TopicDeleteStep, *, before: str = "re
     Raises:
         ValueError: when ``before`` names no step.
     """
-    names = [n for n, _ in TOPIC_DELETE_STEPS]
-    if name in names:
-        return
-    if before not in names:
-        raise ValueError(f"no Topic delete step {before!r}; steps are {names}")
-    TOPIC_DELETE_STEPS.insert(names.index(before), (name, step))
+    insert_step(TOPIC_DELETE_STEPS, name, step, before=before)
 
 
 def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
