@@ -153,6 +153,8 @@ def delete_document(rt: Runtime, topic: Topic, file_name: str) -> dict[str, int]
 
 def delete_document_by_id(rt: Runtime, topic_id: str, document_id: str) -> dict[str, int]:
     """Delete a document by id (see :func:`delete_document`); a document already gone removes nothing."""
+    import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the document's share of the graph)
+
     with document_lock(rt.redis, document_id):
         before = document_store.get_document(rt.metadata, document_id)
         row = document_store.begin_delete(rt.metadata, document_id)

@@ -26,7 +26,7 @@ from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadR
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
-from ragtopics.settings.topic import RagTopicSettings
+from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
@@ -70,9 +70,25 @@ class IngestResult:
     reason: str = ""
 
 
-def chunk_id_for(document_id: str, position: int, text: str) -> str:
-    """Content-hash chunk id: ``chunk-`` + 16 hex digits of SHA-1 over document, position and text."""
-    return "chunk-" + hashlib.sha1(f"{document_id}\0{position}\0{text}".encode()).hexdigest()[:16]
+def chunk_id_for(document_id: str, text: str, occurrence: int = 0) -> str:
+    """Content-hash chunk id: ``chunk-`` + 16 hex digits of SHA-1 over document, text and occurrence.
+
+    The position is not part of it (it is stored as a field), so a chunk keeps its id when
+    an edit elsewhere in the file moves it: a GraphRAG re-upload re-extracts only the
+    chunks whose text changed. ``occurrence`` counts earlier chunks of the same document
+    with the same text (0 for the first), so repeated texts still get distinct ids.
+    """
+    return "chunk-" + hashlib.sha1(f"{document_id}\0{occurrence}\0{text}".encode()).hexdigest()[:16]
+
+
+def chunk_ids_for(document_id: str, texts: list[str]) -> list[str]:
+    """:func:`chunk_id_for` of each chunk text of a document, in order."""
+    seen: dict[str, int] = {}
+    ids = []
+    for text in texts:
+        ids.append(chunk_id_for(document_id, text, seen.get(text, 0)))
+        seen[text] = seen.get(text, 0) + 1
+    return ids
 
 
 def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None, *, job_id: str | None = None,
@@ -110,7 +126,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
             progress(phase, done, total)
 
     topic = get_topic(rt, doc.topic_id)
-    cfg = topic.settings
+    cfg = ingest_settings(topic.settings)
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
     trace = Trace("upload", doc.file_name)
     new_blobs: list[str] = []
@@ -142,22 +158,35 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords)
         pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
         tags = _link(pieces, result, descriptions, pictures, trace)
+        ids = chunk_ids_for(doc.id, [p.text for p in pieces])
         records = [
-            ChunkRecord(chunk_id=chunk_id_for(doc.id, n, p.text), document_id=doc.id, file_name=doc.file_name,
+            ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
                         position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
                         context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
             for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
         ]
+        graph = _plan_graph(rt, topic, records, report, trace) if topic.kind == "graphrag" else None
         report("storing", len(pieces), len(pieces))
         status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
-        warning = _warning(records, read_warnings, doc, topic.name)
+        warning = _warning(records, read_warnings, doc, topic.name, graph)
         indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, descriptions, capped, trace)
+        if graph is not None:
+            indexed_with["graph"] = graph.summary()
         with document_lock(rt.redis, doc.id):  # a newer upload or a delete waits until the swap is complete
             with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, result, pictures, new_blobs)
-                replaced = rt.chunk_index(topic.id).replace_document(doc.id, records)
+                index = rt.chunk_index(topic.id)
+                old_ids = index.document_chunk_ids(doc.id) if graph is not None else []
+                replaced = index.replace_document(doc.id, records)
                 ev.data["replaced"] = replaced
+                if graph is not None:
+                    from ragtopics.graph.ingest import apply_graph
+                    from ragtopics.graph.lifecycle import mark_recompute_due
+
+                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, old_ids)
+                    mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
+                    ev.data["graph"] = {**graph.summary(), "removed": removal.__dict__ if hasattr(removal, "__dict__") else str(removal)}
             _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, pictures)
     except SupersededError as exc:
         _drop_unused(rt, doc.id, new_blobs)
@@ -173,9 +202,12 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
 
 
-def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: DocumentRow, topic_name: str) -> str:
-    """The warning kept with the document: no readable text, and what the readers warned about."""
+def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: DocumentRow, topic_name: str, graph=None) -> str:
+    """The warning kept with the document: no readable text, what the readers warned about, failed graph extractions."""
     warnings = ([] if records else ["no readable text: the file is stored, but nothing of it can be found"])
+    if graph is not None and graph.failed:
+        first = next(iter(graph.failed.values()))
+        warnings.append(f"graph extraction failed for {len(graph.failed)} chunk(s), stored without entities: {first}")
     if read_warnings:
         more = f" (and {len(read_warnings) - 1} more like it)" if len(read_warnings) > 1 else ""
         warnings.append(f"{len(read_warnings)} warning(s) while reading: {read_warnings[0]}{more}")
@@ -455,3 +487,28 @@ def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, tra
     if doc is not None:
         save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
                    topic_id=doc.topic_id)  # fmt: skip
+
+
+def _plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace):
+    """GraphRAG: extraction, deduplication and entity embeddings for the version (see :mod:`ragtopics.graph.ingest`)."""
+    from ragtopics.graph.ingest import plan_graph  # the NLP library loads only for GraphRAG Topics
+
+    return plan_graph(rt, topic, records, report, trace)
+
+
+def ingest_settings(settings: TopicSettings) -> RagTopicSettings:
+    """The upload settings of a Topic as the RAG steps read them.
+
+    A GraphRAG Topic reads, chunks (RECURSIVE, structured files always flattened) and
+    embeds its files as a RAG Topic does; its keyword index follows Local Keyword
+    Search; its pictures are stored unless Picture Handling is IGNORE.
+    """
+    if not isinstance(settings, GraphRagTopicSettings):
+        return settings
+    return RagTopicSettings(
+        file_types=settings.file_types, max_file_size_mb=settings.max_file_size_mb, chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap, docling_server=settings.docling_server,
+        docling_settings=settings.docling_settings, import_strategy="FLATTEN", chunking_strategy="RECURSIVE",
+        store_pictures=settings.picture_handling != "IGNORE",
+        retrieval_strategy="HYBRID" if settings.local_keyword_search else "DENSE", keyword_enrichment="ALGORITHMIC",
+    )  # fmt: skip

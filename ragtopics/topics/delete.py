@@ -158,6 +158,8 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
+    import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
+
     topic = get_topic(rt, name_or_id)
     deletion = TopicDeletion(rt, topic)
     for name, step in TOPIC_DELETE_STEPS:

@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--delete", metavar="FILE", default=None,
                       help="delete the document FILE: its chunks, keywords, pictures, stored files and links")
 
+    graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, or one entity (JSON)")
+    graph.add_argument("topic")
+    shown = graph.add_mutually_exclusive_group(required=True)
+    shown.add_argument("--stats", action="store_true", help="chunks, entities, relationships, communities, summaries, last run")
+    shown.add_argument("--entity", metavar="NAME", help="an entity (by name or alias): relationships and communities")
+    communities = sub.add_parser("communities", help="rebuild a GraphRAG Topic's communities and their summaries")
+    communities.add_argument("topic")
+    communities.add_argument("--recompute", action="store_true", required=True, help="enqueue a rebuild now")
+    communities.add_argument("--wait", action="store_true", help="wait for the rebuild and print its counts")
+
     ask = sub.add_parser("ask", help="ask a Topic a question")
     ask.add_argument("topic")
     ask.add_argument("question")
@@ -319,6 +329,43 @@ def _cmd_db(args) -> int:
     return 0
 
 
+def _cmd_graph(args) -> int:
+    from ragtopics.graph.report import entity_info, graph_stats
+    from ragtopics.runtime import get_runtime
+    from ragtopics.topics.topics import get_topic
+
+    rt = get_runtime()
+    rt.check_store()
+    topic = get_topic(rt, args.topic)
+    shown = graph_stats(rt, topic) if args.stats else entity_info(rt, topic, args.entity)
+    print(json.dumps(shown, indent=2, ensure_ascii=False, default=str))
+    return 0
+
+
+def _cmd_communities(args) -> int:
+    from ragtopics.runtime import get_runtime
+    from ragtopics.topics.topics import get_topic
+    from ragtopics.worker.queue import enqueue_communities, job_progress
+
+    rt = get_runtime()
+    rt.check_store()
+    topic = get_topic(rt, args.topic)
+    job_id = enqueue_communities(rt, topic)
+    print(f"community rebuild of Topic {topic.name!r} enqueued (job {job_id})", file=sys.stderr)
+    if not args.wait:
+        return 0
+    while not (p := job_progress(rt, job_id)).is_final:
+        if p.total:
+            print(f"\r{p.phase} {p.done}/{p.total}", end="", file=sys.stderr)
+        time.sleep(0.3)
+    print(file=sys.stderr)
+    if p.status != "finished":
+        print(f"error: the rebuild failed: {p.error or p.status}", file=sys.stderr)
+        return 1
+    print(json.dumps(p.result, indent=2, default=str))
+    return 0
+
+
 _COMMANDS = {
     "up": _cmd_up,
     "worker": _cmd_worker,
@@ -326,6 +373,8 @@ _COMMANDS = {
     "topic": _cmd_topic,
     "ingest": _cmd_ingest,
     "docs": _cmd_docs,
+    "graph": _cmd_graph,
+    "communities": _cmd_communities,
     "ask": _cmd_ask,
     "db": _cmd_db,
 }

@@ -1,0 +1,86 @@
+"""How a GraphRAG Topic extends the delete sequences, and when its communities are due for a recompute.
+
+Importing this module adds, once:
+
+- to a document delete (:mod:`ragtopics.documents.delete`): ``remove_graph_share``,
+  which removes the document's chunk ids from every entity's and relationship's
+  provenance (deleting what is left without any) and marks a recompute as due;
+- to a Topic delete (:mod:`ragtopics.topics.delete`): ``drop_graph``, which deletes the
+  Topic's FalkorDB graph and every RediSearch index named for the Topic.
+
+Community summaries are not rewritten by an upload or a delete: the Topic records
+that a recompute is due, and the next rebuild (Refresh Cycle or Recompute Communities
+Now) brings them up to date.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ragtopics.documents.delete import Deletion, add_delete_step
+from ragtopics.graph.store import GraphStore
+from ragtopics.runtime import Runtime
+from ragtopics.topics.delete import TopicDeletion, add_topic_delete_step
+from ragtopics.topics.topics import get_topic
+
+log = logging.getLogger(__name__)
+
+
+def due_key(topic_id: str) -> str:
+    """The Redis key that says why a Topic's communities are due for a recompute (absent: up to date)."""
+    return f"rt:{topic_id}:communities:due"
+
+
+def mark_recompute_due(rt: Runtime, topic_id: str, reason: str) -> None:
+    """Record that the communities of a Topic no longer match its graph (shown in the console and ``graph --stats``)."""
+    rt.redis.hset(due_key(topic_id), mapping={"reason": reason, "since": f"{time.time():.0f}"})
+
+
+def recompute_due(rt: Runtime, topic_id: str) -> str:
+    """Why a recompute is due, or "" when the communities are up to date."""
+    reason = rt.redis.hget(due_key(topic_id), "reason")
+    return reason.decode() if isinstance(reason, bytes) else (reason or "")
+
+
+def clear_recompute_due(rt: Runtime, topic_id: str) -> None:
+    """Forget the due mark (after a rebuild)."""
+    rt.redis.delete(due_key(topic_id))
+
+
+def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
+    topic = get_topic(rt, topic_id)
+    if topic.kind != "graphrag":
+        return None
+    return GraphStore(rt.redis, topic.id, getattr(topic.settings, "collection_name", "") or "")
+
+
+def _remove_graph_share(d: Deletion) -> None:
+    """Remove the document's share of the graph; entities other documents also mention stay."""
+    store = _graph_store(d.rt, d.topic_id)
+    if store is None or not store.exists():
+        return
+    report = store.remove_document(d.document.id)
+    d.count("entities", report.entities_removed)
+    d.count("relationships", report.relationships_removed)
+    d.count("entities_kept", report.entities_kept)
+    mark_recompute_due(d.rt, d.topic_id, f"{d.document.file_name} was deleted")
+    log.info("graph share of %s removed: %s", d.document.file_name, report)
+
+
+def _drop_graph(t: TopicDeletion) -> None:
+    """Delete the Topic's graph, and every RediSearch index named for the Topic (entities, community reports)."""
+    if t.topic.kind == "graphrag":
+        store = GraphStore(t.rt.redis, t.topic.id, getattr(t.topic.settings, "collection_name", "") or "")
+        if store.exists():
+            t.count("graph_entities", store.stats().get("entities", 0))
+            store.drop()
+    names = [n.decode() if isinstance(n, bytes) else n for n in t.rt.redis.execute_command("FT._LIST")]
+    for name in names:
+        if name.startswith(f"rt-{t.topic.id}-"):
+            t.rt.redis.execute_command("FT.DROPINDEX", name, "DD")
+            t.count("search_indexes", 1)
+
+
+add_delete_step("remove_graph_share", _remove_graph_share, before="remove_files")
+add_topic_delete_step("drop_graph", _drop_graph, before="drop_index")
