@@ -261,6 +261,17 @@ class CommunityIndex:
         docs = self.client.ft(self.index.name).search(query).docs
         return [_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, float(doc.score)) for doc in docs]
 
+    def communities_of(self, entity_id: str, k: int = 20) -> list[CommunityHit]:
+        """The reports whose community holds ``entity_id`` (a tag query on ``entity_ids``); score 0.
+
+        Returns ``[]`` before the first rebuild (no index yet).
+        """
+        if not self.index.exists():
+            return []
+        query = Query(f"@entity_ids:{{{_escape_tag(entity_id)}}}").paging(0, k).return_fields(*_RETURN_FIELDS).dialect(2)
+        docs = self.client.ft(self.index.name).search(query).docs
+        return [_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, 0.0) for doc in docs]
+
     def count(self) -> int:
         """Number of stored reports (0 when the index does not exist)."""
         if not self.index.exists():
@@ -300,3 +311,8 @@ def _decode(value: bytes | str | None) -> str:
 def _escape_term(term: str) -> str:
     """Escape a term for a RediSearch query (every non-alphanumeric character)."""
     return "".join(ch if ch.isalnum() else f"\\{ch}" for ch in term)
+
+
+def _escape_tag(value: str) -> str:
+    """A tag value with RediSearch's punctuation escaped (``ent-1a`` → ``ent\\-1a``)."""
+    return re.sub(r"([^\w])", r"\\\1", value)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
@@ -108,42 +108,86 @@ class GraphPlan:
                 "chunks_failed": len(self.failed), "merges": len(self.merges)}  # fmt: skip
 
 
-def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace) -> GraphPlan:
+@dataclass(frozen=True)
+class ExtractionSetup:
+    """How a Topic's chunks are extracted now: method, prompt, their version, and the cache.
+
+    Attributes:
+        method: ``NLP`` or ``LLM`` (:func:`~ragtopics.graph.extract.choose_method`).
+        prompt: the Topic's graph extraction prompt (LLM).
+        version: what the cache key holds besides the text (method, model, prompt).
+        cache: the Topic's extraction cache.
+    """
+
+    method: str
+    prompt: object
+    version: str
+    cache: ExtractionCache
+
+
+def extraction_setup(rt: Runtime, topic) -> ExtractionSetup:
+    """The extraction method, prompt, version and cache of a Topic, as the next extraction would use them."""
+    method = choose_method(topic.settings, rt.gateway)
+    prompt = resolve_prompts(rt, topic.id)["graph_extraction"]  # the Prompts tab's override, or the default
+    return ExtractionSetup(method, prompt, extraction_version(method, rt, prompt), ExtractionCache(rt.redis, topic.id))
+
+
+def extract_cached(rt: Runtime, setup: ExtractionSetup, record: ChunkRecord, trace: Trace) -> tuple[ChunkExtraction | None, bool, str]:
+    """One chunk's extraction, from the cache or extracted now (and cached).
+
+    Returns:
+        ``(extraction, extracted_now, error)``: ``extraction`` is None when the extraction
+        failed (``error`` says why; nothing is cached, so a later upload tries again).
+    """
+    key = setup.cache.key(extraction_text(record), setup.method, setup.version)
+    cached = setup.cache.get(key)
+    if cached is not None:
+        return cached, False, ""
+    outcome = extract_chunk(extraction_text(record), setup.method, rt.gateway, trace=trace, prompt=setup.prompt)
+    if outcome.failed:
+        log.warning("graph extraction failed for a chunk of %s: %s", record.file_name, outcome.error)
+        return None, True, outcome.error
+    setup.cache.put(key, outcome.extraction)
+    return outcome.extraction, True, ""
+
+
+def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace, *,
+               known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None) -> GraphPlan:  # fmt: skip
     """Extract, deduplicate and embed the entities of a document version's chunks (no writes but the cache).
 
     Args:
         records: the chunks of the version, as they will be stored.
         report: progress per chunk (phase ``extracting``); it raises when the job was superseded.
+        known_failures: chunk id → error of extractions that already failed in an extraction job
+            (not tried again: the chunk is stored without entities).
+        extracted_elsewhere: chunk ids extracted by extraction jobs of this upload; their cache
+            hits count as extracted, not cached, in the plan's summary.
 
     Returns:
         The plan to apply with :func:`apply_graph`.
     """
-    method = choose_method(topic.settings, rt.gateway)
-    prompt = resolve_prompts(rt, topic.id)["graph_extraction"]  # the Prompts tab's override, or the default
-    version = extraction_version(method, rt, prompt)
-    cache = ExtractionCache(rt.redis, topic.id)
-    plan = GraphPlan(chunks=[(r.chunk_id, r.position) for r in records], method=method)
+    setup = extraction_setup(rt, topic)
+    failures = known_failures or {}
+    fresh = extracted_elsewhere or set()
+    plan = GraphPlan(chunks=[(r.chunk_id, r.position) for r in records], method=setup.method)
     per_chunk: list[tuple[str, ChunkExtraction]] = []
-    with trace.step("extract_graph", method=method, chunks=len(records)) as ev:
+    with trace.step("extract_graph", method=setup.method, chunks=len(records)) as ev:
         for i, record in enumerate(records):
             report("extracting", i, len(records))
             if looks_like_toc_or_index(record.text):
                 plan.skipped.append(record.chunk_id)
                 continue
-            text = extraction_text(record)
-            key = cache.key(text, method, version)
-            extraction = cache.get(key)
-            if extraction is not None:
-                plan.cached += 1
-            else:
-                outcome = extract_chunk(text, method, rt.gateway, trace=trace, prompt=prompt)
-                if outcome.failed:
-                    plan.failed[record.chunk_id] = outcome.error
-                    log.warning("graph extraction failed for a chunk of %s: %s", record.file_name, outcome.error)
-                    continue
-                extraction = outcome.extraction
-                cache.put(key, extraction)
+            if record.chunk_id in failures:
+                plan.failed[record.chunk_id] = failures[record.chunk_id]
+                continue
+            extraction, now, error = extract_cached(rt, setup, record, trace)
+            if extraction is None:
+                plan.failed[record.chunk_id] = error
+                continue
+            if now or record.chunk_id in fresh:
                 plan.extracted += 1
+            else:
+                plan.cached += 1
             per_chunk.append((record.chunk_id, extraction))
         ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
     entities, relationships = _graph_items(per_chunk)
@@ -155,8 +199,12 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     result = deduplicate(entities, existing, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
                          model=model, trace=trace)  # fmt: skip
     plan.merges = list(result.merges)
-    plan.entities = list(result.entities)
-    plan.relationships = _remapped(relationships, result.mapping)
+    # A merge with a stored entity unions provenance; the plan carries only this version's chunks
+    # (the store unions them with what it holds, and the previous version's chunks are removed first).
+    ours = frozenset(cid for cid, _ in plan.chunks)
+    plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
+    plan.relationships = [replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping)
+                          if r.chunk_ids & ours]  # fmt: skip
     if plan.entities:
         with trace.step("embed_entities", count=len(plan.entities)):
             texts = [f"{e.name}: {e.description}"[:1000] if e.description else e.name for e in plan.entities]

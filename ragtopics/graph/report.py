@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
@@ -39,7 +40,8 @@ def community_stats(rt: Runtime, topic) -> dict[str, Any]:
 
     run = last_run(rt.redis, topic.id)
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
-    return {"communities": (run or {}).get("communities", 0), "summaries": index.count(), "last_run": run}
+    return {"communities": run.communities if run else 0, "summaries": index.count(),
+            "last_run": asdict(run) if run else None}
 
 
 def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
@@ -73,4 +75,5 @@ def _communities_of(rt: Runtime, topic, entity_id: str) -> list[dict[str, Any]]:
     from ragtopics.graph.community_index import CommunityIndex
 
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
-    return index.communities_of(entity_id)
+    return [{"id": hit.community_id, "title": hit.title, "size": len(hit.entity_ids)}
+            for hit in index.communities_of(entity_id)]

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 
 from ragtopics.ingest.chunking import Piece, split_recursive
@@ -55,11 +55,13 @@ class IngestResult:
     Attributes:
         document_id: the document.
         status: ``indexed`` or ``empty``; ``superseded`` or ``cancelled`` when a newer upload
-            or a delete made the job's version obsolete before it was stored (nothing was changed).
+            or a delete made the job's version obsolete before it was stored (nothing was changed);
+            ``extracting`` when a GraphRAG upload's extraction continues in queued jobs.
         chunk_count: chunks now searchable.
         replaced: chunks of the previous version removed.
         trace: the step events.
         reason: why a job stopped early ("" otherwise).
+        continued_in: for ``extracting``, the id of the job that finishes the upload.
     """
 
     document_id: str
@@ -68,6 +70,7 @@ class IngestResult:
     replaced: int
     trace: list[dict]
     reason: str = ""
+    continued_in: str = ""
 
 
 def chunk_id_for(document_id: str, text: str, occurrence: int = 0) -> str:
@@ -92,8 +95,12 @@ def chunk_ids_for(document_id: str, texts: list[str]) -> list[str]:
 
 
 def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None, *, job_id: str | None = None,
-                    blob_path: str | None = None) -> IngestResult:  # fmt: skip
+                    blob_path: str | None = None, fan_out: bool = False) -> IngestResult:  # fmt: skip
     """Index one version of a document: the one staged for ``job_id`` (by default the row's pending version).
+
+    With ``fan_out`` (the worker's ingest job), a GraphRAG document's graph extraction
+    continues in small queued jobs (:mod:`ragtopics.graph.fanout`) and the result's status
+    is ``extracting``; without it (in-process callers) everything runs here.
 
     Between steps the job checks that its version is still the one wanted; a newer
     upload or a delete stops it with status ``superseded``/``cancelled`` and nothing
@@ -165,17 +172,68 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                         context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
             for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
         ]
-        graph = _plan_graph(rt, topic, records, report, trace) if topic.kind == "graphrag" else None
-        report("storing", len(pieces), len(pieces))
-        status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
-        warning = _warning(records, read_warnings, doc, topic.name, graph)
         indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, descriptions, capped, trace)
+        version = PreparedVersion(records, pictures, [(p.index, p.image_png) for p in result.pictures] if pictures else [],
+                                  read_warnings, indexed_with)  # fmt: skip
+    except Exception as exc:
+        return _stop_or_fail(rt, doc.id, job_id, exc, trace, new_blobs)
+    if topic.kind == "graphrag" and fan_out and records:
+        from ragtopics.graph.fanout import park_and_fan_out  # extraction continues in small jobs
+
+        return _guarded(rt, doc.id, job_id, trace, new_blobs,
+                        lambda: park_and_fan_out(rt, topic, doc, job_id, version, trace))  # fmt: skip
+    return finish_version(rt, topic, doc, job_id, version, trace, report, progress)
+
+
+@dataclass
+class PreparedVersion:
+    """A document version read, chunked and embedded, not yet stored.
+
+    Attributes:
+        records: the chunks as they will be stored.
+        pictures: the picture rows to store (blob paths filled in when written).
+        picture_pngs: ``(picture index, PNG bytes)`` of each picture to store, same order.
+        read_warnings: what the readers warned about.
+        indexed_with: the settings and counts shown in the Indexed Documents list.
+    """
+
+    records: list[ChunkRecord]
+    pictures: list[PictureRow]
+    picture_pngs: list[tuple[int, bytes]]
+    read_warnings: list[str]
+    indexed_with: dict
+
+
+def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace,
+                   report: ProgressFn, progress: ProgressFn | None, graph_failures: dict[str, str] | None = None,
+                   extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
+    """Plan the graph share (GraphRAG), then store the version: picture files, chunk swap and graph under the lock.
+
+    Called at the end of :func:`ingest_document`, or by the job that finishes a GraphRAG
+    upload whose extraction fanned out (its chunks' extractions are then in the cache;
+    ``graph_failures`` names the chunks whose extraction failed there, ``extracted_elsewhere``
+    those the extraction jobs extracted).
+    """
+    new_blobs: list[str] = []
+
+    def store() -> IngestResult:
+        records = version.records
+        graph = None
+        if topic.kind == "graphrag":
+            from ragtopics.graph.ingest import plan_graph  # the NLP library loads only for GraphRAG Topics
+
+            graph = plan_graph(rt, topic, records, report, trace, known_failures=graph_failures,
+                               extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        report("storing", len(records), len(records))
+        status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
+        warning = _warning(records, version.read_warnings, doc, topic.name, graph)
+        indexed_with = dict(version.indexed_with)
         if graph is not None:
             indexed_with["graph"] = graph.summary()
         with document_lock(rt.redis, doc.id):  # a newer upload or a delete waits until the swap is complete
-            with trace.step("store", chunks=len(records), pictures=len(pictures)) as ev:
+            with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
-                _put_picture_blobs(rt, result, pictures, new_blobs)
+                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
                 index = rt.chunk_index(topic.id)
                 old_ids = index.document_chunk_ids(doc.id) if graph is not None else []
                 replaced = index.replace_document(doc.id, records)
@@ -186,20 +244,35 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
 
                     removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, old_ids)
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
-                    ev.data["graph"] = {**graph.summary(), "removed": removal.__dict__ if hasattr(removal, "__dict__") else str(removal)}
-            _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, pictures)
-    except SupersededError as exc:
-        _drop_unused(rt, doc.id, new_blobs)
-        return _stopped(doc.id, exc, trace)
+                    ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
+            _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, version.pictures)
+        (progress or (lambda phase, done, total: None))("done", len(records), len(records))
+        return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
+
+    return _guarded(rt, doc.id, job_id, trace, new_blobs, store)
+
+
+def _guarded(rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs: list[str],
+             work: Callable[[], IngestResult]) -> IngestResult:  # fmt: skip
+    """Run ``work``; a superseded version stops quietly, any other failure marks the document failed and re-raises."""
+    try:
+        return work()
     except Exception as exc:
-        if _superseded(rt, doc.id, job_id):  # e.g. its file was removed by the newer upload while it was read
-            _drop_unused(rt, doc.id, new_blobs)
-            return _stopped(doc.id, SupersededError(documents.SUPERSEDED_BY_UPLOAD), trace)
-        _mark_failed(rt, doc.id, job_id, exc, trace, new_blobs)
-        raise
-    report_done = progress or (lambda phase, done, total: None)
-    report_done("done", len(records), len(records))
-    return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
+        return _stop_or_fail(rt, document_id, job_id, exc, trace, new_blobs)
+
+
+def _stop_or_fail(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace,
+                  new_blobs: list[str]) -> IngestResult:  # fmt: skip
+    """The result of a job stopped by ``exc``: superseded or cancelled (nothing changed), else failed (re-raises)."""
+    if isinstance(exc, SupersededError):
+        _drop_unused(rt, document_id, new_blobs)
+        return _stopped(document_id, exc, trace)
+    if _superseded(rt, document_id, job_id):  # e.g. its file was removed by the newer upload while it was read
+        _drop_unused(rt, document_id, new_blobs)
+        return _stopped(document_id, SupersededError(documents.SUPERSEDED_BY_UPLOAD), trace)
+    _mark_failed(rt, document_id, job_id, exc, trace, new_blobs)
+    raise exc
+
 
 
 def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: DocumentRow, topic_name: str, graph=None) -> str:
@@ -434,10 +507,10 @@ def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows
     return tags
 
 
-def _put_picture_blobs(rt: Runtime, result: ReadResult, rows: list[PictureRow], written: list[str]) -> None:
+def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[PictureRow], written: list[str]) -> None:
     """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths."""
-    for row, picture in zip(rows, result.pictures):
-        row.blob_path, _ = rt.blobs.put(row.topic_id, row.document_id, f"picture-{picture.index}.png", picture.image_png)
+    for row, (index, png) in zip(rows, pngs, strict=True):
+        row.blob_path, _ = rt.blobs.put(row.topic_id, row.document_id, f"picture-{index}.png", png)
         written.append(row.blob_path)
 
 
@@ -487,13 +560,6 @@ def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, tra
     if doc is not None:
         save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
                    topic_id=doc.topic_id)  # fmt: skip
-
-
-def _plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace):
-    """GraphRAG: extraction, deduplication and entity embeddings for the version (see :mod:`ragtopics.graph.ingest`)."""
-    from ragtopics.graph.ingest import plan_graph  # the NLP library loads only for GraphRAG Topics
-
-    return plan_graph(rt, topic, records, report, trace)
 
 
 def ingest_settings(settings: TopicSettings) -> RagTopicSettings:

@@ -180,6 +180,10 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S", description="Longest a job may run, in seconds.")
     max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT",
                                          description="Most chunks one file may give; a larger file is refused before any model call.")  # fmt: skip
+    extraction_concurrency: int = Field(4, ge=1, le=256, alias="EXTRACTION_CONCURRENCY",
+                                        description="Most graph extraction jobs running at once per model endpoint, across all workers.")  # fmt: skip
+    extraction_batch_chunks: int = Field(8, ge=1, le=1000, alias="EXTRACTION_BATCH_CHUNKS",
+                                         description="Chunks per graph extraction job (a GraphRAG upload fans out into such jobs).")  # fmt: skip
     log_level: str = Field("INFO", alias="LOG_LEVEL", description="Python logging level of every process.")
 
     @field_validator("*", mode="before")

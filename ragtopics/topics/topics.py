@@ -7,6 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import redis
+
 from ragtopics.errors import InvalidSettingError, NotFoundError
 from ragtopics.ingest.docling import ocr_unavailable_reason
 from ragtopics.runtime import Runtime
@@ -66,7 +68,9 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
                                     settings=payload):  # fmt: skip
         raise InvalidSettingError(f"a Topic called {name!r} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
-    return get_topic(rt, topic_id)
+    topic = get_topic(rt, topic_id)
+    _schedule_refresh(rt, topic)
+    return topic
 
 
 def get_topic(rt: Runtime, name_or_id: str) -> Topic:
@@ -102,7 +106,22 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
         _check_connected(rt, topic.name, topic.id, model)
     payload = model.model_dump(mode="json")
     topic_store.save_settings(rt.metadata, topic.id, payload)
-    return get_topic(rt, topic.id)
+    topic = get_topic(rt, topic.id)
+    if "refresh_cycle" in changes:
+        _schedule_refresh(rt, topic)
+    return topic
+
+
+def _schedule_refresh(rt: Runtime, topic: Topic) -> None:
+    """(Re)schedule a GraphRAG Topic's Refresh Cycle; a queue that cannot be reached is logged (the worker schedules it at start)."""
+    if topic.kind != "graphrag":
+        return
+    from ragtopics.graph.refresh import schedule_refresh
+
+    try:
+        schedule_refresh(rt, topic)
+    except redis.RedisError as exc:
+        log.warning("could not schedule the Refresh Cycle of Topic %s: %s", topic.name, exc)
 
 
 def _check_connected(rt: Runtime, name: str, topic_id: str, model: TopicSettings) -> None:

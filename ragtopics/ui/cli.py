@@ -345,12 +345,13 @@ def _cmd_graph(args) -> int:
 def _cmd_communities(args) -> int:
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import enqueue_communities, job_progress
+    from ragtopics.graph.refresh import enqueue_rebuild
+    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     rt.check_store()
     topic = get_topic(rt, args.topic)
-    job_id = enqueue_communities(rt, topic)
+    job_id = enqueue_rebuild(rt, topic)
     print(f"community rebuild of Topic {topic.name!r} enqueued (job {job_id})", file=sys.stderr)
     if not args.wait:
         return 0

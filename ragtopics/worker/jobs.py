@@ -75,6 +75,58 @@ def ingest(topic_id: str, document_id: str, job_id: str | None = None, blob_path
             job.meta.update(phase=phase, done=done, total=total, topic_id=topic_id, document_id=document_id)
             job.save_meta()
 
-    result = ingest_document(get_runtime(), document_id, progress, job_id=job_id, blob_path=blob_path)
+    result = ingest_document(get_runtime(), document_id, progress, job_id=job_id, blob_path=blob_path, fan_out=True)
+    return _result(result)
+
+
+def _result(result) -> dict:
     return {"document_id": result.document_id, "status": result.status, "chunk_count": result.chunk_count,
-            "replaced": result.replaced, "reason": result.reason}  # fmt: skip
+            "replaced": result.replaced, "reason": result.reason, "continued_in": result.continued_in}  # fmt: skip
+
+
+def _job_progress():
+    job = get_current_job()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if job is not None:
+            job.meta.update(phase=phase, done=done, total=total)
+            job.save_meta()
+
+    return progress
+
+
+def extract_batch(topic_id: str, document_id: str, job_id: str, chunk_ids: list[str]) -> dict:
+    """Extract some chunks of a GraphRAG upload into the extraction cache (see :mod:`ragtopics.graph.fanout`).
+
+    Returns:
+        ``{"status", "extracted", "cached", "failed"}``.
+    """
+    from ragtopics.graph.fanout import extract_batch as run
+
+    return run(get_runtime(), topic_id, document_id, job_id, chunk_ids)
+
+
+def finish_graph(topic_id: str, document_id: str, job_id: str) -> dict:
+    """Finish a GraphRAG upload once its extraction jobs are done: deduplicate, embed entities, store.
+
+    Returns:
+        As :func:`ingest`.
+    """
+    from ragtopics.graph.fanout import finish_graph as run
+
+    return _result(run(get_runtime(), topic_id, document_id, job_id, _job_progress()))
+
+
+def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
+    """Recompute a GraphRAG Topic's communities and their reports (Recompute Communities Now, Refresh Cycle).
+
+    Progress goes to ``job.meta`` (phases detect, reports, write). A scheduled run
+    schedules the next one (the Topic's Refresh Cycle).
+
+    Returns:
+        The run's counts (:class:`~ragtopics.graph.communities.RebuildReport` as a dict), or
+        ``{"status": "skipped", "reason": ...}`` when another rebuild of the Topic holds its lock.
+    """
+    from ragtopics.graph.refresh import run_rebuild
+
+    return run_rebuild(get_runtime(), topic_id, reason=reason, progress=_job_progress())

@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 def run_worker(*, burst: bool = False) -> None:
     """Run an RQ worker on the product's queue until stopped (or, with ``burst``, until empty).
 
+    It also runs rq's scheduler (the Refresh Cycle of GraphRAG Topics) and, at start,
+    schedules every GraphRAG Topic's next community rebuild that is not scheduled yet.
+
     Jobs run in this process (``SimpleWorker``): the embedding model is loaded once
     and stays loaded, instead of once per forked job.
 
@@ -26,6 +29,12 @@ def run_worker(*, burst: bool = False) -> None:
     embedder = rt.gateway.embedder
     if hasattr(embedder, "load"):
         embedder.load()
+    from ragtopics.graph.refresh import schedule_all
+
+    scheduled = schedule_all(rt)  # the Refresh Cycle of GraphRAG Topics that have no rebuild scheduled
+    if scheduled:
+        log.info("scheduled the Refresh Cycle of %d GraphRAG Topic(s)", scheduled)
     worker = SimpleWorker([queue_for(rt)], connection=rt.redis)
     log.info("worker %s listening on queue %s", worker.name, rt.settings.queue_name)
-    worker.work(burst=burst, logging_level=rt.settings.log_level)
+    # with_scheduler: rq's scheduler moves due Refresh Cycle jobs to the queue (one worker at a time holds it).
+    worker.work(burst=burst, logging_level=rt.settings.log_level, with_scheduler=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rq import Queue
 from rq.exceptions import NoSuchJobError
@@ -74,7 +74,34 @@ def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str,
 
 
 def job_progress(rt: Runtime, job_id: str) -> JobProgress:
-    """Read a job's status and ``job.meta`` progress."""
+    """Read a job's status and ``job.meta`` progress.
+
+    An ingest job whose GraphRAG extraction fanned out finishes with ``continued_in``:
+    its progress is then that of the finishing job, and while that one waits for the
+    extraction jobs, the phase is ``extracting`` with the chunks extracted so far.
+    """
+    progress = _progress(rt, job_id)
+    following = (progress.result or {}).get("continued_in") if progress.status == "finished" else None
+    if not following:
+        return progress
+    then = _progress(rt, following)
+    if then.status in ("deferred", "queued", "scheduled"):
+        from ragtopics.graph.fanout import extraction_progress
+
+        topic_id = _meta(rt, following).get("topic_id", "")
+        done, total = extraction_progress(rt, topic_id, job_id)
+        return JobProgress(job_id, "started", "extracting", done, total)
+    return replace(then, job_id=job_id)
+
+
+def _meta(rt: Runtime, job_id: str) -> dict:
+    try:
+        return Job.fetch(job_id, connection=rt.redis).get_meta(refresh=True)
+    except NoSuchJobError:
+        return {}
+
+
+def _progress(rt: Runtime, job_id: str) -> JobProgress:
     try:
         job = Job.fetch(job_id, connection=rt.redis)
     except NoSuchJobError:

@@ -1,0 +1,228 @@
+"""A GraphRAG upload's extraction as many small queued jobs, with a concurrency limit per model endpoint.
+
+The ingest job reads, chunks and embeds the file as for a RAG Topic, then
+:func:`park_and_fan_out` parks the prepared version in Redis and enqueues:
+
+- one ``extract_batch`` job per :attr:`~ragtopics.settings.env.Settings.extraction_batch_chunks`
+  chunks whose extraction is not cached yet. They carry an rq ``RateLimit`` keyed by the
+  extraction endpoint (the Graph Extraction model's base URL and name, or ``nlp``), so at most
+  :attr:`~ragtopics.settings.env.Settings.extraction_concurrency` of them run at once across
+  every worker; the rest wait in rq's rate-limited set, not in a worker.
+- one ``finish_graph`` job that depends on all of them (failures allowed): it plans the graph
+  from the cache (deduplication, entity embeddings), then stores chunks and graph under the
+  document's lock, as the in-process path does (:func:`ragtopics.ingest.pipeline.finish_version`).
+
+Each extraction lands in the Topic's extraction cache as soon as it is made, so a worker
+killed half-way loses at most the chunk it was on: the batch's retry, or the finishing
+job for whatever is still missing, reads the finished chunks from the cache.
+
+Progress: the chunks extracted so far are a Redis set per upload; the console reads it
+through :func:`extraction_progress` while the finishing job waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+from rq import Queue, Retry
+from rq.job import Dependency
+from rq.rate_limit import RateLimit
+
+from ragtopics.errors import SupersededError
+from ragtopics.graph.extract import looks_like_toc_or_index
+from ragtopics.graph.ingest import extraction_setup, extract_cached, extraction_text
+from ragtopics.runtime import Runtime
+from ragtopics.storage import documents
+from ragtopics.tracing.trace import Trace
+
+log = logging.getLogger(__name__)
+
+#: How long a parked version waits for its extraction jobs, in seconds (then Redis drops it).
+PARK_TTL_S = 3 * 24 * 3600
+#: Retries of an extraction job whose worker died or that failed unexpectedly.
+BATCH_RETRIES = 2
+
+
+def parked_key(topic_id: str, job_id: str) -> str:
+    """Redis key of a parked version (under the Topic's prefix, so a Topic delete removes it)."""
+    return f"rt:{topic_id}:parked:{job_id}"
+
+
+def _done_key(topic_id: str, job_id: str) -> str:
+    return parked_key(topic_id, job_id) + ":done"
+
+
+def _failed_key(topic_id: str, job_id: str) -> str:
+    return parked_key(topic_id, job_id) + ":failed"
+
+
+def _events_key(topic_id: str, job_id: str) -> str:
+    return parked_key(topic_id, job_id) + ":events"
+
+
+def finish_job_id(job_id: str) -> str:
+    """The id of the job that finishes an upload whose extraction fanned out."""
+    return f"{job_id}-graph"
+
+
+def rate_limit_for(rt: Runtime, method: str) -> RateLimit:
+    """The rq concurrency limit of extraction jobs on one endpoint (``nlp`` for the NLP method)."""
+    if method == "NLP":
+        key = "ragtopics:extraction:nlp"
+    else:
+        endpoint = rt.settings.endpoint("graph_extraction")
+        key = f"ragtopics:extraction:{endpoint.base_url}|{endpoint.model}"
+    return RateLimit(key=key, concurrency=rt.settings.extraction_concurrency)
+
+
+def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace):
+    """Park a prepared GraphRAG version and enqueue its extraction jobs and the job that finishes it.
+
+    When every chunk's extraction is already cached (an unchanged re-upload), nothing fans
+    out: the version is finished here.
+
+    Returns:
+        An :class:`~ragtopics.ingest.pipeline.IngestResult` with status ``extracting`` and
+        ``continued_in`` the finishing job's id (or the finished result).
+
+    Raises:
+        SupersededError: when a newer upload or a delete made the version obsolete.
+    """
+    from ragtopics.ingest.pipeline import IngestResult, finish_version
+    from ragtopics.worker.queue import queue_for
+
+    setup = extraction_setup(rt, topic)
+    missing = [r.chunk_id for r in version.records if not looks_like_toc_or_index(r.text)
+               and setup.cache.get(setup.cache.key(extraction_text(r), setup.method, setup.version)) is None]  # fmt: skip
+    if not missing:
+        trace.add("extraction_jobs", batches=0, reason="every chunk's extraction is cached")
+        report = _reporter(rt, doc.id, job_id, None)
+        return finish_version(rt, topic, doc, job_id, version, trace, report, None)
+    documents.check_current(rt.metadata, doc.id, job_id)
+    queue: Queue = queue_for(rt)
+    limit = rate_limit_for(rt, setup.method)
+    size = rt.settings.extraction_batch_chunks
+    batches = [missing[i : i + size] for i in range(0, len(missing), size)]
+    trace.add("extraction_jobs", batches=len(batches), chunks=len(missing), method=setup.method,
+              concurrency=limit.concurrency, rate_limit_key=limit.key)  # fmt: skip
+    key = parked_key(topic.id, job_id)
+    pipe = rt.redis.pipeline(transaction=True)
+    pipe.set(key, pickle.dumps({"version": version, "trace": trace, "total": len(missing)}), ex=PARK_TTL_S)
+    pipe.delete(_done_key(topic.id, job_id), _failed_key(topic.id, job_id), _events_key(topic.id, job_id))
+    pipe.execute()
+    meta = {"topic_id": topic.id, "document_id": doc.id}
+    jobs = [
+        queue.enqueue_call("ragtopics.worker.jobs.extract_batch", args=(topic.id, doc.id, job_id, batch),
+                           job_id=f"{job_id}-x{n}", description=f"extract {len(batch)} chunk(s) of {doc.file_name}",
+                           result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600, meta=meta, rate_limit=limit,
+                           retry=Retry(max=BATCH_RETRIES))  # fmt: skip
+        for n, batch in enumerate(batches)
+    ]
+    finisher = queue.enqueue_call(
+        "ragtopics.worker.jobs.finish_graph", args=(topic.id, doc.id, job_id), job_id=finish_job_id(job_id),
+        description=f"finish {doc.file_name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,
+        depends_on=Dependency(jobs=jobs, allow_failure=True),
+        meta={**meta, "phase": "extracting", "done": 0, "total": len(missing)},
+    )  # fmt: skip
+    log.info("%s: %d chunk(s) to extract in %d job(s), finished by %s", doc.file_name, len(missing), len(batches), finisher.id)
+    return IngestResult(doc.id, "extracting", len(version.records), 0, trace.to_list(), continued_in=finisher.id)
+
+
+def extract_batch(rt: Runtime, topic_id: str, document_id: str, job_id: str, chunk_ids: list[str]) -> dict:
+    """Extract the given chunks of a parked version into the cache (an ``extract_batch`` job).
+
+    A chunk already in the cache is not extracted again (a retried batch, a re-upload);
+    a failed extraction is recorded for the finishing job. Stops quietly when the
+    version became obsolete.
+
+    Returns:
+        ``{"status": "done"|"superseded"|"gone", "extracted": n, "cached": n, "failed": n}``.
+    """
+    from ragtopics.topics.topics import get_topic
+
+    raw = rt.redis.get(parked_key(topic_id, job_id))
+    if raw is None:
+        return {"status": "gone", "extracted": 0, "cached": 0, "failed": 0}
+    version = pickle.loads(raw)["version"]
+    wanted = set(chunk_ids)
+    setup = extraction_setup(rt, get_topic(rt, topic_id))
+    trace = Trace("upload", f"extraction of {document_id}")
+    counts = {"status": "done", "extracted": 0, "cached": 0, "failed": 0}
+    try:
+        for record in (r for r in version.records if r.chunk_id in wanted):
+            documents.check_current(rt.metadata, document_id, job_id)
+            extraction, now, error = extract_cached(rt, setup, record, trace)
+            if extraction is None:
+                rt.redis.hset(_failed_key(topic_id, job_id), record.chunk_id, error)
+                counts["failed"] += 1
+            else:
+                counts["extracted" if now else "cached"] += 1
+            rt.redis.sadd(_done_key(topic_id, job_id), record.chunk_id)
+            rt.redis.expire(_done_key(topic_id, job_id), PARK_TTL_S)
+    except SupersededError as exc:
+        counts["status"] = "superseded"
+        log.info("extraction of %s stopped: %s", document_id, exc)
+    finally:
+        if trace.events:
+            rt.redis.rpush(_events_key(topic_id, job_id), pickle.dumps([(e.step, e.data) for e in trace.events]))
+            rt.redis.expire(_events_key(topic_id, job_id), PARK_TTL_S)
+    return counts
+
+
+def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, progress=None):
+    """Finish a parked version (the ``finish_graph`` job): plan the graph from the cache and store everything.
+
+    Chunks no extraction job finished (a batch that failed for good) are extracted here.
+
+    Returns:
+        The :class:`~ragtopics.ingest.pipeline.IngestResult`; status ``cancelled`` or
+        ``superseded`` when the version became obsolete, ``gone`` when nothing was parked.
+    """
+    from ragtopics.ingest.pipeline import IngestResult, finish_version
+    from ragtopics.topics.topics import get_topic
+
+    key = parked_key(topic_id, job_id)
+    raw = rt.redis.get(key)
+    if raw is None:
+        return IngestResult(document_id, "gone", 0, 0, [], reason="the prepared version expired or was removed")
+    parked = pickle.loads(raw)
+    version, trace = parked["version"], parked["trace"]
+    for batch in rt.redis.lrange(_events_key(topic_id, job_id), 0, -1):
+        for step, data in pickle.loads(batch):
+            trace.add(step, **data)
+    failures = {_text(k): _text(v) for k, v in rt.redis.hgetall(_failed_key(topic_id, job_id)).items()}
+    fresh = {_text(c) for c in rt.redis.smembers(_done_key(topic_id, job_id))} - set(failures)
+    doc = documents.get_document(rt.metadata, document_id)
+    try:
+        if doc is None:
+            raise SupersededError(documents.SUPERSEDED_BY_DELETE)
+        report = _reporter(rt, document_id, job_id, progress)
+        return finish_version(rt, get_topic(rt, topic_id), doc, job_id, version, trace, report, progress,
+                              graph_failures=failures, extracted_elsewhere=fresh)  # fmt: skip
+    except SupersededError as exc:
+        from ragtopics.ingest.pipeline import _stopped
+
+        return _stopped(document_id, exc, trace)
+    finally:
+        rt.redis.delete(key, _done_key(topic_id, job_id), _failed_key(topic_id, job_id), _events_key(topic_id, job_id))
+
+
+def extraction_progress(rt: Runtime, topic_id: str, job_id: str) -> tuple[int, int]:
+    """``(chunks extracted so far, chunks to extract)`` of an upload whose extraction fanned out."""
+    raw = rt.redis.get(parked_key(topic_id, job_id))
+    total = int(pickle.loads(raw).get("total", 0)) if raw is not None else 0
+    return int(rt.redis.scard(_done_key(topic_id, job_id))), total
+
+
+def _reporter(rt: Runtime, document_id: str, job_id: str, progress):
+    def report(phase: str, done: int, total: int) -> None:
+        documents.check_current(rt.metadata, document_id, job_id)
+        if progress is not None:
+            progress(phase, done, total)
+
+    return report
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
