@@ -227,8 +227,11 @@ def extraction_text(record: ChunkRecord) -> str:
     return f"{title}\n\n{record.text}" if title and not record.text.startswith(title) else record.text
 
 
-def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: GraphPlan, old_chunk_ids: list[str]) -> RemovalReport:
+def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: GraphPlan, old_chunk_ids: list[str],
+                images: list | None = None) -> RemovalReport:  # fmt: skip
     """Write a plan: remove the provenance of chunks the version no longer has, then upsert the rest.
+
+    ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
 
     Runs inside the document's lock, right after the chunk swap.
 
@@ -243,6 +246,7 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     if plan.embeddings:
         ids = list(plan.embeddings)
         store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]))
+    store.set_images(images or [])
     return removed
 
 

@@ -6,6 +6,7 @@ Schema (one graph per Topic, named ``rt-<topic_id>-graph`` unless the Topic name
     (:Chunk {id, document_id, position})          (:Document {id, file_name})
     (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths}]->(:Entity)
     (:Entity)-[:MENTIONED_IN]->(:Chunk)-[:PART_OF]->(:Document)
+    (:Chunk)-[:HAS_PICTURE]->(:Image {id, document_id, caption, description, method})-[:SHOWS]->(:Entity)
 
 Provenance invariants kept by :meth:`GraphStore.upsert`: every entity and relationship
 names at least one chunk; every chunk id it names is a stored Chunk with a
@@ -101,6 +102,13 @@ RETURN count(*)
 _REMOVE = """
 CALL {
   UNWIND $ids AS cid
+  MATCH (:Chunk {id: cid})-[:HAS_PICTURE]->(i:Image)
+  WITH DISTINCT i
+  DETACH DELETE i
+  RETURN count(*) AS images_removed
+}
+CALL {
+  UNWIND $ids AS cid
   MATCH (:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
   WITH DISTINCT e
   MATCH (e)-[r:RELATED]-()
@@ -134,7 +142,24 @@ CALL {
   FOREACH (x IN CASE WHEN gone THEN [d] ELSE [] END | DETACH DELETE x)
   RETURN sum(size(cs)) AS chunks_removed, sum(CASE WHEN gone THEN 1 ELSE 0 END) AS docs_removed
 }
-RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed
+RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed
+"""
+
+_IMAGES = """
+UNWIND $images AS x
+MATCH (c:Chunk {id: x.chunk_id})
+MERGE (i:Image {id: x.id})
+SET i.document_id = c.document_id, i.caption = x.caption, i.description = x.description, i.method = x.method
+MERGE (c)-[:HAS_PICTURE]->(i)
+WITH i, x
+CALL {
+  WITH i, x
+  UNWIND x.entity_ids AS eid
+  MATCH (e:Entity {id: eid})
+  MERGE (i)-[:SHOWS]->(e)
+  RETURN count(*) AS _shows
+}
+RETURN count(DISTINCT i)
 """
 
 _SHORTEST_PATH = f"""
@@ -166,6 +191,7 @@ class RemovalReport:
         relationships_removed, relationships_kept: the same for relationships.
         chunks_removed: Chunk nodes deleted.
         documents_removed: Document nodes deleted because none of their chunks is left.
+        images_removed: Image nodes deleted with their chunks.
     """
 
     entities_removed: int = 0
@@ -174,6 +200,7 @@ class RemovalReport:
     relationships_kept: int = 0
     chunks_removed: int = 0
     documents_removed: int = 0
+    images_removed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +397,27 @@ class GraphStore:
         gone = int(self.graph.query("MATCH (d:Document {id: $d}) DETACH DELETE d", {"d": document_id}).nodes_deleted)
         return replace(report, documents_removed=report.documents_removed + gone)
 
+    def set_images(self, images: list) -> int:
+        """Write Image nodes (:class:`~ragtopics.graph.pictures.GraphImage`), each attached to its stored chunk
+        and linked by ``SHOWS`` to its stored entities, in one query; an image of an unknown chunk is skipped.
+
+        Returns:
+            How many Image nodes are attached.
+        """
+        if not images:
+            return 0
+        rows = [{"id": i.picture_id, "chunk_id": i.chunk_id, "caption": i.caption, "description": i.description,
+                 "method": i.method, "entity_ids": list(i.entity_ids)} for i in images]  # fmt: skip
+        self.ensure()
+        result = self.graph.query(_IMAGES, {"images": rows}).result_set
+        return int(result[0][0]) if result else 0
+
+    def images_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Entity id → ids of the pictures that show it (for answers that may show pictures)."""
+        rows = self._read("UNWIND $ids AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN e.id, collect(i.id)",
+                          {"ids": list(dict.fromkeys(entity_ids))})  # fmt: skip
+        return {row[0]: list(row[1]) for row in rows}
+
     def set_embeddings(self, entity_ids: list[str], vectors: np.ndarray) -> int:
         """Store entity vectors; see :meth:`EntityVectorIndex.set` (shape ``(n, dims)``, returns how many)."""
         self.ensure()
@@ -482,12 +530,13 @@ class GraphStore:
         return [(found[eid], score) for eid, score in hits if eid in found]
 
     def stats(self) -> dict[str, int]:
-        """Counts: ``{"entities", "relationships", "chunks", "documents"}`` (all 0 without a graph)."""
+        """Counts: ``{"entities", "relationships", "chunks", "documents", "images"}`` (all 0 without a graph)."""
         counts = {}
         for key, query in [("entities", "MATCH (n:Entity) RETURN count(n)"),
                            ("relationships", "MATCH ()-[r:RELATED]->() RETURN count(r)"),
                            ("chunks", "MATCH (n:Chunk) RETURN count(n)"),
-                           ("documents", "MATCH (n:Document) RETURN count(n)")]:  # fmt: skip
+                           ("documents", "MATCH (n:Document) RETURN count(n)"),
+                           ("images", "MATCH (n:Image) RETURN count(n)")]:  # fmt: skip
             rows = self._read(query)
             counts[key] = int(rows[0][0]) if rows else 0
         return counts

@@ -21,7 +21,7 @@ from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.errors import NotFoundError, RefusedFileError, SupersededError
 from ragtopics.ingest.keywords import extract_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.prompts.resolve import resolve_ingest_prompts
+from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
@@ -133,7 +133,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
             progress(phase, done, total)
 
     topic = get_topic(rt, doc.topic_id)
-    cfg = ingest_settings(topic.settings)
+    cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
     trace = Trace("upload", doc.file_name)
     new_blobs: list[str] = []
@@ -224,6 +224,7 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 
             graph = plan_graph(rt, topic, records, report, trace, known_failures=graph_failures,
                                extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        images = _graph_images(rt, topic, version, graph, trace) if graph is not None else []
         report("storing", len(records), len(records))
         status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
         warning = _warning(records, version.read_warnings, doc, topic.name, graph)
@@ -242,7 +243,7 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                     from ragtopics.graph.ingest import apply_graph
                     from ragtopics.graph.lifecycle import mark_recompute_due
 
-                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, old_ids)
+                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, old_ids, images)
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
             _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, version.pictures)
@@ -250,6 +251,19 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
 
     return _guarded(rt, doc.id, job_id, trace, new_blobs, store)
+
+
+def _graph_images(rt: Runtime, topic, version: PreparedVersion, graph, trace: Trace) -> list:
+    """Picture in the graph: the Image nodes of the version's stored pictures (see :mod:`ragtopics.graph.pictures`)."""
+    if getattr(topic.settings, "picture_handling", "") != "PICTURE_IN_GRAPH" or not version.pictures:
+        return []
+    from ragtopics.graph.pictures import link_images
+
+    pngs = dict(zip((row.id for row in version.pictures), (png for _, png in version.picture_pngs), strict=True))
+    pictures = {row.id: (row.caption or "", row.description or "", pngs.get(row.id)) for row in version.pictures}
+    chunk_pictures = {r.chunk_id: r.pictures.split() for r in version.records if r.pictures}
+    template = resolve_prompts(rt, topic.id)["picture_entities"]
+    return link_images(rt, graph.entities, chunk_pictures, pictures, trace, template)
 
 
 def _guarded(rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs: list[str],
@@ -562,19 +576,24 @@ def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, tra
                    topic_id=doc.topic_id)  # fmt: skip
 
 
-def ingest_settings(settings: TopicSettings) -> RagTopicSettings:
+def ingest_settings(settings: TopicSettings, rt: Runtime | None = None) -> RagTopicSettings:
     """The upload settings of a Topic as the RAG steps read them.
 
     A GraphRAG Topic reads, chunks (RECURSIVE, structured files always flattened) and
     embeds its files as a RAG Topic does; its keyword index follows Local Keyword
-    Search; its pictures are stored unless Picture Handling is IGNORE.
+    Search; its pictures are stored unless Picture Handling is IGNORE, and described
+    (the description read as text) when the Image Describer role has a real endpoint
+    that sees pictures (``rt`` given).
     """
     if not isinstance(settings, GraphRagTopicSettings):
         return settings
+    from ragtopics.graph.pictures import uses_model
+
+    describe = settings.picture_handling != "IGNORE" and rt is not None and uses_model(rt)
     return RagTopicSettings(
         file_types=settings.file_types, max_file_size_mb=settings.max_file_size_mb, chunk_size=settings.chunk_size,
         chunk_overlap=settings.chunk_overlap, docling_server=settings.docling_server,
         docling_settings=settings.docling_settings, import_strategy="FLATTEN", chunking_strategy="RECURSIVE",
-        store_pictures=settings.picture_handling != "IGNORE",
+        store_pictures=settings.picture_handling != "IGNORE", describe_pictures=describe,
         retrieval_strategy="HYBRID" if settings.local_keyword_search else "DENSE", keyword_enrichment="ALGORITHMIC",
     )  # fmt: skip

@@ -203,11 +203,19 @@ COMMUNITY_REPORT = PromptTemplate(
     "GraphRAG community reports: one call per changed community at a rebuild.",
 )
 
+PICTURE_ENTITIES = PromptTemplate(
+    "picture_entities",
+    "Look at the picture. Which of these entities does it show or depict? Answer only with names from the list.\n"
+    "Caption: $caption\nDescription: $description\n\nEntities:\n$entities\n\n"
+    "Reply as JSON with names (a list of names from the list; empty when it shows none of them).",
+    "GraphRAG Picture in the graph: which entities of its chunk a picture shows (one call per picture).",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
         SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
         KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE, GRAPH_EXTRACTION,
-        COMMUNITY_REPORT,
+        COMMUNITY_REPORT, PICTURE_ENTITIES,
     )
 }

@@ -4,6 +4,7 @@ resumption after a killed worker, and the community rebuild job."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -208,3 +209,56 @@ def test_a_refresh_cycle_run_schedules_the_next_one(rt, run_jobs):
     assert result["status"] == "done" and result["written"] >= 1
     [second] = registry.get_job_ids()  # rq keeps whole seconds: the new due time may equal the old one
     assert second != first and next_refresh(rt, topic.id) - time.time() > 86400 - 60
+
+
+def curie_docx() -> bytes:
+    from tests.ingest.test_docling import png_bytes
+    from tests.ingest.test_docling_chunks import docx_bytes
+
+    def build(document):
+        document.add_paragraph("Marie Curie worked with Pierre Curie in Paris on radioactivity for many years.")
+        document.add_picture(io.BytesIO(png_bytes((200, 30, 30))))
+        document.add_paragraph("Figure 1: Marie Curie in her laboratory")
+
+    return docx_bytes(build)
+
+
+def test_picture_in_the_graph_links_an_image_node_to_the_entities_its_caption_names(rt, run_jobs):
+    topic = create_topic(rt, "Pictured", kind="graphrag", settings={**NLP, "chunk_size": 1000, "file_types": "docx"})
+    doc = upload_file(rt, topic, "curie.docx", curie_docx())
+    run_jobs()
+    assert get_document(rt, doc.id).status == "indexed", get_document(rt, doc.id).error
+    store = graph_store(rt, topic)
+    assert store.stats()["images"] == 1
+    marie, pierre = store.entity_by_name("Marie Curie"), store.entity_by_name("Pierre Curie")
+    shown = store.images_of([marie.id, pierre.id])
+    assert len(shown.get(marie.id, [])) == 1 and pierre.id not in shown  # the caption names Marie Curie only
+
+    delete_document(rt, topic, "curie.docx")
+    assert store.stats()["images"] == 0
+
+
+def test_picture_handling_ignore_stores_no_picture_and_no_image_node(rt, run_jobs):
+    topic = create_topic(rt, "Unpictured", kind="graphrag",
+                         settings={**NLP, "chunk_size": 1000, "file_types": "docx", "picture_handling": "IGNORE"})  # fmt: skip
+    doc = upload_file(rt, topic, "curie.docx", curie_docx())
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "indexed" and row.indexed_with["pictures"] == 0
+    assert graph_store(rt, topic).stats()["images"] == 0
+
+
+def test_with_a_vision_model_the_image_describer_decides_what_a_picture_shows(rt, reconfigure, run_jobs, scripted_llm):
+    reconfigure(LLM_SUPPORTS_IMAGES=True)
+    scripted_llm.replies["describe_picture"] = "A woman and a man working at a laboratory bench."
+    scripted_llm.replies["picture_entities"] = json.dumps({"names": ["Pierre Curie", "Marie Curie"]})
+    topic = create_topic(rt, "Seen", kind="graphrag", settings={**NLP, "chunk_size": 1000, "file_types": "docx"})
+    doc = upload_file(rt, topic, "curie.docx", curie_docx())
+    run_jobs()
+    assert get_document(rt, doc.id).status == "indexed", get_document(rt, doc.id).error
+    [asked] = scripted_llm.prompts("picture_entities")
+    offered = asked["messages"][-1]["content"][0]["text"]
+    assert "Pierre Curie" in offered and asked["messages"][-1]["content"][1]["type"] == "image_url"
+    store = graph_store(rt, topic)
+    pierre = store.entity_by_name("Pierre Curie")
+    assert len(store.images_of([pierre.id])[pierre.id]) == 1
