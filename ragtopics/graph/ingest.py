@@ -43,8 +43,15 @@ CACHE_TTL_S = 30 * 24 * 3600
 
 
 def graph_store(rt: Runtime, topic) -> GraphStore:
-    """The graph store of a GraphRAG Topic (its Collection Name, else its id)."""
-    return GraphStore(rt.redis, topic.id, getattr(topic.settings, "collection_name", "") or "")
+    """The graph store of a GraphRAG Topic: on its Graph Database, named by its Collection Name (else its id).
+
+    Raises:
+        StoreUnavailableError: when its Graph Database is no longer registered.
+    """
+    from ragtopics.graph.databases import graph_client
+
+    client = graph_client(rt, getattr(topic.settings, "graph_database", "") or "")
+    return GraphStore(client, topic.id, getattr(topic.settings, "collection_name", "") or "")
 
 
 class ExtractionCache:

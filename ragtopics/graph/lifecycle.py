@@ -49,10 +49,10 @@ def clear_recompute_due(rt: Runtime, topic_id: str) -> None:
 
 
 def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
+    from ragtopics.graph.ingest import graph_store
+
     topic = get_topic(rt, topic_id)
-    if topic.kind != "graphrag":
-        return None
-    return GraphStore(rt.redis, topic.id, getattr(topic.settings, "collection_name", "") or "")
+    return graph_store(rt, topic) if topic.kind == "graphrag" else None
 
 
 def _remove_graph_share(d: Deletion) -> None:
@@ -71,7 +71,9 @@ def _remove_graph_share(d: Deletion) -> None:
 def _drop_graph(t: TopicDeletion) -> None:
     """Delete the Topic's graph, and every RediSearch index named for the Topic (entities, community reports)."""
     if t.topic.kind == "graphrag":
-        store = GraphStore(t.rt.redis, t.topic.id, getattr(t.topic.settings, "collection_name", "") or "")
+        from ragtopics.graph.ingest import graph_store
+
+        store = graph_store(t.rt, t.topic)
         if store.exists():
             t.count("graph_entities", store.stats().get("entities", 0))
             store.drop()

@@ -317,6 +317,9 @@ class GraphRagTopicSettings(ChatSettings):
         description="How entities and relationships are found: AUTO (NLP while the role is bundled, else LLM), NLP or LLM.")
     collection_name: str = setting(
         "", phase="upload+chat", description="Name of the Topic's graph and vector collection; empty: the Topic's id.")
+    graph_database: str = setting(
+        "", phase="upload+chat",
+        description="Registered FalkorDB (Admin → Graph Databases) that holds the Topic's graph; empty: the app's Redis.")
     picture_handling: PictureHandling = setting(
         PictureHandling.PICTURE_IN_GRAPH, phase="upload",
         description="PICTURE_IN_GRAPH: an Image node linked to its entities; EXTRACT_ENTITIES: description read as text; IGNORE.")

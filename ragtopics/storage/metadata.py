@@ -21,7 +21,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
-__all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "MetadataStore", "MigrationError", "PictureRow",
+__all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
            "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
@@ -128,6 +128,15 @@ class ChatTurnRow(SQLModel, table=True):
     route: str = "SEARCH"
     route_confidence: float | None = None
     timings: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class GraphDatabaseRow(SQLModel, table=True):
+    """A FalkorDB server registered under Admin → Graph Databases (the app's own Redis is always registered)."""
+
+    __tablename__ = "graph_database"
+    name: str = Field(primary_key=True)
+    url: str  # redis://host:port/db of a server with the FalkorDB module
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -61,6 +61,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
         raise InvalidSettingError(f"a Topic name must be 1 to {MAX_NAME_CHARS} printable characters")
     model = validate_settings(kind, settings or {})
     _check_runnable(model)
+    _check_graph_database(rt, model)
     topic_id = topic_id_for(name)
     _check_connected(rt, name, topic_id, model)
     payload = model.model_dump(mode="json")
@@ -104,12 +105,22 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
         _check_runnable(model)
     if "mcp_interfaces" in changes:
         _check_connected(rt, topic.name, topic.id, model)
+    if "graph_database" in changes:
+        _check_graph_database(rt, model)
     payload = model.model_dump(mode="json")
     topic_store.save_settings(rt.metadata, topic.id, payload)
     topic = get_topic(rt, topic.id)
     if "refresh_cycle" in changes:
         _schedule_refresh(rt, topic)
     return topic
+
+
+def _check_graph_database(rt: Runtime, model: TopicSettings) -> None:
+    name = getattr(model, "graph_database", "")
+    if name:
+        from ragtopics.graph.databases import check_graph_database
+
+        check_graph_database(rt, name)
 
 
 def _schedule_refresh(rt: Runtime, topic: Topic) -> None:

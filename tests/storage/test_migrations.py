@@ -72,9 +72,9 @@ def test_database_from_before_migrations_keeps_every_row_and_value(tmp_path):
     before = dump(FIXTURE)
     store = MetadataStore(copy_fixture(tmp_path / "ragtopics.db"))
 
-    assert schema_revision(store.engine) == head_revision() == "0002"
+    assert schema_revision(store.engine) == head_revision() == "0003"
     after = dump(tmp_path / "ragtopics.db")
-    assert {t: len(r) for t, r in after.items()} == {t: len(r) for t, r in before.items()}
+    assert {t: len(r) for t, r in after.items()} == {**{t: len(r) for t, r in before.items()}, "graph_database": 0}
     assert {t: len(r) for t, r in before.items()} == {"topic": 1, "topic_settings_version": 2, "document": 2, "picture": 1,
                                                       "chat_session": 1, "chat_turn": 2, "prompt_override": 1, "trace": 1}
     for table, rows in before.items():
@@ -178,7 +178,8 @@ def test_each_applied_migration_logs_one_line(tmp_path, caplog):
         MetadataStore(copy_fixture(tmp_path / "ragtopics.db"))
 
     assert [m.split(":")[0] for m in caplog.messages] == ["metadata database from before schema migrations",
-                                                          "applied schema migration 0002"]  # fmt: skip
+                                                          "applied schema migration 0002",
+                                                          "applied schema migration 0003"]  # fmt: skip
 
 
 def test_a_failed_migration_leaves_the_database_as_it_was(tmp_path):
@@ -205,7 +206,7 @@ def test_database_of_a_newer_release_is_refused_untouched(tmp_path):
     con.close()
     before = dump(path)
 
-    with pytest.raises(MigrationError, match="from revision 9999 to 0002"):
+    with pytest.raises(MigrationError, match="from revision 9999 to 0003"):
         MetadataStore(url)
     assert dump(path) == before
 
