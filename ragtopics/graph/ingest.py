@@ -247,6 +247,8 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     """
     store = graph_store(rt, topic)
     store.ensure()
+    if getattr(topic.settings, "local_keyword_search", False):
+        store.ensure_keyword_index()
     new_ids = {cid for cid, _ in plan.chunks}
     removed = store.remove_chunks([cid for cid in old_chunk_ids if cid not in new_ids])
     store.upsert(document_id, file_name, plan.chunks, plan.entities, plan.relationships)

@@ -529,6 +529,43 @@ class GraphStore:
         found = {e.id: e for e in self.entities(eid for eid, _ in hits)}
         return [(found[eid], score) for eid, score in hits if eid in found]
 
+    def ensure_keyword_index(self) -> None:
+        """Create FalkorDB's full-text index over entity names and descriptions unless it exists (idempotent).
+
+        Written when a Topic's Local Keyword Search is on; RediSearch underneath (stemming,
+        English stop words), queried by :meth:`search_entities_text`.
+        """
+        self.ensure()
+        rows = self._read("CALL db.indexes() YIELD label, properties, types RETURN label, properties, types")
+        if any(label == "Entity" and "description" in props and any("FULLTEXT" in str(t) for t in types.values())
+               for label, props, types in rows if isinstance(types, dict)):  # fmt: skip
+            return
+        try:
+            self.graph.query("CALL db.idx.fulltext.createNodeIndex('Entity', 'name', 'description')")
+        except ResponseError as exc:
+            if "already" not in str(exc).lower():
+                raise
+
+    def search_entities_text(self, terms: list[str], k: int) -> list[tuple[Entity, float]]:
+        """Entities whose name or description holds any of ``terms`` (full-text, best first); ``[]`` without the index.
+
+        Returns:
+            ``(entity, score)`` pairs; the score is RediSearch's full-text score (> 0).
+        """
+        words = [w for t in terms for w in re.findall(r"\w+", t.lower())]
+        if not words or not self.exists():
+            return []
+        query = "|".join(dict.fromkeys(words))
+        try:
+            rows = self._read("CALL db.idx.fulltext.queryNodes('Entity', $q) YIELD node, score "
+                              f"WITH node AS e, score RETURN {_ENTITY}, score ORDER BY score DESC LIMIT $k",
+                              {"q": query, "k": k})  # fmt: skip
+        except ResponseError as exc:
+            if "index" in str(exc).lower():
+                return []
+            raise
+        return [(_entity(row[:6]), float(row[6])) for row in rows]
+
     def stats(self) -> dict[str, int]:
         """Counts: ``{"entities", "relationships", "chunks", "documents", "images"}`` (all 0 without a graph)."""
         counts = {}

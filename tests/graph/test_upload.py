@@ -73,6 +73,8 @@ def test_an_nlp_upload_fans_out_into_extraction_jobs_and_writes_the_graph_with_p
     chunks = {d.id: set(rt.chunk_index(topic.id).document_chunk_ids(d.id)) for d in (curie, einstein)}
     paris = entity_info(rt, topic, "Paris")
     assert set(paris["chunk_ids"]) & chunks[curie.id] and set(paris["chunk_ids"]) & chunks[einstein.id]
+    hits = graph_store(rt, topic).search_entities_text(["Becquerel"], 5)  # Local Keyword Search is on by default
+    assert hits and hits[0][0].name == "Henri Becquerel" and hits[0][1] > 0
     einstein_entity = entity_info(rt, topic, "Albert Einstein")
     assert set(einstein_entity["chunk_ids"]) <= chunks[einstein.id]
 
