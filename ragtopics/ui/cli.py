@@ -49,11 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--delete", metavar="FILE", default=None,
                       help="delete the document FILE: its chunks, keywords, pictures, stored files and links")
 
-    graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, or one entity (JSON)")
+    graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, one entity, or import nodes and edges (JSON)")
     graph.add_argument("topic")
     shown = graph.add_mutually_exclusive_group(required=True)
     shown.add_argument("--stats", action="store_true", help="chunks, entities, relationships, communities, summaries, last run")
     shown.add_argument("--entity", metavar="NAME", help="an entity (by name or alias): relationships and communities")
+    shown.add_argument("--import", dest="import_file", metavar="FILE", type=Path,
+                       help='graph ingestion: a JSON file {"nodes": [...], "edges": [...]}, or a CSV nodes file (with --edges)')
+    shown.add_argument("--from-falkordb", metavar="URL", help="graph ingestion from a graph in FalkorDB (with --graph)")
+    graph.add_argument("--edges", metavar="FILE", type=Path, help="the CSV edges file of --import (source, target, ...)")
+    graph.add_argument("--graph", dest="graph_name", metavar="NAME", help="the FalkorDB graph of --from-falkordb")
     communities = sub.add_parser("communities", help="rebuild a GraphRAG Topic's communities and their summaries")
     communities.add_argument("topic")
     communities.add_argument("--recompute", action="store_true", required=True, help="enqueue a rebuild now")
@@ -334,12 +339,42 @@ def _cmd_graph(args) -> int:
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
 
+    if args.edges is not None and args.import_file is None:
+        raise RagTopicsError("--edges goes with --import (a CSV nodes file)")
+    if (args.from_falkordb is None) != (args.graph_name is None):
+        raise RagTopicsError("--from-falkordb URL and --graph NAME go together")
     rt = get_runtime()
     rt.check_store()
     topic = get_topic(rt, args.topic)
-    shown = graph_stats(rt, topic) if args.stats else entity_info(rt, topic, args.entity)
+    if args.import_file is not None or args.from_falkordb is not None:
+        shown = _graph_ingestion(rt, topic, args)
+    else:
+        shown = graph_stats(rt, topic) if args.stats else entity_info(rt, topic, args.entity)
     print(json.dumps(shown, indent=2, ensure_ascii=False, default=str))
     return 0
+
+
+def _graph_ingestion(rt, topic, args) -> dict:
+    """Read ``--import`` (JSON, or CSV with ``--edges``) or ``--from-falkordb``, import it, return the report."""
+    from ragtopics.errors import RefusedFileError
+    from ragtopics.graph import graph_ingestion as gi
+
+    if args.from_falkordb is not None:
+        return gi.ingest_graph(rt, topic, args.graph_name, gi.read_falkordb_graph(args.from_falkordb, args.graph_name))
+    path = args.import_file
+    try:
+        data = path.read_bytes()
+        edges = args.edges.read_bytes() if args.edges is not None else None
+    except OSError as exc:
+        raise RagTopicsError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    suffix = path.suffix.lower()
+    if not (suffix == ".csv" or (suffix == ".json" and edges is None)):
+        raise RagTopicsError(f"{path.name}: --import takes a .json file, or a .csv nodes file with an optional --edges .csv file")
+    try:
+        imported = gi.parse_nodes_edges_json(data) if suffix == ".json" else gi.parse_nodes_edges_csv(data, edges)
+    except RefusedFileError as exc:
+        raise RefusedFileError(f"{path.name} was refused: {exc}") from exc
+    return gi.ingest_graph(rt, topic, path.name, imported)
 
 
 def _cmd_communities(args) -> int:

@@ -12,6 +12,7 @@ from ragtopics.documents.uploads import list_documents, upload_file
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
+from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, plural, progress_bar, refresh_dropdown, short_name, topic_choices
 from ragtopics.worker.queue import job_progress
 
@@ -23,6 +24,8 @@ MAX_BARS = 20
 DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)"]
 #: Relative column widths; the long cells (message, indexed with) wrap instead of widening the page.
 DOC_COLUMN_WIDTHS = ["16%", "11%", "6%", "23%", "28%", "10%", "6%"]
+#: Phases whose done/total need a word to read well: phase -> (label, unit).
+PHASE_UNITS = {"extracting": ("extracting graph", "chunks")}
 
 
 def indexed_with_text(w: dict) -> str:
@@ -36,7 +39,15 @@ def indexed_with_text(w: dict) -> str:
         fewest, most = records
         per_chunk = f" · {fewest if fewest == most else f'{fewest}–{most}'} record{'s' if most > 1 else ''} per chunk"
     split = f" · {w['token_cap']}" if w.get("token_cap") else ""  # chunks split to fit the embedder's window
-    return f"{w.get('chunking_strategy', '')} {w['chunk_size']}/{w['chunk_overlap']} · {keywords} · {w.get('reader', '')}{per_chunk}{split}"
+    graph = f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""
+    return (f"{w.get('chunking_strategy', '')} {w['chunk_size']}/{w['chunk_overlap']} · {keywords} · {w.get('reader', '')}"
+            f"{per_chunk}{split}{graph}")
+
+
+def phase_text(phase: str, done: int, total: int) -> str:
+    """A running job's step as the bar shows it: ``embedding 3/10``, ``extracting graph 12/40 chunks``."""
+    label, unit = PHASE_UNITS.get(phase, (phase, ""))
+    return f"{label} {done}/{total}{f' {unit}' if unit else ''}" if total else label
 
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
@@ -86,7 +97,7 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
         elif p.status in ("failed", "stopped", "canceled", "missing"):
             bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:
-            detail = f"{p.phase or p.status} {p.done}/{p.total}" if p.total else (p.phase or p.status)
+            detail = phase_text(p.phase or p.status, p.done, p.total)
             bars.append(progress_bar(short_name(name), p.fraction, detail))
     return "".join(bars)
 
@@ -111,6 +122,7 @@ def build(rt: Runtime) -> dict:
                 confirm = gr.Button("Delete", variant="stop", elem_id="delete-document-yes")
                 cancel = gr.Button("Cancel", elem_id="delete-document-no")
         deleted_text = gr.Markdown(elem_id="delete-document-status")
+        graph_panel.build(rt, topic)
         jobs = gr.State([])
         rendered = gr.State(None)
         timer = gr.Timer(1.0)
