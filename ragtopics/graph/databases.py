@@ -97,6 +97,24 @@ def check_graph_database(rt: Runtime, name: str) -> None:
                               "register it under Admin → Graph Databases or with `ragtopics graphdb add NAME URL`")  # fmt: skip
 
 
+def graph_database_url(rt: Runtime, name_or_url: str) -> str:
+    """The URL of a registered graph database (a ``redis://`` URL is returned as given).
+
+    Raises:
+        InvalidSettingError: when the name is not registered.
+    """
+    if re.match(r"rediss?://", name_or_url or ""):
+        return name_or_url
+    if name_or_url in ("", DEFAULT_GRAPH_DATABASE):
+        return rt.settings.effective_redis_url
+    with rt.metadata.session() as s:
+        row = s.get(GraphDatabaseRow, name_or_url)
+        if row is not None:
+            return row.url
+    known = ", ".join(d["name"] for d in list_graph_databases(rt))
+    raise InvalidSettingError(f"no graph database called {name_or_url!r} is registered (registered: {known})")
+
+
 def graph_client(rt: Runtime, name: str) -> redis.Redis:
     """The Redis client of a registered graph database (the app's own for ``""`` or ``default``).
 

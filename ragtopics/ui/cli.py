@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     shown.add_argument("--entity", metavar="NAME", help="an entity (by name or alias): relationships and communities")
     shown.add_argument("--import", dest="import_file", metavar="FILE", type=Path,
                        help='graph ingestion: a JSON file {"nodes": [...], "edges": [...]}, or a CSV nodes file (with --edges)')
-    shown.add_argument("--from-falkordb", metavar="URL", help="graph ingestion from a graph in FalkorDB (with --graph)")
+    shown.add_argument("--from-falkordb", metavar="DB", help="graph ingestion from a graph in FalkorDB (with --graph): "
+                       "a registered graph database's name (see graphdb list) or a redis:// URL")
     graph.add_argument("--edges", metavar="FILE", type=Path, help="the CSV edges file of --import (source, target, ...)")
     graph.add_argument("--graph", dest="graph_name", metavar="NAME", help="the FalkorDB graph of --from-falkordb")
     communities = sub.add_parser("communities", help="rebuild a GraphRAG Topic's communities and their summaries")
@@ -75,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--session", default=None, help="continue a chat session")
     ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
 
+    graphdb = sub.add_parser("graphdb", help="Graph Databases: FalkorDB servers a GraphRAG Topic can keep its graph in")
+    graphdb_sub = graphdb.add_subparsers(dest="graphdb_command", required=True)
+    graphdb_sub.add_parser("list", help="list the registered graph databases (the app's own Redis is 'default')")
+    graphdb_add = graphdb_sub.add_parser("add", help="register a FalkorDB server (checked for the FalkorDB module)")
+    graphdb_add.add_argument("name")
+    graphdb_add.add_argument("url", help="redis://host:port/db")
+    graphdb_remove = graphdb_sub.add_parser("remove", help="unregister a graph database no Topic uses")
+    graphdb_remove.add_argument("name")
     db = sub.add_parser("db", help="schema migrations of the metadata database").add_subparsers(dest="db_command", required=True)
     db.add_parser("upgrade", help="migrate the database to the newest revision now (start-up does it too)")
     revision = db.add_parser("revision", help="write a new migration script from the changed models (developers)")
@@ -360,7 +369,10 @@ def _graph_ingestion(rt, topic, args) -> dict:
     from ragtopics.graph import graph_ingestion as gi
 
     if args.from_falkordb is not None:
-        return gi.ingest_graph(rt, topic, args.graph_name, gi.read_falkordb_graph(args.from_falkordb, args.graph_name))
+        from ragtopics.graph.databases import graph_database_url
+
+        url = graph_database_url(rt, args.from_falkordb)
+        return gi.ingest_graph(rt, topic, args.graph_name, gi.read_falkordb_graph(url, args.graph_name))
     path = args.import_file
     try:
         data = path.read_bytes()
@@ -375,6 +387,22 @@ def _graph_ingestion(rt, topic, args) -> dict:
     except RefusedFileError as exc:
         raise RefusedFileError(f"{path.name} was refused: {exc}") from exc
     return gi.ingest_graph(rt, topic, path.name, imported)
+
+
+def _cmd_graphdb(args) -> int:
+    from ragtopics.graph.databases import list_graph_databases, register_graph_database, remove_graph_database
+    from ragtopics.runtime import get_runtime
+
+    rt = get_runtime()
+    if args.graphdb_command == "add":
+        register_graph_database(rt, args.name, args.url)
+        print(f"registered graph database {args.name!r}", file=sys.stderr)
+    elif args.graphdb_command == "remove":
+        remove_graph_database(rt, args.name)
+        print(f"removed graph database {args.name!r}", file=sys.stderr)
+    else:
+        print(json.dumps(list_graph_databases(rt), indent=2))
+    return 0
 
 
 def _cmd_communities(args) -> int:
@@ -410,6 +438,7 @@ _COMMANDS = {
     "ingest": _cmd_ingest,
     "docs": _cmd_docs,
     "graph": _cmd_graph,
+    "graphdb": _cmd_graphdb,
     "communities": _cmd_communities,
     "ask": _cmd_ask,
     "db": _cmd_db,

@@ -71,6 +71,17 @@ def build(rt: Runtime) -> dict:
         shared_status = gr.Markdown()
         gr.Dataframe(value=endpoints_table(rt), headers=["Role", "Endpoint", "Model", "Tools", "Pictures"],
                      interactive=False, label="Model endpoints")  # fmt: skip
+        gr.Markdown("### Graph Databases\nFalkorDB servers a GraphRAG Topic can keep its graph in (its Graph "
+                    "Database setting). `default` is the app's own Redis.")  # fmt: skip
+        databases = gr.Dataframe(value=graph_databases_table(rt), headers=["Name", "URL"], interactive=False,
+                                 label="Registered graph databases", elem_id="graph-databases")  # fmt: skip
+        with gr.Row():
+            db_name = gr.Textbox(label="Name", elem_id="graph-database-name")
+            db_url = gr.Textbox(label="URL (redis://host:port)", elem_id="graph-database-url")
+        with gr.Row():
+            db_add = gr.Button("Register", elem_id="graph-database-add")
+            db_remove = gr.Button("Remove", elem_id="graph-database-remove")
+        db_status = gr.Markdown(elem_id="graph-database-status")
 
     def load(topic_name, prompt_name):
         if not topic_name:
@@ -98,4 +109,31 @@ def build(rt: Runtime) -> dict:
     shared_name.change(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)
     admin.select(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)  # always the stored text
     shared_save.click(lambda n, x: save_prompt(rt, None, n, x), [shared_name, shared_text], shared_status, **private)
+    db_add.click(lambda n, u: change_graph_databases(rt, "add", n, u), [db_name, db_url], [databases, db_status], **private)
+    db_remove.click(lambda n: change_graph_databases(rt, "remove", n, ""), [db_name], [databases, db_status], **private)
+    admin.select(lambda: graph_databases_table(rt), None, databases, **private)
     return {"topic": topic}
+
+
+def graph_databases_table(rt: Runtime) -> list[list[str]]:
+    """Rows of Admin → Graph Databases: name and URL (password hidden)."""
+    from ragtopics.graph.databases import list_graph_databases
+
+    return [[d["name"], d["url"]] for d in list_graph_databases(rt)]
+
+
+def change_graph_databases(rt: Runtime, action: str, name: str, url: str) -> tuple[list[list[str]], str]:
+    """Register (``add``) or remove a graph database; returns the new table and a status line."""
+    from ragtopics.graph.databases import register_graph_database, remove_graph_database
+
+    name = (name or "").strip()
+    try:
+        if action == "add":
+            register_graph_database(rt, name, (url or "").strip())
+            message = f"Registered graph database **{name}**."
+        else:
+            remove_graph_database(rt, name)
+            message = f"Removed graph database **{name}** (its graphs stay on that server)."
+    except RagTopicsError as exc:
+        message = f"**Not changed:** {exc}"
+    return graph_databases_table(rt), message

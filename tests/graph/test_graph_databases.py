@@ -3,6 +3,8 @@ separate FalkorDB server (the compose file's layout), registered under Admin."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
@@ -76,3 +78,37 @@ def test_unregistered_or_unusable_graph_databases_are_refused(rt, redis_server):
     with pytest.raises(InvalidSettingError, match="name"):
         register_graph_database(rt, "default", redis_server.url)
     assert [d["name"] for d in list_graph_databases(rt)] == ["default"]
+
+
+def test_graph_databases_from_the_cli_and_the_admin_tab(rt, falkordb_server, capsys):
+    from ragtopics.ui.cli import main
+    from ragtopics.ui.prompts_tab import change_graph_databases
+
+    assert main(["graphdb", "add", "graphs", falkordb_server.url]) == 0
+    capsys.readouterr()
+    assert main(["graphdb", "list"]) == 0
+    assert [d["name"] for d in json.loads(capsys.readouterr().out)] == ["default", "graphs"]
+    assert main(["graphdb", "add", "graphs", falkordb_server.url]) == 2
+    assert "already registered" in capsys.readouterr().err
+
+    table, message = change_graph_databases(rt, "remove", "graphs", "")
+    assert table == [["default", list_graph_databases(rt)[0]["url"]]] and "Removed" in message
+    table, message = change_graph_databases(rt, "add", "bad name!", falkordb_server.url)
+    assert message.startswith("**Not changed:**") and len(table) == 1
+    table, message = change_graph_databases(rt, "add", "graphs", falkordb_server.url)
+    assert [row[0] for row in table] == ["default", "graphs"]
+
+
+def test_graph_ingestion_from_a_registered_graph_database_by_name(rt, falkordb_server, capsys):
+    from ragtopics.ui.cli import main
+
+    other = redis.Redis.from_url(falkordb_server.url)
+    other.flushall()
+    other.execute_command("GRAPH.QUERY", "people", "CREATE (:Person {name: 'Ada Lovelace', description: 'A mathematician.'})"
+                          "-[:WORKED_WITH]->(:Person {name: 'Charles Babbage', description: 'An inventor.'})")  # fmt: skip
+    register_graph_database(rt, "graphs", falkordb_server.url)
+    topic = create_topic(rt, "Imported", kind="graphrag", settings=NLP)
+    assert main(["graph", topic.name, "--from-falkordb", "graphs", "--graph", "people"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["entities"] == 2 and report["relationships"] == 1
+    assert graph_store(rt, topic).entity_by_name("Ada Lovelace") is not None
