@@ -107,6 +107,7 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
         _check_connected(rt, topic.name, topic.id, model)
     if "graph_database" in changes:
         _check_graph_database(rt, model)
+        _check_graph_not_moved(rt, topic, model)
     payload = model.model_dump(mode="json")
     topic_store.save_settings(rt.metadata, topic.id, payload)
     topic = get_topic(rt, topic.id)
@@ -121,6 +122,20 @@ def _check_graph_database(rt: Runtime, model: TopicSettings) -> None:
         from ragtopics.graph.databases import check_graph_database
 
         check_graph_database(rt, name)
+
+
+def _check_graph_not_moved(rt: Runtime, topic: Topic, model: TopicSettings) -> None:
+    """Refuse pointing a Topic whose graph already holds entities at another graph database (it would be left behind)."""
+    before = getattr(topic.settings, "graph_database", "") or "default"
+    after = getattr(model, "graph_database", "") or "default"
+    if before == after:
+        return
+    from ragtopics.graph.ingest import graph_store
+
+    entities = graph_store(rt, topic).stats()["entities"]
+    if entities:
+        raise InvalidSettingError(f"graph_database: the graph of Topic {topic.name!r} already holds {entities} entities in "
+                                  f"{before!r}; choose the graph database before the first upload, or create a new Topic")  # fmt: skip
 
 
 def _schedule_refresh(rt: Runtime, topic: Topic) -> None:

@@ -54,6 +54,8 @@ def test_a_topic_on_a_separate_falkordb_server_keeps_its_graph_there(rt, run_job
     assert there.entity_by_name("Paris") is not None and there.entity_by_name("Albert Einstein") is not None
     assert rt.chunk_index(topic.id).count() == 4  # chunks and their vectors stay in the app's Redis
 
+    with pytest.raises(InvalidSettingError, match="already holds .* entities in 'graphs'"):
+        update_settings(rt, topic.id, {"graph_database": ""})
     delete_document(rt, topic, "einstein.txt")
     assert there.entity_by_name("Albert Einstein") is None and there.entity_by_name("Paris") is not None
 
