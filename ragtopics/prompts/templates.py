@@ -211,11 +211,30 @@ PICTURE_ENTITIES = PromptTemplate(
     "GraphRAG Picture in the graph: which entities of its chunk a picture shows (one call per picture).",
 )
 
+GLOBAL_MAP = PromptTemplate(
+    "global_map",
+    "Question: $question\n\nBelow is the summary of one group of related things from the documents.\n"
+    "Title: $title\nSummary: $summary\nKey entities: $key_entities\nKey relationships:\n$key_relationships\n\n"
+    "Does this summary help answer the question? Reply as JSON with helpful (true or false), points (the facts "
+    "from the summary that answer the question, each one short sentence; empty when not helpful) and score "
+    "(0-100, how much it helps).",
+    "GraphRAG GLOBAL: the map step, one call per community summary.",
+)
+
+FOLLOW_UP_PLAN = PromptTemplate(
+    "follow_up_plan",
+    "Question: $question\n\nWhat summaries of the documents say:\n$summaries\n\nFound so far:\n$findings\n\n"
+    "Already asked:\n$asked\n\nPlan up to $max_questions concrete follow-up questions about named things that "
+    "the documents can answer and that are needed to answer the question. Ask nothing already asked. "
+    "Reply as JSON with questions (a list; empty when nothing more is needed).",
+    "GraphRAG HYBRID: plans the follow-up questions of one round.",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
         SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
         KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE, GRAPH_EXTRACTION,
-        COMMUNITY_REPORT, PICTURE_ENTITIES,
+        COMMUNITY_REPORT, PICTURE_ENTITIES, GLOBAL_MAP, FOLLOW_UP_PLAN,
     )
 }

@@ -15,6 +15,7 @@ What the score means:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,15 +52,37 @@ def filter_hits(hits: list[ChunkHit], *, min_score: float, top_k: int) -> list[C
     return [h for h in hits if h.score >= min_score][:top_k]
 
 
-def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K) -> tuple[list[ChunkHit], dict[str, dict]]:
-    """Merge ranked lists by reciprocal rank fusion: ``score(d) = Σ_lists 1 / (k + rank_d)``, ranks from 1.
+def reciprocal_rank_fusion(ranked_ids: Mapping[str, Sequence[str]], *, k: int = DEFAULT_RRF_K) -> dict[str, dict]:
+    """Merge ranked lists of ids: ``score(d) = Σ_lists 1 / (k + rank_d)``, ranks from 1.
 
     Source: Cormack, Clarke & Büttcher, "Reciprocal Rank Fusion outperforms Condorcet
-    and individual Rank Learning Methods", SIGIR 2009 (k = 60 there).
+    and individual Rank Learning Methods", SIGIR 2009 (k = 60 there). Works on any ids
+    (chunks here, entities in a GraphRAG Topic's LOCAL seeds).
+
+    Args:
+        ranked_ids: list name → ids, best first; an id repeated within a list counts once, at its first rank.
+        k: the fusion constant (>= 1); larger flattens the advantage of top ranks.
+
+    Returns:
+        id → ``{<list name>: 1-based rank or None, ..., "rrf": raw fused score}``, best first
+        (ties keep first-seen order).
+    """
+    ranks: dict[str, dict] = {}
+    for name, ids in ranked_ids.items():
+        for rank, item in enumerate(ids, start=1):
+            entry = ranks.setdefault(item, {n: None for n in ranked_ids} | {"rrf": 0.0})
+            if entry[name] is None:
+                entry[name] = rank
+                entry["rrf"] += 1.0 / (k + rank)
+    return {item: ranks[item] for item in sorted(ranks, key=lambda i: -ranks[i]["rrf"])}
+
+
+def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K) -> tuple[list[ChunkHit], dict[str, dict]]:
+    """Merge ranked lists of chunk hits by :func:`reciprocal_rank_fusion`.
 
     Args:
         ranked_lists: list name → hits, best first.
-        k: the fusion constant (>= 1); larger flattens the advantage of top ranks.
+        k: the fusion constant (>= 1).
 
     Returns:
         ``(hits, ranks)``: hits ordered by fused score, each ``score`` normalised to
@@ -67,17 +90,12 @@ def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K)
         id its rank in each list and the raw RRF score. Ties keep first-seen order.
     """
     best = max(1, sum(1 for hits in ranked_lists.values() if hits)) / (k + 1)
-    ranks: dict[str, dict] = {}
+    ranks = reciprocal_rank_fusion({name: [h.chunk_id for h in hits] for name, hits in ranked_lists.items()}, k=k)
     first: dict[str, ChunkHit] = {}
-    for name, hits in ranked_lists.items():
-        for rank, hit in enumerate(hits, start=1):
-            entry = ranks.setdefault(hit.chunk_id, {n: None for n in ranked_lists} | {"rrf": 0.0})
-            if entry[name] is None:
-                entry[name] = rank
-                entry["rrf"] += 1.0 / (k + rank)
+    for hits in ranked_lists.values():
+        for hit in hits:
             first.setdefault(hit.chunk_id, hit)
-    order = sorted(first, key=lambda cid: -ranks[cid]["rrf"])
-    return [replace(first[cid], score=round(ranks[cid]["rrf"] / best, 6)) for cid in order], ranks
+    return [replace(first[cid], score=round(entry["rrf"] / best, 6)) for cid, entry in ranks.items()], ranks
 
 
 def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, strategy: str, top_k: int,

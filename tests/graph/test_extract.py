@@ -342,3 +342,9 @@ def test_the_extraction_version_changes_with_the_model_and_the_prompt(tmp_path):
     assert extraction_version("LLM", first) != extraction_version("LLM", first, edited)
     assert extraction_version("NLP", first) == extraction_version("NLP", other_model)  # NLP does not use the model
     assert extraction_version("NLP", first).startswith("nlp-") and extraction_version("LLM", first).startswith("llm-")
+
+
+def test_list_bullets_in_front_of_a_name_are_not_part_of_it():
+    extraction = extract_nlp("The types are:\n• OCTET STRING is a type.\n• BIT STRING holds bits.")
+    assert {"OCTET STRING", "BIT STRING"} <= {e.name for e in extraction.entities}
+    assert not any(e.name.startswith("•") for e in extraction.entities)

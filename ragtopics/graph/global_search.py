@@ -1,0 +1,157 @@
+"""The GLOBAL way of a GraphRAG Topic: the map step over community summaries.
+
+GLOBAL answers questions about the whole collection ("what are the main themes?") from
+the community reports written in Phase B, as Microsoft GraphRAG's global search does:
+
+1. **Select**: the Top-K Reports summaries most similar to the question (cosine >= Min.
+   Similarity Score), fused by reciprocal rank with a BM25 search of their titles and
+   summaries when Global Keyword Search is on.
+2. **Map**: each summary is read alone. With a real Language Model endpoint, one typed call
+   per summary, ``{helpful, points, score}``, at most :data:`MAP_CONCURRENCY` at a time;
+   unhelpful summaries are dropped. With the bundled model (too small to judge), the
+   summary's sentences and key relationships are ranked by cosine similarity to the
+   question with the bundled embedding model and the best :data:`POINTS_PER_REPORT` kept.
+3. **Reduce**: the answer stage writes one answer from the kept points (the evidence
+   items returned here, kind ``community_report``, without source files) and streams it.
+
+None of the summaries above the threshold, or no community run yet: an empty context
+whose note says why (the answer stage gives the no-results message).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ragtopics.answer.context import Context, Evidence, RetrievalQuery
+from ragtopics.errors import ModelUnavailableError, StructuredOutputError
+from ragtopics.graph.community_index import CommunityHit, CommunityIndex
+from ragtopics.prompts.templates import PromptTemplate
+from ragtopics.rag.retrieval import reciprocal_rank_fusion
+from ragtopics.runtime import Runtime
+from ragtopics.tracing.trace import Trace
+
+log = logging.getLogger(__name__)
+
+#: Summaries read at once by the map step (the gateway also caps calls per endpoint).
+MAP_CONCURRENCY = 4
+#: Points kept per summary when the bundled embedding model ranks them.
+POINTS_PER_REPORT = 3
+#: Role whose model reads the summaries.
+MAP_ROLE = "language_model"
+
+
+class MapReply(BaseModel):
+    """What the map call says about one summary."""
+
+    helpful: bool = Field(description="Whether the summary helps answer the question at all.")
+    points: list[str] = Field(default_factory=list, description="Facts from the summary that answer the question.")
+    score: int = Field(0, ge=0, le=100, description="How much the summary helps, 0-100.")
+
+
+@dataclass(slots=True)
+class GlobalRetriever:
+    """GLOBAL search over a Topic's community reports (see the module docstring).
+
+    Args:
+        rt: the runtime (embedder, gateway, Redis).
+        topic: the GraphRAG Topic.
+        settings: its settings (top_k_reports, min_similarity_score, global_keyword_search, rrf_k when present).
+        map_prompt: the ``global_map`` prompt.
+    """
+
+    rt: Runtime
+    topic: object
+    settings: object
+    map_prompt: PromptTemplate
+    route: str = "GLOBAL"
+
+    def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
+        """Select, then map; the items are kind ``community_report`` with no provenance, best first."""
+        cfg = self.settings
+        index = CommunityIndex(self.rt.redis, self.topic.id, dims=self.rt.gateway.embedder.dims,
+                               embedding_model=self.rt.gateway.embedder.model)  # fmt: skip
+        if index.count() == 0:
+            trace.add("global_select", reports=0, reason="no community summaries")
+            return Context((), self.route, "no community summaries yet: run Recompute Communities Now")
+        with trace.step("global_select", top_k=cfg.top_k_reports, min_score=cfg.min_similarity_score) as ev:
+            vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
+            dense = [h for h in index.search_vector(vector, cfg.top_k_reports) if h.score >= cfg.min_similarity_score]
+            hits = dense
+            if getattr(cfg, "global_keyword_search", False) and dense:
+                keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
+                similar = {h.community_id for h in dense}
+                fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],
+                                                "keyword": [h.community_id for h in keyword if h.community_id in similar]},
+                                               k=getattr(cfg, "rrf_k", 60))  # fmt: skip
+                by_id = {h.community_id: h for h in dense}
+                hits = [by_id[cid] for cid in fused][: cfg.top_k_reports]
+            ev.data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])
+        if not hits:
+            return Context((), self.route, "no community summary passed Min. Similarity Score")
+        with trace.step("global_map", reports=len(hits), method="embedding" if self.bundled else "model") as ev:
+            mapped = self._map_by_embedding(query.question, hits, vector) if self.bundled else self._map_by_model(query.question, hits, trace)
+            kept = [(h, points, score) for h, points, score in mapped if points]
+            kept.sort(key=lambda x: -x[2])
+            ev.data.update(kept=len(kept), dropped=[h.title for h, points, _ in mapped if not points])
+        items = tuple(Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score,
+                               provenance=()) for h, points, score in kept)  # fmt: skip
+        return Context(items, self.route, "" if items else "no community summary helps answer the question")
+
+    @property
+    def bundled(self) -> bool:
+        """True while the Language Model is the bundled one (the map step then ranks by embeddings)."""
+        return self.rt.gateway.endpoint(MAP_ROLE).is_local
+
+    def _map_by_model(self, question: str, hits: list[CommunityHit], trace: Trace) -> list[tuple[CommunityHit, list[str], float]]:
+        """One typed call per summary, concurrently; a failed call drops its summary (logged, traced)."""
+
+        def read(hit: CommunityHit) -> tuple[CommunityHit, list[str], float, Trace]:
+            private = Trace("chat", hit.community_id)
+            prompt = self.map_prompt.render(question=question, title=hit.title, summary=hit.summary,
+                                            key_entities=", ".join(hit.key_entities),
+                                            key_relationships="\n".join(hit.key_relationships))  # fmt: skip
+            try:
+                reply = self.rt.gateway.structured(MAP_ROLE, [{"role": "user", "content": prompt}], MapReply,
+                                                   prompt_name=self.map_prompt.name, trace=private, max_tokens=400)  # fmt: skip
+            except (ModelUnavailableError, StructuredOutputError) as exc:
+                log.warning("GLOBAL map of %s failed: %s", hit.community_id, exc)
+                return hit, [], 0.0, private
+            points = [p.strip() for p in reply.points if p.strip()] if reply.helpful else []
+            return hit, points, reply.score / 100.0, private
+
+        out = []
+        with ThreadPoolExecutor(max_workers=MAP_CONCURRENCY) as pool:
+            for hit, points, score, private in pool.map(read, hits):
+                for event in private.events:  # Trace is not thread-safe: merged here in order
+                    trace.add(event.step, **event.data)
+                out.append((hit, points, score))
+        return out
+
+    def _map_by_embedding(self, question: str, hits: list[CommunityHit], vector: np.ndarray) -> list[tuple[CommunityHit, list[str], float]]:
+        """The best sentences and key relationships of each summary by cosine to the question (no model call)."""
+        candidates = [(h, [s for s in _sentences(h.summary)] + list(h.key_relationships)) for h in hits]
+        texts = [t for _, ts in candidates for t in ts]
+        vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, len(vector)))
+        out, at = [], 0
+        for hit, ts in candidates:
+            scores = vectors[at : at + len(ts)] @ vector if ts else np.zeros(0)
+            at += len(ts)
+            order = np.argsort(-scores)[:POINTS_PER_REPORT]
+            points = [ts[i] for i in sorted(order)]  # in the summary's own order
+            out.append((hit, points, float(scores[order[0]]) if len(order) else 0.0))
+        return out
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text or "") if len(s.strip()) > 3]
+
+
+def _report_text(hit: CommunityHit, points: list[str]) -> str:
+    """What the answer prompt shows for one summary: its title and the kept points."""
+    return f"Community: {hit.title}\n" + "\n".join(f"- {p}" for p in points)

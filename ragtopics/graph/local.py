@@ -1,0 +1,423 @@
+"""A GraphRAG Topic's LOCAL way: seed entities, expand the graph around them, rank the chunks behind it.
+
+Steps (each one traced):
+
+1. **Seeds** by the Topic's Seed Strategy. NODES: entities whose vectors are close to the
+   question (Top-K Nodes, Min. Similarity Score). CHUNKS: the Top-K Seed Chunks nearest to the
+   question, and the entities those chunks carry (a chunk's entities ranked by the chunk's
+   rank, rarer entities first). FUSED: both, plus the entity full-text hits when Local
+   Keyword Search is on, merged by reciprocal rank fusion (Cormack et al., SIGIR 2009). Names
+   the router saw (``RetrievalQuery.entities``) that match an entity are always seeds.
+2. **Expansion**: Hop Depth steps along relationships, at most Max Subgraph Nodes entities.
+3. **Chunks**: those behind the entities and relationships found, plus the Top-K Unlinked
+   Chunks (the best chunk-vector hits that no collected entity carries).
+4. **Ranking with the graph**: personalized PageRank over entities and chunks, reset at the
+   seed entities and (weakly) at each chunk by its cosine to the question, as HippoRAG 2 does
+   (Gutiérrez et al., "From RAG to Memory", ICML 2025: passage nodes joined to their
+   entities, reset weight 0.05 for passages, damping 0.5). The PageRank order and the cosine
+   order are then fused by reciprocal rank fusion; the Max Cited Chunks best are kept.
+
+Scores: a chunk item's ``score`` is its cosine similarity to the question; an entity or
+relationship item's is the best cosine among the candidate chunks it rests on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import igraph
+import numpy as np
+
+from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
+from ragtopics.graph.ingest import graph_store
+from ragtopics.graph.model import Entity, Relationship
+from ragtopics.graph.store import GraphStore, Subgraph
+from ragtopics.ingest.keywords import is_searchable, query_keywords
+from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
+from ragtopics.rag.retriever import chunk_evidence
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
+from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, parse_pages
+from ragtopics.tracing.trace import Trace
+
+log = logging.getLogger(__name__)
+
+#: PageRank damping (probability of following an edge rather than resetting); HippoRAG 2 uses 0.5.
+PPR_DAMPING = 0.5
+#: Share of the reset mass spread over chunk nodes by their cosine (HippoRAG 2's passage node weight).
+PASSAGE_NODE_WEIGHT = 0.05
+#: Reciprocal rank fusion constant for the seeds' reset weights (sharp; see :func:`seed_weights`).
+WEIGHT_RRF_K = 1
+#: Most candidate chunks collected behind the subgraph (those carried by more of it first).
+MAX_CANDIDATE_CHUNKS = 400
+#: Chunk-vector hits searched for seed and unlinked chunks, at least.
+CHUNK_SEARCH_DEPTH = 30
+#: Entity and relationship items given to the prompt, and the characters of each one's text.
+MAX_ENTITY_ITEMS = 8
+MAX_RELATIONSHIP_ITEMS = 8
+MAX_ITEM_CHARS = 300
+#: Documents named in an entity or relationship item's provenance, at most.
+MAX_ITEM_DOCUMENTS = 3
+#: What follows a graph-ingestion pseudo-document's name (``ragtopics.graph.graph_ingestion.SUFFIX``).
+GRAPH_INGESTION_SUFFIX = " (graph ingestion)"
+
+_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version", "embedding"]
+
+
+@dataclass(frozen=True, slots=True)
+class Seeds:
+    """The starting entities of a LOCAL search.
+
+    Attributes:
+        entities: best first (named ones first, then by fused rank), at most Top-K Nodes plus the named.
+        weights: entity id → reset weight for PageRank in (0, 1] (the best seed 1).
+        sources: list name (``named``, ``nodes``, ``chunks``, ``keywords``) → entity names, best first.
+        dense: the chunk-vector hits of the question at or above Min. Similarity Score, best first.
+    """
+
+    entities: tuple[Entity, ...]
+    weights: dict[str, float]
+    sources: dict[str, list[str]]
+    dense: tuple[ChunkHit, ...]
+
+
+@dataclass(slots=True)
+class LocalRetriever:
+    """LOCAL search of a GraphRAG Topic (see the module docstring).
+
+    Args:
+        rt: the runtime (embedder, chunk index, graph database).
+        topic: the GraphRAG Topic searched (its graph and chunk index).
+        settings: the settings to search with (usually ``topic.settings``).
+        route: the route name put on the context.
+    """
+
+    rt: Runtime
+    topic: object
+    settings: GraphRagTopicSettings
+    route: str = "LOCAL"
+
+    def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
+        """Seed, expand, collect and rank; see :class:`~ragtopics.answer.context.Retriever`.
+
+        Returns:
+            Kept chunks (best first), then entity and relationship items; empty with a note when
+            nothing reaches Min. Similarity Score (the answer stage then gives the no-results message).
+        """
+        cfg = self.settings
+        if not is_searchable(query.question):
+            trace.add("local", query=query.question, skipped="the question holds no letter or digit")
+            return Context((), self.route, "the question has nothing that can be searched")
+        store, index = graph_store(self.rt, self.topic), self.rt.chunk_index(self.topic.id)
+        texts = [query.question] + ([f"{query.previous_question}\n{query.question}"] if query.previous_question else [])
+        with trace.step("local", strategy=seed_strategy(cfg), hop_depth=cfg.hop_depth,
+                        min_score=cfg.min_similarity_score) as ev:  # fmt: skip
+            for text in texts:
+                with trace.step("embed_question"):
+                    vector = self.rt.gateway.embed([text], trace=trace, purpose="question")[0]
+                seeds = find_seeds(store, index, text, vector, query.entities, cfg, trace)
+                if seeds.entities or seeds.dense:
+                    break
+            if not seeds.entities and not seeds.dense:
+                note = f"no entity or chunk reached Min. Similarity Score ({cfg.min_similarity_score:g})"
+                ev.data["note"] = note
+                return Context((), self.route, note)
+            items = self.gather(store, index, seeds, vector, trace)
+            ev.data["kept"] = [i.id for i in items if i.kind == "chunk"]
+        return Context(tuple(items), self.route, "")
+
+    def gather(self, store: GraphStore, index: ChunkIndex, seeds: Seeds, vector: np.ndarray, trace: Trace) -> list[Evidence]:
+        """Expand the seeds, collect and rank their chunks; the evidence items, chunks first."""
+        cfg = self.settings
+        with trace.step("expand", seeds=len(seeds.entities), hop_depth=cfg.hop_depth, limit=cfg.max_subgraph_nodes) as ev:
+            sub = store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes)
+            ev.data.update(entities=len(sub.entities), relationships=len(sub.relationships),
+                           names=[e.name for e in sub.entities][:50])  # fmt: skip
+        with trace.step("collect_chunks") as ev:
+            linked = collect_chunk_ids(sub, seeds.dense)
+            carried = {cid for e in sub.entities for cid in e.chunk_ids}
+            unlinked = [h.chunk_id for h in seeds.dense if h.chunk_id not in carried][: cfg.top_k_unlinked_chunks]
+            chunks = fetch_chunks(index, [*linked, *unlinked], vector)
+            ev.data.update(linked=len(linked), unlinked=unlinked, fetched=len(chunks))
+        with trace.step("rank_chunks", damping=PPR_DAMPING, passage_weight=PASSAGE_NODE_WEIGHT) as ev:
+            cosine = {cid: h.score for cid, h in chunks.items()}
+            ppr = personalized_pagerank(sub, _links(sub, chunks), seeds.weights, cosine)
+            order = rank_chunks(ppr, cosine)
+            kept = order[: cfg.max_cited_chunks]
+            ev.data["top"] = [{"chunk_id": cid, "file": chunks[cid].file_name, "ppr": round(ppr.get(cid, 0.0), 6),
+                               "cosine": round(cosine[cid], 4), "kept": cid in kept} for cid in order[:20]]  # fmt: skip
+        items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
+        items += graph_items(sub, ppr, chunks)
+        return items
+
+
+def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.ndarray, named: Iterable[str],
+               cfg: GraphRagTopicSettings, trace: Trace) -> Seeds:  # fmt: skip
+    """The seed entities of the question by the Seed Strategy, merged by reciprocal rank fusion.
+
+    Args:
+        store, index: the Topic's graph and chunk index.
+        question: the text searched (for the full-text entity search).
+        vector: its embedding, shape ``(dims,)``, unit norm.
+        named: entity names the router saw; each that matches an entity (name or alias) is a seed.
+        cfg: Seed Strategy, Top-K Nodes, Top-K Seed Chunks, Min. Similarity Score, Local Keyword Search.
+
+    Returns:
+        The seeds; the chunk-vector hits are searched under every strategy (for the unlinked chunks).
+    """
+    strategy = seed_strategy(cfg)
+    with trace.step("seeds", strategy=strategy, top_k_nodes=cfg.top_k_nodes) as ev:
+        depth = max(CHUNK_SEARCH_DEPTH, cfg.top_k_seed_chunks, 3 * cfg.top_k_unlinked_chunks)
+        dense = [h for h in index.search_vector(vector, depth) if h.score >= cfg.min_similarity_score]
+        lists: dict[str, list[Entity]] = {}
+        if strategy in ("NODES", "FUSED"):
+            lists["nodes"] = [e for e, _ in store.search_entities(vector, cfg.top_k_nodes, cfg.min_similarity_score)]
+        if strategy in ("CHUNKS", "FUSED"):
+            lists["chunks"] = entities_of_chunks(store, [h.chunk_id for h in dense[: cfg.top_k_seed_chunks]])
+        if strategy == "FUSED" and cfg.local_keyword_search:
+            lists["keywords"] = [e for e, _ in store.search_entities_text(query_keywords(question), cfg.top_k_nodes)]
+        by_name = [store.entity_by_name(n) for n in dict.fromkeys(named)]
+        named_found = list({e.id: e for e in by_name if e is not None}.values())
+        fused = reciprocal_rank_fusion({name: [e.id for e in found] for name, found in lists.items()}, k=DEFAULT_RRF_K)
+        entity = {e.id: e for found in lists.values() for e in found} | {e.id: e for e in named_found}
+        order = list(dict.fromkeys([e.id for e in named_found] + list(fused)[: cfg.top_k_nodes]))
+        weights = seed_weights([entity[eid] for eid in order], {name: [e.id for e in found] for name, found in lists.items()},
+                               named={e.id for e in named_found})  # fmt: skip
+        sources = {"named": [e.name for e in named_found]} | {name: [e.name for e in found] for name, found in lists.items()}
+        ev.data.update(sources=sources, seeds=[entity[eid].name for eid in order],
+                       dense=[{"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4)} for h in dense[:10]])  # fmt: skip
+    return Seeds(tuple(entity[eid] for eid in order), weights, sources, tuple(dense))
+
+
+def seed_weights(seeds: list[Entity], ranked: dict[str, list[str]], *, named: set[str] = frozenset(),
+                 k: int = WEIGHT_RRF_K) -> dict[str, float]:  # fmt: skip
+    """PageRank reset weights of the seeds: a sharp reciprocal rank fusion, divided by how many chunks carry the seed.
+
+    The fusion constant is small (``k`` = 1) so the first ranks weigh much more than the tenth
+    (the ordering of seeds uses k = 60; as weights that would make ten seeds nearly equal). The
+    division by the seed's chunk count is HippoRAG 2's node specificity: an entity named in
+    hundreds of chunks spreads its weight over all of them. A named seed counts as first in every list.
+
+    Args:
+        seeds: the seed entities.
+        ranked: list name → entity ids, best first (the lists the seeds were fused from).
+        named: ids of seeds the router named.
+
+    Returns:
+        entity id → weight in (0, 1], the heaviest seed 1.
+    """
+    fused = reciprocal_rank_fusion(ranked, k=k)
+    top = len([r for r in ranked.values() if r]) / (k + 1) or 1.0
+    raw = {e.id: (top if e.id in named else fused.get(e.id, {"rrf": 0.0})["rrf"]) / max(len(e.chunk_ids), 1) for e in seeds}
+    best = max(raw.values(), default=0.0) or 1.0
+    return {eid: max(w / best, 1e-6) for eid, w in raw.items()}
+
+
+def seed_strategy(cfg: GraphRagTopicSettings) -> str:
+    """The Seed Strategy as its name (``NODES``, ``CHUNKS`` or ``FUSED``), whether stored as the enum or as text."""
+    return str(getattr(cfg.seed_strategy, "value", cfg.seed_strategy))
+
+
+def entities_of_chunks(store: GraphStore, chunk_ids: list[str]) -> list[Entity]:
+    """The entities the given chunks carry, ranked: by the best rank of a chunk carrying them, then rarer first.
+
+    Ranking inside a chunk by rarity (fewer chunks) follows HippoRAG's node specificity: an
+    entity named in one passage says more about it than one named in hundreds.
+
+    Args:
+        chunk_ids: chunk ids, best first.
+
+    Returns:
+        Entities, best first, each once (``[]`` when the graph does not exist).
+    """
+    if not chunk_ids or not store.exists():
+        return []
+    rows = store.graph.ro_query("UNWIND $ids AS cid MATCH (e:Entity)-[:MENTIONED_IN]->(:Chunk {id: cid}) "
+                                "RETURN cid, e.id, size(e.chunk_ids)", {"ids": chunk_ids}).result_set  # fmt: skip
+    rank = {cid: i for i, cid in enumerate(chunk_ids)}
+    best: dict[str, tuple[int, int]] = {}
+    for cid, eid, size in rows:
+        best[eid] = min(best.get(eid, (len(chunk_ids), 0)), (rank[cid], int(size)))
+    return store.entities(sorted(best, key=lambda eid: (best[eid], eid)))
+
+
+def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:
+    """The chunks behind a subgraph's entities and relationships, at most :data:`MAX_CANDIDATE_CHUNKS`.
+
+    A chunk carried by more of the subgraph (entities and relationships) comes first; the
+    chunk-vector hits among them come before all others, so a hit that seeded the search is
+    never cut.
+
+    Returns:
+        Chunk ids, most supported first (ties: the order the subgraph names them).
+    """
+    support: dict[str, int] = {}
+    for item in (*sub.entities, *sub.relationships):
+        for cid in sorted(item.chunk_ids):
+            support[cid] = support.get(cid, 0) + 1
+    hits = [h.chunk_id for h in dense if h.chunk_id in support]
+    rest = sorted((cid for cid in support if cid not in set(hits)), key=lambda cid: -support[cid])
+    return (hits + rest)[:MAX_CANDIDATE_CHUNKS]
+
+
+def fetch_chunks(index: ChunkIndex, chunk_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
+    """Stored chunks by id, each scored by its cosine similarity to ``vector`` (one pipelined round trip).
+
+    Args:
+        chunk_ids: ids to read (unknown ones are left out).
+        vector: the question's embedding, shape ``(dims,)``, unit norm (stored chunks are unit norm too).
+
+    Returns:
+        chunk id → hit, in the order asked.
+    """
+    pipe = index.client.pipeline(transaction=False)
+    for cid in dict.fromkeys(chunk_ids):
+        pipe.hmget(index.key(cid), _FIELDS)
+    found: dict[str, ChunkHit] = {}
+    for values in pipe.execute():
+        if values[0] is None or values[-1] is None:
+            continue
+        row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(_FIELDS[:-1], values[:-1])}
+        score = float(np.dot(np.frombuffer(values[-1], dtype=np.float32), vector))
+        found[row["chunk_id"]] = ChunkHit(row["chunk_id"], row["document_id"], row["file_name"], int(row["position"] or 0),
+                                          row["text"], round(score, 6), row["context"], row["pictures"],
+                                          parse_pages(row["pages"]), row["version"])  # fmt: skip
+    return found
+
+
+def _links(sub: Subgraph, chunks: dict[str, ChunkHit]) -> dict[str, list[str]]:
+    """Chunk id → the subgraph entities that carry it (``[]`` for an unlinked chunk), for every fetched chunk."""
+    links: dict[str, list[str]] = {cid: [] for cid in chunks}
+    for e in sub.entities:
+        for cid in e.chunk_ids:
+            if cid in links:
+                links[cid].append(e.id)
+    return links
+
+
+def personalized_pagerank(sub: Subgraph, chunk_links: dict[str, list[str]], seed_weights: dict[str, float],
+                          chunk_cosine: dict[str, float], *, damping: float = PPR_DAMPING,
+                          passage_weight: float = PASSAGE_NODE_WEIGHT) -> dict[str, float]:  # fmt: skip
+    """Personalized PageRank over the subgraph's entities and the chunks linked to them (HippoRAG 2).
+
+    Nodes: entities and chunks. Edges (undirected): each relationship, weighted ``log(1 + strength)``
+    (so a tie repeated in many chunks does not drown the rest); each entity–chunk mention, weight 1.
+    Reset vector: the seed weights on seed entities, plus ``passage_weight`` × the chunk's cosine
+    (min-max scaled to [0, 1] over the chunks) on every chunk; normalised to sum 1.
+
+    Args:
+        sub: the expanded subgraph.
+        chunk_links: chunk id → ids of the subgraph entities that carry it.
+        seed_weights: entity id → reset weight (> 0).
+        chunk_cosine: chunk id → cosine similarity to the question.
+        damping: probability of following an edge at each step.
+        passage_weight: the chunks' share of the reset weight, relative to a seed of weight 1.
+
+    Returns:
+        node id (entity or chunk) → PageRank probability; all nodes together sum to 1 (``{}`` for no nodes).
+    """
+    names = list(dict.fromkeys([*(e.id for e in sub.entities), *chunk_links]))
+    if not names:
+        return {}
+    at = {name: i for i, name in enumerate(names)}
+    edges, weights = [], []
+    for r in sub.relationships:
+        if r.source_id in at and r.target_id in at:
+            edges.append((at[r.source_id], at[r.target_id]))
+            weights.append(math.log1p(max(r.strength, 0.0)) or 1e-3)
+    for cid, entity_ids in chunk_links.items():
+        for eid in entity_ids:
+            if eid in at:
+                edges.append((at[eid], at[cid]))
+                weights.append(1.0)
+    graph = igraph.Graph(n=len(names), edges=edges)
+    low, high = min(chunk_cosine.values(), default=0.0), max(chunk_cosine.values(), default=0.0)
+    reset = [seed_weights.get(name, 0.0) for name in names]
+    for cid, cos in chunk_cosine.items():
+        if cid in at:
+            reset[at[cid]] += passage_weight * ((cos - low) / (high - low) if high > low else 1.0)
+    if sum(reset) <= 0:
+        return {name: 0.0 for name in names}
+    scores = graph.personalized_pagerank(directed=False, damping=damping, reset=reset, weights=weights or None)
+    return dict(zip(names, scores))
+
+
+def rank_chunks(ppr: dict[str, float], cosine: dict[str, float]) -> list[str]:
+    """Chunks ordered by reciprocal rank fusion of their PageRank order and their cosine order.
+
+    Returns:
+        Every chunk of ``cosine``, best first (ties: higher cosine first).
+    """
+    by_cosine = sorted(cosine, key=lambda cid: -cosine[cid])
+    by_ppr = sorted(by_cosine, key=lambda cid: -ppr.get(cid, 0.0))
+    return list(reciprocal_rank_fusion({"cosine": by_cosine, "ppr": by_ppr}, k=DEFAULT_RRF_K))
+
+
+def graph_chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
+    """A chunk as evidence (:func:`~ragtopics.rag.retriever.chunk_evidence`), a graph-ingestion record marked as such."""
+    item = chunk_evidence(hit, topic=topic)
+    if not hit.file_name.endswith(GRAPH_INGESTION_SUFFIX):
+        return item
+    name = hit.file_name[: -len(GRAPH_INGESTION_SUFFIX)]
+    return replace(item, provenance=tuple(replace(p, file_name=name, kind="graph_ingestion") for p in item.provenance))
+
+
+def provenance_of(chunk_ids: Iterable[str], chunks: dict[str, ChunkHit], *, limit: int = MAX_ITEM_DOCUMENTS) -> tuple[Provenance, ...]:
+    """The documents behind some chunks, grouped by document, best chunk first (only fetched chunks count).
+
+    Returns:
+        At most ``limit`` provenances, the document of the best chunk first; each lists its chunks best first.
+    """
+    ranked = sorted((chunks[cid] for cid in set(chunk_ids) if cid in chunks), key=lambda h: (-h.score, h.chunk_id))
+    grouped: dict[str, list[ChunkHit]] = {}
+    for hit in ranked:
+        grouped.setdefault(hit.document_id, []).append(hit)
+    out = []
+    for hits in list(grouped.values())[:limit]:
+        prov = graph_chunk_evidence(hits[0]).provenance[0]
+        pages = tuple(sorted({p for h in hits for p in h.pages}))
+        out.append(replace(prov, chunk_ids=tuple(h.chunk_id for h in hits), pages=pages))
+    return tuple(out)
+
+
+def graph_items(sub: Subgraph, ppr: dict[str, float], chunks: dict[str, ChunkHit]) -> list[Evidence]:
+    """The subgraph as a few bounded evidence items: the entities with most PageRank, then the relationships among them.
+
+    Returns:
+        At most :data:`MAX_ENTITY_ITEMS` entity items and :data:`MAX_RELATIONSHIP_ITEMS` relationship
+        items, each cut to :data:`MAX_ITEM_CHARS`; items without a fetched chunk (nothing to cite) are left out.
+    """
+    names = {e.id: e.name for e in sub.entities}
+    entities = [e for e in sorted(sub.entities, key=lambda e: -ppr.get(e.id, 0.0)) if e.chunk_ids & chunks.keys()]
+    entities = entities[:MAX_ENTITY_ITEMS]
+    shown = {e.id for e in entities}
+    rels = [r for r in sub.relationships if r.source_id in shown and r.target_id in shown and r.chunk_ids & chunks.keys()]
+    rels = sorted(rels, key=lambda r: -(ppr.get(r.source_id, 0.0) + ppr.get(r.target_id, 0.0)))[:MAX_RELATIONSHIP_ITEMS]
+    items = [_item("entity", e.id, _entity_text(e), e.chunk_ids, chunks) for e in entities]
+    items += [_item("relationship", f"rel-{r.source_id[4:]}-{r.target_id[4:]}", relationship_text(r, names), r.chunk_ids, chunks)
+              for r in rels]  # fmt: skip
+    return items
+
+
+def relationship_text(r: Relationship, names: dict[str, str]) -> str:
+    """``A —[description]— B`` (see :func:`short_description`), ends named by ``names`` (entity id → name)."""
+    return f"{names.get(r.source_id, r.source_id)} —[{short_description(r)}]— {names.get(r.target_id, r.target_id)}"
+
+
+def short_description(r: Relationship) -> str:
+    """A relationship's description on one line, cut to :data:`MAX_ITEM_CHARS` (``related`` when it has none)."""
+    return " ".join(r.description.split())[:MAX_ITEM_CHARS] or "related"
+
+
+def _entity_text(e: Entity) -> str:
+    desc = " ".join(e.description.split())
+    return f"{e.name} ({e.type}): {desc}"[:MAX_ITEM_CHARS] if desc else f"{e.name} ({e.type})"
+
+
+def _item(kind: str, item_id: str, text: str, chunk_ids: Iterable[str], chunks: dict[str, ChunkHit]) -> Evidence:
+    prov = provenance_of(chunk_ids, chunks)
+    score = max((chunks[c].score for p in prov for c in p.chunk_ids), default=0.0)
+    return Evidence(kind=kind, id=item_id, text=text, score=score, provenance=prov)  # type: ignore[arg-type]

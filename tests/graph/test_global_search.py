@@ -1,0 +1,76 @@
+"""GLOBAL: community summaries selected by similarity, read one by one (a typed model call each, or ranked
+by the bundled embedding model), unhelpful ones dropped, nothing before the first community run."""
+
+from __future__ import annotations
+
+import json
+
+from ragtopics.answer.context import RetrievalQuery
+from ragtopics.documents.uploads import upload_file
+from ragtopics.graph.global_search import GlobalRetriever
+from ragtopics.graph.refresh import run_rebuild
+from ragtopics.prompts.templates import GLOBAL_MAP
+from ragtopics.topics.topics import create_topic, get_topic
+from ragtopics.tracing.trace import Trace
+from tests.graph.test_upload import CURIE, EINSTEIN, NLP
+
+QUESTION = "What are the main themes of these documents about physicists and the Nobel Prize?"
+
+
+def built_topic(rt, run_jobs, scripted_llm, name="Themes"):
+    scripted_llm.replies["community_report"] = lambda body: json.dumps(
+        {"title": "Nobel Prize physicists" if "Nobel" in body["messages"][-1]["content"] else "Other things",
+         "summary": "Marie Curie and Albert Einstein won the Nobel Prize in Physics. They worked in Paris and Berlin."})
+    topic = create_topic(rt, name, kind="graphrag", settings={**NLP, "min_similarity_score": 0.0})
+    upload_file(rt, topic, "curie.txt", CURIE.encode())
+    upload_file(rt, topic, "einstein.txt", EINSTEIN.encode())
+    run_jobs()
+    return get_topic(rt, topic.id)
+
+
+def test_before_the_first_community_run_global_finds_nothing_and_says_why(rt, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm)
+    context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), Trace("chat", "q"))
+    assert context.items == () and "Recompute Communities Now" in context.note
+
+
+def test_the_map_step_reads_each_summary_and_drops_the_unhelpful(rt, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm)
+    written = run_rebuild(rt, topic.id)["written"]
+    assert written >= 2
+
+    def map_reply(body: dict) -> str:
+        prompt = body["messages"][-1]["content"]
+        if "Title: Nobel Prize physicists" in prompt:
+            return json.dumps({"helpful": True, "points": ["Curie and Einstein won the Nobel Prize in Physics."], "score": 90})
+        return json.dumps({"helpful": False, "points": [], "score": 0})
+
+    scripted_llm.replies["global_map"] = map_reply
+    trace = Trace("chat", "q")
+    context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), trace)
+    asked = scripted_llm.prompts("global_map")
+    assert len(asked) == min(written, topic.settings.top_k_reports)  # one call per selected summary
+    assert [e.kind for e in context.items] == ["community_report"] * len(context.items) and context.items
+    assert all(e.provenance == () for e in context.items)  # no source files
+    assert all("Curie and Einstein won the Nobel Prize" in e.text for e in context.items)
+    [mapped] = [e for e in trace.events if e.step == "global_map"]
+    assert mapped.data["method"] == "model" and mapped.data["kept"] == len(context.items)
+
+
+def test_with_the_bundled_model_the_map_step_ranks_sentences_by_embedding(rt, reconfigure, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Bundled")
+    run_rebuild(rt, topic.id)
+    reconfigure(LLM_BASE_URL=None)  # the Language Model is the bundled one now: no map call may be made
+    trace = Trace("chat", "q")
+    context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), trace)
+    assert context.items and scripted_llm.prompts("global_map") == []
+    assert any("Nobel Prize" in e.text for e in context.items)
+    assert [e for e in trace.events if e.step == "global_map"][0].data["method"] == "embedding"
+
+
+def test_nothing_above_the_min_similarity_score_finds_nothing(rt, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Strict")
+    run_rebuild(rt, topic.id)
+    strict = topic.settings.model_copy(update={"min_similarity_score": 0.99})
+    context = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), Trace("chat", "q"))
+    assert context.items == () and "Min. Similarity Score" in context.note
