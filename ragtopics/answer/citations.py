@@ -26,10 +26,12 @@ def format_sources(coded: Mapping[str, Evidence], template: PromptTemplate = SOU
 
     Args:
         coded: citation code → evidence, in prompt order (see :func:`~ragtopics.answer.context.assign_codes`).
-        template: the ``source_block`` prompt (``$code``, ``$file_name``, ``$text``).
+        template: the ``source_block`` prompt (``$code``, ``$file_name``, ``$text``); an item with
+            no file (a community summary) is headed by its kind instead (``community report``).
     """
     return "\n\n".join(
-        template.render(code=code, file_name=", ".join(item.file_names), text=item.prompt_text) for code, item in coded.items()
+        template.render(code=code, file_name=", ".join(item.file_names) or item.kind.replace("_", " "), text=item.prompt_text)
+        for code, item in coded.items()
     )
 
 

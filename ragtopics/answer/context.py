@@ -13,6 +13,8 @@ scores feeding one reference formatter), reduced to one list of typed items.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -133,6 +135,34 @@ class Retriever(Protocol):
             StoreUnavailableError: when the index cannot be searched.
         """
         ...
+
+
+class SearchProgress:
+    """What a long search says while it runs, and how the turn tells it to stop.
+
+    A graph way that makes model calls (GLOBAL's map step, HYBRID's follow-ups) runs in a
+    thread of its own; it reports steps with :meth:`say` ("reading 8 summaries") and checks
+    :attr:`stopped` before each call. The turn shows the steps before the first token and
+    calls :meth:`stop` when the user presses Stop, so no further call is started (a call
+    already sent may still finish on the model server).
+    """
+
+    def __init__(self) -> None:
+        self.messages: "queue.Queue[str]" = queue.Queue()
+        self._stop = threading.Event()
+
+    def say(self, message: str) -> None:
+        """Report a step, in words, to whoever shows the turn."""
+        self.messages.put(message)
+
+    def stop(self) -> None:
+        """Ask the search to start no further model call."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stop.is_set()
 
 
 @dataclass(frozen=True, slots=True)

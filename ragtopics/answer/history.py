@@ -125,8 +125,11 @@ def _relinked(rt: Runtime, source: Source, docs: dict) -> Source:
 
 
 def save_turn(rt: Runtime, topic: Topic, *, session_id: str, question: str, answer: str, sources: list[Source], route: str,
-              route_confidence: float | None, timings_ms: dict[str, float]) -> int:  # fmt: skip
-    """Save a turn (and its session with the first turn); returns the turn's id."""
+              route_confidence: float | None, timings_ms: dict[str, float], route_reason: str = "",
+              route_method: str = "") -> int:  # fmt: skip
+    """Save a turn (and its session with the first turn) with its way, the router's confidence, reason and
+    method; returns the turn's id."""
     return chats.add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title=question, question=question,
                           answer=answer, sources=[s.to_row() for s in sources], route=route,
-                          route_confidence=route_confidence, timings_ms=timings_ms)  # fmt: skip
+                          route_confidence=route_confidence, timings_ms=timings_ms, route_reason=route_reason,
+                          route_method=route_method)  # fmt: skip

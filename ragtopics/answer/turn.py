@@ -11,8 +11,10 @@ typed :class:`~ragtopics.answer.context.Context` and knows nothing of how it was
 from __future__ import annotations
 
 import logging
+import queue
 import time
 from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from pydantic import BaseModel
@@ -20,7 +22,7 @@ from pydantic import BaseModel
 from ragtopics.answer.attachments import Attachment, attachment_message_parts
 from ragtopics.answer.attribution import check_sources
 from ragtopics.answer.citations import code_files, format_sources, render_citations
-from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, Source, assign_codes
+from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
 from ragtopics.answer.history import check_session, history_messages, new_session_id, save_turn
 from ragtopics.answer.routing import Route, choose_route, default_route, routes_for
 from ragtopics.errors import ConfigurationError, RagTopicsError
@@ -41,6 +43,14 @@ MAX_QUESTION_CHARS = 8000
 
 #: Ends a streamed answer that the model stopped because it reached its token limit.
 TRUNCATED_NOTE = " … *(cut off at the answer length limit of {max_tokens} tokens, LLM_MAX_TOKENS)*"
+
+#: The ways of a GraphRAG Topic whose answer streams while it is written; the others are written
+#: whole first and then shown word by word (the GraphRAG specification, "After the search").
+STREAMED_GRAPH_ROUTES = ("GLOBAL", "HYBRID")
+#: Words added per update when a written answer is shown word by word.
+WORDS_PER_UPDATE = 3
+#: Seconds between checks for progress messages while a graph search runs in its thread.
+PROGRESS_POLL_S = 0.1
 
 #: Tokens allowed for the typed attribution check's reply (``{"used": true}`` plus the
 #: whitespace and reasoning a model may put around it; 20 cut real replies off).
@@ -63,7 +73,9 @@ class ChatUpdate:
         session_id: the chat session.
         turn_id: the saved turn's id (final update, when saved).
         no_answer: the configured no-answer response was shown.
-        phase: what the turn is doing now (``routing``, ``searching``, ``answering``, ``done``).
+        phase: what the turn is doing now (``routing``, ``searching``, ``writing`` (a GraphRAG
+            answer written whole before it is shown), ``answering``, ``done``).
+        status: the search's own words for what it is doing ("reading 8 summaries"), "" when none.
         timings_ms: per-step durations in milliseconds and ``total`` (final update only).
     """
 
@@ -78,6 +90,7 @@ class ChatUpdate:
     turn_id: int | None = None
     no_answer: bool = False
     phase: str = "answering"
+    status: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -144,6 +157,7 @@ class _Turn:
         self.confidence: float | None = None
         self.reason = ""
         self.method = ""
+        self.entities: tuple[str, ...] = ()
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -173,17 +187,35 @@ class _Turn:
                               direct_threshold=getattr(cfg, "direct_confidence_threshold", None),
                               allow_direct=getattr(cfg, "answer_without_searching", True), trace=self.trace)  # fmt: skip
         self.route, self.confidence, self.reason, self.method = choice.route.value, choice.confidence, choice.reason, choice.method
+        self.entities = tuple(choice.entities)
 
-    def retriever(self) -> Retriever:
-        """The search way for the current route."""
+    def retriever(self, progress: SearchProgress | None = None) -> Retriever:
+        """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""
         if self.topic.kind == "rag":
             return ChunkRetriever(self.rt, self.topic.id, self.cfg, self.prompts["rerank"])
-        raise ConfigurationError(f"Topic {self.topic.name!r} is a GraphRAG Topic; its {self.route} search is not available "
-                                 "in this version of ragtopics")  # fmt: skip
+        from ragtopics.graph.global_search import GlobalRetriever
+        from ragtopics.graph.hybrid import HybridRetriever
+        from ragtopics.graph.local import LocalRetriever
+        from ragtopics.graph.path import PathRetriever
+
+        if self.route == "PATH":
+            return PathRetriever(self.rt, self.topic, self.cfg)
+        if self.route == "LOCAL":
+            return LocalRetriever(self.rt, self.topic, self.cfg)
+        if self.route == "GLOBAL":
+            return GlobalRetriever(self.rt, self.topic, self.cfg, self.prompts["global_map"], progress=progress)
+        if self.route == "HYBRID":
+            return HybridRetriever(self.rt, self.topic, self.cfg, self.prompts["global_map"], self.prompts["follow_up_plan"],
+                                   progress=progress)  # fmt: skip
+        raise ConfigurationError(f"{self.route} is not a search way of a GraphRAG Topic")
 
     def search_and_answer(self, allow_tools: bool) -> Iterator[ChatUpdate]:
         yield self.update("", phase="searching")
-        context = self.search()
+        context = yield from self.search()
+        if context.route != self.route:  # a graph way fell back (PATH without a chain, HYBRID planning failed)
+            self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
+            self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
+            self.route = context.route
         tools, tool_topics = topic_tools(self.rt, self.topic, self.prompts["tool_description"]) if allow_tools else ([], {})
         if not context.items and not tools:
             self.trace.add("no_answer", reason=context.note or "nothing found and no connected Topic")
@@ -199,7 +231,9 @@ class _Turn:
         else:
             raw = yield from self.stream(messages, files)
         sources = self.attribute(raw, coded)
-        if not sources and not any(r.contributed for r in tool_results):
+        # Community summaries have no source file: an answer written from them alone stands without sources.
+        from_summaries = raw.strip() and any(not item.provenance for item in context.items)
+        if not sources and not from_summaries and not any(r.contributed for r in tool_results):
             self.trace.add("no_answer", reason="no evidence and no connected Topic contributed to the answer", raw_answer=raw)
             yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
             return
@@ -207,10 +241,30 @@ class _Turn:
             sources += [s.with_(code="", topic=s.topic or r.topic, reason=f"via {r.topic}") for s in r.sources]
         yield self.finish(self.show_pictures(render_citations(raw, files), offered), sources)
 
-    def search(self) -> Context:
+    def search(self) -> Generator[ChatUpdate, None, Context]:
+        """Run the way's search. A GraphRAG search runs in a thread so that its progress ("reading 8
+        summaries") shows before the first token and Stop (closing this generator) ends its model calls."""
         previous = next((m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), "")
-        context = self.retriever().retrieve(RetrievalQuery(self.question, previous), self.trace)
-        return context
+        query = RetrievalQuery(self.question, previous, self.entities)
+        if self.topic.kind == "rag":
+            return self.retriever().retrieve(query, self.trace)
+        progress = SearchProgress()
+        retriever = self.retriever(progress)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-search")
+        future = pool.submit(retriever.retrieve, query, self.trace)
+        try:
+            while True:
+                try:
+                    message = progress.messages.get(timeout=PROGRESS_POLL_S)
+                except queue.Empty:
+                    if future.done():
+                        break
+                    continue
+                yield self.update("", phase="searching", status=message)
+            return future.result()
+        finally:
+            progress.stop()  # a no-op once the search is over; on Stop it starts no further model call
+            pool.shutdown(wait=False)
 
     # -- prompt and answer --------------------------------------------------------------
 
@@ -265,14 +319,24 @@ class _Turn:
             yield TRUNCATED_NOTE.format(max_tokens=kw.get("max_tokens") or self.rt.settings.llm_max_tokens)
 
     def stream(self, messages: list[dict], files: dict[str, list[str]], **kw) -> Generator[ChatUpdate, None, str]:
+        """The answer as the model writes it. A GraphRAG Topic's PATH and LOCAL answers are written
+        whole first and then shown word by word; GLOBAL and HYBRID (and a RAG Topic's) stream."""
         parts: list[str] = []
-        with self.trace.step("answer", route=self.route) as ev:
+        whole_first = self.topic.kind == "graphrag" and self.route not in STREAMED_GRAPH_ROUTES
+        with self.trace.step("answer", route=self.route, streamed=not whole_first) as ev:
             for delta in self.answer_deltas(messages, "answer", **kw):
                 if not parts:
                     ev.data["first_token_ms"] = round((time.perf_counter() - self.started) * 1000, 3)
+                    if whole_first:
+                        yield self.update("", phase="writing", status="writing the answer")
                 parts.append(delta)
-                yield self.update(render_citations("".join(parts), files))
+                if not whole_first:
+                    yield self.update(render_citations("".join(parts), files))
             ev.data["raw_answer"] = "".join(parts)
+        if whole_first:
+            words = "".join(parts).split(" ")
+            for end in range(WORDS_PER_UPDATE, len(words) + WORDS_PER_UPDATE, WORDS_PER_UPDATE):
+                yield self.update(render_citations(" ".join(words[:end]), files))
         return "".join(parts)
 
     def answer_with_tools(self, messages: list[dict], tools: list[dict], tool_topics: dict[str, Topic],
@@ -355,9 +419,9 @@ class _Turn:
             self.trace.add("pictures", offered=[asdict(p) for p in offered], placed=placed)
         return text
 
-    def update(self, text: str, *, phase: str = "answering") -> ChatUpdate:
+    def update(self, text: str, *, phase: str = "answering", status: str = "") -> ChatUpdate:
         return ChatUpdate(text=text, route=self.route, route_confidence=self.confidence, route_reason=self.reason,
-                          route_method=self.method, session_id=self.session_id, phase=phase)  # fmt: skip
+                          route_method=self.method, session_id=self.session_id, phase=phase, status=status)  # fmt: skip
 
     def finish(self, answer: str, sources: list[Source], *, no_answer: bool = False) -> ChatUpdate:
         sources = _linked(self.rt, sources)
@@ -369,7 +433,8 @@ class _Turn:
         turn_id = None
         if self.save:
             turn_id = save_turn(self.rt, self.topic, session_id=self.session_id, question=self.question, answer=answer,
-                                sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings)  # fmt: skip
+                                sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings,
+                                route_reason=self.reason, route_method=self.method)  # fmt: skip
             save_trace(self.rt.metadata, kind="chat", owner=f"turn:{turn_id}", subject=self.question,
                        events=self.trace.to_list(), topic_id=self.topic.id)  # fmt: skip
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,

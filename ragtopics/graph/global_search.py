@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragtopics.answer.context import Context, Evidence, RetrievalQuery
+from ragtopics.answer.context import Context, Evidence, RetrievalQuery, SearchProgress
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityHit, CommunityIndex
 from ragtopics.prompts.templates import PromptTemplate
@@ -63,6 +63,8 @@ class GlobalRetriever:
         topic: the GraphRAG Topic.
         settings: its settings (top_k_reports, min_similarity_score, global_keyword_search, rrf_k when present).
         map_prompt: the ``global_map`` prompt.
+        route: the route name put on the context.
+        progress: where to say "reading N summaries", and whose Stop ends the map step (None: silent).
     """
 
     rt: Runtime
@@ -70,6 +72,7 @@ class GlobalRetriever:
     settings: object
     map_prompt: PromptTemplate
     route: str = "GLOBAL"
+    progress: SearchProgress | None = None
 
     def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
         """Select, then map; the items are kind ``community_report`` with no provenance, best first."""
@@ -94,11 +97,15 @@ class GlobalRetriever:
             ev.data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])
         if not hits:
             return Context((), self.route, "no community summary passed Min. Similarity Score")
+        if self.progress is not None:
+            self.progress.say(f"reading {len(hits)} summar{'y' if len(hits) == 1 else 'ies'}")
         with trace.step("global_map", reports=len(hits), method="embedding" if self.bundled else "model") as ev:
             mapped = self._map_by_embedding(query.question, hits, vector) if self.bundled else self._map_by_model(query.question, hits, trace)
             kept = [(h, points, score) for h, points, score in mapped if points]
             kept.sort(key=lambda x: -x[2])
             ev.data.update(kept=len(kept), dropped=[h.title for h, points, _ in mapped if not points])
+            if self.progress is not None and self.progress.stopped:
+                ev.data["stopped"] = True
         items = tuple(Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score,
                                provenance=()) for h, points, score in kept)  # fmt: skip
         return Context(items, self.route, "" if items else "no community summary helps answer the question")
@@ -113,6 +120,9 @@ class GlobalRetriever:
 
         def read(hit: CommunityHit) -> tuple[CommunityHit, list[str], float, Trace]:
             private = Trace("chat", hit.community_id)
+            if self.progress is not None and self.progress.stopped:
+                private.add("global_map_skipped", community=hit.community_id, reason="stopped")
+                return hit, [], 0.0, private
             prompt = self.map_prompt.render(question=question, title=hit.title, summary=hit.summary,
                                             key_entities=", ".join(hit.key_entities),
                                             key_relationships="\n".join(hit.key_relationships))  # fmt: skip

@@ -119,9 +119,9 @@ class LocalRetriever:
                 with trace.step("embed_question"):
                     vector = self.rt.gateway.embed([text], trace=trace, purpose="question")[0]
                 seeds = find_seeds(store, index, text, vector, query.entities, cfg, trace)
-                if seeds.entities or seeds.dense:
+                if similar(seeds):
                     break
-            if not seeds.entities and not seeds.dense:
+            if not similar(seeds):
                 note = f"no entity or chunk reached Min. Similarity Score ({cfg.min_similarity_score:g})"
                 ev.data["note"] = note
                 return Context((), self.route, note)
@@ -152,6 +152,12 @@ class LocalRetriever:
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
         items += graph_items(sub, ppr, chunks)
         return items
+
+
+def similar(seeds: Seeds) -> bool:
+    """Whether anything reached Min. Similarity Score: a chunk, an entity by its vector, or an entity the
+    router named. Keyword hits alone do not count (a shared word is not a match of meaning)."""
+    return bool(seeds.dense or seeds.sources.get("nodes") or seeds.sources.get("named"))
 
 
 def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.ndarray, named: Iterable[str],

@@ -31,7 +31,8 @@ def session_turns(store: MetadataStore, session_id: str, *, last: int | None = N
 
 
 def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str, question: str, answer: str,
-             sources: list[dict[str, Any]], route: str, route_confidence: float | None, timings_ms: dict[str, float]) -> int:  # fmt: skip
+             sources: list[dict[str, Any]], route: str, route_confidence: float | None, timings_ms: dict[str, float],
+             route_reason: str = "", route_method: str = "") -> int:  # fmt: skip
     """Save a turn, creating its session with the first one; returns the turn's id."""
     with store.session() as s:
         if s.get(ChatSessionRow, session_id) is None:
@@ -39,7 +40,7 @@ def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str
             s.flush()
         row = ChatTurnRow(session_id=session_id, topic_id=topic_id, question=question, answer=answer,
                           sources=list(sources), route=route, route_confidence=route_confidence,
-                          timings=dict(timings_ms))  # fmt: skip
+                          route_reason=route_reason, route_method=route_method, timings=dict(timings_ms))  # fmt: skip
         s.add(row)
         s.flush()
         return row.id

@@ -113,7 +113,8 @@ class ChatSessionRow(SQLModel, table=True):
 
 
 class ChatTurnRow(SQLModel, table=True):
-    """A saved question and answer with its sources (``Source.to_row`` dicts), route and timings (ms per step).
+    """A saved question and answer with its sources (``Source.to_row`` dicts), route (way, the router's
+    confidence, reason and method) and timings (ms per step).
 
     Its trace is a :class:`TraceRow` with ``owner="turn:<id>"``.
     """
@@ -127,6 +128,8 @@ class ChatTurnRow(SQLModel, table=True):
     sources: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     route: str = "SEARCH"
     route_confidence: float | None = None
+    route_reason: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    route_method: str = Field(default="", sa_column_kwargs={"server_default": ""})
     timings: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 

@@ -149,7 +149,8 @@ STOPPED = "*⏹ stopped: this answer is not saved*"
 #: Shown in place of the answer until its first words arrive (a cold local model can take a while).
 THINKING = "… searching the documents and writing the answer"
 #: Shown while a turn is in a phase that has no answer text yet.
-PHASES = {"routing": "… choosing how to answer", "searching": "… searching the documents", "answering": THINKING}
+PHASES = {"routing": "… choosing how to answer", "searching": "… searching the documents", "writing": "… writing the answer",
+          "answering": THINKING}
 
 
 def build(rt: Runtime) -> dict:
@@ -186,7 +187,7 @@ def build(rt: Runtime) -> dict:
             topic_obj = get_topic(rt, topic_name)
             attachment = _read(topic_obj, attachment_path)
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
-                shown_text = update.text or PHASES.get(update.phase, THINKING)
+                shown_text = update.text or (f"… {update.status}" if update.status else PHASES.get(update.phase, THINKING))
                 history[-1] = {"role": "assistant", "content": shown_text + (sources_line(update) if update.done else "")}
                 note = (sources_html(update) or route_note(update)) if update.done else ""
                 # The question box is left alone while streaming: what the user types next stays there.

@@ -23,6 +23,9 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 
 @pytest.fixture
 def page(rt):
+    """The console in headless Chromium; skips the test (wherever the fixture is used) without Chromium."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     port = free_port()
