@@ -13,7 +13,13 @@ Sections:
        each type's files built from the same passages (see ``bench.filetypes``);
     5. chat overhead per turn apart from the model, with an instant scripted model (``bench.chat``);
     6. time to first token and a routed small-talk turn with the bundled model (``bench.chat``);
-    7. router accuracy, confusion matrix and latency on ``shared/eval/router`` (``bench.router``).
+    7. router accuracy, confusion matrix and latency on ``shared/eval/router`` (``bench.router``);
+    8. GraphRAG (``bench.graph``): graph quality (titles found as entities) and ingest speed with the
+       NLP method, NLP extraction against embedding in chunks/s, extraction calls per chunk (LLM 1,
+       NLP 0), an edited re-upload's extraction calls, community rebuild calls after a change, memory;
+       the language model there is a scripted loopback server (``tests/scripted_llm.py``);
+    9. entity deduplication of 10,000 and 100,000 names against a naive all-pairs loop (``bench.dedup``);
+    10. Leiden on 10,000 and 100,000 entities, and rebuild model calls (``bench.communities``).
 """
 
 from __future__ import annotations
@@ -32,8 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import communities as communities_bench
+from bench import dedup as dedup_bench
 from bench.chat import bench_bundled_model, bench_overhead
 from bench.filetypes import BUILDERS
+from bench.graph import bench_graph
 from bench.router import bench_router
 from ragtopics.settings.env import Settings
 from ragtopics.documents.uploads import receive_upload
@@ -383,7 +392,7 @@ def bench_file_types(rt: Runtime, data: EvalData) -> None:
 
 
 def main() -> int:
-    """Run the three sections on a throwaway Redis; always stop it at the end."""
+    """Run the sections on a throwaway Redis (9 and 10 start their own); always stop it at the end."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.WARNING)
     folder = eval_dir()
@@ -403,9 +412,15 @@ def main() -> int:
             bench_bundled_model(rt, topic, data.questions, figure, section, free_port)
             bench_file_types(rt, data)
             bench_router(rt.gateway)
+            section("8. GraphRAG (bench.graph)")
+            bench_graph(rt, data, figure, section)
         finally:
             set_runtime(None)
             server.stop()
+    section("9. entity deduplication (bench.dedup)")
+    dedup_bench.main([])
+    section("10. communities (bench.communities)")
+    communities_bench.main([])
     section("overall")
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("total run time", time.perf_counter() - started, "s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -196,3 +197,14 @@ def _tool_completion(calls: list[dict], body: dict) -> dict:
                      "finish_reason": "tool_calls"}],
         "usage": _usage("", body),
     }  # fmt: skip
+
+
+def capitalised_entities(body: dict[str, Any]) -> str:
+    """A scripted Graph Extraction reply: every capitalised word (4+ letters) of the chunk is an entity,
+    each linked to the next one; deterministic, so a re-upload gets the same graph."""
+    text = body["messages"][-1]["content"].split("Text:")[-1]
+    names = list(dict.fromkeys(re.findall(r"\b([A-Z][a-z]{3,})\b", text)))
+    entities = [{"name": n, "type": "CONCEPT", "description": f"{n} as the text names it.", "aliases": []} for n in names]
+    relationships = [{"source": a, "target": b, "description": f"{a} and {b} appear together.", "strength": 5}
+                     for a, b in zip(names, names[1:])]  # fmt: skip
+    return json.dumps({"entities": entities, "relationships": relationships})

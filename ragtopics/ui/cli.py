@@ -221,19 +221,38 @@ def _cmd_ingest(args) -> int:
 
 #: How many of the oldest unfinished jobs ``ingest`` polls per round.
 POLL_WINDOW = 32
+#: How long ``ingest`` keeps waiting for the store to come back (the supervisor restarts a crashed Redis; AOF keeps the jobs).
+STORE_OUTAGE_S = 180.0
 
 
 def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
+    import redis
+
     pending = dict(jobs)
     failed = empty = stopped = 0
     chunks = 0
     last_done = -1
     started = time.monotonic()
+    unreachable_since: float | None = None
     while pending:
         # Jobs run roughly in the order they were queued: polling the oldest few keeps a wait on a
         # thousand files from costing thousands of Redis round trips a second; later ones are read when they come up.
-        for job_id, name in list(pending.items())[:POLL_WINDOW]:
-            p = job_progress(rt, job_id)
+        try:
+            progress = [(job_id, name, job_progress(rt, job_id)) for job_id, name in list(pending.items())[:POLL_WINDOW]]
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            unreachable_since = unreachable_since or time.monotonic()
+            waited = time.monotonic() - unreachable_since
+            if waited > STORE_OUTAGE_S:
+                print(f"\nerror: the store has been unreachable for {waited:.0f} s ({exc}); the jobs stay queued, "
+                      "check them later with `ragtopics docs`", file=sys.stderr)  # fmt: skip
+                return failed + len(pending)
+            print(f"\nthe store is unreachable ({exc}); waiting for it to come back ({waited:.0f} s)", file=sys.stderr)
+            time.sleep(2.0)
+            continue
+        if unreachable_since is not None:
+            print("the store is back; still waiting for the jobs", file=sys.stderr)
+            unreachable_since = None
+        for job_id, name, p in progress:
             if not p.is_final:
                 continue
             del pending[job_id]

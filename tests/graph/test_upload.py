@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, run_rebuild, 
 from ragtopics.graph.report import entity_info, graph_stats
 from ragtopics.topics.topics import create_topic, get_topic, update_settings
 from ragtopics.worker.queue import job_progress, queue_for
+from tests.scripted_llm import capitalised_entities
 
 ROOT = Path(__file__).resolve().parents[2]
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
@@ -33,16 +33,6 @@ CURIE = ("Marie Curie was a physicist who worked in Paris at the University of P
          "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
 EINSTEIN = ("Albert Einstein visited Paris in 1922 and lectured at the Collège de France.\n\n"
             "Albert Einstein received the Nobel Prize in Physics in 1921 while living in Berlin.")  # fmt: skip
-
-
-def capitalised_entities(body: dict) -> str:
-    """A scripted Graph Extraction model: every capitalised word of the chunk is an entity, each linked to the next."""
-    text = body["messages"][-1]["content"].split("Text:")[-1]
-    names = list(dict.fromkeys(re.findall(r"\b([A-Z][a-z]{3,})\b", text)))
-    entities = [{"name": n, "type": "CONCEPT", "description": f"{n} as the text names it.", "aliases": []} for n in names]
-    relationships = [{"source": a, "target": b, "description": f"{a} and {b} appear together.", "strength": 5}
-                     for a, b in zip(names, names[1:])]  # fmt: skip
-    return json.dumps({"entities": entities, "relationships": relationships})
 
 
 def paragraphs(words: list[str]) -> bytes:

@@ -112,3 +112,30 @@ def test_json_lists_and_an_empty_no_answer_response(rt, capsys):
     assert get_topic(rt, "Lists").settings.file_types == ["md", "txt"]
     assert main(["topic", "create", "Blank", "--set", "no_answer_response="]) == 2
     assert "no_answer_response: String should have at least 1 character" in capsys.readouterr().err
+
+
+def test_ingest_keeps_waiting_through_a_store_outage(rt, run_jobs, tmp_path, capsys, monkeypatch):
+    """The wait survives the store going away for a while (a crashed Redis the supervisor restarts):
+    the first polls fail as a refused connection does, the later ones read the finished jobs."""
+    import redis
+
+    from ragtopics.documents.uploads import upload_file
+    from ragtopics.ui import cli
+    from ragtopics.worker.queue import job_progress
+
+    main(["topic", "create", "Outage"])
+    topic = get_topic(rt, "Outage")
+    docs = [upload_file(rt, topic, f"{n}.txt", f"Pump {n} is serviced weekly.".encode()) for n in ("a", "b")]
+    run_jobs()
+    outage = iter([True, True])
+
+    def poll(rt_, job_id):
+        if next(outage, False):
+            raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
+        return job_progress(rt_, job_id)
+
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    assert cli._wait_for_jobs(rt, {d.job_id: d.file_name for d in docs}, poll) == 0
+    err = capsys.readouterr().err
+    assert err.count("the store is unreachable (Error 111") == 2 and "the store is back" in err
+    assert "[2/2] files done: 2 indexed; 2 chunks" in err
