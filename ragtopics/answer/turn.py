@@ -188,6 +188,13 @@ class _Turn:
                               allow_direct=getattr(cfg, "answer_without_searching", True), trace=self.trace)  # fmt: skip
         self.route, self.confidence, self.reason, self.method = choice.route.value, choice.confidence, choice.reason, choice.method
         self.entities = tuple(choice.entities)
+        if self.topic.kind == "graphrag":  # the names the search gets are the graph's own
+            from ragtopics.graph.ingest import graph_store
+            from ragtopics.graph.path import named_entities
+
+            with self.trace.step("named_entities", router=list(choice.entities)) as ev:
+                self.entities = named_entities(graph_store(self.rt, self.topic), self.question, choice.entities)
+                ev.data["found"] = list(self.entities)
 
     def retriever(self, progress: SearchProgress | None = None) -> Retriever:
         """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""

@@ -152,6 +152,37 @@ def candidate_names(question: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n and n.lower() not in QUESTION_WORDS))
 
 
+#: Most entities :func:`named_entities` reports for one question.
+MAX_NAMED = 5
+#: Most candidate names of a question looked up in the graph by :func:`named_entities`.
+MAX_NAME_LOOKUPS = 40
+
+
+def named_entities(store: GraphStore, question: str, router_names: Iterable[str] = ()) -> tuple[str, ...]:
+    """The entities of a Topic's graph that a question names, by name or alias (no model call).
+
+    The router's names are tried first, then :func:`candidate_names`; a name inside one already
+    found is skipped ("Marie Curie" found, "Curie" is not tried). Used for a GraphRAG Topic's
+    routed turn, so that the entities handed to the search are ones the graph holds.
+
+    Returns:
+        Entity names as stored, at most :data:`MAX_NAMED`: the router's first, then in candidate order;
+        ``()`` when the graph does not exist.
+    """
+    if not store.exists():
+        return ()
+    found: dict[str, str] = {}
+    tried: list[str] = []
+    for name in list(dict.fromkeys([*router_names, *candidate_names(question)]))[:MAX_NAME_LOOKUPS]:
+        if len(found) >= MAX_NAMED or _inside(name, tried):
+            continue
+        entity = store.entity_by_name(name)
+        if entity is not None:
+            found.setdefault(entity.id, entity.name)
+            tried.append(name)
+    return tuple(found.values())
+
+
 def _trim(run: list[str]) -> list[str]:
     """A run without joiners at its ends, cut to :data:`MAX_NAME_WORDS` words."""
     while run and run[-1].lower() in _JOINERS:

@@ -85,7 +85,8 @@ def test_local_answers_with_the_subgraph_and_the_chunks_behind_it(rt, topic, ans
 def test_nothing_above_min_similarity_score_gives_the_no_results_message(rt, topic, answers):  # noqa: F811
     update_settings(rt, topic.id, {"min_similarity_score": 0.99})
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9)
-    result = list(ask(rt, get_topic(rt, topic.id), "Who discovered radium?"))[-1]
+    result = list(ask(rt, get_topic(rt, topic.id), "Who painted the ceiling of that chapel?"))[-1]
+    assert events(rt, result, "named_entities")[0]["found"] == []  # (an entity named exactly counts as a match)
     assert result.no_answer and result.text == topic.settings.no_answer_response and result.sources == []
     assert answers.prompts("answer") == []
 
@@ -226,3 +227,11 @@ def test_a_graph_ingestion_record_is_a_source_without_download(rt, answers):
         assert (source.file, source.kind, source.label, source.link) == ("people.json", "graph_ingestion",
                                                                           "people.json (graph ingestion)", "")  # fmt: skip
     assert "[people.json]" in result.text
+
+
+def test_the_search_gets_the_entities_the_graph_holds_by_name_or_alias(rt, topic, answers):  # noqa: F811
+    answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Madame Curie",))  # not a name the graph holds
+    result = list(ask(rt, topic, "What did Marie Curie find in Paris?"))[-1]
+    named = events(rt, result, "named_entities")[0]
+    assert named == {"router": ["Madame Curie"], "found": ["Marie Curie", "Paris"]}
+    assert events(rt, result, "seeds")[0]["sources"]["named"] == ["Marie Curie", "Paris"]
