@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run test test-fast bench clean eval
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test-fast: install
 
 bench: install
 	$(PY) -m bench.run
+
+eval: install
+	$(PY) -m bench.graph_recall
 
 clean:
 	rm -rf $(VENV) .pytest_cache
