@@ -301,3 +301,19 @@ def requeue_stored(store: MetadataStore, document_id: str) -> DocumentRow | None
         row.job_id, row.error = new_job_id(), ""
         s.add(row)
         return row
+
+
+def requeue_lost(store: MetadataStore, document_id: str, job_id: str) -> DocumentRow | None:
+    """Put a document whose job chain was lost back to ``queued`` for the same job (the same pending version).
+
+    Returns:
+        The row, or None when the job was superseded meanwhile (a newer upload or a delete owns the row).
+    """
+    with store.session() as s:
+        try:
+            row = _current(_locked(s, document_id), job_id)
+        except SupersededError:
+            return None
+        _move(row, _S.QUEUED)
+        s.add(row)
+        return row

@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 def run_worker(*, burst: bool = False) -> None:
     """Run an RQ worker on the product's queue until stopped (or, with ``burst``, until empty).
 
-    It also runs rq's scheduler (the Refresh Cycle of GraphRAG Topics) and, at start,
+    It also runs rq's scheduler (the Refresh Cycle of GraphRAG Topics) and, at start, queues
+    again the documents whose indexing job a crash lost (:mod:`ragtopics.worker.recovery`) and
     schedules every GraphRAG Topic's next community rebuild that is not scheduled yet.
 
     Jobs run in this process (``SimpleWorker``): the embedding model is loaded once
@@ -30,6 +31,12 @@ def run_worker(*, burst: bool = False) -> None:
     if hasattr(embedder, "load"):
         embedder.load()
     from ragtopics.graph.refresh import schedule_all
+    from ragtopics.worker.recovery import recover_stranded
+
+    recovered = recover_stranded(rt)  # documents whose job chain a crash cut: queued again before any job runs
+    if recovered:
+        log.warning("queued the indexing of %d document(s) again after a lost job: %s", len(recovered),
+                    ", ".join(f"{r.file_name} ({r.action})" for r in recovered))  # fmt: skip
 
     scheduled = schedule_all(rt)  # the Refresh Cycle of GraphRAG Topics that have no rebuild scheduled
     if scheduled:

@@ -1,0 +1,153 @@
+"""Documents whose indexing job was lost: found at worker start and queued again.
+
+A document is ``queued`` or ``processing`` while a chain of jobs works on its pending
+version: the ingest job, and for a GraphRAG Topic the extraction jobs and the job that
+finishes the upload (``continued_in``). When Redis crashes in the middle of a job (its
+append-only file loses the last second) or the worker process dies, that chain can stop
+for good: a job left ``started`` by a worker that no longer runs, a finishing job
+``deferred`` behind extraction jobs that are gone, or no job at all. rq's own clean-up
+does not see a job that is missing from its registries, so the document would say
+``processing`` forever.
+
+:func:`recover_stranded` finds those documents and enqueues their ingest job again under
+the same job id (the version's id), which the pipeline resumes: chunks whose graph was
+already extracted are not extracted again. A document whose pending file is gone is
+marked ``failed`` with a message saying to upload it again; nothing already searchable is
+touched either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.queue import Queue
+from rq.worker import Worker
+
+from ragtopics.runtime import Runtime
+from ragtopics.storage import documents as document_store
+from ragtopics.storage.metadata import DocumentRow
+from ragtopics.worker.queue import enqueue_ingest
+
+log = logging.getLogger(__name__)
+
+#: Document statuses with a job chain in flight.
+IN_FLIGHT = ("queued", "processing")
+#: Job statuses that still lead somewhere by themselves.
+WAITING = ("queued", "scheduled")
+#: Most links followed along a chain of jobs (ingest → finisher, a finisher's dependencies).
+MAX_DEPTH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What :func:`recover_stranded` did for one document.
+
+    Attributes:
+        document_id, file_name: the document.
+        why: why its job chain could not finish.
+        action: ``requeued`` (ingest enqueued again) or ``failed`` (its pending file is gone).
+    """
+
+    document_id: str
+    file_name: str
+    why: str
+    action: str
+
+
+def recover_stranded(rt: Runtime) -> list[Recovered]:
+    """Queue again the ingest of every document whose job chain can no longer finish (see the module docstring).
+
+    Call it where no job of this product runs yet (the worker calls it before it starts working).
+
+    Returns:
+        One :class:`Recovered` per document acted on; ``[]`` when every chain is alive.
+
+    Raises:
+        redis.RedisError: when Redis cannot be reached.
+    """
+    out: list[Recovered] = []
+    for row in _in_flight(rt):
+        why = stranded_reason(rt, row.job_id)
+        if why is None:
+            continue
+        if row.pending_blob_path and rt.blobs.exists(row.pending_blob_path):
+            if document_store.requeue_lost(rt.metadata, row.id, row.job_id) is None:
+                continue  # superseded meanwhile: the newer job owns the document
+            enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
+            action = "requeued"
+        else:
+            document_store.fail(rt.metadata, row.id, row.job_id, f"its indexing job was lost ({why}) and the file with "
+                                "it; upload it again")  # fmt: skip
+            action = "failed"
+        log.warning("document %s (%s): %s; %s", row.file_name, row.id, why, action)
+        out.append(Recovered(row.id, row.file_name, why, action))
+    return out
+
+
+def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
+    """Why the chain of jobs from ``job_id`` can no longer finish, or None while it can.
+
+    A job is alive when it is queued or scheduled; started by a worker that still runs; deferred
+    behind a dependency that is alive; or finished with a ``continued_in`` job that is alive.
+    """
+    if not job_id:
+        return "it has no job"
+    if depth > MAX_DEPTH:
+        return None  # an unexpected long chain: leave it alone rather than guess
+    try:
+        job = Job.fetch(job_id, connection=rt.redis)
+    except NoSuchJobError:
+        return f"job {job_id} is gone"
+    status = getattr(job.get_status(refresh=True), "value", None) or "missing"
+    if status == "queued" and rt.redis.lpos(Queue(job.origin, connection=rt.redis).key, job_id) is None:
+        return f"job {job_id} says queued but is not in its queue"
+    if status in WAITING:
+        return None
+    if status == "started":
+        return None if _worker_runs(rt, job.worker_name) else f"job {job_id} was started by a worker that no longer runs"
+    if status == "deferred":
+        reasons = [stranded_reason(rt, dep, depth + 1) for dep in job.dependency_ids]
+        pending = [dep for dep, why in zip(job.dependency_ids, reasons) if why is None and _status(rt, dep) != "finished"]
+        return None if pending else f"job {job_id} waits for jobs that will not run"
+    if status == "finished":
+        following = (job.return_value() or {}).get("continued_in") if isinstance(job.return_value(), dict) else None
+        if following:
+            return stranded_reason(rt, following, depth + 1)
+        return f"job {job_id} finished without finishing the document"
+    return f"job {job_id} is {status}"
+
+
+def _status(rt: Runtime, job_id: str) -> str:
+    try:
+        return getattr(Job.fetch(job_id, connection=rt.redis).get_status(refresh=True), "value", "") or ""
+    except NoSuchJobError:
+        return "missing"
+
+
+def _worker_runs(rt: Runtime, name: str | None) -> bool:
+    """Whether the worker called ``name`` still runs: its process, when on this machine; else its key in Redis."""
+    if not name:
+        return False
+    worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=rt.redis)
+    if worker is None:
+        return False
+    if worker.hostname == socket.gethostname() and worker.pid:
+        try:
+            os.kill(worker.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return True
+
+
+def _in_flight(rt: Runtime) -> list[DocumentRow]:
+    from sqlmodel import col, select
+
+    with rt.metadata.session() as s:
+        return list(s.exec(select(DocumentRow).where(col(DocumentRow.status).in_(IN_FLIGHT))).all())

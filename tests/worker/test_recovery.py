@@ -1,0 +1,80 @@
+"""Documents whose job chain a crash cut are found at worker start and indexed after all; live chains are left alone.
+
+The crash is reproduced on the real Redis as it leaves things: the job hash gone, a job ``started`` by a
+worker that no longer runs, a finishing job ``deferred`` behind extraction jobs that are gone."""
+
+from __future__ import annotations
+
+from rq import SimpleWorker
+from rq.job import Job
+
+from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.graph.ingest import graph_store
+from ragtopics.topics.topics import create_topic
+from ragtopics.worker.queue import queue_for
+from ragtopics.worker.recovery import recover_stranded, stranded_reason
+from tests.graph.test_upload import CURIE, NLP
+
+TEXT = b"Pump P-7 is inspected every 90 days by the night shift."
+
+
+def test_a_queued_job_is_alive_and_a_lost_one_is_queued_again(rt, run_jobs):
+    topic = create_topic(rt, "Pumps")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    assert stranded_reason(rt, doc.job_id) is None and recover_stranded(rt) == []
+
+    queue_for(rt).remove(doc.job_id)  # what a crash between two writes leaves: the hash says queued, the queue lacks it
+    assert stranded_reason(rt, doc.job_id) == f"job {doc.job_id} says queued but is not in its queue"
+    Job.fetch(doc.job_id, connection=rt.redis).delete()
+    [recovered] = recover_stranded(rt)
+    assert (recovered.file_name, recovered.why, recovered.action) == ("pumps.txt", f"job {doc.job_id} is gone", "requeued")
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert (row.status, row.chunk_count) == ("indexed", 1)
+    assert recover_stranded(rt) == []
+
+
+def test_a_job_started_by_a_worker_that_no_longer_runs_is_queued_again(rt, run_jobs):
+    topic = create_topic(rt, "Started")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    queue_for(rt).remove(doc.job_id)
+    job = Job.fetch(doc.job_id, connection=rt.redis)
+    job.worker_name = "a-worker-that-crashed"
+    job.set_status("started")
+    job.save()
+    assert stranded_reason(rt, doc.job_id) == f"job {doc.job_id} was started by a worker that no longer runs"
+    assert [r.action for r in recover_stranded(rt)] == ["requeued"]
+    run_jobs()
+    assert get_document(rt, doc.id).status == "indexed"
+
+
+def test_a_graph_upload_whose_extraction_jobs_were_lost_is_finished_after_all(rt, run_jobs):
+    topic = create_topic(rt, "Graph", kind="graphrag", settings=NLP)
+    doc = upload_file(rt, topic, "curie.txt", CURIE.encode())
+    queue = queue_for(rt)
+    # the ingest job alone: it parks the version and fans out extraction jobs; then "the crash" loses those
+    SimpleWorker([queue], connection=rt.redis).work(burst=True, max_jobs=1, logging_level="WARNING")
+    finisher = f"{doc.job_id}-graph"
+    extraction = Job.fetch(finisher, connection=rt.redis).dependency_ids
+    assert extraction and get_document(rt, doc.id).status == "processing"
+    for job_id in extraction:
+        queue.remove(job_id)
+        Job.fetch(job_id, connection=rt.redis).delete()
+
+    assert stranded_reason(rt, doc.job_id) == f"job {finisher} waits for jobs that will not run"
+    assert [r.action for r in recover_stranded(rt)] == ["requeued"]
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "indexed" and graph_store(rt, topic).entity_by_name("Marie Curie") is not None
+
+
+def test_a_lost_job_whose_file_is_gone_fails_with_a_message(rt):
+    topic = create_topic(rt, "Gone")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    queue_for(rt).remove(doc.job_id)
+    Job.fetch(doc.job_id, connection=rt.redis).delete()
+    rt.blobs.remove(doc.pending_blob_path)
+    [recovered] = recover_stranded(rt)
+    row = get_document(rt, doc.id)
+    assert recovered.action == "failed" and row.status == "failed"
+    assert row.error.startswith(f"its indexing job was lost (job {doc.job_id} is gone)") and "upload it again" in row.error
