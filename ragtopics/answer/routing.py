@@ -153,6 +153,7 @@ CONVERSATION_REFERENCE_BONUS = 0.15  # earlier answers and a question that point
 PATH_CUE_BONUS = 0.15  # relation words and two named things
 PATH_WITHOUT_CUE_PENALTY = 0.10  # the spec: PATH needs two named entities and a connection question
 OVERVIEW_AND_DETAIL_BONUS = 0.12  # two requests, one of them an overview (GLOBAL) and one not
+NAMED_ENTITY_BONUS = 0.08  # the question names an entity the Topic's graph holds: facts about it (LOCAL)
 
 class EmbeddingRouter:
     """Route by similarity to exemplar utterances with the gateway's embedding model.
@@ -193,7 +194,7 @@ class EmbeddingRouter:
             return out
 
     def score(self, gateway: ModelGateway, question: str, *, has_attachment: bool, history: list[dict],
-              trace: Trace | None = None) -> tuple[dict[str, float], list[str]]:  # fmt: skip
+              trace: Trace | None = None, named: tuple[str, ...] = ()) -> tuple[dict[str, float], list[str]]:  # fmt: skip
         """Score every GraphRAG way for ``question``.
 
         Score of a way = mean cosine of the question to its :data:`TOP_K` nearest exemplars,
@@ -203,7 +204,8 @@ class EmbeddingRouter:
         points at; PATH gains :data:`PATH_CUE_BONUS` with relation words and two named things
         and loses :data:`PATH_WITHOUT_CUE_PENALTY` without them; HYBRID gains
         :data:`OVERVIEW_AND_DETAIL_BONUS` when the question holds two requests, one routed
-        GLOBAL and one to another search way.
+        GLOBAL and one to another search way; LOCAL gains :data:`NAMED_ENTITY_BONUS` when ``named``
+        (entities of the Topic's graph the question names) is not empty.
 
         Returns:
             ``({way: score}, [signal, ...])``; scores in cosine units (about -1..1.3).
@@ -233,12 +235,15 @@ class EmbeddingRouter:
                 signals.append("relation words and two named things")
             else:
                 scores[Route.PATH.value] -= PATH_WITHOUT_CUE_PENALTY
+        if named and Route.LOCAL.value in scores:
+            scores[Route.LOCAL.value] += NAMED_ENTITY_BONUS
+            signals.append(f"names {', '.join(named[:3])} of the graph")
         if parts and Route.HYBRID.value in scores and _is_overview_and_detail(vectors, embedded[1:]):
             scores[Route.HYBRID.value] += OVERVIEW_AND_DETAIL_BONUS
             signals.append(f"{len(parts)} requests: an overview and a detail")
         return {k: round(float(v), 4) for k, v in scores.items()}, signals
 
-    def route(self, gateway: ModelGateway, question: str, *, kind: str, has_attachment: bool,
+    def route(self, gateway: ModelGateway, question: str, *, kind: str, has_attachment: bool, named: tuple[str, ...] = (),
               history: list[dict], trace: Trace | None = None) -> tuple[RouteDecision, dict[str, float]]:  # fmt: skip
         """The best way for a Topic of ``kind``, with a calibrated confidence.
 
@@ -254,7 +259,7 @@ class EmbeddingRouter:
         Raises:
             ModelUnavailableError: when the embedding model cannot be loaded or reached.
         """
-        raw, signals = self.score(gateway, question, has_attachment=has_attachment, history=history, trace=trace)
+        raw, signals = self.score(gateway, question, has_attachment=has_attachment, history=history, trace=trace, named=named)
         scores = collapse_scores(raw, kind)
         ranked = sorted(scores, key=scores.get, reverse=True)
         margin = scores[ranked[0]] - scores[ranked[1]]
@@ -263,7 +268,7 @@ class EmbeddingRouter:
         if signals:
             reason += "; " + "; ".join(signals)
         decision = RouteDecision(route=Route(ranked[0]), confidence=confidence, reason=reason,
-                                 entities=list(extract_entities(question)))  # fmt: skip
+                                 entities=list(named) or list(extract_entities(question)))  # fmt: skip
         return decision, scores
 
 
@@ -318,7 +323,8 @@ def warm_router(gateway: ModelGateway) -> None:
 
 def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", template: PromptTemplate,
                  history: list[dict], question: str, has_attachment: bool, threshold: float,
-                 direct_threshold: float | None = None, allow_direct: bool = True, trace: Trace) -> RouteChoice:  # fmt: skip
+                 direct_threshold: float | None = None, allow_direct: bool = True, trace: Trace,
+                 named: tuple[str, ...] = ()) -> RouteChoice:  # fmt: skip
     """Route a question and apply the spec's fallbacks; records a ``route`` trace step.
 
     Args:
@@ -334,6 +340,8 @@ def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", temp
         direct_threshold: DIRECT Confidence Threshold (GraphRAG, 0.9); None: only ``threshold``.
         allow_direct: Answer without searching (DIRECT); off makes DIRECT take the default way.
         trace: the turn's trace.
+        named: entities of the Topic's graph the question names (a GraphRAG Topic); the embedding
+            router takes them as a signal for LOCAL and as the decision's entities.
 
     Returns:
         The :class:`RouteChoice`; an unusable router (model unreachable, unparsable reply,
@@ -350,7 +358,7 @@ def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", temp
         try:
             if resolved == "embedding":
                 decision, scores = _EMBEDDING_ROUTER.route(gateway, question, kind=kind, has_attachment=has_attachment,
-                                                           history=history, trace=trace)  # fmt: skip
+                                                           history=history, trace=trace, named=named)  # fmt: skip
             else:
                 decision = _ask_model(gateway, template, history, question, kind=kind, has_attachment=has_attachment, trace=trace)
         except ModelUnavailableError as exc:

@@ -181,20 +181,31 @@ class _Turn:
 
     def decide_route(self) -> None:
         cfg = self.cfg
+        named: tuple[str, ...] = ()
+        if self.topic.kind == "graphrag":  # the entities of the graph the question names: a routing signal
+            named = self.graph_entities(())
         choice = choose_route(self.rt.gateway, kind=self.topic.kind, method=getattr(cfg, "router_method", "AUTO"),
                               template=self.prompts["router"], history=self.history, question=self.question,
                               has_attachment=self.attachment is not None, threshold=_router_threshold(cfg),
                               direct_threshold=getattr(cfg, "direct_confidence_threshold", None),
-                              allow_direct=getattr(cfg, "answer_without_searching", True), trace=self.trace)  # fmt: skip
+                              allow_direct=getattr(cfg, "answer_without_searching", True), trace=self.trace,
+                              named=named)  # fmt: skip
         self.route, self.confidence, self.reason, self.method = choice.route.value, choice.confidence, choice.reason, choice.method
         self.entities = tuple(choice.entities)
-        if self.topic.kind == "graphrag":  # the names the search gets are the graph's own
-            from ragtopics.graph.ingest import graph_store
-            from ragtopics.graph.path import named_entities
+        if self.topic.kind == "graphrag" and choice.method == "llm" and choice.entities:
+            self.entities = self.graph_entities(choice.entities)  # the model's names, as the graph holds them
+        elif self.topic.kind == "graphrag":
+            self.entities = named
 
-            with self.trace.step("named_entities", router=list(choice.entities)) as ev:
-                self.entities = named_entities(graph_store(self.rt, self.topic), self.question, choice.entities)
-                ev.data["found"] = list(self.entities)
+    def graph_entities(self, router_names: tuple[str, ...]) -> tuple[str, ...]:
+        """The entities of the Topic's graph the question (or the router) names, by name or alias; traced."""
+        from ragtopics.graph.ingest import graph_store
+        from ragtopics.graph.path import named_entities
+
+        with self.trace.step("named_entities", router=list(router_names)) as ev:
+            found = named_entities(graph_store(self.rt, self.topic), self.question, router_names)
+            ev.data["found"] = list(found)
+        return found
 
     def retriever(self, progress: SearchProgress | None = None) -> Retriever:
         """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""

@@ -232,6 +232,15 @@ def test_a_graph_ingestion_record_is_a_source_without_download(rt, answers):
 def test_the_search_gets_the_entities_the_graph_holds_by_name_or_alias(rt, topic, answers):  # noqa: F811
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Madame Curie",))  # not a name the graph holds
     result = list(ask(rt, topic, "What did Marie Curie find in Paris?"))[-1]
-    named = events(rt, result, "named_entities")[0]
-    assert named == {"router": ["Madame Curie"], "found": ["Marie Curie", "Paris"]}
+    before, after = events(rt, result, "named_entities")  # before routing (a signal), then with the router's names
+    assert before == {"router": [], "found": ["Marie Curie", "Paris"]}
+    assert after == {"router": ["Madame Curie"], "found": ["Marie Curie", "Paris"]}
     assert events(rt, result, "seeds")[0]["sources"]["named"] == ["Marie Curie", "Paris"]
+
+
+def test_the_embedding_router_takes_a_named_entity_of_the_graph_as_a_sign_of_local(rt, topic, answers):  # noqa: F811
+    update_settings(rt, topic.id, {"router_method": "EMBEDDING"})
+    result = list(ask(rt, get_topic(rt, topic.id), "Who discovered radium?"))[-1]
+    [route] = events(rt, result, "route")
+    assert route["method"] == "embedding" and "names Radium of the graph" in route["reason"]
+    assert route["decision"]["entities"] == ["Radium"] and answers.prompts(ROUTER) == []
