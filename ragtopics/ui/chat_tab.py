@@ -30,9 +30,22 @@ def sources_html(update: ChatUpdate | None) -> str:
     for s in update.sources:
         by_file.setdefault(s.file, []).append(s)
     badges = "".join(_badge(name, hits) for name, hits in by_file.items())
-    confidence = f", router confidence {update.route_confidence:.2f}" if update.route_confidence is not None else ""
-    route = f" <small title='how the question was handled: searched the documents, or answered without searching'>route {update.route}{confidence}</small>"
-    return f'<div id="rt-sources"><strong>Sources:</strong> {badges}{route}</div>'
+    return f'<div id="rt-sources"><strong>Sources:</strong> {badges} {route_line(update)}</div>'
+
+
+#: How the router's method reads under an answer.
+_METHODS = {"embedding": "embedding router (bundled model)", "llm": "Router Model", "forced": "forced way"}
+
+
+def route_line(update: ChatUpdate) -> str:
+    """``route LOCAL · confidence 0.79 · embedding router (bundled model)``, the router's reason on hover."""
+    parts = [f"route {update.route}"]
+    if update.route_confidence is not None:
+        parts.append(f"confidence {update.route_confidence:.2f}")
+    if update.route_method:
+        parts.append(_METHODS.get(update.route_method, update.route_method))
+    reason = html.escape(update.route_reason or "how the question was handled", quote=True)
+    return f"<small class='rt-route' title='{reason}'>{' · '.join(parts)}</small>"
 
 
 #: What a source's status adds to its badge, and the hover text that explains it.
@@ -92,11 +105,15 @@ def sources_line(update: ChatUpdate) -> str:
 
 
 def route_note(update: ChatUpdate) -> str:
-    """A short line for answers given without searching (no sources to show)."""
-    if update.route not in ("DIRECT", "ATTACHMENT"):
-        return ""
-    confidence = f" ({update.route_confidence:.2f})" if update.route_confidence is not None else ""
-    return f'<div id="rt-sources"><small>answered without searching: route {update.route}{confidence}</small></div>'
+    """A short line for answers without source files: answered without searching (DIRECT, ATTACHMENT),
+    from community summaries (GLOBAL), or with nothing found; with the way the router chose."""
+    if update.route in ("DIRECT", "ATTACHMENT"):
+        what = "answered without searching"
+    elif update.no_answer:
+        what = "nothing found"
+    else:
+        what = "answered from community summaries, which have no source files"
+    return f'<div id="rt-sources"><small>{what}:</small> {route_line(update)}</div>'
 
 
 def session_choices(rt: Runtime, topic_name: str | None) -> list[tuple[str, str]]:

@@ -123,3 +123,19 @@ def test_a_long_refusal_lists_a_few_types_and_a_count(rt):
     topic = create_topic(rt, "All types")
     with pytest.raises(RefusedFileError, match=r"pdf, docx, xlsx, pptx, txt, md, csv, json, xml, yaml, html, py, .* and \d+ more"):
         receive_upload(rt, topic, "movie.mp4", b"\x00")
+
+
+def test_every_answer_says_its_way_confidence_and_which_router_decided():
+    from ragtopics.answer.turn import ChatUpdate
+    from ragtopics.ui.chat_tab import route_note
+
+    summary = ChatUpdate("Themes…", done=True, route="GLOBAL", route_confidence=0.98, route_method="embedding",
+                         route_reason="nearest exemplars GLOBAL 0.51, then HYBRID 0.31")  # fmt: skip
+    note = route_note(summary)
+    assert "answered from community summaries, which have no source files:" in note
+    assert "route GLOBAL · confidence 0.98 · embedding router (bundled model)" in note
+    assert "title='nearest exemplars GLOBAL 0.51, then HYBRID 0.31'" in note
+    direct = route_note(ChatUpdate("Hi", done=True, route="DIRECT", route_confidence=0.99, route_method="llm"))
+    assert "answered without searching:" in direct and "route DIRECT · confidence 0.99 · Router Model" in direct
+    nothing = route_note(ChatUpdate("No.", done=True, route="LOCAL", no_answer=True, route_method="forced"))
+    assert "nothing found:" in nothing and "route LOCAL · forced way" in nothing
