@@ -72,7 +72,7 @@ def test_upsert_merges_provenance_and_descriptions(store):
     tie = relationships_by_pair(store)[(eid("Marie Curie"), eid("Sorbonne"))]
     assert tie.strength == 5.0 and tie.chunk_ids == {"c2", "c3"}
     assert tie.description == "She taught there. First woman professor there."
-    assert store.stats() == {"entities": 4, "relationships": 3, "chunks": 3, "documents": 2}
+    assert store.stats() == {"entities": 4, "relationships": 3, "chunks": 3, "documents": 2, "images": 0}
     assert store.chunk_ids_for([eid("Radium"), "ent-unknown"]) == {eid("Radium"): frozenset({"c2"})}
 
 
@@ -125,11 +125,11 @@ def test_remove_document_keeps_shared_entities(store):
     assert list(tie) == [(eid("Marie Curie"), eid("Sorbonne"))]
     assert tie[(eid("Marie Curie"), eid("Sorbonne"))].strength == 2.0
     assert tie[(eid("Marie Curie"), eid("Sorbonne"))].chunk_ids == {"c3"}
-    assert store.stats() == {"entities": 2, "relationships": 1, "chunks": 1, "documents": 1}
+    assert store.stats() == {"entities": 2, "relationships": 1, "chunks": 1, "documents": 1, "images": 0}
 
     assert store.remove_document("doc-1") == RemovalReport()
     assert store.remove_document("doc-2").entities_removed == 2
-    assert store.stats() == {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0}
+    assert store.stats() == {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0, "images": 0}
 
 
 def test_remove_changed_chunks_keeps_the_document(store):
@@ -139,7 +139,7 @@ def test_remove_changed_chunks_keeps_the_document(store):
 
     assert report == RemovalReport(entities_removed=1, entities_kept=2, relationships_removed=1, relationships_kept=1,
                                    chunks_removed=1, documents_removed=0)  # fmt: skip
-    assert store.stats() == {"entities": 3, "relationships": 2, "chunks": 2, "documents": 2}
+    assert store.stats() == {"entities": 3, "relationships": 2, "chunks": 2, "documents": 2, "images": 0}
     (marie,) = store.entities([eid("Marie Curie")])
     assert marie.chunk_ids == {"c1", "c3"}
 
@@ -215,7 +215,7 @@ def test_hostile_text_travels_as_parameters(store):
     found = store.entity_by_name(name)
     assert found is not None and found.name == name and found.description == 'Said "hi" \\ then })'
     assert store.shortest_path(eid(name), eid(other), 2).relationships[0].description == "It's })"
-    assert store.stats() == {"entities": 2, "relationships": 1, "chunks": 1, "documents": 1}
+    assert store.stats() == {"entities": 2, "relationships": 1, "chunks": 1, "documents": 1, "images": 0}
     assert store.remove_document("doc-'\"}").entities_removed == 2
 
 
@@ -308,7 +308,7 @@ def test_drop_leaves_no_key(store, client):
     assert not store.exists()
     assert client.exists("rt-topic-1-graph") == 0
     assert client.execute_command("GRAPH.LIST") == []
-    assert store.stats() == {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0}
+    assert store.stats() == {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0, "images": 0}
     assert store.entity_by_name("Marie Curie") is None and store.search_entities(np.ones(8), k=3) == []
     assert store.remove_document("doc-1") == RemovalReport()
     assert not client.exists("rt-topic-1-graph")  # reads and removals never create the graph
