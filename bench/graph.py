@@ -43,10 +43,8 @@ import contextlib
 import json
 import logging
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
@@ -360,22 +358,12 @@ def bench_incremental_rebuild(rt: Runtime, topic: Topic, data, stored_name: dict
 
 def main(argv: list[str]) -> int:
     """Run the GraphRAG section alone, on a throwaway Redis as ``bench.run`` does (``--full``: all passages in part 1)."""
-    from bench.run import build_runtime, eval_dir, figure, free_port, load_embedder, load_eval_data, section
-    from ragtopics.ops.redis_server import EmbeddedRedis
-    from ragtopics.runtime import set_runtime
+    from bench.run import eval_dir, figure, load_eval_data, section, throwaway_runtime
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     data = load_eval_data(eval_dir())
-    with tempfile.TemporaryDirectory(prefix="ragtopics-bench-") as tmp_name:
-        tmp = Path(tmp_name)
-        server = EmbeddedRedis(tmp / "redis", free_port()).start()
-        try:
-            rt = build_runtime(tmp, server)
-            load_embedder(rt)
-            bench_graph(rt, data, figure, section, full="--full" in argv)
-        finally:
-            set_runtime(None)
-            server.stop()
+    with throwaway_runtime() as rt:
+        bench_graph(rt, data, figure, section, full="--full" in argv)
     return 0
 
 

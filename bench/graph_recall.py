@@ -26,20 +26,18 @@ import argparse
 import logging
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench.run import build_runtime, eval_dir, free_port, load_eval_data, load_embedder
+from bench.run import eval_dir, load_eval_data, load_embedder, throwaway_runtime
 from ragtopics.answer.context import Context, RetrievalQuery
 from ragtopics.documents.uploads import clean_file_name, receive_upload
 from ragtopics.errors import NotFoundError
 from ragtopics.graph.local import LocalRetriever
 from ragtopics.ingest.pipeline import ingest_document
-from ragtopics.ops.redis_server import EmbeddedRedis
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.rag.retriever import ChunkRetriever
-from ragtopics.runtime import Runtime, get_runtime, set_runtime
+from ragtopics.runtime import Runtime, get_runtime
 from ragtopics.topics.topics import Topic, create_topic, get_topic
 from ragtopics.tracing.trace import Trace
 
@@ -150,20 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         evaluate(rt, rag, graph, questions)
         print(f"\n  total run time {time.perf_counter() - started:.1f} s", flush=True)
         return 0
-    with tempfile.TemporaryDirectory(prefix="ragtopics-recall-") as tmp_name:
-        folder = args.data_dir.resolve() if args.data_dir else Path(tmp_name)
-        server = EmbeddedRedis(folder / "redis", free_port()).start()
-        try:
-            rt = build_runtime(folder, server)
-            load_embedder(rt)
-            print("\n== ingest", flush=True)
-            rag, graph = ingest(rt, data.corpus)
-            print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold titles in the first "
-                  f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
-            evaluate(rt, rag, graph, questions)
-        finally:
-            set_runtime(None)
-            server.stop()
+    with throwaway_runtime(args.data_dir, prefix="ragtopics-recall-") as rt:
+        print("\n== ingest", flush=True)
+        rag, graph = ingest(rt, data.corpus)
+        print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold titles in the first "
+              f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
+        evaluate(rt, rag, graph, questions)
     print(f"\n  total run time {time.perf_counter() - started:.1f} s", flush=True)
     return 0
 

@@ -24,6 +24,7 @@ Sections:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +143,26 @@ def build_runtime(tmp: Path, server: EmbeddedRedis) -> Runtime:
     rt = Runtime(settings)
     set_runtime(rt)
     return rt
+
+
+@contextlib.contextmanager
+def throwaway_runtime(folder: Path | None = None, *, prefix: str = "ragtopics-bench-") -> Iterator[Runtime]:
+    """A runtime on an embedded Redis started for the block, its embedding model loaded; always stopped after.
+
+    Args:
+        folder: keep the Redis data and files there (a second run finds them); None: a temporary folder.
+        prefix: the temporary folder's name prefix.
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_name:
+        place = folder.resolve() if folder else Path(tmp_name)
+        server = EmbeddedRedis(place / "redis", free_port()).start()
+        try:
+            rt = build_runtime(place, server)
+            load_embedder(rt)
+            yield rt
+        finally:
+            set_runtime(None)
+            server.stop()
 
 
 def print_header(folder: Path, data: EvalData) -> None:
@@ -399,24 +421,16 @@ def main() -> int:
     data = load_eval_data(folder)
     print_header(folder, data)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ragtopics-bench-") as tmp_name:
-        tmp = Path(tmp_name)
-        server = EmbeddedRedis(tmp / "redis", free_port()).start()
-        try:
-            rt = build_runtime(tmp, server)
-            load_embedder(rt)
-            topic, stored_name = bench_ingest(rt, data)
-            bench_quality(rt, topic, data, stored_name)
-            bench_latency(rt, data)
-            bench_overhead(rt, topic, data.questions, figure, section)
-            bench_bundled_model(rt, topic, data.questions, figure, section, free_port)
-            bench_file_types(rt, data)
-            bench_router(rt.gateway)
-            section("8. GraphRAG (bench.graph)")
-            bench_graph(rt, data, figure, section)
-        finally:
-            set_runtime(None)
-            server.stop()
+    with throwaway_runtime() as rt:
+        topic, stored_name = bench_ingest(rt, data)
+        bench_quality(rt, topic, data, stored_name)
+        bench_latency(rt, data)
+        bench_overhead(rt, topic, data.questions, figure, section)
+        bench_bundled_model(rt, topic, data.questions, figure, section, free_port)
+        bench_file_types(rt, data)
+        bench_router(rt.gateway)
+        section("8. GraphRAG (bench.graph)")
+        bench_graph(rt, data, figure, section)
     section("9. entity deduplication (bench.dedup)")
     dedup_bench.main([])
     section("10. communities (bench.communities)")

@@ -65,7 +65,7 @@ def document_graph_text(graph: dict | None) -> str:
 def when_text(epoch_s: float, now_s: float | None = None) -> str:
     """A local time with how long ago or ahead it is: ``2025-03-01 14:05, 3 min ago``, ``…, in 5 h 59 min``."""
     now_s = time.time() if now_s is None else now_s
-    delta = round(epoch_s - now_s)
+    delta = int(epoch_s - now_s)  # whole seconds toward zero: a day ahead less a moment reads "23 h 59 min"
     size = abs(delta)
     if size < 3600:
         span = "under a minute" if size < 60 else f"{size // 60} min"  # no seconds: the text changes once a minute

@@ -151,3 +151,12 @@ def test_an_upload_waiting_for_its_graph_extraction_reads_extracting_graph(rt, r
     assert "extracting graph 0/2 chunks" in jobs_html(rt, [(doc.job_id, "curie.txt")])
     run_jobs()
     assert "indexed · 2 chunks" in jobs_html(rt, [(doc.job_id, "curie.txt")])
+
+
+def test_time_ahead_is_never_rounded_up_to_the_next_unit():
+    from ragtopics.ui.graph_panel import when_text
+
+    now = 1_800_000_000.0
+    assert when_text(now + 86400 - 0.4, now).endswith("in 23 h 59 min")
+    assert when_text(now + 86400, now).endswith("in 1 d 0 h")
+    assert when_text(now - 61, now).endswith("1 min ago") and when_text(now + 30, now).endswith("in under a minute")
