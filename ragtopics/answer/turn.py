@@ -143,6 +143,59 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     yield from turn.run(forced, allow_tools)
 
 
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """What :func:`search_only` found: the way taken and the evidence, without an answer.
+
+    Attributes:
+        route, route_confidence, route_reason, route_method: as in :class:`ChatUpdate`.
+        context: the retriever's evidence (empty for DIRECT and ATTACHMENT, which do not search).
+        timings_ms: per-step durations in milliseconds and ``total``.
+    """
+
+    route: str
+    route_confidence: float | None
+    route_reason: str
+    route_method: str
+    context: Context
+    timings_ms: dict[str, float]
+
+
+def search_only(rt: Runtime, topic: Topic, question: str, *, route: str | None = None) -> SearchResult:
+    """Route (or take the forced way) and search as a chat turn would, without writing or saving an answer.
+
+    Used by evaluation (``ragtopics eval --retrieval-only``): the same router, retrievers and settings
+    as :func:`ask`, in milliseconds instead of a model's seconds.
+
+    Raises:
+        RagTopicsError: for an empty or over-long question, or a route the Topic's kind does not have.
+        ModelUnavailableError: when the embedding model (or a Router Model) is unreachable.
+    """
+    t0 = time.perf_counter()
+    question = _checked_question(question)
+    forced = _checked_route(topic, route)
+    trace = Trace("chat", question)
+    turn = _Turn(rt, topic, question, "", None, trace, False, t0)
+    turn.prompts = resolve_prompts(rt, topic.id)
+    if forced is not None:
+        turn.route, turn.method, turn.reason = forced.value, "forced", "route forced by the caller"
+    elif turn.cfg.route_before_retrieval:
+        turn.decide_route()
+    context = Context((), turn.route, "answered without searching")
+    if turn.route not in (Route.DIRECT.value, Route.ATTACHMENT.value):
+        steps = turn.search()
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            context = done.value
+        if context.route != turn.route:
+            turn.reason = f"{turn.reason}; {context.note}" if turn.reason else context.note
+            turn.route = context.route
+    timings = {**trace.timings_ms(), "total": round((time.perf_counter() - t0) * 1000, 3)}
+    return SearchResult(turn.route, turn.confidence, turn.reason, turn.method, context, timings)
+
+
 class _Turn:
     """State of one chat turn while :func:`ask` runs (kept out of the public API)."""
 

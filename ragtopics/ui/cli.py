@@ -76,6 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--session", default=None, help="continue a chat session")
     ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
 
+    evaluation = sub.add_parser("eval", help="score a Topic on a question file (recall@k, MRR, answers, ways), "
+                                             "or compare two runs")  # fmt: skip
+    evaluation.add_argument("topic", nargs="?", help="the Topic to evaluate")
+    evaluation.add_argument("questions", nargs="?", type=Path,
+                            help='JSON list of {"question", "answer"?, "gold_sources"?: [files], "expected_way"?}')
+    evaluation.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                            help="a setting changed for this evaluation only (repeatable; nothing is stored)")
+    evaluation.add_argument("--route", default=None, help="force this way for every question")
+    evaluation.add_argument("--retrieval-only", action="store_true", help="route and search only, no answers (fast)")
+    evaluation.add_argument("--out", type=Path, default=None, help="write summary.json, questions.json and questions.csv here")
+    evaluation.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    evaluation.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                            help="compare two runs (their --out folders or summary.json files)")
+
     graphdb = sub.add_parser("graphdb", help="Graph Databases: FalkorDB servers a GraphRAG Topic can keep its graph in")
     graphdb_sub = graphdb.add_subparsers(dest="graphdb_command", required=True)
     graphdb_sub.add_parser("list", help="list the registered graph databases (the app's own Redis is 'default')")
@@ -455,6 +469,52 @@ def _cmd_communities(args) -> int:
     return 0
 
 
+def _cmd_eval(args) -> int:
+    from ragtopics.quality import evaluate as ev
+
+    if args.compare:
+        a, b = (_summary_of(path) for path in args.compare)
+        rows = ev.compare(a, b)
+        if args.json:
+            print(json.dumps({m: {"a": x, "b": y, "change": d} for m, x, y, d in rows}))
+        else:
+            print(f"{'metric':<18} {'A':>9} {'B':>9} {'B - A':>9}")
+            for metric, x, y, change in rows:
+                print(f"{metric:<18} {x:>9.3f} {y:>9.3f} {change:>+9.3f}")
+        return 0
+    if not args.topic or not args.questions:
+        raise RagTopicsError("eval needs a Topic and a question file (or --compare A B)")
+    from ragtopics.runtime import get_runtime
+    from ragtopics.settings.topic import parse_assignments
+    from ragtopics.topics.topics import get_topic
+
+    questions = ev.load_questions(args.questions)
+    rt = get_runtime()
+    rt.check_store()
+    topic = ev.with_settings(get_topic(rt, args.topic), parse_assignments(args.assignments))
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r{done}/{total} questions", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    summary, results = ev.evaluate(rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only,
+                                   progress=progress)  # fmt: skip
+    summary = {"topic": topic.name, "route": args.route or "routed", "retrieval_only": args.retrieval_only,
+               "settings_changed": parse_assignments(args.assignments), **summary}  # fmt: skip
+    if args.out is not None:
+        for path in ev.write_results(args.out, summary, results):
+            print(f"wrote {path}", file=sys.stderr)
+    print(json.dumps(summary, ensure_ascii=False) if args.json else ev.format_table(summary))
+    return 0
+
+
+def _summary_of(path: Path) -> dict:
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RagTopicsError(f"cannot read the evaluation summary {file}: {exc}") from exc
+
+
 _COMMANDS = {
     "up": _cmd_up,
     "worker": _cmd_worker,
@@ -466,6 +526,7 @@ _COMMANDS = {
     "graphdb": _cmd_graphdb,
     "communities": _cmd_communities,
     "ask": _cmd_ask,
+    "eval": _cmd_eval,
     "db": _cmd_db,
 }
 

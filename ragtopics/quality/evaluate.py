@@ -1,0 +1,254 @@
+"""Evaluate a Topic on a question file: retrieval recall, ranking, answers and routing.
+
+A question file is a JSON list of items::
+
+    {"question": "...", "answer": "...", "gold_sources": ["a.txt", "b.pdf"], "expected_way": "LOCAL", "type": "bridge"}
+
+where only ``question`` is required. Each question goes through the product's own path:
+:func:`~ragtopics.answer.turn.search_only` with ``retrieval_only`` (routing and search, no
+model answer), else :func:`~ragtopics.answer.turn.ask` without saving. The files the way
+returned, in rank order, are compared with the gold sources.
+
+Metrics (means over the questions that have gold sources, or answers, or ways):
+
+* **recall@k** (k = 1, 5, 10): the share of a question's gold sources among its first k
+  distinct files, as in HippoRAG's tables (Gutiérrez et al., 2024);
+* **any_gold@k**: 1 when at least one gold source is among the first k files;
+* **MRR**: 1 / the rank of the first gold file (0 when none is returned);
+* **exact match** and **token F1** of the answer against ``answer``, normalised as in the
+  SQuAD evaluation script (citations, punctuation and articles removed, lower case);
+* **way accuracy**: the share of questions whose way equals ``expected_way``.
+
+A file counts as a gold source when its name matches, ignoring case and everything but letters
+and digits (so ``Lilu (mythology)`` matches ``Lilu_mythology.txt``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import string
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ragtopics.errors import RagTopicsError
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import validate_settings
+from ragtopics.topics.topics import Topic
+
+#: The cut-offs of recall@k.
+KS = (1, 5, 10)
+#: What a CSV cell may not start with, lest a spreadsheet run it as a formula (OWASP "CSV injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+@dataclass(frozen=True, slots=True)
+class EvalQuestion:
+    """One item of a question file (see the module docstring)."""
+
+    question: str
+    answer: str = ""
+    gold_sources: tuple[str, ...] = ()
+    expected_way: str = ""
+    type: str = ""
+
+
+@dataclass(slots=True)
+class QuestionResult:
+    """What one question got: the way, the files in rank order, the answer, the metrics and the timings (ms)."""
+
+    question: str
+    way: str
+    confidence: float | None
+    files: list[str]
+    gold_sources: list[str]
+    answer: str = ""
+    expected_answer: str = ""
+    expected_way: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def load_questions(path: Path) -> list[EvalQuestion]:
+    """Read a question file.
+
+    Raises:
+        RagTopicsError: when the file cannot be read, is not a JSON list, or an item lacks a question;
+            the message names the item.
+    """
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RagTopicsError(f"cannot read the question file {path}: {exc}") from exc
+    if not isinstance(items, list):
+        raise RagTopicsError(f"{path}: expected a JSON list of questions, found {type(items).__name__}")
+    out = []
+    for n, item in enumerate(items, start=1):
+        if not isinstance(item, dict) or not str(item.get("question") or "").strip():
+            raise RagTopicsError(f"{path}: item {n} has no question")
+        gold = item.get("gold_sources") or []
+        if not isinstance(gold, list) or not all(isinstance(g, str) for g in gold):
+            raise RagTopicsError(f"{path}: item {n}: gold_sources must be a list of file names")
+        out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold),
+                                str(item.get("expected_way") or "").upper(), str(item.get("type") or "")))  # fmt: skip
+    if not out:
+        raise RagTopicsError(f"{path}: the question file holds no questions")
+    return out
+
+
+def with_settings(topic: Topic, changes: dict[str, Any]) -> Topic:
+    """The Topic with some settings changed for this evaluation only (nothing is stored).
+
+    Raises:
+        InvalidSettingError: for an unknown key or a bad value, naming the key.
+    """
+    if not changes:
+        return topic
+    settings = validate_settings(topic.kind, {**topic.settings.model_dump(mode="json"), **changes})
+    return replace(topic, settings=settings)
+
+
+def file_key(name: str) -> str:
+    """A file or source name reduced for matching: lower-case letters and digits, a ``.txt`` ending dropped."""
+    return re.sub(r"[^0-9a-z]+", "", name.lower().removesuffix(".txt"))
+
+
+def retrieval_metrics(files: list[str], gold: list[str]) -> dict[str, float]:
+    """recall@k, any_gold@k (k in :data:`KS`) and MRR of ranked ``files`` against ``gold`` file names; {} without gold."""
+    wanted = {file_key(g) for g in gold}
+    if not wanted:
+        return {}
+    ranked = list(dict.fromkeys(file_key(f) for f in files))
+    out: dict[str, float] = {}
+    for k in KS:
+        found = wanted & set(ranked[:k])
+        out[f"recall@{k}"] = len(found) / len(wanted)
+        out[f"any_gold@{k}"] = 1.0 if found else 0.0
+    first = next((i for i, f in enumerate(ranked, start=1) if f in wanted), None)
+    out["mrr"] = 1.0 / first if first else 0.0
+    return out
+
+
+def normalize_answer(text: str) -> str:
+    """Citations (``[file.txt]``) removed, then the SQuAD normalisation: lower case, no punctuation,
+    no articles (a, an, the), single spaces."""
+    text = re.sub(r"\[[^\[\]]*\]", " ", text)
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def answer_metrics(answer: str, expected: str) -> dict[str, float]:
+    """``exact_match`` and token ``f1`` of an answer against the expected one ({} without an expected answer)."""
+    if not expected:
+        return {}
+    got, want = normalize_answer(answer).split(), normalize_answer(expected).split()
+    common = sum((Counter(got) & Counter(want)).values())
+    f1 = 0.0 if common == 0 else 2 * common / (len(got) + len(want))
+    return {"exact_match": float(got == want), "f1": f1}
+
+
+def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route: str | None = None,
+             retrieval_only: bool = False, progress=None) -> tuple[dict[str, Any], list[QuestionResult]]:  # fmt: skip
+    """Ask every question and score it.
+
+    Args:
+        rt: the runtime.
+        topic: the Topic (with any evaluation-only settings, see :func:`with_settings`).
+        questions: from :func:`load_questions`.
+        route: force this way for every question (None: route as a chat would).
+        retrieval_only: route and search only; no answer is written (answer metrics are then absent).
+        progress: called as ``progress(done, total)`` after each question, or None.
+
+    Returns:
+        ``(summary, results)``: the summary holds ``n`` and the mean of each metric over the questions
+        that have it (``way_accuracy`` over those with an expected way), plus ``ms_per_question``.
+    """
+    from ragtopics.answer.turn import ask, search_only
+
+    results: list[QuestionResult] = []
+    started = time.perf_counter()
+    for n, q in enumerate(questions, start=1):
+        if retrieval_only:
+            found = search_only(rt, topic, q.question, route=route)
+            files = [p.file_name for item in found.context.items if item.kind == "chunk" for p in item.provenance]
+            result = QuestionResult(q.question, found.route, found.route_confidence, list(dict.fromkeys(files)),
+                                    list(q.gold_sources), timings_ms=found.timings_ms)  # fmt: skip
+        else:
+            *_, final = ask(rt, topic, q.question, save=False, route=route)
+            files = list(dict.fromkeys(s.file for s in final.sources))
+            result = QuestionResult(q.question, final.route, final.route_confidence, files, list(q.gold_sources),
+                                    answer=final.text, timings_ms=final.timings_ms)  # fmt: skip
+        result.expected_answer, result.expected_way = q.answer, q.expected_way
+        result.metrics = retrieval_metrics(result.files, result.gold_sources)
+        if not retrieval_only:
+            result.metrics |= answer_metrics(result.answer, q.answer)
+        if q.expected_way:
+            result.metrics["way_correct"] = float(result.way == q.expected_way)
+        results.append(result)
+        if progress is not None:
+            progress(n, len(questions))
+    return summarize(results, time.perf_counter() - started), results
+
+
+def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
+    """Means of every metric over the questions that have it; ``way_correct`` is reported as ``way_accuracy``."""
+    keys = list(dict.fromkeys(k for r in results for k in r.metrics))
+    summary: dict[str, Any] = {"n": len(results)}
+    for key in keys:
+        values = [r.metrics[key] for r in results if key in r.metrics]
+        summary["way_accuracy" if key == "way_correct" else key] = round(sum(values) / len(values), 4)
+    summary["ways"] = dict(Counter(r.way for r in results))
+    summary["ms_per_question"] = round(seconds * 1000 / max(len(results), 1), 1)
+    return summary
+
+
+def write_results(folder: Path, summary: dict[str, Any], results: list[QuestionResult]) -> list[Path]:
+    """Write ``summary.json``, ``questions.json`` and ``questions.csv`` into ``folder`` (created); returns the paths.
+
+    CSV cells that would start a spreadsheet formula (``=``, ``+``, ``-``, ``@``) get a leading ``'``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "summary.json", folder / "questions.json", folder / "questions.csv"]
+    paths[0].write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    paths[1].write_text(json.dumps([asdict(r) for r in results], indent=2, ensure_ascii=False), encoding="utf-8")
+    metric_keys = list(dict.fromkeys(k for r in results for k in r.metrics))
+    with paths[2].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["question", "way", "confidence", "files", "gold_sources", "answer", *metric_keys, "total_ms"])
+        for r in results:
+            row = [r.question, r.way, "" if r.confidence is None else r.confidence, " | ".join(r.files),
+                   " | ".join(r.gold_sources), r.answer, *[r.metrics.get(k, "") for k in metric_keys],
+                   r.timings_ms.get("total", "")]  # fmt: skip
+            writer.writerow([_cell(v) for v in row])
+    return paths
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float, float, float]]:
+    """``(metric, a, b, b - a)`` for every numeric metric of two summaries (``summary.json``), in ``a``'s order."""
+    out = []
+    for key, value in a.items():
+        other = b.get(key)
+        if isinstance(value, (int, float)) and isinstance(other, (int, float)) and key != "n":
+            out.append((key, float(value), float(other), round(float(other) - float(value), 4)))
+    return out
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The summary as aligned ``metric value`` lines."""
+    lines = [f"{'questions':<18} {summary['n']}"]
+    for key, value in summary.items():
+        if key in ("n", "ways"):
+            continue
+        lines.append(f"{key:<18} {value:.3f}" if isinstance(value, float) else f"{key:<18} {value}")
+    lines.append(f"{'ways':<18} " + ", ".join(f"{w} {c}" for w, c in summary["ways"].items()))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
