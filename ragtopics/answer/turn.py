@@ -451,14 +451,19 @@ class _Turn:
         primary: list[Source] = []
         rest: list[Source] = []
         seen: set[tuple[str, str]] = set()
-        for c in check.used:
+        # A chunk is listed once, with its own score: graph items (entities, relationships, chains) rest on
+        # chunks that may also be evidence themselves, and used chunks come before "same file" ones.
+        chunk_scores = {item.id: item.score for item in coded.values() if item.kind == "chunk"}
+        used = sorted(check.used, key=lambda c: check.chunk_reasons.get(c.code, "") == "same file")
+        for c in used:
             item = coded[c.code]
             for p in item.provenance:
-                if p.file_name != c.file or (p.document_id, item.id) in seen:
+                chunk_id = p.chunk_ids[0] if p.chunk_ids else item.id
+                if p.file_name != c.file or (p.document_id, chunk_id) in seen:
                     continue
-                seen.add((p.document_id, item.id))
+                seen.add((p.document_id, chunk_id))
                 reason = check.chunk_reasons.get(c.code, "")
-                source = Source(p.file_name, p.chunk_ids[0] if p.chunk_ids else item.id, round(item.score, 4), c.code,
+                source = Source(p.file_name, chunk_id, round(chunk_scores.get(chunk_id, item.score), 4), c.code,
                                 p.document_id, p.topic or self.topic.name, kind=p.kind, reason=reason, pages=p.pages,
                                 version=p.version)  # fmt: skip
                 (rest if reason == "same file" else primary).append(source)

@@ -32,6 +32,10 @@ def indexed_with_text(w: dict) -> str:
     """One readable line for the settings a version was indexed with (empty when none is searchable)."""
     if not w:
         return ""
+    if w.get("origin") == "graph ingestion":  # no file was read or chunked: say where the graph came from
+        where = f" from {w['location']}" if w.get("location") else ""
+        return (f"graph ingestion ({w.get('format', '')}{where}) · {w.get('nodes', 0)} nodes, {w.get('edges', 0)} edges"
+                + (f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""))  # fmt: skip
     keywords = f"keyword index ({w.get('keyword_enrichment', '').lower() or 'yes'})" if w.get("keyword_index") else "no keyword index"
     records = w.get("records_per_chunk")
     per_chunk = ""
@@ -40,7 +44,7 @@ def indexed_with_text(w: dict) -> str:
         per_chunk = f" · {fewest if fewest == most else f'{fewest}–{most}'} record{'s' if most > 1 else ''} per chunk"
     split = f" · {w['token_cap']}" if w.get("token_cap") else ""  # chunks split to fit the embedder's window
     graph = f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""
-    return (f"{w.get('chunking_strategy', '')} {w['chunk_size']}/{w['chunk_overlap']} · {keywords} · {w.get('reader', '')}"
+    return (f"{w.get('chunking_strategy', '')} {w.get('chunk_size', '?')}/{w.get('chunk_overlap', '?')} · {keywords} · {w.get('reader', '')}"
             f"{per_chunk}{split}{graph}")
 
 

@@ -11,12 +11,15 @@ import time
 
 import pytest
 
+from ragtopics.answer.context import RetrievalQuery
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.turn import ask
 from ragtopics.graph import global_search
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
+from ragtopics.graph.local import LocalRetriever
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.topics.topics import get_topic, update_settings
+from ragtopics.tracing.trace import Trace
 from tests.graph.test_global_search import QUESTION, built_topic
 from tests.graph.test_graph_ingestion import graph_topic, people
 from tests.graph.test_local_path import topic  # noqa: F401  (the small fixed graph, a fixture)
@@ -244,3 +247,18 @@ def test_the_embedding_router_takes_a_named_entity_of_the_graph_as_a_sign_of_loc
     [route] = events(rt, result, "route")
     assert route["method"] == "embedding" and "names Radium of the graph" in route["reason"]
     assert route["decision"]["entities"] == ["Radium"] and answers.prompts(ROUTER) == []
+
+
+def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):  # noqa: F811
+    question = "What did Marie Curie do?"
+    answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Marie Curie",))
+    answers.replies["answer"] = "She discovered radium [S1] and married Pierre Curie [S2]; see [S5] [S6] [S7] [S8]."
+    result = list(ask(rt, topic, question))[-1]
+    context = LocalRetriever(rt, topic, topic.settings).retrieve(RetrievalQuery(question, entities=("Marie Curie",)),
+                                                                 Trace("chat", question))  # fmt: skip
+    own = {item.id: round(item.score, 4) for item in context.items if item.kind == "chunk"}
+
+    keys = [(s.file, s.chunk_id) for s in result.sources]
+    assert len(keys) == len(set(keys)) >= 2  # entities and relationships resting on a chunk do not repeat it
+    assert all(s.score == own[s.chunk_id] for s in result.sources if s.chunk_id in own)
+    assert sum(s.chunk_id in own for s in result.sources) >= 2

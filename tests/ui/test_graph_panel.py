@@ -160,3 +160,15 @@ def test_time_ahead_is_never_rounded_up_to_the_next_unit():
     assert when_text(now + 86400 - 0.4, now).endswith("in 23 h 59 min")
     assert when_text(now + 86400, now).endswith("in 1 d 0 h")
     assert when_text(now - 61, now).endswith("1 min ago") and when_text(now + 30, now).endswith("in under a minute")
+
+
+def test_the_documents_list_shows_a_graph_import_next_to_an_upload(rt, run_jobs):
+    from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
+
+    topic = graph_topic(rt, run_jobs)
+    data = {"nodes": [{"id": "a", "name": "Pump P-12"}, {"id": "b", "name": "Cooling Loop"}],
+            "edges": [{"source": "a", "target": "b", "description": "feeds"}]}  # fmt: skip
+    ingest_graph(rt, topic, "plant.json", parse_nodes_edges_json(json.dumps(data).encode()))
+    rows = {row[0]: row for row in documents_table(rt, "Physicists")}
+    assert len(rows) == 2 and rows["plant.json (graph ingestion)"][1] == "indexed"
+    assert rows["plant.json (graph ingestion)"][4].startswith("graph ingestion (json) · 2 nodes, 1 edges · graph: ")
