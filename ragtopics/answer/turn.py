@@ -76,6 +76,7 @@ class ChatUpdate:
         phase: what the turn is doing now (``routing``, ``searching``, ``writing`` (a GraphRAG
             answer written whole before it is shown), ``answering``, ``done``).
         status: the search's own words for what it is doing ("reading 8 summaries"), "" when none.
+        note: why the search found nothing, or why its way changed ("no community summaries yet: …"), "" when none.
         timings_ms: per-step durations in milliseconds and ``total`` (final update only).
     """
 
@@ -91,6 +92,7 @@ class ChatUpdate:
     no_answer: bool = False
     phase: str = "answering"
     status: str = ""
+    note: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -127,6 +129,9 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     t0 = time.perf_counter()
     question = _checked_question(question)
     forced = _checked_route(topic, route)
+    if forced == Route.ATTACHMENT and attachment is None:
+        raise RagTopicsError("the ATTACHMENT way answers from an attached file; attach one (--attach FILE) or choose "
+                             "another way")  # fmt: skip
     if session_id is not None:
         check_session(rt, topic, session_id)
     elif save:
@@ -211,6 +216,7 @@ class _Turn:
         self.reason = ""
         self.method = ""
         self.entities: tuple[str, ...] = ()
+        self.note = ""
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -286,10 +292,11 @@ class _Turn:
         if context.route != self.route:  # a graph way fell back (PATH without a chain, HYBRID planning failed)
             self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
             self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
-            self.route = context.route
+            self.route, self.note = context.route, context.note
         tools, tool_topics = topic_tools(self.rt, self.topic, self.prompts["tool_description"]) if allow_tools else ([], {})
         if not context.items and not tools:
             self.trace.add("no_answer", reason=context.note or "nothing found and no connected Topic")
+            self.note = context.note  # why nothing was found ("no community summaries yet: …")
             yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
             return
         coded = assign_codes(context.items)
@@ -304,7 +311,9 @@ class _Turn:
         sources = self.attribute(raw, coded)
         # Community summaries have no source file: an answer written from them alone stands without sources.
         from_summaries = raw.strip() and any(not item.provenance for item in context.items)
-        if not sources and not from_summaries and not any(r.contributed for r in tool_results):
+        # The attached file is in the prompt too: an answer drawn from it has no document to cite.
+        from_attachment = raw.strip() and self.attachment is not None
+        if not sources and not from_summaries and not from_attachment and not any(r.contributed for r in tool_results):
             self.trace.add("no_answer", reason="no evidence and no connected Topic contributed to the answer", raw_answer=raw)
             yield self.finish(self.cfg.no_answer_response, [], no_answer=True)
             return
@@ -515,7 +524,7 @@ class _Turn:
                        events=self.trace.to_list(), topic_id=self.topic.id)  # fmt: skip
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, session_id=self.session_id, turn_id=turn_id,
-                          no_answer=no_answer, phase="done", timings_ms=timings)  # fmt: skip
+                          no_answer=no_answer, phase="done", note=self.note, timings_ms=timings)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ def route_note(update: ChatUpdate) -> str:
     if update.route in ("DIRECT", "ATTACHMENT"):
         what = "answered without searching"
     elif update.no_answer:
-        what = "nothing found"
+        what = f"nothing found ({html.escape(update.note)})" if update.note else "nothing found"
     else:
         what = "answered from community summaries, which have no source files"
     return f'<div id="rt-sources"><small>{what}:</small> {route_line(update)}</div>'

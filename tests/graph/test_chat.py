@@ -11,9 +11,11 @@ import time
 
 import pytest
 
+from ragtopics.answer.attachments import read_attachment
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.turn import ask
+from ragtopics.errors import RagTopicsError
 from ragtopics.graph import global_search
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.local import LocalRetriever
@@ -190,6 +192,7 @@ def test_global_before_any_community_run_gives_the_no_results_message(rt, run_jo
     answers.replies[ROUTER] = route_reply("GLOBAL", 0.9)
     result = list(ask(rt, topic, QUESTION))[-1]
     assert result.no_answer and result.text == topic.settings.no_answer_response
+    assert result.note == "no community summaries yet: run Recompute Communities Now"  # said with the answer
     assert answers.prompts("global_map") == [] and answers.prompts("answer") == []
 
 
@@ -262,3 +265,15 @@ def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):  # noq
     assert len(keys) == len(set(keys)) >= 2  # entities and relationships resting on a chunk do not repeat it
     assert all(s.score == own[s.chunk_id] for s in result.sources if s.chunk_id in own)
     assert sum(s.chunk_id in own for s in result.sources) >= 2
+
+
+def test_forcing_attachment_needs_a_file_and_an_answer_from_the_file_stands_without_sources(rt, topic, answers):  # noqa: F811
+    with pytest.raises(RagTopicsError, match="the ATTACHMENT way answers from an attached file; attach one"):
+        list(ask(rt, topic, "Who directed it?", route="ATTACHMENT"))
+    roster = read_attachment(b"Pump ZX-9 was serviced on 3 March by Alice Moreau.", "service.txt", allowed_types=["txt"],
+                             max_mb=1, model_sees_images=False)  # fmt: skip
+    answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts")
+    answers.replies["answer"] = "Alice Moreau serviced the pump on 3 March."  # from the file: nothing to cite
+    result = list(ask(rt, topic, "When was the pump serviced and by whom?", attachment=roster))[-1]
+    assert result.route == "LOCAL" and not result.no_answer and result.text == "Alice Moreau serviced the pump on 3 March."
+    assert "Pump ZX-9 was serviced" in answers.prompts("answer")[-1]["messages"][-1]["content"]

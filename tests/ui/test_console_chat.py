@@ -139,3 +139,6 @@ def test_every_answer_says_its_way_confidence_and_which_router_decided():
     assert "answered without searching:" in direct and "route DIRECT · confidence 0.99 · Router Model" in direct
     nothing = route_note(ChatUpdate("No.", done=True, route="LOCAL", no_answer=True, route_method="forced"))
     assert "nothing found:" in nothing and "route LOCAL · forced way" in nothing
+    unbuilt = route_note(ChatUpdate("No.", done=True, route="GLOBAL", no_answer=True, route_method="embedding",
+                                    note="no community summaries yet: run Recompute Communities Now"))  # fmt: skip
+    assert "nothing found (no community summaries yet: run Recompute Communities Now):" in unbuilt
