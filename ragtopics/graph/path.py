@@ -50,9 +50,11 @@ NAME_VECTOR_MIN_SCORE = 0.6
 FUZZY_POOL = 20
 #: Longest run of words tried as a name.
 MAX_NAME_WORDS = 8
-#: Words that start a question (capitalised there) or join the parts of a name.
+#: Words that start a question (capitalised there) or ask for a connection: never a name of their own.
 QUESTION_WORDS = frozenset("how what who whom whose which where when why is are was were do does did can could "
-                           "in on of the a an and or between compare tell explain name".split())  # fmt: skip
+                           "in on of the a an and or between compare tell explain name "
+                           "related relate relates relation relationship connected connect connects connection "
+                           "link linked links tie tied".split())  # fmt: skip
 _JOINERS = frozenset("of the de del der des di du la le van von da y & and".split())
 _TOKEN = re.compile(r"[^\W_][\w'’.&-]*[\w]|[^\W_]", re.UNICODE)
 _QUOTED = re.compile(r"[\"“”‘’']([^\"“”‘’']{2,80})[\"“”‘’']")

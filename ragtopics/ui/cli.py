@@ -248,6 +248,7 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
     last_done = -1
     started = time.monotonic()
     unreachable_since: float | None = None
+    last_print, last_running = 0.0, ""
     while pending:
         # Jobs run roughly in the order they were queued: polling the oldest few keeps a wait on a
         # thousand files from costing thousands of Redis round trips a second; later ones are read when they come up.
@@ -270,7 +271,10 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             if not p.is_final:
                 continue
             del pending[job_id]
-            if p.status == "finished" and (p.result or {}).get("status") in ("superseded", "cancelled"):
+            if p.status == "missing":  # a delete removes the document's jobs with it
+                stopped += 1
+                print(f"  {name}: its job is gone (the document was deleted while it was indexed)", file=sys.stderr)
+            elif p.status == "finished" and (p.result or {}).get("status") in ("superseded", "cancelled"):
                 stopped += 1
                 print(f"  {name}: {(p.result or {}).get('reason')}", file=sys.stderr)
             elif p.status == "finished":
@@ -285,15 +289,23 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
         counts = (f"{done - failed - empty - stopped} indexed" + (f", {empty} empty" if empty else "")
                   + (f", {stopped} replaced or deleted" if stopped else "") + (f", {failed} failed" if failed else ""))  # fmt: skip
         line = f"[{done}/{len(jobs)}] files done: {counts}; {chunks} chunks, {time.monotonic() - started:.0f} s"
+        running = next((f" · {name}: {_step(p)}" for _, name, p in progress if not p.is_final and p.status == "started"), "")
         if sys.stderr.isatty():
-            print("\r" + line, end="", file=sys.stderr)
-        elif done != last_done or not pending:
-            print(line, file=sys.stderr)
+            print("\r" + line + running + "\x1b[K", end="", file=sys.stderr)
+        elif done != last_done or not pending or (running != last_running and time.monotonic() - last_print >= 5):
+            print(line + running, file=sys.stderr)
+            last_print, last_running = time.monotonic(), running
         last_done = done
         if pending:
             time.sleep(0.3)
     print(file=sys.stderr)
     return failed
+
+
+def _step(p) -> str:
+    """A running job's step for the ingest line: ``embedding 3/10``, ``extracting graph 12/40 chunks``."""
+    label, unit = ("extracting graph", " chunks") if p.phase == "extracting" else (p.phase or "working", "")
+    return f"{label} {p.done}/{p.total}{unit}" if p.total else label
 
 
 def _cmd_docs(args) -> int:

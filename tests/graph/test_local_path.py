@@ -221,3 +221,9 @@ def test_candidate_names_try_capitalised_runs_before_content_words():
     names = candidate_names('How is the University of Paris related to "Hilda Varga" and radium?')
     assert names[:2] == ["Hilda Varga", "University of Paris"]
     assert names.index("Paris") < names.index("radium") and "How" not in names and "of" not in names
+
+
+def test_relation_words_are_not_taken_for_names():
+    names = candidate_names("How is Nobody Foo related to Zeta Bar?")
+    assert "related" not in names and {"Nobody Foo", "Zeta Bar"} <= set(names)
+    assert not {"connected", "linked"} & set(candidate_names("How are apples connected or linked to pears?"))

@@ -139,3 +139,27 @@ def test_ingest_keeps_waiting_through_a_store_outage(rt, run_jobs, tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("the store is unreachable (Error 111") == 2 and "the store is back" in err
     assert "[2/2] files done: 2 indexed; 2 chunks" in err
+
+
+def test_ingest_says_a_document_deleted_while_it_was_indexed_was_deleted(rt, tmp_path, capsys):
+    from ragtopics.documents.delete import delete_document
+    from ragtopics.documents.uploads import upload_file
+    from ragtopics.ui import cli
+    from ragtopics.worker.queue import job_progress
+
+    main(["topic", "create", "Gone"])
+    doc = upload_file(rt, get_topic(rt, "Gone"), "a.txt", b"Pump A is serviced weekly.")
+    delete_document(rt, get_topic(rt, "Gone"), "a.txt")  # before any worker ran its job
+    assert cli._wait_for_jobs(rt, {doc.job_id: doc.file_name}, job_progress) == 0
+    err = capsys.readouterr().err
+    assert "a.txt: its job is gone (the document was deleted while it was indexed)" in err and "FAILED" not in err
+    assert "[1/1] files done: 0 indexed, 1 replaced or deleted" in err
+
+
+def test_ingest_names_the_step_of_the_file_being_indexed():
+    from ragtopics.ui.cli import _step
+    from ragtopics.worker.queue import JobProgress
+
+    assert _step(JobProgress("j", "started", "extracting", 12, 40)) == "extracting graph 12/40 chunks"
+    assert _step(JobProgress("j", "started", "embedding", 3, 10)) == "embedding 3/10"
+    assert _step(JobProgress("j", "started", "", 0, 0)) == "working"
