@@ -154,6 +154,11 @@ PATH_CUE_BONUS = 0.15  # relation words and two named things
 PATH_WITHOUT_CUE_PENALTY = 0.10  # the spec: PATH needs two named entities and a connection question
 OVERVIEW_AND_DETAIL_BONUS = 0.12  # two requests, one of them an overview (GLOBAL) and one not
 NAMED_ENTITY_BONUS = 0.08  # the question names an entity the Topic's graph holds: facts about it (LOCAL)
+OVERVIEW_AND_DETAIL_LEAD = 0.05  # two requests, an overview and a detail: HYBRID leads the best other way by this
+#: Below this best exemplar similarity the question resembles no way's exemplars: the confidence is capped
+#: at :data:`UNSURE_CONFIDENCE`, so the Topic's safe way is taken (and the reason says so).
+MIN_BEST_SIMILARITY = 0.25
+UNSURE_CONFIDENCE = 0.5
 
 class EmbeddingRouter:
     """Route by similarity to exemplar utterances with the gateway's embedding model.
@@ -239,7 +244,10 @@ class EmbeddingRouter:
             scores[Route.LOCAL.value] += NAMED_ENTITY_BONUS
             signals.append(f"names {', '.join(named[:3])} of the graph")
         if parts and Route.HYBRID.value in scores and _is_overview_and_detail(vectors, embedded[1:]):
-            scores[Route.HYBRID.value] += OVERVIEW_AND_DETAIL_BONUS
+            # the definition of HYBRID (an overview together with details): it leads whatever else is near
+            others = max(v for k, v in scores.items() if k != Route.HYBRID.value)
+            scores[Route.HYBRID.value] = max(scores[Route.HYBRID.value] + OVERVIEW_AND_DETAIL_BONUS,
+                                             others + OVERVIEW_AND_DETAIL_LEAD)  # fmt: skip
             signals.append(f"{len(parts)} requests: an overview and a detail")
         return {k: round(float(v), 4) for k, v in scores.items()}, signals
 
@@ -265,6 +273,9 @@ class EmbeddingRouter:
         margin = scores[ranked[0]] - scores[ranked[1]]
         confidence = calibrated_confidence(margin)
         reason = f"nearest exemplars {ranked[0]} {scores[ranked[0]]:.2f}, then {ranked[1]} {scores[ranked[1]]:.2f}"
+        if scores[ranked[0]] < MIN_BEST_SIMILARITY and confidence > UNSURE_CONFIDENCE:
+            confidence = UNSURE_CONFIDENCE
+            signals.append(f"like no exemplar (best below {MIN_BEST_SIMILARITY}): unsure")
         if signals:
             reason += "; " + "; ".join(signals)
         decision = RouteDecision(route=Route(ranked[0]), confidence=confidence, reason=reason,

@@ -182,3 +182,13 @@ def test_exemplars_and_dev_questions_are_not_eval_questions(eval_questions):
     ours = [u for way in EXEMPLARS.values() for u in way] + [q for _, q, _ in DEV_QUESTIONS]
     assert not evaluated & {u.strip().lower().rstrip(".?!") for u in ours}
     assert all(len(utterances) >= 15 for utterances in EXEMPLARS.values())
+
+
+def test_an_overview_with_a_detail_is_hybrid_and_a_question_like_no_exemplar_is_unsure(bundled):
+    both, event = route(bundled, "Summarize the big picture of these documents and then explain in detail how "
+                                 "libtasn1 parses DER")  # fmt: skip
+    assert both.route == Route.HYBRID and "an overview and a detail" in both.reason, (both.reason, event.data)
+    assert event.data["scores"]["HYBRID"] > max(v for k, v in event.data["scores"].items() if k != "HYBRID")
+    odd, event = route(bundled, "???")
+    assert max(event.data["scores"].values()) < 0.25 and odd.confidence == 0.5 and odd.route == Route.HYBRID
+    assert "like no exemplar" in event.data["decision"]["reason"] and "0.50 < 0.90" in odd.reason
