@@ -25,6 +25,7 @@ from redisvl.index import SearchIndex
 from redisvl.query import VectorQuery
 
 from ragtopics.errors import EmbeddingMismatchError
+from ragtopics.storage.chunk_index import union_terms
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ class CommunityIndex:
         Returns:
             Up to ``k`` hits; ``score`` is RediSearch's :data:`TEXT_SCORER` score.
         """
-        words = dict.fromkeys(w.lower() for t in terms for w in re.findall(r"\w+", t))  # as RediSearch tokenises
+        words = union_terms(w for t in terms for w in re.findall(r"\w+", t))  # as RediSearch tokenises
         escaped = [_escape_term(w) for w in words]
         if not escaped or not self.index.exists():
             return []

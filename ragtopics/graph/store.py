@@ -42,6 +42,7 @@ from redis.exceptions import ResponseError
 
 from ragtopics.graph.entity_index import EntityVectorIndex
 from ragtopics.graph.model import Entity, Relationship, normalize_name
+from ragtopics.storage.chunk_index import union_terms
 
 log = logging.getLogger(__name__)
 
@@ -555,7 +556,10 @@ class GraphStore:
         words = [w for t in terms for w in re.findall(r"\w+", t.lower())]
         if not words or not self.exists():
             return []
-        query = "|".join(dict.fromkeys(words))
+        words = union_terms(words)  # RediSearch's stop words out: some unions of them crash its parser
+        if not words:
+            return []
+        query = "|".join(words)
         try:
             rows = self._read("CALL db.idx.fulltext.queryNodes('Entity', $q) YIELD node, score "
                               f"WITH node AS e, score RETURN {_ENTITY}, score ORDER BY score DESC LIMIT $k",

@@ -34,6 +34,21 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 
+
+#: RediSearch's default English stop words (RediSearch documentation, "Stop words").
+REDISEARCH_STOP_WORDS = frozenset("a is the an and are as at be but by for if in into it no not of on or such that "
+                                  "their then there these they this to was will with".split())  # fmt: skip
+
+
+def union_terms(words) -> list[str]:
+    """Words for a RediSearch ``(a|b|c)`` union: lower case, each once, RediSearch's stop words left out.
+
+    RediSearch drops stop words from a query anyway, but a union that opens with two of them and
+    goes on (``(at|the|census)``) crashes RediSearch 2.10.5's query parser (``QueryNode_AddChildren``)
+    and with it the whole Redis server; found by a HotpotQA question ("At the 2011 census, ...").
+    """
+    return [w for w in dict.fromkeys(w.lower() for w in words) if w and w not in REDISEARCH_STOP_WORDS]
+
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
     """A chunk as it is written to the index.
@@ -328,13 +343,13 @@ class ChunkIndex:
 
     def _count_matching(self, terms: list[str]) -> int:
         """How many chunks' keywords hold any of ``terms``."""
-        query = Query(f"@keywords:({'|'.join(_escape_term(t) for t in terms)})").paging(0, 0).dialect(2)
+        query = Query(f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})").paging(0, 0).dialect(2)
         return int(self.client.ft(self.index.name).search(query).total)
 
     def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, list[str]]]:
         """Up to ``limit`` chunks whose keywords hold any of ``terms``, with their keyword lists."""
         query = (
-            Query(f"@keywords:({'|'.join(_escape_term(t) for t in terms)})")
+            Query(f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})")
             .paging(0, limit)
             .return_fields(*_RETURN_FIELDS, "keywords")
             .dialect(2)
