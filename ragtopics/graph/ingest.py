@@ -158,13 +158,18 @@ def extract_cached(rt: Runtime, setup: ExtractionSetup, record: ChunkRecord, tra
     return outcome.extraction, True, ""
 
 
+#: Entities embedded per call while planning a document's graph; the job checks between calls whether it was stopped.
+ENTITY_EMBED_BATCH = 256
+
+
 def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace, *,
                known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None) -> GraphPlan:  # fmt: skip
     """Extract, deduplicate and embed the entities of a document version's chunks (no writes but the cache).
 
     Args:
         records: the chunks of the version, as they will be stored.
-        report: progress per chunk (phase ``extracting``); it raises when the job was superseded.
+        report: progress per chunk (phase ``extracting``), then per batch of entities embedded (phase
+            ``embedding entities``); it raises when the job was superseded or the document deleted.
         known_failures: chunk id → error of extractions that already failed in an extraction job
             (not tried again: the chunk is stored without entities).
         extracted_elsewhere: chunk ids extracted by extraction jobs of this upload; their cache
@@ -215,7 +220,11 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     if plan.entities:
         with trace.step("embed_entities", count=len(plan.entities)):
             texts = [f"{e.name}: {e.description}"[:1000] if e.description else e.name for e in plan.entities]
-            vectors = rt.gateway.embed(texts, trace=trace, purpose="entity embedding")
+            vectors = []
+            for start in range(0, len(texts), ENTITY_EMBED_BATCH):  # a delete or newer upload stops it between batches
+                report("embedding entities", start, len(texts))
+                vectors.extend(rt.gateway.embed(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
+                                                purpose="entity embedding"))  # fmt: skip
             plan.embeddings = {e.id: v for e, v in zip(plan.entities, vectors, strict=True)}
     return plan
 

@@ -254,3 +254,31 @@ def test_with_a_vision_model_the_image_describer_decides_what_a_picture_shows(rt
     store = graph_store(rt, topic)
     pierre = store.entity_by_name("Pierre Curie")
     assert len(store.images_of([pierre.id])[pierre.id]) == 1
+
+
+def test_a_stopped_upload_stops_between_batches_of_entity_embeddings(rt, monkeypatch):
+    import numpy as np
+    import pytest
+
+    from ragtopics.errors import SupersededError
+    from ragtopics.graph import ingest
+    from ragtopics.storage.chunk_index import ChunkRecord
+    from ragtopics.tracing.trace import Trace
+
+    topic = create_topic(rt, "Stopped", kind="graphrag", settings=NLP)
+    records = [ChunkRecord(f"chunk-s{n}", "doc-s", "curie.txt", n, text, np.zeros(384, dtype=np.float32))
+               for n, text in enumerate(CURIE.split("\n\n"))]  # fmt: skip
+    monkeypatch.setattr(ingest, "ENTITY_EMBED_BATCH", 2)
+    embedded: list[int] = []
+    real_embed = rt.gateway.embed
+    monkeypatch.setattr(rt.gateway, "embed", lambda texts, **kw: embedded.append(len(texts)) or real_embed(texts, **kw))
+    seen: list[tuple[str, int]] = []
+
+    def report(phase: str, done: int, total: int) -> None:
+        seen.append((phase, done))
+        if phase == "embedding entities" and done >= 4:  # a delete lands during the embedding
+            raise SupersededError("cancelled: the document was deleted")
+
+    with pytest.raises(SupersededError):
+        ingest.plan_graph(rt, topic, records, report, Trace("upload", "curie.txt"))
+    assert [d for p, d in seen if p == "embedding entities"] == [0, 2, 4] and embedded == [2, 2]
