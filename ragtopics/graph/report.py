@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime, timezone
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
@@ -34,14 +35,18 @@ def graph_stats(rt: Runtime, topic) -> dict[str, Any]:
 
 
 def community_stats(rt: Runtime, topic) -> dict[str, Any]:
-    """Communities, summaries and the last rebuild of a Topic (zeros and None before the first run)."""
+    """Communities, summaries and the last rebuild of a Topic (zeros and None before the first run); the last
+    run carries ``finished_at`` (epoch seconds) and ``finished`` (``2026-12-01 05:57:38 UTC``)."""
     from ragtopics.graph.communities import last_run
     from ragtopics.graph.community_index import CommunityIndex
 
     run = last_run(rt.redis, topic.id)
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
-    return {"communities": run.communities if run else 0, "summaries": index.count(),
-            "last_run": asdict(run) if run else None}
+    last = None
+    if run:  # finished_at (seconds since the epoch) also as a readable UTC time
+        finished = datetime.fromtimestamp(run.finished_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        last = {**asdict(run), "finished": finished if run.finished_at else ""}
+    return {"communities": run.communities if run else 0, "summaries": index.count(), "last_run": last}
 
 
 def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,6 +169,7 @@ def test_the_community_rebuild_job_writes_reports_and_clears_the_due_mark(rt, ru
     assert progress.result["model_calls"] == progress.result["written"] and progress.result["method"] == "model"
     stats = graph_stats(rt, topic)
     assert stats["summaries"] == progress.result["written"] and stats["last_run"]["written"] == progress.result["written"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stats["last_run"]["finished"])
     assert stats["recompute_due"] == ""
     paris = entity_info(rt, topic, "Paris")
     assert paris["communities"] and paris["communities"][0]["size"] >= 2
