@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from ragtopics.errors import NotFoundError
 from ragtopics.graph.local import LocalRetriever
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.prompts.resolve import resolve_prompts
+from ragtopics.quality.evaluate import retrieval_metrics
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime, get_runtime
 from ragtopics.topics.topics import Topic, create_topic, get_topic
@@ -64,20 +64,15 @@ def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic]:
     return topics[0], topics[1]
 
 
-def passage_key(name: str) -> str:
-    """A passage title or its file name reduced to lower-case letters and digits (``.txt`` dropped), so that
-    ``Lilu (mythology)`` and ``Lilu_mythology_.txt`` are the same passage whatever the file naming."""
-    return re.sub(r"[^0-9a-z]+", "", name.lower().removesuffix(".txt"))
-
-
 def files_of(context: Context) -> list[str]:
-    """The distinct source files of a context's chunk items (as :func:`passage_key`), in rank order."""
-    return list(dict.fromkeys(passage_key(item.provenance[0].file_name) for item in context.items if item.kind == "chunk"))
+    """The distinct source files of a context's chunk items, in rank order."""
+    return list(dict.fromkeys(item.provenance[0].file_name for item in context.items if item.kind == "chunk"))
 
 
-def recall(files: list[str], gold: set[str]) -> float:
-    """Share of ``gold`` (passage keys) among the first :data:`TOP_FILES` of ``files``."""
-    return len(gold & set(files[:TOP_FILES])) / len(gold)
+def recall(files: list[str], gold: list[str]) -> float:
+    """Share of ``gold`` file names among the first :data:`TOP_FILES` files (the product's own metric,
+    :func:`~ragtopics.quality.evaluate.retrieval_metrics`, names matched on letters and digits)."""
+    return retrieval_metrics(files, gold)[f"recall@{TOP_FILES}"]
 
 
 def ranking_variants(trace: Trace) -> dict[str, list[str]]:
@@ -88,7 +83,7 @@ def ranking_variants(trace: Trace) -> dict[str, list[str]]:
         "cosine only": sorted(top, key=lambda r: -r["cosine"]),
         "ppr+cosine (kept)": top,
     }
-    return {name: list(dict.fromkeys(passage_key(r["file"]) for r in rows)) for name, rows in by.items()}
+    return {name: list(dict.fromkeys(r["file"] for r in rows)) for name, rows in by.items()}
 
 
 def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> None:
@@ -107,7 +102,7 @@ def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> No
     times: dict[str, float] = {name: 0.0 for name in ways}
     variants: dict[str, list[float]] = {}
     for q in questions:
-        gold = {passage_key(clean_file_name(f"{title}.txt")) for title, _ in q["supporting_facts"]}
+        gold = list(dict.fromkeys(clean_file_name(f"{title}.txt") for title, _ in q["supporting_facts"]))
         for name, way in ways.items():
             trace = Trace("chat", q["question"])
             t0 = time.perf_counter()

@@ -182,10 +182,7 @@ def search_only(rt: Runtime, topic: Topic, question: str, *, route: str | None =
     trace = Trace("chat", question)
     turn = _Turn(rt, topic, question, "", None, trace, False, t0)
     turn.prompts = resolve_prompts(rt, topic.id)
-    if forced is not None:
-        turn.route, turn.method, turn.reason = forced.value, "forced", "route forced by the caller"
-    elif turn.cfg.route_before_retrieval:
-        turn.decide_route()
+    turn.take_way(forced)
     context = Context((), turn.route, "answered without searching")
     if turn.route not in (Route.DIRECT.value, Route.ATTACHMENT.value):
         steps = turn.search()
@@ -194,9 +191,6 @@ def search_only(rt: Runtime, topic: Topic, question: str, *, route: str | None =
                 next(steps)
         except StopIteration as done:
             context = done.value
-        if context.route != turn.route:
-            turn.reason = f"{turn.reason}; {context.note}" if turn.reason else context.note
-            turn.route = context.route
     timings = {**trace.timings_ms(), "total": round((time.perf_counter() - t0) * 1000, 3)}
     return SearchResult(turn.route, turn.confidence, turn.reason, turn.method, context, timings)
 
@@ -222,11 +216,9 @@ class _Turn:
 
     def run(self, forced: Route | None, allow_tools: bool) -> Iterator[ChatUpdate]:
         """Route (or take the forced way), answer without searching when that is the way, else search."""
-        if forced is not None:
-            self.route, self.method, self.reason = forced.value, "forced", "route forced by the caller"
-        elif self.cfg.route_before_retrieval:
+        if forced is None and self.cfg.route_before_retrieval:
             yield self.update("", phase="routing")
-            self.decide_route()
+        self.take_way(forced)
         if self.route in (Route.DIRECT.value, Route.ATTACHMENT.value):
             text = yield from self.answer_without_search(Route(self.route))
             if text is not None:
@@ -237,6 +229,13 @@ class _Turn:
             self.reason = f"{self.route} answer needed the documents; {fallback} taken"
             self.route = fallback
         yield from self.search_and_answer(allow_tools)
+
+    def take_way(self, forced: Route | None) -> None:
+        """The forced way, else the router's when the Topic routes before retrieval (else the kind's search way)."""
+        if forced is not None:
+            self.route, self.method, self.reason = forced.value, "forced", "route forced by the caller"
+        elif self.cfg.route_before_retrieval:
+            self.decide_route()
 
     def decide_route(self) -> None:
         cfg = self.cfg
@@ -289,10 +288,6 @@ class _Turn:
     def search_and_answer(self, allow_tools: bool) -> Iterator[ChatUpdate]:
         yield self.update("", phase="searching")
         context = yield from self.search()
-        if context.route != self.route:  # a graph way fell back (PATH without a chain, HYBRID planning failed)
-            self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
-            self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
-            self.route, self.note = context.route, context.note
         tools, tool_topics = topic_tools(self.rt, self.topic, self.prompts["tool_description"]) if allow_tools else ([], {})
         if not context.items and not tools:
             self.trace.add("no_answer", reason=context.note or "nothing found and no connected Topic")
@@ -322,7 +317,17 @@ class _Turn:
         yield self.finish(self.show_pictures(render_citations(raw, files), offered), sources)
 
     def search(self) -> Generator[ChatUpdate, None, Context]:
-        """Run the way's search. A GraphRAG search runs in a thread so that its progress ("reading 8
+        """Run the way's search and take the way it answered by (a graph way may fall back: PATH without
+        a chain, HYBRID whose planning failed), with its note in the route reason."""
+        context = yield from self.retrieve()
+        if context.route != self.route:
+            self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
+            self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
+            self.route, self.note = context.route, context.note
+        return context
+
+    def retrieve(self) -> Generator[ChatUpdate, None, Context]:
+        """The retriever's context. A GraphRAG search runs in a thread so that its progress ("reading 8
         summaries") shows before the first token and Stop (closing this generator) ends its model calls."""
         previous = next((m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), "")
         query = RetrievalQuery(self.question, previous, self.entities)

@@ -303,9 +303,10 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
 
 
 def _step(p) -> str:
-    """A running job's step for the ingest line: ``embedding 3/10``, ``extracting graph 12/40 chunks``."""
-    label, unit = ("extracting graph", " chunks") if p.phase == "extracting" else (p.phase or "working", "")
-    return f"{label} {p.done}/{p.total}{unit}" if p.total else label
+    """A running job's step for the ingest line (see :func:`~ragtopics.worker.queue.phase_text`)."""
+    from ragtopics.worker.queue import phase_text
+
+    return phase_text(p.phase or "working", p.done, p.total)
 
 
 def _cmd_docs(args) -> int:

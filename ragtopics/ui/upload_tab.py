@@ -14,7 +14,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, plural, progress_bar, refresh_dropdown, short_name, topic_choices
-from ragtopics.worker.queue import job_progress
+from ragtopics.worker.queue import job_progress, phase_text
 
 MAX_TRACKED_JOBS = 2000
 #: Job results of a version that a newer upload or a delete made obsolete.
@@ -24,8 +24,6 @@ MAX_BARS = 20
 DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)"]
 #: Relative column widths; the long cells (message, indexed with) wrap instead of widening the page.
 DOC_COLUMN_WIDTHS = ["16%", "11%", "6%", "23%", "28%", "10%", "6%"]
-#: Phases whose done/total need a word to read well: phase -> (label, unit).
-PHASE_UNITS = {"extracting": ("extracting graph", "chunks")}
 
 
 def indexed_with_text(w: dict) -> str:
@@ -47,11 +45,6 @@ def indexed_with_text(w: dict) -> str:
     return (f"{w.get('chunking_strategy', '')} {w.get('chunk_size', '?')}/{w.get('chunk_overlap', '?')} · {keywords} · {w.get('reader', '')}"
             f"{per_chunk}{split}{graph}")
 
-
-def phase_text(phase: str, done: int, total: int) -> str:
-    """A running job's step as the bar shows it: ``embedding 3/10``, ``extracting graph 12/40 chunks``."""
-    label, unit = PHASE_UNITS.get(phase, (phase, ""))
-    return f"{label} {done}/{total}{f' {unit}' if unit else ''}" if total else label
 
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:

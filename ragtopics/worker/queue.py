@@ -45,6 +45,17 @@ class JobProgress:
         return self.done / self.total if self.total else 0.0
 
 
+#: Phases whose done/total need a word to read well: phase -> (label, unit).
+PHASE_UNITS = {"extracting": ("extracting graph", "chunks")}
+
+
+def phase_text(phase: str, done: int, total: int) -> str:
+    """A running job's step in words, as the progress bars and ``ragtopics ingest`` show it:
+    ``embedding 3/10``, ``extracting graph 12/40 chunks``, ``reading`` (no count)."""
+    label, unit = PHASE_UNITS.get(phase, (phase, ""))
+    return f"{label} {done}/{total}{f' {unit}' if unit else ''}" if total else label
+
+
 def queue_for(rt: Runtime) -> Queue:
     """The product's RQ queue on the runtime's Redis."""
     return Queue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)

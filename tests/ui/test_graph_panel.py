@@ -14,8 +14,8 @@ from ragtopics.settings.env import LOCAL_MODEL_NAME
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.ui.graph_panel import last_run_text, progress_html, rebuild_progress_html, render, start_recompute
-from ragtopics.ui.upload_tab import documents_table, jobs_html, phase_text
-from ragtopics.worker.queue import JobProgress, queue_for
+from ragtopics.ui.upload_tab import documents_table, jobs_html
+from ragtopics.worker.queue import JobProgress, phase_text, queue_for
 from tests.ui.test_browser import page  # noqa: F401 - the console in headless Chromium (skipped without Chromium)
 
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
@@ -115,7 +115,7 @@ def test_phases_read_as_words_with_their_counts():
     assert "writing community reports 1/3" in running and 'data-state=""' in running and "width:33%" in running
 
 
-def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, scripted_llm):  # noqa: F811
+def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, scripted_llm, tmp_path):  # noqa: F811
     scripted_llm.replies["community_report"] = REPORT
     graph_topic(rt, run_jobs, "Graph Topic")
     create_topic(rt, "Plain Topic")
@@ -127,7 +127,7 @@ def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, script
     stats.get_by_text("Recompute due: curie.txt was uploaded").wait_for(timeout=10000)
     assert "1 document" in stats.inner_text() and "0 summaries" in stats.inner_text()
     page.locator("#documents >> text=graph: NLP >> visible=true").first.wait_for()
-    page.screenshot(path="/tmp/graph-panel-due.png", full_page=True)
+    page.screenshot(path=tmp_path / "graph-panel-due.png", full_page=True)
 
     page.get_by_role("button", name="Recompute Communities Now").click()
     page.get_by_text("rebuild of Graph Topic enqueued").wait_for(timeout=10000)
@@ -136,7 +136,7 @@ def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, script
     page.locator("#graph-recompute-progress").get_by_text("finished ·").wait_for(timeout=10000)
     stats.get_by_text("reports written by the Community Report model").wait_for(timeout=10000)
     assert "Recompute due" not in stats.inner_text() and "0 summaries" not in stats.inner_text()
-    page.screenshot(path="/tmp/graph-panel-done.png", full_page=True)
+    page.screenshot(path=tmp_path / "graph-panel-done.png", full_page=True)
 
     page.locator("#upload-topic input").click()
     page.get_by_role("option", name="Plain Topic").click()
