@@ -30,18 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.report import figure, section
+
 GROUP_SIZE = 50
 TIES_PER_ENTITY = 5
 INSIDE_SHARE = 0.9
-
-
-def figure(label: str, value, unit: str = "") -> None:
-    shown = f"{value:.3f}" if isinstance(value, float) else str(value)
-    print(f"  {label:<58} {shown} {unit}".rstrip())
-
-
-def section(title: str) -> None:
-    print(f"\n{title}")
 
 
 def planted_graph(n: int, seed: int = 1):

@@ -1,17 +1,24 @@
-"""Passage recall of a GraphRAG Topic's LOCAL search against a RAG Topic's SEARCH, on HotpotQA.
+"""``make eval``: passage retrieval of every way on HotpotQA, RAG and GraphRAG, through the product's retrievers.
 
 The 994 passages of ``shared/eval/hotpotqa`` (``RAGTOPICS_EVAL_DIR`` overrides it) are ingested
 in-process (``receive_upload`` + ``ingest_document``) as ``<title>.txt`` files into one GraphRAG
 Topic (NLP extraction) and one RAG Topic, on a throwaway embedded Redis. Then, for the 100
-questions, retrieval only (no language model): **recall@5**, the mean share of a question's gold
-titles among the first five distinct source files of the retrieved chunks, for
+questions, retrieval only (no answer is generated), the product's own metrics
+(:func:`~ragtopics.quality.evaluate.retrieval_metrics`): **recall@k** (k = 1, 5, 10), the mean share of
+a question's gold titles among the first k distinct source files of the retrieved chunks (as in
+HippoRAG's tables), **any-gold@5** (at least one gold file in the first five) and **MRR**, for
 
-* RAG DENSE and RAG HYBRID (:class:`~ragtopics.rag.retriever.ChunkRetriever`, Top-K Results 10);
-* LOCAL under Seed Strategy NODES, CHUNKS and FUSED (:class:`~ragtopics.graph.local.LocalRetriever`,
-  Max Cited Chunks 10, other settings at their defaults);
+* RAG DENSE, RAG HYBRID and, when a language model endpoint is configured (``LLM_BASE_URL``), RAG
+  HYBRID with the LLM rerank (:class:`~ragtopics.rag.retriever.ChunkRetriever`, Top-K Results 10,
+  Min. Similarity Score off);
+* GraphRAG LOCAL under Seed Strategy NODES, CHUNKS and FUSED (:class:`~ragtopics.graph.local.LocalRetriever`)
+  and PATH (:class:`~ragtopics.graph.path.PathRetriever`, LOCAL when it finds no chain), Max Cited Chunks 10;
 * for LOCAL FUSED, the same candidate chunks ordered three ways (read from its ``rank_chunks``
   trace step): by personalized PageRank alone, by cosine alone, and by their fusion (what LOCAL keeps),
   to show which ranking matters.
+
+GLOBAL and the GraphRAG HYBRID way answer from community summaries, so passage recall does not
+measure them; the router bench (``make bench``, section 7) measures which way a question takes.
 
 It prints a table and asserts nothing. ``python -m bench.graph_recall [--data-dir DIR]``: with a
 folder, the Redis data and the Topics stay there and a second run skips the ingest.
@@ -33,6 +40,7 @@ from ragtopics.answer.context import Context, RetrievalQuery
 from ragtopics.documents.uploads import clean_file_name, receive_upload
 from ragtopics.errors import NotFoundError
 from ragtopics.graph.local import LocalRetriever
+from ragtopics.graph.path import PathRetriever
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.quality.evaluate import retrieval_metrics
@@ -69,10 +77,10 @@ def files_of(context: Context) -> list[str]:
     return list(dict.fromkeys(item.provenance[0].file_name for item in context.items if item.kind == "chunk"))
 
 
-def recall(files: list[str], gold: list[str]) -> float:
-    """Share of ``gold`` file names among the first :data:`TOP_FILES` files (the product's own metric,
+def metrics(files: list[str], gold: list[str]) -> dict[str, float]:
+    """recall@1/5/10, any_gold@k and MRR of ranked files against gold file names (the product's own metric,
     :func:`~ragtopics.quality.evaluate.retrieval_metrics`, names matched on letters and digits)."""
-    return retrieval_metrics(files, gold)[f"recall@{TOP_FILES}"]
+    return retrieval_metrics(files, gold)
 
 
 def ranking_variants(trace: Trace) -> dict[str, list[str]]:
@@ -86,19 +94,40 @@ def ranking_variants(trace: Trace) -> dict[str, list[str]]:
     return {name: list(dict.fromkeys(r["file"] for r in rows)) for name, rows in by.items()}
 
 
-def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> None:
-    """Run every way over the questions and print recall@5 (and mean ms per question) as a table."""
+#: Columns of the table: the metric keys of :func:`~ragtopics.quality.evaluate.retrieval_metrics`.
+COLUMNS = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr")
+
+
+def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], list[str]]:
+    """The retrievers measured, by name, and a line for each way left out (with why)."""
     prompts = resolve_prompts(rt, rag.id)
-    ways = {
-        "RAG DENSE": ChunkRetriever(rt, rag.id, rag.settings.model_copy(update={"retrieval_strategy": "DENSE",
-                                    "top_k_results": CHUNKS_RETURNED}), prompts["rerank"]),
-        "RAG HYBRID": ChunkRetriever(rt, rag.id, rag.settings.model_copy(update={"retrieval_strategy": "HYBRID",
-                                     "top_k_results": CHUNKS_RETURNED}), prompts["rerank"]),
-    }  # fmt: skip
+    skipped = []
+    ways: dict[str, object] = {}
+    for name, update in [("RAG DENSE", {"retrieval_strategy": "DENSE"}), ("RAG HYBRID", {"retrieval_strategy": "HYBRID"}),
+                         ("RAG HYBRID + LLM rerank", {"retrieval_strategy": "HYBRID", "reranking_strategy": "LLM"})]:
+        if "reranking_strategy" in update and not rt.settings.llm_base_url:
+            skipped.append(f"{name}: skipped, no language model endpoint configured (LLM_BASE_URL); the bundled "
+                           "135M model cannot judge relevance, so its order would measure nothing")
+            continue
+        cfg = rag.settings.model_copy(update={**update, "top_k_results": CHUNKS_RETURNED, "min_similarity_score": 0.0})
+        ways[name] = ChunkRetriever(rt, rag.id, cfg, prompts["rerank"])
     for strategy in ("NODES", "CHUNKS", "FUSED"):
         cfg = graph.settings.model_copy(update={"seed_strategy": strategy, "max_cited_chunks": CHUNKS_RETURNED})
-        ways[f"LOCAL {strategy}"] = LocalRetriever(rt, graph, cfg)
-    scores: dict[str, list[float]] = {name: [] for name in ways}
+        ways[f"GraphRAG LOCAL {strategy}"] = LocalRetriever(rt, graph, cfg)
+    cfg = graph.settings.model_copy(update={"max_cited_chunks": CHUNKS_RETURNED})
+    ways["GraphRAG PATH (LOCAL when no chain)"] = PathRetriever(rt, graph, cfg)
+    skipped.append("GraphRAG GLOBAL and HYBRID: not measured here, they answer from community summaries, not passages")
+    return ways, skipped
+
+
+def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> dict[str, dict[str, float]]:
+    """Run every way over the questions and print recall@1/5/10, any-gold@5, MRR and ms per question.
+
+    Returns:
+        ``{way: {metric: mean over the questions, "ms": mean milliseconds per question}}``.
+    """
+    ways, skipped = ways_for(rt, rag, graph)
+    scores: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
     times: dict[str, float] = {name: 0.0 for name in ways}
     variants: dict[str, list[float]] = {}
     for q in questions:
@@ -108,17 +137,22 @@ def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> No
             t0 = time.perf_counter()
             context = way.retrieve(RetrievalQuery(q["question"]), trace)
             times[name] += time.perf_counter() - t0
-            scores[name].append(recall(files_of(context), gold))
-            if name == "LOCAL FUSED":
+            scores[name].append(metrics(files_of(context), gold))
+            if name == "GraphRAG LOCAL FUSED":
                 for variant, files in ranking_variants(trace).items():
-                    variants.setdefault(variant, []).append(recall(files, gold))
+                    variants.setdefault(variant, []).append(metrics(files, gold)[f"recall@{TOP_FILES}"])
     n = len(questions)
-    print(f"\n  {'way':<28} {'recall@5':>9} {'ms/question':>12}", flush=True)
-    for name in ways:
-        print(f"  {name:<28} {sum(scores[name]) / n:>9.3f} {times[name] / n * 1000:>12.1f}", flush=True)
-    print("\n  LOCAL FUSED candidates ordered by:", flush=True)
+    table = {name: {c: sum(s.get(c, 0.0) for s in scores[name]) / n for c in COLUMNS} | {"ms": times[name] / n * 1000}
+             for name in ways}  # fmt: skip
+    print(f"\n  {'way':<36}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'ms/question':>13}", flush=True)
+    for name, row in table.items():
+        print(f"  {name:<36}" + "".join(f"{row[c]:>11.3f}" for c in COLUMNS) + f"{row['ms']:>13.1f}", flush=True)
+    for line in skipped:
+        print(f"  ({line})", flush=True)
+    print(f"\n  GraphRAG LOCAL FUSED candidates ordered by (recall@{TOP_FILES}):", flush=True)
     for variant, values in variants.items():
-        print(f"  {variant:<28} {sum(values) / n:>9.3f}", flush=True)
+        print(f"  {variant:<36} {sum(values) / n:>10.3f}", flush=True)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,8 +45,16 @@ from bench import dedup as dedup_bench
 from bench.chat import bench_bundled_model, bench_overhead
 from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
+from bench.latency import bench_latency
+from bench.memory import bench_memory
+from bench.report import figure, print_ratios, section, versus, write
 from bench.router import bench_router
+from ragtopics.answer.context import RetrievalQuery
+from ragtopics.prompts.resolve import resolve_prompts
+from ragtopics.quality.evaluate import retrieval_metrics
+from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.settings.env import Settings
+from ragtopics.tracing.trace import Trace
 from ragtopics.documents.uploads import receive_upload
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.runtime import Runtime, set_runtime
@@ -55,10 +63,15 @@ from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from ragtopics.ops.redis_server import EmbeddedRedis
 
 TOP_K = 5
+QUALITY_TOP_K = 10
 LATENCY_CHUNKS = 10_000
-LATENCY_ROUNDS = 2
-STORE_BATCH = 1_000
-EMBED_BATCH = 256
+#: ``{size: {search: Timing}}`` of the last latency run (for ``bench.plot``).
+LATENCY_ROWS: dict = {}
+EMBED_BATCH = 32
+#: Batch sizes tried for the embedding model's raw throughput (the best one is the reference).
+RAW_BATCHES = (1, 8, 32)
+#: Passages joined into one file for the multi-chunk ingest figure.
+PASSAGES_PER_BIG_FILE = 30
 TYPE_FILES = 8
 PASSAGES_PER_FILE = 12
 
@@ -77,17 +90,6 @@ class EvalData:
 
 
 # ----------------------------------------------------------------------------- output
-
-
-def figure(label: str, value: object, unit: str = "") -> None:
-    """Print one figure on its own line: ``label .......... value unit``."""
-    text = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
-    print(f"  {label:<38} {text}{(' ' + unit) if unit else ''}", flush=True)
-
-
-def section(title: str) -> None:
-    """Print a section heading."""
-    print(f"\n== {title}", flush=True)
 
 
 def peak_rss_mb() -> float:
@@ -205,35 +207,92 @@ def _quiet_progress_bars() -> None:
 # ----------------------------------------------------------------------------- 1. ingest
 
 
-def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
-    """Ingest every passage through receive_upload + ingest_document, in-process.
+def raw_throughput(rt: Runtime, texts: list[str], runs: int = 3) -> tuple[float, int]:
+    """The embedding model's best throughput on ``texts``: length-sorted batches of each size in
+    :data:`RAW_BATCHES`, the median of ``runs`` runs per size, the best size kept.
 
     Returns:
-        The Topic, and ``{title: stored file name}`` (the product keeps only the last
-        path component of a name, so a title with ``/`` is stored under a shorter name).
+        ``(texts per second, batch size)``.
+    """
+    ordered = sorted(texts, key=len)
+    best = (0.0, 0)
+    for size in RAW_BATCHES:
+        rates = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            for i in range(0, len(ordered), size):
+                rt.gateway.embed(ordered[i : i + size])
+            rates.append(len(ordered) / (time.perf_counter() - t0))
+        best = max(best, (float(np.median(rates)), size))
+    return best
+
+
+def _ingest_files(rt: Runtime, topic: Topic, files: list[tuple[str, str]]) -> tuple[float, list[str], float, dict[str, str]]:
+    """Upload and index ``(file name, text)`` pairs in-process.
+
+    Returns:
+        ``(seconds, chunk texts, seconds in embed steps, {file name asked: stored name})``.
+    """
+    chunks: list[str] = []
+    stored: dict[str, str] = {}
+    embed_ms = 0.0
+    t0 = time.perf_counter()
+    for name, text in files:
+        doc = receive_upload(rt, topic, name, text.encode())
+        stored[name] = doc.file_name
+        result = ingest_document(rt, doc.id)
+        for event in result.trace:
+            if event["step"] == "chunk":
+                chunks.extend(event["data"].get("chunks", []))
+            elif event["step"] == "embed":
+                embed_ms += event["duration_ms"]
+    return time.perf_counter() - t0, chunks, embed_ms / 1000, stored
+
+
+def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
+    """Ingest every passage through receive_upload + ingest_document, in-process, next to raw embedding speed.
+
+    Two corpora: the 994 passages as one file each (the worst case: every file is embedded
+    alone), in three runs of a third each, and the same passages joined
+    :data:`PASSAGES_PER_BIG_FILE` to a file. Each run's chunks/s stands next to the embedding
+    model's raw throughput on the very chunk texts of that run (:func:`raw_throughput`); the
+    figures are medians over the runs.
+
+    Returns:
+        The Topic of the one-passage files, and ``{title: stored file name}`` (the product keeps
+        only the last path component of a name, so a title with ``/`` is stored under a shorter name).
     """
     section(f"1. ingest ({len(data.corpus)} passages, in-process, no queue)")
     topic = create_topic(rt, "bench", settings={"top_k_results": TOP_K})
-    stored_name: dict[str, str] = {}
-    chunks = 0
-    embed_ms = 0.0
-    t0 = time.perf_counter()
-    for title, sentences in data.corpus.items():
-        doc = receive_upload(rt, topic, f"{title}.txt", "".join(sentences).encode())
-        stored_name[title] = doc.file_name
-        result = ingest_document(rt, doc.id)
-        chunks += result.chunk_count
-        embed_ms += sum(e["duration_ms"] for e in result.trace if e["step"] == "embed")
-    total_s = time.perf_counter() - t0
-    files = len(data.corpus)
-    figure("files", files)
-    figure("chunks", chunks)
+    titles = list(data.corpus)
+    thirds = [titles[i::3] for i in range(3)]
+    rates, raws, embed_shares, stored_name, chunk_total, total_s = [], [], [], {}, 0, 0.0
+    for part in thirds:
+        seconds, chunks, embed_s, stored = _ingest_files(rt, topic, [(f"{t}.txt", "".join(data.corpus[t])) for t in part])
+        stored_name.update({t: stored[f"{t}.txt"] for t in part})
+        rates.append(len(chunks) / seconds)
+        raws.append(raw_throughput(rt, chunks, runs=1)[0])
+        embed_shares.append(embed_s / seconds)
+        chunk_total += len(chunks)
+        total_s += seconds
+    figure("files", len(titles))
+    figure("chunks", chunk_total)
     figure("chunks in index", rt.chunk_index(topic.id).count())
     figure("total time", total_s, "s")
-    figure("files/s", files / total_s)
-    figure("chunks/s", chunks / total_s)
-    figure("time in embed steps", embed_ms / 1000, "s")
-    figure("embeddings/s (embed steps only)", chunks / (embed_ms / 1000) if embed_ms else 0.0)
+    figure("files/s", len(titles) / total_s)
+    figure("share of the time in embed steps", float(np.median(embed_shares)))
+    versus("ingest chunks/s, one passage per file", float(np.median(rates)), "chunks/s",
+           "raw embedding", float(np.median(raws)), higher_is_better=True, goal=0.9)  # fmt: skip
+    big = create_topic(rt, "bench-big-files")
+    files = [(f"joined-{i:03d}.txt", "\n\n".join("".join(data.corpus[t]) for t in titles[i : i + PASSAGES_PER_BIG_FILE]))
+             for i in range(0, len(titles), PASSAGES_PER_BIG_FILE)]  # fmt: skip
+    seconds, chunks, embed_s, _ = _ingest_files(rt, big, files)
+    raw, batch = raw_throughput(rt, chunks)
+    figure(f"files of {PASSAGES_PER_BIG_FILE} passages", len(files))
+    figure("their chunks", len(chunks))
+    figure("share of the time in embed steps", embed_s / seconds)
+    versus(f"ingest chunks/s, {PASSAGES_PER_BIG_FILE} passages per file", len(chunks) / seconds, "chunks/s",
+           f"raw embedding (batch {batch})", raw, higher_is_better=True, goal=0.9)  # fmt: skip
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("redis used_memory", redis_memory_mb(rt), "MB")
     return topic, stored_name
@@ -242,31 +301,28 @@ def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
 # ----------------------------------------------------------------------------- 2. quality
 
 
-def gold_files(question: dict, stored_name: dict[str, str]) -> set[str]:
-    """File names of the passages a question's supporting facts come from."""
-    return {stored_name[title] for title, _ in question["supporting_facts"]}
-
-
 def bench_quality(rt: Runtime, topic: Topic, data: EvalData, stored_name: dict[str, str]) -> None:
-    """Recall of the gold passages among the top-k vector hits (no language model)."""
-    section(f"2. retrieval quality ({len(data.questions)} questions, vector search)")
-    index = rt.chunk_index(topic.id)
-    any5 = all5 = any10 = all10 = 0
-    for q in data.questions:
-        gold = gold_files(q, stored_name)
-        vec = rt.gateway.embed([q["question"]])[0]
-        hits = index.search_vector(vec, 10)
-        top5 = {h.file_name for h in hits[:TOP_K]}
-        top10 = {h.file_name for h in hits}
-        any5 += bool(gold & top5)
-        all5 += gold <= top5
-        any10 += bool(gold & top10)
-        all10 += gold <= top10
-    n = len(data.questions)
-    figure("recall@5  (>=1 gold passage in top 5)", any5 / n)
-    figure("all gold passages in top 5", all5 / n)
-    figure("recall@10 (>=1 gold passage in top 10)", any10 / n)
-    figure("all gold passages in top 10", all10 / n)
+    """recall@1/5/10, any-gold@5 and MRR of DENSE and HYBRID through the product's retriever (no language model).
+
+    ``make eval`` (:mod:`bench.graph_recall`) measures the same and the GraphRAG ways.
+    """
+    section(f"2. retrieval quality ({len(data.questions)} questions, Top-K {QUALITY_TOP_K}, no language model)")
+    prompts = resolve_prompts(rt, topic.id)
+    columns = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr")
+    print(f"  {'strategy':<10}" + "".join(f"{c:>11}" for c in columns), flush=True)
+    for strategy in ("DENSE", "HYBRID"):
+        cfg = topic.settings.model_copy(update={"retrieval_strategy": strategy, "top_k_results": QUALITY_TOP_K,
+                                                "min_similarity_score": 0.0})  # fmt: skip
+        retriever = ChunkRetriever(rt, topic.id, cfg, prompts["rerank"])
+        rows = []
+        for q in data.questions:
+            context = retriever.retrieve(RetrievalQuery(q["question"]), Trace("chat", q["question"]))
+            files = [item.provenance[0].file_name for item in context.items if item.kind == "chunk"]
+            rows.append(retrieval_metrics(files, [stored_name[t] for t, _ in q["supporting_facts"]]))
+        means = {c: float(np.mean([r[c] for r in rows])) for c in columns}
+        print(f"  {strategy:<10}" + "".join(f"{means[c]:>11.3f}" for c in columns), flush=True)
+        for c in columns:
+            figure(f"{strategy} {c}", means[c])
 
 
 # ----------------------------------------------------------------------------- 3. latency
@@ -312,68 +368,26 @@ def embed_texts(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, float]:
     return vectors, elapsed
 
 
-def store_chunks(index: ChunkIndex, texts: list[str], vectors: np.ndarray) -> float:
-    """Write the chunks with replace_document, 1,000 per fake document; returns seconds taken."""
-    t0 = time.perf_counter()
-    for b, start in enumerate(range(0, len(texts), STORE_BATCH)):
-        doc_id = f"doc-bench{b:04d}"
-        records = [
-            ChunkRecord(chunk_id=f"chunk-bench{start + n:06d}", document_id=doc_id, file_name=f"bench-{b:04d}.txt",
-                        position=n, text=text, embedding=vectors[start + n])  # fmt: skip
-            for n, text in enumerate(texts[start : start + STORE_BATCH])
-        ]
-        index.replace_document(doc_id, records)
-    return time.perf_counter() - t0
-
-
-def bench_latency(rt: Runtime, data: EvalData) -> None:
-    """Build a 10,000-chunk index, then time vector search alone and embed + search."""
-    section(f"3. retrieval latency over {LATENCY_CHUNKS:,} chunks")
-    topic = create_topic(rt, "bench-10k", settings={"top_k_results": TOP_K})
-    index = rt.chunk_index(topic.id)
+def bench_search_latency(rt: Runtime, data: EvalData) -> None:
+    """Embed :data:`LATENCY_CHUNKS` real chunk texts, then time every search at 10,000 and 100,000 chunks
+    (:mod:`bench.latency`), each next to a numpy brute-force top-k over the same vectors."""
+    section(f"3. embedding {LATENCY_CHUNKS:,} real chunk texts for the latency index")
     texts = latency_texts(data.corpus, LATENCY_CHUNKS)
     vectors, embed_s = embed_texts(rt, texts)
     figure("chunk texts", len(texts))
     figure("embed time", embed_s, "s")
-    figure("embeddings/s (length-sorted batches)", len(texts) / embed_s)
-    store_s = store_chunks(index, texts, vectors)
-    figure("store time (replace_document x1,000)", store_s, "s")
-    figure("chunks/s stored", len(texts) / store_s)
-    _wait_for_indexing(rt, index)
-    figure("chunks in index", index.count())
-
-    questions = [q["question"] for q in data.questions] * LATENCY_ROUNDS
-    qvecs = rt.gateway.embed([q["question"] for q in data.questions])
-    index.search_vector(qvecs[0], TOP_K)  # warm-up, not timed
-    search_s = []
-    for i in range(len(questions)):
-        vec = qvecs[i % len(data.questions)]
-        t0 = time.perf_counter()
-        index.search_vector(vec, TOP_K)
-        search_s.append(time.perf_counter() - t0)
-    figure("queries (search_vector, k=5)", len(search_s))
-    figure("search p50", percentile_ms(search_s, 50), "ms")
-    figure("search p95", percentile_ms(search_s, 95), "ms")
-    figure("search p99", percentile_ms(search_s, 99), "ms")
-
-    full_s = []
-    for q in questions:
-        t0 = time.perf_counter()
-        index.search_vector(rt.gateway.embed([q])[0], TOP_K)
-        full_s.append(time.perf_counter() - t0)
-    figure("embed+search p50", percentile_ms(full_s, 50), "ms")
-    figure("embed+search p95", percentile_ms(full_s, 95), "ms")
-    figure("redis used_memory", redis_memory_mb(rt), "MB")
-
-
-def _wait_for_indexing(rt: Runtime, index: ChunkIndex, timeout_s: float = 60.0) -> None:
-    """Wait until RediSearch has finished indexing the hashes written (it indexes them as they arrive)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        info = index.index.info()
-        if str(info.get("indexing", "0")) in ("0", "0.0"):
-            return
-        time.sleep(0.1)
+    figure(f"embeddings/s (length-sorted batches of {EMBED_BATCH})", len(texts) / embed_s)
+    rows = bench_latency(rt, vectors, texts, [q["question"] for q in data.questions], figure, section)
+    for size, timings in rows.items():
+        brute = timings["brute force (numpy, exact)"]
+        knn = timings["product search_vector"]
+        hybrid = timings["product HYBRID (KNN + BM25 + RRF)"]
+        versus(f"KNN p95 at {size:,} chunks", knn.p95_ms, "ms", "numpy brute force p95", brute.p95_ms,
+               higher_is_better=False, goal=10)  # fmt: skip
+        versus(f"HYBRID p95 at {size:,} chunks", hybrid.p95_ms, "ms", "numpy brute force p95", brute.p95_ms,
+               higher_is_better=False)  # fmt: skip
+        figure(f"KNN recall@10 against exact at {size:,}", knn.recall)
+    LATENCY_ROWS.update(rows)
 
 
 # ----------------------------------------------------------------------------- 4. per file type
@@ -414,7 +428,11 @@ def bench_file_types(rt: Runtime, data: EvalData) -> None:
 
 
 def main() -> int:
-    """Run the sections on a throwaway Redis (9 and 10 start their own); always stop it at the end."""
+    """Run the sections on a throwaway Redis (9 and 10 start their own); always stop it at the end.
+
+    Writes ``bench/results.json`` (every figure, the ratios, the machine) and the plot of latency
+    against index size (``docs/bench-latency.svg``).
+    """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.WARNING)
     folder = eval_dir()
@@ -424,20 +442,31 @@ def main() -> int:
     with throwaway_runtime() as rt:
         topic, stored_name = bench_ingest(rt, data)
         bench_quality(rt, topic, data, stored_name)
-        bench_latency(rt, data)
+        bench_search_latency(rt, data)
         bench_overhead(rt, topic, data.questions, figure, section)
         bench_bundled_model(rt, topic, data.questions, figure, section, free_port)
         bench_file_types(rt, data)
         bench_router(rt.gateway)
         section("8. GraphRAG (bench.graph)")
         bench_graph(rt, data, figure, section)
+        bench_memory(rt, data.corpus, figure, section)
     section("9. entity deduplication (bench.dedup)")
-    dedup_bench.main([])
+    dedup = dedup_bench.main([])
+    versus("dedup of 10,000 names", dedup["dedup_10k_s"], "s", "naive all-pairs loop", dedup["naive_10k_s"],
+           higher_is_better=False)  # fmt: skip
     section("10. communities (bench.communities)")
     communities_bench.main([])
     section("overall")
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("total run time", time.perf_counter() - started, "s")
+    section("ratios (each figure next to its reference, measured in this run)")
+    print_ratios()
+    path = write()
+    print(f"\n  figures written to {path}", flush=True)
+    if LATENCY_ROWS:
+        from bench.plot import plot_latency
+
+        print(f"  plot written to {plot_latency(LATENCY_ROWS)}", flush=True)
     return 0
 
 

@@ -17,7 +17,10 @@ Metrics (means over the questions that have gold sources, or answers, or ways):
 * **MRR**: 1 / the rank of the first gold file (0 when none is returned);
 * **exact match** and **token F1** of the answer against ``answer``, normalised as in the
   SQuAD evaluation script (citations, punctuation and articles removed, lower case);
-* **way accuracy**: the share of questions whose way equals ``expected_way``.
+* **way accuracy**: the share of questions whose way equals ``expected_way``;
+* **judged correctness** (``--judge``): the share of answers a judge model (role ``judge``,
+  ``JUDGE_BASE_URL`` / ``JUDGE_MODEL``, else the Language Model's endpoint; never the bundled
+  model) grades correct against ``answer``.
 
 A file counts as a gold source when its name matches, ignoring case and everything but letters
 and digits (so ``Lilu (mythology)`` matches ``Lilu_mythology.txt``).
@@ -35,7 +38,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ragtopics.errors import RagTopicsError
+from pydantic import BaseModel
+
+from ragtopics.errors import ConfigurationError, ModelUnavailableError, RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
 from ragtopics.topics.topics import Topic
@@ -69,6 +74,7 @@ class QuestionResult:
     answer: str = ""
     expected_answer: str = ""
     expected_way: str = ""
+    judge_reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
@@ -151,8 +157,52 @@ def answer_metrics(answer: str, expected: str) -> dict[str, float]:
     return {"exact_match": float(got == want), "f1": f1}
 
 
+class Verdict(BaseModel):
+    """The judge's typed reply on one answer."""
+
+    correct: bool
+    reason: str = ""
+
+
+#: The judge's instructions (after the "LLM-as-a-judge" reference-guided grading of Zheng et al., 2023).
+JUDGE_PROMPT = """You grade an answer to a question against the reference answer.
+The answer is correct when it states what the reference states (other words, more detail or citations are fine);
+it is wrong when it contradicts the reference, misses its point, or says it does not know.
+
+Question: {question}
+Reference answer: {reference}
+Answer to grade: {answer}
+
+Reply with JSON: {{"correct": true or false, "reason": "one short sentence"}}"""
+
+
+def check_judge(rt: Runtime) -> None:
+    """Refuse a judge that cannot judge.
+
+    Raises:
+        ConfigurationError: when the judge role is served by the bundled model (no ``JUDGE_BASE_URL``
+            and no ``LLM_BASE_URL``): a 135M model's verdicts would be noise.
+    """
+    if rt.gateway.endpoint("judge").is_local:
+        raise ConfigurationError(
+            "--judge needs a real model: set JUDGE_BASE_URL and JUDGE_MODEL (or LLM_BASE_URL and LLM_MODEL); "
+            "the bundled 135M model cannot judge answers")
+
+
+def judge_answer(rt: Runtime, question: str, reference: str, answer: str, trace=None) -> Verdict:
+    """One judge call: is ``answer`` correct against ``reference``? A reply that cannot be parsed counts as
+    not correct, with the reason saying so."""
+    prompt = JUDGE_PROMPT.format(question=question, reference=reference, answer=answer)
+    try:
+        return rt.gateway.structured("judge", [{"role": "user", "content": prompt}], Verdict, prompt_name="judge",
+                                     trace=trace)  # fmt: skip
+    except ModelUnavailableError as exc:
+        return Verdict(correct=False, reason=f"no usable verdict: {exc}")
+
+
 def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route: str | None = None,
-             retrieval_only: bool = False, progress=None) -> tuple[dict[str, Any], list[QuestionResult]]:  # fmt: skip
+             retrieval_only: bool = False, judge: bool = False,
+             progress=None) -> tuple[dict[str, Any], list[QuestionResult]]:  # fmt: skip
     """Ask every question and score it.
 
     Args:
@@ -161,13 +211,24 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         questions: from :func:`load_questions`.
         route: force this way for every question (None: route as a chat would).
         retrieval_only: route and search only; no answer is written (answer metrics are then absent).
+        judge: also ask the judge model (role ``judge``) whether each answer is correct against the
+            expected one (``judged_correct``, with the judge's reason in ``judge_reason``).
         progress: called as ``progress(done, total)`` after each question, or None.
 
     Returns:
         ``(summary, results)``: the summary holds ``n`` and the mean of each metric over the questions
         that have it (``way_accuracy`` over those with an expected way), plus ``ms_per_question``.
+
+    Raises:
+        ConfigurationError: ``judge`` with ``retrieval_only`` (nothing to judge), or with the bundled model
+            as the judge (see :func:`check_judge`).
     """
     from ragtopics.answer.turn import ask, search_only
+
+    if judge:
+        if retrieval_only:
+            raise ConfigurationError("--judge grades answers: it cannot be combined with --retrieval-only")
+        check_judge(rt)
 
     results: list[QuestionResult] = []
     started = time.perf_counter()
@@ -186,6 +247,12 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         result.metrics = retrieval_metrics(result.files, result.gold_sources)
         if not retrieval_only:
             result.metrics |= answer_metrics(result.answer, q.answer)
+        if judge and q.answer:
+            t0 = time.perf_counter()
+            verdict = judge_answer(rt, q.question, q.answer, result.answer)
+            result.metrics["judged_correct"] = float(verdict.correct)
+            result.judge_reason = verdict.reason
+            result.timings_ms["judge"] = round((time.perf_counter() - t0) * 1000, 1)
         if q.expected_way:
             result.metrics["way_correct"] = float(result.way == q.expected_way)
         results.append(result)
@@ -235,6 +302,60 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float, floa
         if isinstance(value, (int, float)) and isinstance(other, (int, float)) and key != "n":
             out.append((key, float(value), float(other), round(float(other) - float(value), 4)))
     return out
+
+
+#: What :func:`changed_questions` compares per question.
+CHANGE_KEYS = ("way", "recall@5", "mrr", "judged_correct", "answer")
+
+
+def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The questions whose way, recall@5, MRR, judged correctness or answer differ between two runs.
+
+    Args:
+        a, b: the per-question results of two runs (their ``questions.json``), matched by question text.
+
+    Returns:
+        One item per changed question, in ``a``'s order: ``{"question", "changes": {key: [in A, in B]}}``
+        for each key of :data:`CHANGE_KEYS` that differs; questions asked in one run only are
+        listed with ``"only_in": "A"`` or ``"B"``.
+    """
+    def values(r: dict[str, Any]) -> dict[str, Any]:
+        metrics = r.get("metrics") or {}
+        return {"way": r.get("way", ""), "recall@5": metrics.get("recall@5"), "mrr": metrics.get("mrr"),
+                "judged_correct": metrics.get("judged_correct"), "answer": r.get("answer", "")}  # fmt: skip
+
+    by_question = {r["question"]: values(r) for r in b}
+    out: list[dict[str, Any]] = []
+    for r in a:
+        if r["question"] not in by_question:
+            out.append({"question": r["question"], "only_in": "A"})
+            continue
+        x, y = values(r), by_question.pop(r["question"])
+        changes = {k: [x[k], y[k]] for k in CHANGE_KEYS if x[k] != y[k]}
+        if changes:
+            out.append({"question": r["question"], "changes": changes})
+    out.extend({"question": q, "only_in": "B"} for q in by_question)
+    return out
+
+
+def format_changes(changes: list[dict[str, Any]], limit: int = 50) -> str:
+    """The changed questions as lines: the question, then ``key: A → B`` for each change (answers shortened)."""
+    def short(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}"
+        text = "" if v is None else str(v).replace("\n", " ")
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    lines = [f"{len(changes)} question(s) changed"]
+    for item in changes[:limit]:
+        lines.append(f"- {short(item['question'])}")
+        if "only_in" in item:
+            lines.append(f"    asked in run {item['only_in']} only")
+            continue
+        lines.extend(f"    {key}: {short(x)} -> {short(y)}" for key, (x, y) in item["changes"].items())
+    if len(changes) > limit:
+        lines.append(f"... and {len(changes) - limit} more (see --json)")
+    return "\n".join(lines)
 
 
 def format_table(summary: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ ROLES: tuple[str, ...] = (
     "image_describer",
     "community_report",
     "follow_up",
+    "judge",
 )
 
 LOCAL_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -163,6 +164,11 @@ class Settings(BaseSettings):
     follow_up_api_key: str | None = _role_key("FOLLOW_UP")
     follow_up_supports_tools: bool | None = _role_flag("FOLLOW_UP", "tools")
     follow_up_supports_images: bool | None = _role_flag("FOLLOW_UP", "images")
+    judge_base_url: str | None = _role_url("JUDGE")
+    judge_model: str | None = _role_model("JUDGE")
+    judge_api_key: str | None = _role_key("JUDGE")
+    judge_supports_tools: bool | None = _role_flag("JUDGE", "tools")
+    judge_supports_images: bool | None = _role_flag("JUDGE", "images")
 
     embedding_base_url: str | None = Field(None, alias="EMBEDDING_BASE_URL",
                                            description="OpenAI-compatible /v1/embeddings endpoint; unset: the bundled model on CPU.")  # fmt: skip

@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="a setting changed for this evaluation only (repeatable; nothing is stored)")
     evaluation.add_argument("--route", default=None, help="force this way for every question")
     evaluation.add_argument("--retrieval-only", action="store_true", help="route and search only, no answers (fast)")
+    evaluation.add_argument("--judge", action="store_true",
+                            help="grade each answer against the expected one with the judge model (JUDGE_BASE_URL)")
     evaluation.add_argument("--out", type=Path, default=None, help="write summary.json, questions.json and questions.csv here")
     evaluation.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     evaluation.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
@@ -489,12 +491,18 @@ def _cmd_eval(args) -> int:
     if args.compare:
         a, b = (_summary_of(path) for path in args.compare)
         rows = ev.compare(a, b)
+        per_question = [_questions_of(path) for path in args.compare]
+        changes = ev.changed_questions(*per_question) if all(q is not None for q in per_question) else None
         if args.json:
-            print(json.dumps({m: {"a": x, "b": y, "change": d} for m, x, y, d in rows}))
+            print(json.dumps({**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows},
+                              "changed_questions": changes}, ensure_ascii=False))  # fmt: skip
         else:
             print(f"{'metric':<18} {'A':>9} {'B':>9} {'B - A':>9}")
             for metric, x, y, change in rows:
                 print(f"{metric:<18} {x:>9.3f} {y:>9.3f} {change:>+9.3f}")
+            print()
+            print(ev.format_changes(changes) if changes is not None else
+                  "(questions not compared: give both runs' --out folders, which hold questions.json)")
         return 0
     if not args.topic or not args.questions:
         raise RagTopicsError("eval needs a Topic and a question file (or --compare A B)")
@@ -511,7 +519,7 @@ def _cmd_eval(args) -> int:
         print(f"\r{done}/{total} questions", end="" if done < total else "\n", file=sys.stderr, flush=True)
 
     summary, results = ev.evaluate(rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only,
-                                   progress=progress)  # fmt: skip
+                                   judge=args.judge, progress=progress)  # fmt: skip
     summary = {"topic": topic.name, "route": args.route or "routed", "retrieval_only": args.retrieval_only,
                "settings_changed": parse_assignments(args.assignments), **summary}  # fmt: skip
     if args.out is not None:
@@ -519,6 +527,15 @@ def _cmd_eval(args) -> int:
             print(f"wrote {path}", file=sys.stderr)
     print(json.dumps(summary, ensure_ascii=False) if args.json else ev.format_table(summary))
     return 0
+
+
+def _questions_of(path: Path) -> list[dict] | None:
+    """A run's per-question results (``questions.json`` beside its summary), or None when there is none."""
+    file = (path if path.is_dir() else path.parent) / "questions.json"
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def _summary_of(path: Path) -> dict:

@@ -95,3 +95,46 @@ def test_with_answers_exact_match_and_f1_are_scored(rt, fleet, scripted_llm, cap
     summary = json.loads(capsys.readouterr().out)
     assert summary["exact_match"] == 1.0 and summary["f1"] == 1.0  # citations ("[pumps.txt]") do not count
     assert summary["recall@1"] > 0 and summary["way_accuracy"] == 1.0
+
+
+def test_compare_lists_the_questions_whose_way_or_ranking_changed(rt, fleet, tmp_path, capsys):
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--out", str(tmp_path / "a")]) == 0
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--route", "DIRECT", "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    changed = {c["question"]: c["changes"] for c in report["changed_questions"]}
+    assert set(changed) == {q["question"] for q in QUESTIONS}  # DIRECT searches nothing: every question changed
+    assert changed["How often is pump P-7 inspected?"]["way"] == ["SEARCH", "DIRECT"]
+    assert changed["How often is pump P-7 inspected?"]["recall@5"] == [1.0, 0.0]
+    assert report["recall@5"]["change"] == -1.0
+
+    assert main(["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 0
+    assert "0 question(s) changed" in capsys.readouterr().out
+    assert main(["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert "3 question(s) changed" in text and "way: SEARCH -> DIRECT" in text
+
+
+def test_the_judge_grades_answers_against_the_expected_ones(rt, fleet, scripted_llm, tmp_path, capsys):
+    scripted_llm.replies["answer"] = lambda body: ("Every 90 days [S1]." if "P-7" in body["messages"][-1]["content"].split("Question:")[-1]
+                                                   else "I do not know.")  # fmt: skip
+    scripted_llm.replies["source_check"] = json.dumps({"used": True})
+    scripted_llm.replies["judge"] = lambda body: json.dumps(
+        {"correct": "Answer to grade: Every 90 days" in body["messages"][-1]["content"], "reason": "compared"})
+    assert main(["eval", "Fleet", str(fleet), "--judge", "--json", "--out", str(tmp_path / "judged")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["judged_correct"] == 0.5  # two questions have an expected answer; one was answered right
+    per_question = json.loads((tmp_path / "judged" / "questions.json").read_text())
+    assert [q["metrics"].get("judged_correct") for q in per_question] == [1.0, 0.0, None]
+    assert per_question[0]["judge_reason"] == "compared" and "judge" in per_question[0]["timings_ms"]
+    assert len(scripted_llm.prompts("judge")) == 2
+
+    assert main(["eval", "Fleet", str(fleet), "--judge", "--retrieval-only"]) == 2
+    assert "cannot be combined with --retrieval-only" in capsys.readouterr().err
+
+
+def test_the_bundled_model_is_refused_as_a_judge(rt, fleet, reconfigure, capsys):
+    reconfigure(LLM_BASE_URL=None, LLM_MODEL="SmolLM2-135M-Instruct")
+    assert main(["eval", "Fleet", str(fleet), "--judge"]) == 2
+    assert "--judge needs a real model" in capsys.readouterr().err

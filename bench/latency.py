@@ -1,0 +1,201 @@
+"""Retrieval latency against index size: the product's KNN and HYBRID search next to exact brute force.
+
+For 10,000 and 100,000 chunks, over the same vectors:
+
+* **brute force**: numpy ``X @ q`` and ``argpartition`` top-k over the float32 matrix in this
+  process (the exact answer, and the reference every index has to beat);
+* **KNN (HNSW)**: :meth:`~ragtopics.storage.chunk_index.ChunkIndex.search_vector`, the product's
+  vector search (RediSearch HNSW through redisvl), at several ``EF_RUNTIME`` values, each with its
+  recall@k against the exact top-k; the product's own value is
+  :data:`~ragtopics.storage.chunk_index.HNSW_EF_RUNTIME`;
+* **KNN (FLAT)**: a second RediSearch index with the FLAT (exact) algorithm over the same hashes;
+* **HYBRID**: :func:`ragtopics.rag.retrieval.retrieve` with strategy HYBRID (KNN, BM25 keyword
+  search and reciprocal rank fusion), the question's embedding excluded.
+
+The first 10,000 chunk texts are real (sentence windows of the HotpotQA passages, embedded by
+the bundled model). The other 90,000 are derived from them, because embedding 100,000 texts on a
+small CPU takes longer than the rest of the benchmark: each is the text of two random real chunks
+joined, with the vector ``normalise(w * a + (1 - w) * b)``, ``w`` uniform in [0.55, 0.8]. The
+derived vectors lie among the real ones (a nearest-neighbour search over them is no easier than
+over real ones), and their texts have real term statistics for BM25.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from redisvl.index import SearchIndex
+from redisvl.query import VectorQuery
+
+from ragtopics.rag.retrieval import retrieve
+from ragtopics.runtime import Runtime
+from ragtopics.storage.chunk_index import HNSW_EF_RUNTIME, ChunkIndex, ChunkRecord
+from ragtopics.topics.topics import create_topic
+
+SIZES = (10_000, 100_000)
+TOP_K = 10
+EF_VALUES = (10, 20, 50, 100, 200)
+STORE_BATCH = 1_000
+ROUNDS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Latencies of one kind of search over one index size.
+
+    Attributes:
+        p50_ms / p95_ms: percentiles over every query of every round, in milliseconds.
+        recall: mean share of the exact top-k found (1.0 for exact searches).
+    """
+
+    p50_ms: float
+    p95_ms: float
+    recall: float = 1.0
+
+
+def derive(vectors: np.ndarray, texts: list[str], total: int, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """Grow ``vectors`` (``(n, d)``, unit rows) and ``texts`` to ``total`` rows by mixing random pairs.
+
+    Returns:
+        ``(total, d)`` float32 unit vectors and ``total`` texts; the first ``n`` are the inputs.
+    """
+    n = len(texts)
+    extra = total - n
+    if extra <= 0:
+        return vectors[:total], texts[:total]
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, n, extra), rng.integers(0, n, extra)
+    w = rng.uniform(0.55, 0.8, extra).astype(np.float32)[:, None]
+    mixed = w * vectors[a] + (1.0 - w) * vectors[b]
+    mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
+    return np.vstack([vectors, mixed]).astype(np.float32), texts + [f"{texts[i]} {texts[j]}" for i, j in zip(a, b)]
+
+
+def exact_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    """Row indices of the ``k`` rows of ``matrix`` (``(n, d)``) with the largest dot product with ``query``, best first."""
+    scores = matrix @ query
+    top = np.argpartition(-scores, k)[:k]
+    return top[np.argsort(-scores[top])]
+
+
+def timed(fn, count: int, rounds: int = ROUNDS) -> tuple[list, list[float]]:
+    """Run ``fn(i)`` for each query number ``i < count``, ``rounds`` times; returns the first round's results
+    and every duration (s)."""
+    fn(0)  # warm-up
+    results, durations = [], []
+    for r in range(rounds):
+        for i in range(count):
+            t0 = time.perf_counter()
+            out = fn(i)
+            durations.append(time.perf_counter() - t0)
+            if r == 0:
+                results.append(out)
+    return results, durations
+
+
+def percentiles(durations: list[float], recall: float = 1.0) -> Timing:
+    """p50 / p95 of durations in seconds, as a :class:`Timing` in milliseconds."""
+    ms = np.asarray(durations) * 1000.0
+    return Timing(float(np.percentile(ms, 50)), float(np.percentile(ms, 95)), recall)
+
+
+def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) -> None:
+    """Write rows ``start:`` as chunks of fake documents of :data:`STORE_BATCH` chunks each."""
+    for b in range(start, len(texts), STORE_BATCH):
+        doc_id = f"doc-lat{b // STORE_BATCH:04d}"
+        records = [
+            ChunkRecord(chunk_id=f"chunk-lat{n:06d}", document_id=doc_id, file_name=f"lat-{b // STORE_BATCH:04d}.txt",
+                        position=n - b, text=texts[n], embedding=vectors[n], keywords="")  # fmt: skip
+            for n in range(b, min(b + STORE_BATCH, len(texts)))
+        ]
+        index.replace_document(doc_id, records)
+
+
+def wait_for_indexing(index: SearchIndex, timeout_s: float = 900.0) -> float:
+    """Wait until RediSearch has indexed every hash written; returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        info = index.info()
+        if str(info.get("indexing", "0")) in ("0", "0.0") and float(info.get("percent_indexed", 1)) >= 1.0:
+            break
+        time.sleep(0.2)
+    return time.perf_counter() - t0
+
+
+def flat_index(rt: Runtime, index: ChunkIndex) -> SearchIndex:
+    """A second index over the same chunk hashes with the FLAT (exact) vector algorithm."""
+    schema = ChunkIndex.schema(index.topic_id, index.dims)
+    schema["index"]["name"] += "-flat"
+    schema["fields"] = [{**f, "attrs": {**f["attrs"], "algorithm": "flat"}} for f in schema["fields"] if f["type"] == "vector"]
+    flat = SearchIndex.from_dict(schema, redis_client=rt.redis)
+    flat.create(overwrite=True)
+    return flat
+
+
+def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None) -> list[str]:
+    """Chunk ids of a KNN query on ``index`` (ids only, as the product's search fetches few fields)."""
+    query = VectorQuery(vector=vector.astype(np.float32).tobytes(), vector_field_name="embedding",
+                        return_fields=["chunk_id"], num_results=k, ef_runtime=ef)  # fmt: skip
+    return [row["chunk_id"] for row in index.query(query)]
+
+
+def recall_at_k(found: list[list[str]], exact: list[list[str]]) -> float:
+    """Mean share of each exact top-k list found in the matching approximate list."""
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact)]))
+
+
+def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section) -> dict:
+    """Measure every search at each size in :data:`SIZES`; print the figures and return them for the plot.
+
+    Args:
+        vectors: ``(n, d)`` unit float32 embeddings of ``texts`` (n = the real chunks).
+        questions: the questions to search for (embedded here, outside the timings).
+        figure: ``figure(label, value, unit)`` prints one figure.
+
+    Returns:
+        ``{size: {"brute force": Timing, "KNN HNSW ef=..": Timing, "KNN FLAT": Timing, "HYBRID": Timing}}``.
+    """
+    qvecs = rt.gateway.embed(questions)
+    all_vectors, all_texts = derive(vectors, texts, max(SIZES))
+    topic = create_topic(rt, "bench-latency", settings={"top_k_results": TOP_K})
+    index = rt.chunk_index(topic.id)
+    index.ensure()
+    flat = flat_index(rt, index)
+    written, out = 0, {}
+    for size in SIZES:
+        section(f"3. retrieval latency over {size:,} chunks ({len(questions)} questions x {ROUNDS} rounds, top {TOP_K})")
+        t0 = time.perf_counter()
+        store(index, all_vectors[:size], all_texts[:size], written)
+        written = size
+        waited = wait_for_indexing(index.index) + wait_for_indexing(flat)
+        figure("chunks in index", index.count())
+        figure("write + index time", time.perf_counter() - t0, "s")
+        figure("of which waiting for indexing", waited, "s")
+        matrix = all_vectors[:size]
+        ids = [f"chunk-lat{n:06d}" for n in range(size)]
+        n = len(questions)
+        exact, brute_s = timed(lambda i: exact_top_k(matrix, qvecs[i], TOP_K), n)
+        exact_ids = [[ids[i] for i in row] for row in exact]
+        rows = {"brute force (numpy, exact)": percentiles(brute_s)}
+        for ef in EF_VALUES:
+            found, took = timed(lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef), n)
+            rows[f"KNN HNSW EF_RUNTIME={ef}"] = percentiles(took, recall_at_k(found, exact_ids))
+        found, took = timed(lambda i: knn(flat, qvecs[i], TOP_K, None), n)
+        rows["KNN FLAT (RediSearch, exact)"] = percentiles(took, recall_at_k(found, exact_ids))
+        found, took = timed(lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)], n)
+        rows["product search_vector"] = percentiles(took, recall_at_k(found, exact_ids))
+        found, took = timed(lambda i: retrieve(index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K,
+                                             min_score=0.0, candidates=TOP_K).hits, n)
+        rows["product HYBRID (KNN + BM25 + RRF)"] = percentiles(took)
+        print(f"  {'search':<36} {'p50 ms':>8} {'p95 ms':>8} {'recall@10':>10} {'vs brute p95':>13}", flush=True)
+        brute = rows["brute force (numpy, exact)"]
+        for name, t in rows.items():
+            speedup = brute.p95_ms / t.p95_ms if t.p95_ms else 0.0
+            print(f"  {name:<36} {t.p50_ms:>8.2f} {t.p95_ms:>8.2f} {t.recall:>10.3f} {speedup:>12.1f}x", flush=True)
+        figure("product EF_RUNTIME", HNSW_EF_RUNTIME)
+        out[size] = rows
+    flat.delete(drop=False)
+    return out
+

@@ -1,0 +1,77 @@
+"""Peak resident memory of the worker and of the console, each measured in a process of its own.
+
+* **worker**: uploads are queued (``upload_file``: the real upload path and queue), then the
+  product's worker (:func:`ragtopics.worker.main.run_worker`, burst mode: it stops when the queue
+  is empty) indexes them in a child process; its peak resident size (``VmHWM``) is the figure.
+* **console**: a child process builds and launches the Gradio console
+  (:func:`ragtopics.ui.app.launch_console`), loads what its first chat turn loads (the embedding model
+  and the router's exemplars), and reports its peak resident size (``VmHWM``).
+
+Both children get the benchmark's Redis and data folder through the environment, as
+``ragtopics up`` hands them to its worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from ragtopics.documents.uploads import upload_file
+from ragtopics.runtime import Runtime
+from ragtopics.topics.topics import create_topic
+
+_CHILD = r"""
+import json, socket, sys
+mode = sys.argv[1]
+if mode == "worker":
+    from ragtopics.worker.main import run_worker
+    run_worker(burst=True)
+else:
+    from ragtopics.answer.routing import warm_router
+    from ragtopics.runtime import get_runtime
+    from ragtopics.ui.app import launch_console
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    rt = get_runtime()
+    app, url, _ = launch_console(rt, host="127.0.0.1", port=port, mcp=True)
+    warm_router(rt.gateway)
+    app.close()
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's peak.
+hwm_kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print("PEAK_RSS_MB", json.dumps(hwm_kb / 1024))
+"""
+
+
+def _child_peak_mb(rt: Runtime, mode: str) -> float:
+    """Run the child in ``mode`` with the runtime's Redis and data folder; its peak RSS in MB."""
+    env = {**os.environ, "REDIS_URL": rt.settings.redis_url, "RAGTOPICS_DATA_DIR": str(rt.settings.data_dir),
+           "RQ_QUEUE": rt.settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True, timeout=900,
+                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PEAK_RSS_MB")), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(f"the {mode} process failed ({done.returncode}): {done.stderr[-2000:]}")
+    return float(json.loads(line.split(" ", 1)[1]))
+
+
+def bench_memory(rt: Runtime, corpus: dict[str, list[str]], figure, section, files: int = 200) -> dict[str, float]:
+    """Queue ``files`` passages as uploads, index them with a burst worker; launch the console; print both peaks.
+
+    Returns:
+        ``{"worker_peak_mb", "console_peak_mb"}``.
+    """
+    section(f"11. peak memory ({files} queued uploads through the worker; the console launched)")
+    topic = create_topic(rt, "bench-memory")
+    for title, sentences in list(corpus.items())[:files]:
+        upload_file(rt, topic, f"{title}.txt", "".join(sentences).encode())
+    worker = _child_peak_mb(rt, "worker")
+    figure("worker peak RSS (VmHWM)", worker, "MB")
+    figure("chunks indexed by the worker", rt.chunk_index(topic.id).count())
+    console = _child_peak_mb(rt, "console")
+    figure("console peak RSS (VmHWM)", console, "MB")
+    figure("this benchmark process peak RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MB")
+    return {"worker_peak_mb": worker, "console_peak_mb": console}
