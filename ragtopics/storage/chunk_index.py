@@ -38,7 +38,7 @@ BM25_B = 0.75
 #: (``bench.latency``): recall@10 against exact search and p95 latency at 10,000 and 100,000 chunks.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
-HNSW_EF_RUNTIME = 10
+HNSW_EF_RUNTIME = 100
 
 
 
