@@ -80,29 +80,49 @@ class QuestionResult:
 
 
 def load_questions(path: Path) -> list[EvalQuestion]:
-    """Read a question file.
+    """Read a question file (see :func:`parse_questions`).
 
     Raises:
         RagTopicsError: when the file cannot be read, is not a JSON list, or an item lacks a question;
             the message names the item.
     """
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise RagTopicsError(f"cannot read the question file {path}: {exc}") from exc
+    return parse_questions(text, str(path))
+
+
+def parse_questions(text: str, source: str = "the questions") -> list[EvalQuestion]:
+    """Parse questions given as JSON: a list of items (module docstring), or ``{"questions": [...]}``.
+
+    Args:
+        text: the JSON text.
+        source: how error messages name it (a path, or "the pasted questions").
+
+    Raises:
+        RagTopicsError: when it is not JSON, not a list, or an item lacks a question or has bad
+            ``gold_sources``; the message names the item.
+    """
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RagTopicsError(f"cannot read the question file {source}: {exc}") from exc
+    if isinstance(items, dict) and isinstance(items.get("questions"), list):
+        items = items["questions"]
     if not isinstance(items, list):
-        raise RagTopicsError(f"{path}: expected a JSON list of questions, found {type(items).__name__}")
+        raise RagTopicsError(f"{source}: expected a JSON list of questions, found {type(items).__name__}")
     out = []
     for n, item in enumerate(items, start=1):
         if not isinstance(item, dict) or not str(item.get("question") or "").strip():
-            raise RagTopicsError(f"{path}: item {n} has no question")
+            raise RagTopicsError(f"{source}: item {n} has no question")
         gold = item.get("gold_sources") or []
         if not isinstance(gold, list) or not all(isinstance(g, str) for g in gold):
-            raise RagTopicsError(f"{path}: item {n}: gold_sources must be a list of file names")
+            raise RagTopicsError(f"{source}: item {n}: gold_sources must be a list of file names")
         out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold),
                                 str(item.get("expected_way") or "").upper(), str(item.get("type") or "")))  # fmt: skip
     if not out:
-        raise RagTopicsError(f"{path}: the question file holds no questions")
+        raise RagTopicsError(f"{source}: the question file holds no questions")
     return out
 
 

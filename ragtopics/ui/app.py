@@ -9,7 +9,7 @@ import gradio as gr
 
 from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
-from ragtopics.ui import chat_tab, mcp_tools, prompts_tab, topics_tab, upload_tab
+from ragtopics.ui import chat_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import install_file_route
 
@@ -34,8 +34,10 @@ def build_app(rt: Runtime) -> gr.Blocks:
             upload = upload_tab.build(rt)
             chat = chat_tab.build(rt)
             prompts = prompts_tab.build(rt)
+            qa = qa_tab.build(rt)
         mcp_tools.register(rt)
-        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], topics["settings_topic"], topics["delete_topic"]]
+        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], qa["topic"], topics["settings_topic"],
+                     topics["delete_topic"]]
 
         def refresh(*current):
             return tuple(refresh_dropdown(rt, c) for c in current)

@@ -130,3 +130,16 @@ def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
     from ragtopics.graph.refresh import run_rebuild
 
     return run_rebuild(get_runtime(), topic_id, reason=reason, progress=_job_progress())
+
+
+def evaluate_run(run_id: str) -> dict:
+    """Run an evaluation queued from the console (:mod:`ragtopics.quality.runs`); progress in ``job.meta``
+    (phase ``evaluating``, questions done of total).
+
+    Returns:
+        The run's summary (also written to its folder).
+    """
+    from ragtopics.quality.runs import execute_run
+
+    report = _job_progress()
+    return execute_run(get_runtime(), run_id, lambda done, total: report("evaluating", done, total))

@@ -46,7 +46,7 @@ class JobProgress:
 
 
 #: Phases whose done/total need a word to read well: phase -> (label, unit).
-PHASE_UNITS = {"extracting": ("extracting graph", "chunks")}
+PHASE_UNITS = {"extracting": ("extracting graph", "chunks"), "evaluating": ("evaluating", "questions")}
 
 
 def phase_text(phase: str, done: int, total: int) -> str:

@@ -1,0 +1,180 @@
+"""Evaluation runs started from the console: queued, run by the worker, saved, listed and reopened.
+
+A run lives in ``<data dir>/evals/<run id>/``: ``request.json`` (what was asked: Topic,
+questions, settings changed for the run, forced way, retrieval only), then the files of
+:func:`~ragtopics.quality.evaluate.write_results` (``summary.json``, ``questions.json``,
+``questions.csv``) once the worker has finished it. The job's progress (questions done) is in
+its ``job.meta``, as an upload's is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ragtopics.errors import NotFoundError, RagTopicsError
+from ragtopics.quality import evaluate as ev
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import parse_assignments
+from ragtopics.topics.topics import get_topic
+
+#: Most questions one console run takes (a bigger file belongs to ``ragtopics eval``).
+MAX_QUESTIONS = 2000
+_RUN_ID = re.compile(r"^eval-\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One saved run, as the run list shows it.
+
+    Attributes:
+        run_id: ``eval-YYYYMMDD-HHMMSS-xxxxxx`` (also the RQ job id).
+        topic: the Topic's name.
+        created: when it was queued, ``YYYY-MM-DD HH:MM:SS`` UTC.
+        questions: how many questions.
+        route: the forced way, or ``routed``.
+        retrieval_only: whether answers were skipped.
+        settings_changed: ``{key: value}`` changed for this run only.
+        summary: the summary once finished, else None.
+    """
+
+    run_id: str
+    topic: str
+    created: str
+    questions: int
+    route: str
+    retrieval_only: bool
+    settings_changed: dict[str, str]
+    summary: dict[str, Any] | None
+
+    @property
+    def label(self) -> str:
+        """One line naming the run in a dropdown."""
+        changed = ", ".join(f"{k}={v}" for k, v in self.settings_changed.items())
+        mode = "retrieval only" if self.retrieval_only else "answers"
+        return f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''} · {self.run_id}"
+
+
+def runs_folder(rt: Runtime) -> Path:
+    """Where runs are kept."""
+    return Path(rt.settings.data_dir) / "evals"
+
+
+def run_folder(rt: Runtime, run_id: str) -> Path:
+    """One run's folder.
+
+    Raises:
+        NotFoundError: for an id that is not a run id (nothing outside the runs folder is reachable).
+    """
+    if not _RUN_ID.match(run_id or ""):
+        raise NotFoundError(f"no evaluation run {run_id!r}")
+    return runs_folder(rt) / run_id
+
+
+def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: list[str] = (), route: str | None = None,
+              retrieval_only: bool = True) -> str:  # fmt: skip
+    """Check a run's inputs, save its request and queue it; returns the run id.
+
+    Args:
+        topic_name: the Topic evaluated.
+        questions_text: the questions as JSON (:func:`~ragtopics.quality.evaluate.parse_questions`).
+        assignments: ``key=value`` settings changed for this run only.
+        route: force this way for every question (None: routed as in a chat).
+        retrieval_only: skip writing answers.
+
+    Raises:
+        RagTopicsError: unknown Topic, unreadable questions, more than :data:`MAX_QUESTIONS`, an unknown
+            setting or a bad value (naming the key), a way the Topic does not have.
+        StoreUnavailableError: when the job cannot be queued.
+    """
+    from ragtopics.answer.routing import routes_for
+
+    topic = get_topic(rt, topic_name)
+    questions = ev.parse_questions(questions_text, "the questions")
+    if len(questions) > MAX_QUESTIONS:
+        raise RagTopicsError(f"{len(questions):,} questions: a console run takes at most {MAX_QUESTIONS:,}; "
+                             "use `ragtopics eval` for more")  # fmt: skip
+    changes = parse_assignments(list(assignments))
+    ev.with_settings(topic, changes)  # validates every key and value now, not in the worker
+    if route:
+        ways = [r.value for r in routes_for(topic.kind)]
+        if route.upper() not in ways:
+            raise RagTopicsError(f"way {route!r}: a {topic.kind} Topic has {', '.join(ways)}")
+        route = route.upper()
+    run_id = f"eval-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+    folder = run_folder(rt, run_id)
+    folder.mkdir(parents=True)
+    request = {"run_id": run_id, "topic": topic.name, "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+               "questions": [asdict(q) for q in questions], "settings_changed": changes, "route": route,
+               "retrieval_only": retrieval_only}  # fmt: skip
+    (folder / "request.json").write_text(json.dumps(request, ensure_ascii=False, indent=1), encoding="utf-8")
+    from ragtopics.worker.queue import queue_for
+
+    queue_for(rt).enqueue_call("ragtopics.worker.jobs.evaluate_run", args=(run_id,), job_id=run_id,
+                               description=f"evaluate {topic.name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,
+                               meta={"phase": "queued", "done": 0, "total": len(questions)})  # fmt: skip
+    return run_id
+
+
+def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
+    """Run a saved request (the worker's job) and write its results into the run's folder; returns the summary.
+
+    Raises:
+        NotFoundError: when the run or its Topic is gone.
+    """
+    folder = run_folder(rt, run_id)
+    try:
+        request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise NotFoundError(f"no evaluation run {run_id!r}") from exc
+    topic = ev.with_settings(get_topic(rt, request["topic"]), request["settings_changed"])
+    questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"])
+                 for q in request["questions"]]  # fmt: skip
+    summary, results = ev.evaluate(rt, topic, questions, route=request["route"], retrieval_only=request["retrieval_only"],
+                                   progress=progress)  # fmt: skip
+    summary = {"topic": topic.name, "route": request["route"] or "routed", "retrieval_only": request["retrieval_only"],
+               "settings_changed": request["settings_changed"], "run_id": run_id, **summary}  # fmt: skip
+    ev.write_results(folder, summary, results)
+    return summary
+
+
+def list_runs(rt: Runtime, limit: int = 200) -> list[RunInfo]:
+    """Saved runs, newest first."""
+    folder = runs_folder(rt)
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(folder.iterdir(), reverse=True)[:limit]:
+        try:
+            out.append(_info(path))
+        except (OSError, ValueError, KeyError):
+            continue  # a run folder being written, or damaged: left out of the list
+    return out
+
+
+def load_run(rt: Runtime, run_id: str) -> tuple[RunInfo, list[dict[str, Any]]]:
+    """A run's description and its per-question results (empty until it has finished).
+
+    Raises:
+        NotFoundError: for an unknown run.
+    """
+    folder = run_folder(rt, run_id)
+    try:
+        info = _info(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise NotFoundError(f"no evaluation run {run_id!r}") from exc
+    questions = folder / "questions.json"
+    return info, json.loads(questions.read_text(encoding="utf-8")) if questions.is_file() else []
+
+
+def _info(folder: Path) -> RunInfo:
+    request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
+    summary_path = folder / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    return RunInfo(request["run_id"], request["topic"], request["created"], len(request["questions"]),
+                   request["route"] or "routed", bool(request["retrieval_only"]), request["settings_changed"], summary)  # fmt: skip
