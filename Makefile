@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench clean eval
+.PHONY: install run test test-fast bench clean eval audit
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,5 +33,20 @@ bench: install
 eval: install
 	$(PY) -m bench.graph_recall
 
+# Dependency audit: every pinned package against the PyPI vulnerability database (pip-audit, in a venv
+# of its own so its dependencies never mix with the product's). Vulnerabilities accepted for now are
+# listed in README.md (Security) and passed here as --ignore-vuln.
+AUDIT_VENV := .venv-audit
+AUDIT_IGNORE :=
+AUDIT_FORMAT :=
+
+$(AUDIT_VENV)/.installed:
+	$(PYTHON) -m venv $(AUDIT_VENV)
+	$(AUDIT_VENV)/bin/pip install --quiet pip-audit==2.10.1
+	touch $@
+
+audit: $(AUDIT_VENV)/.installed
+	$(AUDIT_VENV)/bin/pip-audit -r constraints.txt --no-deps --disable-pip --progress-spinner off $(AUDIT_FORMAT) $(AUDIT_IGNORE)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(AUDIT_VENV) .pytest_cache
