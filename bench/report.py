@@ -35,6 +35,11 @@ def _text(value: object) -> str:
 def figure(label: str, value: object, unit: str = "") -> None:
     """Print one figure on its own line (``label .......... value unit``) and keep it."""
     print(f"  {label:<38} {_text(value)}{(' ' + unit) if unit else ''}", flush=True)
+    keep(label, value, unit)
+
+
+def keep(label: str, value: object, unit: str = "") -> None:
+    """Keep a figure for ``bench/results.json`` without printing it (it is shown in a table)."""
     kept = round(value, 4) if isinstance(value, float) else value if isinstance(value, int) else str(value)
     _results["sections"].setdefault(_current[0], {})[label.strip()] = {"value": kept, "unit": unit}
 

@@ -47,7 +47,7 @@ from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
 from bench.latency import bench_latency
 from bench.memory import bench_memory
-from bench.report import figure, print_ratios, section, versus, write
+from bench.report import figure, keep, print_ratios, section, versus, write
 from bench.router import bench_router
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.prompts.resolve import resolve_prompts
@@ -322,7 +322,7 @@ def bench_quality(rt: Runtime, topic: Topic, data: EvalData, stored_name: dict[s
         means = {c: float(np.mean([r[c] for r in rows])) for c in columns}
         print(f"  {strategy:<10}" + "".join(f"{means[c]:>11.3f}" for c in columns), flush=True)
         for c in columns:
-            figure(f"{strategy} {c}", means[c])
+            keep(f"{strategy} {c}", means[c])
 
 
 # ----------------------------------------------------------------------------- 3. latency

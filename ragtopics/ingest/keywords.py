@@ -16,6 +16,7 @@ weights the codes up (see ``ChunkIndex.search_keywords``).
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 #: English function words (after the classic SMART / NLTK stop lists, shortened).
 STOP_WORDS: frozenset[str] = frozenset(
@@ -36,6 +37,8 @@ _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 #: Joiners that separate the segments of a path, URL, e-mail address or dotted name.
 _SEGMENT_JOINERS = re.compile(r"[/.@+]")
 _SEARCHABLE = re.compile(r"[^\W_]")
+#: Most distinct keywords written to a chunk's keyword field (a 2,000-character chunk has about 250).
+MAX_INDEX_KEYWORDS = 1000
 #: A segment of only digits is indexed on its own from this many digits (``v2.3`` gives no ``3``).
 _MIN_DIGIT_SEGMENT = 3
 
@@ -99,6 +102,40 @@ def extract_keywords(text: str, *, max_keywords: int = 200) -> list[str]:
         if word not in STOP_WORDS:
             seen.setdefault(word, None)
     return list(seen)[:max_keywords]
+
+
+def is_identifier(keyword: str) -> bool:
+    """True for a normalised code with letters and digits (``e4711``, ``sk44``), not a plain number (``1986``)."""
+    return is_code(keyword) and any(c.isalpha() for c in keyword)
+
+
+def term_counts(text: str) -> Counter[str]:
+    """How often each keyword occurs in a text, with the normalisation of :func:`extract_keywords`:
+    the term frequencies that BM25 scores a chunk by (``"Pump P-7: the pump"`` → ``{"p7": 1, "pump": 2}``)."""
+    counts: Counter[str] = Counter()
+    for match in _EMAIL.finditer(text):
+        counts[re.sub(r"[^0-9a-z]", "", match.group(0).lower())] += 1
+        counts.update(_segments(match.group(0)))
+    for match in _CODE.finditer(text):
+        token = match.group(0).strip("./")
+        if any(c.isdigit() for c in token):
+            counts[normalise_code(token)] += 1
+            counts.update(_segments(token))
+    counts.update(w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOP_WORDS)
+    return counts
+
+
+def index_keywords(file_name: str, text: str) -> str:
+    """A chunk's keyword field: the distinct keywords of its file's name (its stem: ``Leland, North Carolina``
+    from ``Leland, North Carolina.txt``) and of its text, space separated. The name often says what a
+    file is about when its text does not repeat it, so a question naming it finds the file's chunks."""
+    return " ".join(extract_keywords(f"{file_stem(file_name)}\n{text}", max_keywords=MAX_INDEX_KEYWORDS))
+
+
+def file_stem(file_name: str) -> str:
+    """A file name without its extension (``manual.v2.pdf`` → ``manual.v2``)."""
+    stem, dot, ext = file_name.rpartition(".")
+    return stem if dot and stem and ext.isalnum() and len(ext) <= 5 else file_name
 
 
 def _segments(token: str) -> list[str]:

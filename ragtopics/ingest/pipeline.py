@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.errors import NotFoundError, RefusedFileError, SupersededError
-from ragtopics.ingest.keywords import extract_keywords
+from ragtopics.ingest.keywords import index_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
@@ -162,7 +162,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
                 report("embedding", i, len(pieces))
                 vectors.extend(rt.gateway.embed(embed_texts[i : i + _EMBED_STEP], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
-        keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords)
+        keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
         pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
         tags = _link(pieces, result, descriptions, pictures, trace)
         ids = chunk_ids_for(doc.id, [p.text for p in pieces])
@@ -536,8 +536,9 @@ def _docling_options(cfg: RagTopicSettings):
 
 
 def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
-              template: PromptTemplate) -> list[str]:  # fmt: skip
-    """Keyword index text per chunk: only under HYBRID; ALGORITHMIC from the chunk's words, LLM from a model call."""
+              template: PromptTemplate, file_name: str) -> list[str]:  # fmt: skip
+    """Keyword field per chunk: only under HYBRID; the distinct keywords of the file's name and the chunk's text
+    (:func:`~ragtopics.ingest.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
     if cfg.retrieval_strategy != "HYBRID":
         return [""] * len(pieces)
     with trace.step("keywords", enrichment=cfg.keyword_enrichment, count=len(pieces)) as ev:
@@ -547,9 +548,9 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
                 report("keywords", i, len(pieces))
                 messages = [{"role": "user", "content": template.render(text=p.text)}]
                 reply = rt.gateway.chat("language_model", messages, prompt_name="keywords", trace=trace, max_tokens=120)
-                out.append(" ".join(extract_keywords(reply.text + " " + p.text)))
+                out.append(index_keywords(file_name, f"{reply.text}\n{p.text}"))
         else:
-            out = [" ".join(extract_keywords(p.text)) for p in pieces]
+            out = [index_keywords(file_name, p.text) for p in pieces]
         ev.data["keywords"] = out[:50]
     return out
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,15 +23,16 @@ from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import Tag
 
 from ragtopics.errors import EmbeddingMismatchError
+from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
 
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
 
-#: How much more a code (a keyword with a digit: ``e4711``) counts than a word in keyword search.
+#: How much more an identifier (a keyword with letters and digits: ``e4711``) counts than a word in keyword search.
 CODE_WEIGHT = 3.0
 #: Candidates fetched from RediSearch before BM25 scoring, at least.
-_MIN_KEYWORD_CANDIDATES = 200
+_MIN_KEYWORD_CANDIDATES = 100
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -324,22 +327,28 @@ class ChunkIndex:
         return [_hit(row, 1.0 - float(row["vector_distance"])) for row in rows]
 
     def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT) -> list[ChunkHit]:
-        """BM25 search of the keyword index: chunks whose keywords match any of ``terms``, codes weighted up.
+        """BM25 search of the keyword index: chunks whose keywords match any of ``terms``, identifiers weighted up.
 
-        Only chunks written with keywords (uploaded under HYBRID) can match.
-        RediSearch finds the candidates (up to ``max(4k, 200)``); they are scored here
-        with Okapi BM25 (:func:`bm25_score`), because RediSearch's own ``BM25`` scores
-        a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms.
-        Document frequencies come from the index; a code (a term with a digit)
-        counts ``code_weight`` times a word. When some chunk holds one of the codes,
-        chunks that hold none are left out: the words then only rank the chunks with
-        the code, so chunks that talk about error codes in general get no second vote
-        in fusion against the one chunk that holds ``E-4711``.
+        Only chunks written with keywords (uploaded under HYBRID) can match. RediSearch finds
+        the candidates: chunks whose keyword field (the distinct keywords of the chunk's text and
+        its file's name, and a model's for LLM enrichment) holds any of ``terms``, up to
+        ``max(4k, 100)`` of them in RediSearch's ``BM25STD`` order (on HotpotQA that order finds as
+        many gold passages among 100 candidates as the TF-IDF order among 1,000). They are scored
+        here with Okapi BM25 (:func:`bm25_score`) on term frequencies counted in the file's name
+        and the chunk's text (:func:`~ragtopics.ingest.keywords.term_counts`); a keyword of the
+        field that the text lacks (an enrichment keyword) counts once. RediSearch's own ``BM25``
+        scores a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms, hence
+        the scoring here. Document frequencies come from the index. An identifier (letters and
+        digits: ``E-4711``, ``SK-44``) counts ``code_weight`` times a word; when the question names
+        one and some chunk holds it, chunks that hold none are left out, so chunks that talk about
+        error codes in general get no second vote in fusion against the one that holds ``E-4711``.
+        A plain number (a year, a quantity) counts as a word and narrows nothing: "a film shot in
+        Leland in 1986" is still searched by all its words.
 
         Args:
             terms: normalised keywords (see ``ragtopics.ingest.keywords``); empty gives ``[]``.
             k: how many hits to return.
-            code_weight: factor on a code's BM25 term weight (>= 1 favours codes).
+            code_weight: factor on an identifier's BM25 term weight (>= 1 favours identifiers).
 
         Returns:
             Up to ``k`` hits, best first (ties in RediSearch's order); ``score`` is the BM25 score (> 0).
@@ -360,12 +369,16 @@ class ChunkIndex:
         if not terms:
             return []
         total = max(self.count(), max(frequencies.values()))
-        weights = {t: (code_weight if any(c.isdigit() for c in t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
-        codes = [t for t in terms if any(c.isdigit() for c in t)]
-        rows = self._keyword_candidates(codes or terms, max(4 * k, _MIN_KEYWORD_CANDIDATES))
-        average = sum(len(keywords) for _, keywords in rows) / len(rows) if rows else 1.0
-        scored = [replace(hit, score=round(bm25_score(keywords, weights, average_length=average), 6)) for hit, keywords in rows]
-        return sorted(scored, key=lambda h: -h.score)[:k]
+        weights = {t: (code_weight if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
+        rows = self._keyword_candidates(terms, max(4 * k, _MIN_KEYWORD_CANDIDATES))
+        counted = [(hit, chunk_term_counts(hit, keywords)) for hit, keywords in rows]
+        identifiers = [t for t in terms if is_identifier(t)]
+        holding = [(hit, counts) for hit, counts in counted if any(t in counts for t in identifiers)]
+        if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
+            counted = holding
+        average = sum(sum(c.values()) for _, c in counted) / len(counted) if counted else 1.0
+        scored = [replace(hit, score=round(bm25_score(counts, weights, average_length=average), 6)) for hit, counts in counted]
+        return sorted((h for h in scored if h.score > 0), key=lambda h: -h.score)[:k]
 
     def _count_matching(self, terms: list[str]) -> int:
         """How many chunks' keywords hold any of ``terms``."""
@@ -378,6 +391,7 @@ class ChunkIndex:
             Query(f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})")
             .paging(0, limit)
             .return_fields(*_RETURN_FIELDS, "keywords")
+            .scorer("BM25STD")  # the order candidates are cut in; their scores are computed in Python
             .dialect(2)
         )
         docs = self.client.ft(self.index.name).search(query).docs
@@ -419,23 +433,33 @@ def bm25_idf(total: int, matching: int) -> float:
     return math.log(1.0 + (total - matching + 0.5) / (matching + 0.5))
 
 
-def bm25_score(keywords: list[str], weights: dict[str, float], *, average_length: float,
+def chunk_term_counts(hit: ChunkHit, keywords: list[str]) -> Counter[str]:
+    """Term frequencies of a chunk for BM25: its file's name and text counted, then each keyword of its
+    keyword field that they lack (a model's enrichment keyword) once."""
+    counts = term_counts(f"{file_stem(hit.file_name)}\n{hit.text}")
+    for keyword in keywords:
+        if keyword not in counts:
+            counts[keyword] = 1
+    return counts
+
+
+def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_length: float,
                k1: float = BM25_K1, b: float = BM25_B) -> float:  # fmt: skip
-    """Okapi BM25 of one chunk's keyword list for query terms with weights (IDF × term weight).
+    """Okapi BM25 of one chunk for query terms with weights (IDF × term weight).
 
     Args:
-        keywords: the chunk's keywords (a term may repeat).
+        counts: the chunk's term frequencies (term → occurrences); their sum is its length.
         weights: query term → its weight (``bm25_idf`` times the code weight).
-        average_length: mean keyword count of the scored chunks (> 0).
+        average_length: mean length of the scored chunks (> 0).
         k1, b: term-frequency saturation and length normalisation.
 
     Returns:
         ``Σ_t w_t · tf (k1 + 1) / (tf + k1 (1 - b + b · len / avg))``, 0 when no term occurs.
     """
-    norm = k1 * (1 - b + b * len(keywords) / max(average_length, 1e-9))
+    norm = k1 * (1 - b + b * sum(counts.values()) / max(average_length, 1e-9))
     score = 0.0
     for term, weight in weights.items():
-        tf = keywords.count(term)
+        tf = counts.get(term, 0)
         if tf:
             score += weight * tf * (k1 + 1) / (tf + norm)
     return score
