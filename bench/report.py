@@ -111,3 +111,21 @@ def print_ratios() -> None:
         ref = f"{r['reference']} {r['reference_value']:,.2f}"
         goal = f">= {r['goal']:g}x" if r["goal"] is not None else ""
         print(f"  {r['figure'][:44]:<44} {value:>12} {ref[-36:]:>36} {r['ratio']:>7.2f}x  {goal}", flush=True)
+
+
+def markdown(path: Path = RESULTS_PATH) -> str:
+    """The ratios of a saved ``results.json`` as a Markdown table, with the date and the machine (for BENCHMARKS.md)."""
+    data = json.loads(path.read_text())
+    m = data["machine"]
+    lines = [f"Measured {data['date']} on {m['cpu']}, {m['cores_usable']} of {m['cores']} cores usable, "
+             f"{m['memory_gb']} GB, Python {m['python']}, {m['torch_threads']} torch threads.", "",
+             "| figure | value | reference (same run) | ratio | goal |", "|---|---|---|---|---|"]  # fmt: skip
+    for r in data["ratios"]:
+        goal = f"≥ {r['goal']:g}×" if r["goal"] is not None else ""
+        lines.append(f"| {r['figure']} | {r['value']:,.2f} {r['unit']} | {r['reference']}: {r['reference_value']:,.2f} "
+                     f"{r['unit']} | {r['ratio']:,.2f}× | {goal} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown())
