@@ -59,7 +59,12 @@ def _rss_mib() -> float:
 
 
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident size of this process (VmHWM; ``ru_maxrss`` would carry the parent's peak across exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _leiden_run(n: int, compare: bool) -> list[tuple[str, object, str]]:

@@ -30,6 +30,10 @@ class ScriptedLLM:
         requests: ``(prompt_name, body)`` of every request, in order.
         delay_s: pause between streamed tokens.
         embedding_dims: dimension of the vectors ``/v1/embeddings`` returns.
+        stream_fault: how the next streamed replies break, None for not at all: ``"truncate"`` (the
+            connection closes after half the tokens, without a finish reason or ``[DONE]``) or
+            ``"hang"`` (the first token, then nothing for ``hang_s`` seconds).
+        hang_s: how long a ``"hang"`` stream stays silent.
     """
 
     #: Prompt name under which ``/v1/embeddings`` requests are recorded.
@@ -40,6 +44,8 @@ class ScriptedLLM:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.delay_s = 0.0
         self.embedding_dims = 384
+        self.stream_fault: str | None = None
+        self.hang_s = 30.0
         self._failures: list[tuple[int, str | None]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -65,6 +71,8 @@ class ScriptedLLM:
         self.requests.clear()
         self.delay_s = 0.0
         self.embedding_dims = 384
+        self.stream_fault = None
+        self.hang_s = 30.0
         with self._lock:
             self._failures.clear()
 
@@ -143,10 +151,17 @@ class ScriptedLLM:
                 limit = body.get("max_tokens") or body.get("max_completion_tokens")
                 finish = "length" if limit and len(tokens) > limit else "stop"  # one word counts as one token
                 tokens = tokens[:limit] if finish == "length" else tokens
+                fault = script.stream_fault
                 try:
-                    for token in tokens:
+                    for n, token in enumerate(tokens):
+                        if fault == "truncate" and n >= max(1, len(tokens) // 2):
+                            self.close_connection = True
+                            return  # the connection ends mid-answer: no finish reason, no [DONE]
                         self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
                                      "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]})
+                        if fault == "hang":
+                            time.sleep(script.hang_s)
+                            return
                         if script.delay_s:
                             time.sleep(script.delay_s)
                     self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),

@@ -31,6 +31,21 @@ from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, StructuredOutputError
 from ragtopics.tracing.trace import Trace
 
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP client errors a stream can raise mid-way (read timeout, cut connection): the openai client's
+    transport (``httpx2`` in recent releases, ``httpx`` before) does not wrap them in ``openai.APIError``."""
+    errors: list[type[Exception]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            errors.append(__import__(name).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)
+
+
+_TRANSPORT_ERRORS = _transport_errors()
+
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_CALLS = 4
@@ -232,8 +247,9 @@ class ModelGateway:
         yielded nothing is retried (the caller has already shown it).
         Closing the iterator early closes the HTTP stream and records the call as
         ``stopped`` (the server may still finish the generation in the background).
-        The generator returns the finish reason (``"stop"``, ``"length"`` when ``max_tokens``
-        cut the answer, or None when the server sent none): ``reason = yield from ...``.
+        The generator returns the finish reason (``"stop"``, or ``"length"`` when ``max_tokens``
+        cut the answer): ``reason = yield from ...``. A stream that ends without one (a cut
+        connection) raises, so half an answer is never taken for a whole one.
 
         Raises:
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
@@ -259,9 +275,12 @@ class ModelGateway:
                     if delta:
                         parts.append(delta)
                         yield delta
+                if finish_reason is None:  # the connection ended mid-answer: never pass half an answer off as whole
+                    raise ModelUnavailableError(f"{_label(endpoint)} ended its stream before the answer was finished "
+                                                f"(after {len(parts)} piece(s), no finish reason)")  # fmt: skip
                 stopped = False
-            except openai.APIError as exc:
-                raise ModelUnavailableError(f"{_label(endpoint)} failed while streaming: {exc}") from exc
+            except (openai.APIError, *_TRANSPORT_ERRORS) as exc:  # a read timeout or a cut connection mid-stream
+                raise ModelUnavailableError(f"{_label(endpoint)} failed while streaming: {exc or type(exc).__name__}") from exc
             finally:
                 stream.close()
                 call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,

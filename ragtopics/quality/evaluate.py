@@ -319,7 +319,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float, floa
     out = []
     for key, value in a.items():
         other = b.get(key)
-        if isinstance(value, (int, float)) and isinstance(other, (int, float)) and key != "n":
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, other))
+        if numeric and key != "n":
             out.append((key, float(value), float(other), round(float(other) - float(value), 4)))
     return out
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
+from redis.commands.search import reducers
+from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import SearchIndex
@@ -28,6 +30,8 @@ from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
+#: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
+_MAX_GROUPS = 1_000_000
 
 #: How much more an identifier (a keyword with letters and digits: ``e4711``) counts than a word in keyword search.
 CODE_WEIGHT = 3.0
@@ -397,6 +401,23 @@ class ChunkIndex:
         docs = self.client.ft(self.index.name).search(query).docs
         return [(_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, 0.0), _decode(getattr(doc, "keywords", "")).split())
                 for doc in docs]  # fmt: skip
+
+    def chunk_counts(self) -> dict[str, int]:
+        """How many chunks the index holds per document (one aggregation): ``{document id: count}``."""
+        if self.built_with() is None:
+            return {}
+        request = AggregateRequest("*").group_by("@document_id", reducers.count().alias("n")).limit(0, _MAX_GROUPS).dialect(2)
+        try:
+            rows = self.client.ft(self.index.name).aggregate(request).rows
+        except redis.ResponseError as exc:
+            if _missing_index(exc):
+                return {}
+            raise
+        counts = {}
+        for row in rows:  # [b"document_id", b"doc-…", b"n", b"7"]
+            fields = {_decode(k): _decode(v) for k, v in zip(row[::2], row[1::2], strict=False)}
+            counts[fields["document_id"]] = int(fields["n"])
+        return counts
 
     def embeddings(self, chunk_ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings of the given chunks (missing ids are left out)."""

@@ -60,9 +60,13 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
     """Two finished runs side by side: each metric with its change, then the questions that changed."""
     if a.summary is None or b.summary is None:
         return "<p>Both runs must have finished to be compared.</p>"
+    def colour(metric: str, change: float) -> str:
+        better = -change if metric.startswith("ms") else change  # less time is better, more of the rest
+        return "#2e8b57" if better > 0 else "#d9534f" if better < 0 else "inherit"
+
     metric_rows = "".join(
         f"<tr><td>{html.escape(m)}</td><td>{_number(x)}</td><td>{_number(y)}</td>"
-        f"<td style='color:{'#2e8b57' if d > 0 else '#d9534f' if d < 0 else 'inherit'}'>{d:+.3f}</td></tr>"
+        f"<td style='color:{colour(m, d)}'>{d:+.3f}</td></tr>"
         for m, x, y, d in compare(a.summary, b.summary)
     )
     changes = changed_questions(a_questions, b_questions)

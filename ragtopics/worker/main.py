@@ -31,12 +31,13 @@ def run_worker(*, burst: bool = False) -> None:
     if hasattr(embedder, "load"):
         embedder.load()
     from ragtopics.graph.refresh import schedule_all
-    from ragtopics.worker.recovery import recover_stranded
+    from ragtopics.worker.recovery import recover_lost_chunks, recover_stranded
 
     recovered = recover_stranded(rt)  # documents whose job chain a crash cut: queued again before any job runs
+    recovered += recover_lost_chunks(rt)  # indexed documents whose last chunks a killed Redis lost
     if recovered:
-        log.warning("queued the indexing of %d document(s) again after a lost job: %s", len(recovered),
-                    ", ".join(f"{r.file_name} ({r.action})" for r in recovered))  # fmt: skip
+        log.warning("queued the indexing of %d document(s) again after a crash: %s", len(recovered),
+                    "; ".join(f"{r.file_name} ({r.why}: {r.action})" for r in recovered))  # fmt: skip
 
     scheduled = schedule_all(rt)  # the Refresh Cycle of GraphRAG Topics that have no rebuild scheduled
     if scheduled:

@@ -89,6 +89,51 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
     return out
 
 
+def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
+    """Index again every indexed document whose chunks the index no longer holds in full.
+
+    Redis appends every write to its append-only file and syncs it once a second
+    (``appendfsync everysec``, :mod:`ragtopics.ops.redis_server`): when Redis is killed, up to
+    the last second of writes is gone after its restart, while the metadata database already
+    says those documents are indexed. Each such document (chunk count in the index differs
+    from its row's) is queued again from its stored file, as a re-upload would be; it stays
+    searchable with what is left until the job has run. Call it where no job runs yet.
+
+    Returns:
+        One :class:`Recovered` (action ``requeued``) per document queued again.
+
+    Raises:
+        redis.RedisError: when Redis cannot be reached.
+    """
+    from sqlmodel import select
+
+    from ragtopics.documents.uploads import enqueue_document
+    from ragtopics.storage.locks import document_lock
+    from ragtopics.storage.metadata import TopicRow
+
+    out: list[Recovered] = []
+    with rt.metadata.session() as s:
+        topic_ids = list(s.exec(select(TopicRow.id)).all())
+    for topic_id in topic_ids:
+        counts = rt.chunk_index(topic_id).chunk_counts()
+        with rt.metadata.session() as s:
+            rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id, DocumentRow.status == "indexed",
+                                                    DocumentRow.chunk_count > 0)).all()  # fmt: skip
+        for row in rows:
+            held = counts.get(row.id, 0)
+            if held == row.chunk_count:
+                continue
+            with document_lock(rt.redis, row.id):
+                queued = document_store.requeue_stored(rt.metadata, row.id)
+            if queued is None:
+                continue
+            enqueue_document(rt, queued)
+            why = f"the index holds {held} of its {row.chunk_count} chunks"
+            log.warning("document %s (%s): %s; indexed again", row.file_name, row.id, why)
+            out.append(Recovered(row.id, row.file_name, why, "requeued"))
+    return out
+
+
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
     """Why the chain of jobs from ``job_id`` can no longer finish, or None while it can.
 

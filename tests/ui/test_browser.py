@@ -172,3 +172,47 @@ def test_deleting_a_cited_document_in_the_console(page, rt, run_jobs, scripted_l
     page.locator("#chatbot").get_by_text("kettles.txt · removed").wait_for(timeout=10000)  # the earlier answer's line
     assert page.locator("#chatbot").get_by_role("link", name="kettles.txt").count() == 0
     page.screenshot(path=str(tmp_path / "after-delete.png"))
+
+
+def test_a_qa_run_is_started_shown_and_compared(page, rt, run_jobs, tmp_path):
+    import json
+    import os
+    from pathlib import Path
+
+    topic = create_topic(rt, "Fleet QA", settings={"min_similarity_score": 0.0, "route_before_retrieval": False})
+    upload(rt, topic, "pumps.txt", b"Pump P-7 is inspected every 90 days by the night shift.")
+    upload(rt, topic, "trucks.txt", b"Truck T-3 carries spare tyres and a jack.")
+    run_jobs()
+    page.reload()
+    page.get_by_role("tab", name="QA").click()
+    page.locator("#qa-topic input").click()
+    page.get_by_role("option", name="Fleet QA").click()
+    questions = [{"question": "How often is pump P-7 inspected?", "gold_sources": ["pumps.txt"], "expected_way": "SEARCH"},
+                 {"question": "What does truck T-3 carry?", "gold_sources": ["trucks.txt"]}]  # fmt: skip
+    page.locator("#qa-text textarea").fill(json.dumps(questions))
+    page.get_by_role("button", name="Run evaluation").click()
+    page.get_by_text("Queued run").wait_for()
+    run_jobs()
+    page.locator("#qa-progress").get_by_text("finished").wait_for(timeout=15000)
+    page.locator("#qa-summary").get_by_text("recall@5").wait_for(timeout=15000)
+    assert "SEARCH 2" in page.locator("#qa-summary").inner_text()
+    page.locator("#qa-table >> text=How often is pump P-7 inspected? >> visible=true").first.wait_for()
+    first = page.locator("#qa-message").inner_text().split()[-1].strip(".")
+
+    page.locator("#qa-way input").click()  # the same questions with every question forced to DIRECT
+    page.get_by_role("option", name="DIRECT").click()
+    page.get_by_role("button", name="Run evaluation").click()
+    page.locator("#qa-message").get_by_text("Queued run").wait_for()
+    page.wait_for_function("(first) => !document.querySelector('#qa-message').innerText.includes(first)", arg=first)
+    second = page.locator("#qa-message").inner_text().split()[-1].strip(".")
+    run_jobs()
+    page.locator("#qa-summary").get_by_text("DIRECT 2").wait_for(timeout=15000)
+    for box, run_id in (("#qa-compare-a", first), ("#qa-compare-b", second)):
+        page.locator(f"{box} input").fill(run_id)
+        page.locator(f"{box} input").press("Enter")
+    page.get_by_role("button", name="Compare").click()
+    comparison = page.locator("#qa-comparison")
+    comparison.get_by_text("2 question(s) changed").wait_for(timeout=15000)
+    assert "way: SEARCH → DIRECT" in comparison.inner_text() and "retrieval_only" not in comparison.inner_text()
+    folder = Path(os.environ.get("RAGTOPICS_SCREENSHOT_DIR", tmp_path))
+    page.screenshot(path=str(folder / "qa-comparison.png"), full_page=True)
