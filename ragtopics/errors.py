@@ -57,3 +57,27 @@ class SupersededError(RagTopicsError):
 
 class StateTransitionError(RagTopicsError):
     """A document state change that the state machine does not allow (a bug, not the operator's doing)."""
+
+
+#: What the console shows while Redis does not answer (each action can simply be tried again).
+STORE_DOWN_MESSAGE = "Storage unavailable (Redis does not answer); retrying. Nothing is lost: try again in a moment."
+
+
+def is_store_outage(exc: BaseException | None) -> bool:
+    """Whether an error means Redis is unreachable or restarting, not that the input is bad.
+
+    True for :class:`StoreUnavailableError` and redis-py's connection error, timeout and "loading
+    the dataset" reply, also when another library wrapped one of them (followed through
+    ``__cause__`` / ``__context__``, at most five links).
+    """
+    import redis  # here, not at the top: the error classes stay importable without the client
+
+    outage = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.BusyLoadingError,
+              StoreUnavailableError)  # fmt: skip
+    for _ in range(6):
+        if exc is None:
+            return False
+        if isinstance(exc, outage):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -16,10 +16,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
-import redis
-
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError
+from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError, is_store_outage
 from ragtopics.ingest.keywords import index_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
@@ -294,17 +292,6 @@ def _stop_or_fail(rt: Runtime, document_id: str, job_id: str, exc: Exception, tr
     _mark_failed(rt, document_id, job_id, exc, trace, new_blobs)
     raise exc
 
-
-def is_store_outage(exc: BaseException) -> bool:
-    """Whether an error means Redis is unreachable or restarting (not that the document is bad): a redis-py
-    connection error, timeout or "loading the dataset" reply, also when a library wrapped it."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                            redis.exceptions.BusyLoadingError, StoreUnavailableError)):  # fmt: skip
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 

@@ -11,7 +11,7 @@ from ragtopics.answer.attachments import read_attachment
 from ragtopics.answer.context import Source, pages_label
 from ragtopics.answer.history import list_sessions, saved_turns, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
-from ragtopics.errors import RagTopicsError
+from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui.common import find_topic, short_name, topic_choices
@@ -210,7 +210,12 @@ def build(rt: Runtime) -> dict:
                 # The question box is left alone while streaming: what the user types next stays there.
                 yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path
         except RagTopicsError as exc:
-            history[-1] = {"role": "assistant", "content": f"⚠️ {exc}"}
+            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE if is_store_outage(exc) else exc}"}
+            yield history, "", session_id, message, attachment_path
+        except Exception as exc:
+            if not is_store_outage(exc):
+                raise
+            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE}"}  # the question stays to send again
             yield history, "", session_id, message, attachment_path
 
     def _read(topic_obj, path):

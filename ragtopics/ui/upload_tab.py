@@ -9,7 +9,7 @@ import gradio as gr
 
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import list_documents, upload_file
-from ragtopics.errors import RagTopicsError
+from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
@@ -146,8 +146,17 @@ def build(rt: Runtime) -> dict:
 
     upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files", api_visibility="undocumented")
     def tick(topic_name, current_jobs, shown):
-        """Re-render the bars and the list only when they changed, so an idle tab does not flicker."""
-        bars, rows = jobs_html(rt, current_jobs), documents_table(rt, topic_name)
+        """Re-render the bars and the list only when they changed, so an idle tab does not flicker.
+
+        While Redis does not answer, the bars say so (and the list keeps what it showed); the next
+        tick after it is back shows the jobs again.
+        """
+        try:
+            bars, rows = jobs_html(rt, current_jobs), documents_table(rt, topic_name)
+        except Exception as exc:
+            if not is_store_outage(exc):
+                raise
+            return progress_bar(STORE_DOWN_MESSAGE, 0.0, "", "failed"), gr.skip(), None
         key = hash((bars, repr(rows)))
         if key == shown:
             return gr.skip(), gr.skip(), shown

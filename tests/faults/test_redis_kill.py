@@ -132,3 +132,34 @@ def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store):
     assert set(counts) == {r.id for r in final} and sum(counts.values()) == sum(r.chunk_count for r in final)
     print(f"\n[redis SIGKILL] kills {KILLS}, documents indexed at each kill {indexed_at_kill}; after the restarts "
           f"{len(final)} of {DOCUMENTS} documents indexed with all {sum(counts.values())} chunks; lost 0")
+
+
+@pytest.mark.faults
+def test_the_console_says_storage_is_unavailable_and_recovers_without_a_restart(own_store, scripted_llm):
+    from gradio_client import Client
+    from rq import SimpleWorker
+
+    from ragtopics.errors import STORE_DOWN_MESSAGE
+    from ragtopics.ui.app import launch_console
+    from ragtopics.worker.queue import queue_for
+
+    rt, server = own_store
+    topic = create_topic(rt, "Outage", settings={"min_similarity_score": 0.0, "route_before_retrieval": False})
+    upload_file(rt, topic, "pumps.txt", b"Pump P-7 is inspected every 90 days by the night shift.")
+    SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
+    scripted_llm.replies["answer"] = "Every 90 days [S1]."
+    scripted_llm.replies["source_check"] = '{"used": true}'
+    port = free_port()
+    app, url, _ = launch_console(rt, host="127.0.0.1", port=port)
+    try:
+        client = Client(url, verbose=False)
+        question = "How often is pump P-7 inspected?"
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(timeout=30)
+        history, _, kept_question, _ = client.predict("Outage", question, [], None, api_name="/ask")
+        assert history[-1]["content"][0]["text"] == f"⚠️ {STORE_DOWN_MESSAGE}" and kept_question == question
+        server.start()  # Redis is back, replaying its append-only file; the console was not restarted
+        history, *_ = client.predict("Outage", question, [], None, api_name="/ask")
+        assert history[-1]["content"][0]["text"].startswith("Every 90 days [pumps.txt].")
+    finally:
+        app.close()
