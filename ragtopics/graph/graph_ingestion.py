@@ -41,7 +41,7 @@ from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
-from ragtopics.storage.locks import document_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
 from ragtopics.storage.traces import save_trace
 from ragtopics.tracing.trace import Trace
 
@@ -586,7 +586,7 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
                     "nodes": len(imported.nodes), "edges": len(imported.edges), "embedding_model": rt.gateway.embedder.model,
                     "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
                               "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
-    with document_lock(rt.redis, plan.document_id), trace.step("store", chunks=len(plan.records)):
+    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S), trace.step("store", chunks=len(plan.records)):
         _check_name_free(rt, plan.document_id, plan.file_name)
         row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
                                         sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip

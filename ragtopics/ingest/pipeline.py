@@ -31,7 +31,7 @@ from ragtopics.tracing.trace import Trace
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
-from ragtopics.storage.locks import document_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
 from ragtopics.storage.traces import save_trace
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
@@ -120,7 +120,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
             raise NotFoundError(f"no document {document_id}")
         job_id, blob_path = row.job_id, row.pending_blob_path
     try:
-        with document_lock(rt.redis, document_id):
+        with document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S):
             doc = documents.start_processing(rt.metadata, document_id, job_id)
     except SupersededError as exc:
         return _stopped(document_id, exc, Trace("upload", document_id))
@@ -230,7 +230,7 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         indexed_with = dict(version.indexed_with)
         if graph is not None:
             indexed_with["graph"] = graph.summary()
-        with document_lock(rt.redis, doc.id):  # a newer upload or a delete waits until the swap is complete
+        with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S):  # a newer upload or a delete waits for the swap
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
@@ -574,7 +574,7 @@ def _mark_done(rt: Runtime, document_id: str, job_id: str, status: documents.Doc
 def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
     log.error("upload of %s failed: %s", document_id, exc)
     _drop_unused(rt, document_id, new_blobs)
-    with document_lock(rt.redis, document_id):
+    with document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S):
         doc, obsolete = documents.fail(rt.metadata, document_id, job_id, str(exc))
         for path in obsolete:
             rt.blobs.remove(path)

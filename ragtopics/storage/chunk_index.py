@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -456,12 +457,33 @@ def bm25_idf(total: int, matching: int) -> float:
 
 def chunk_term_counts(hit: ChunkHit, keywords: list[str]) -> Counter[str]:
     """Term frequencies of a chunk for BM25: its file's name and text counted, then each keyword of its
-    keyword field that they lack (a model's enrichment keyword) once."""
+    keyword field that they lack (a model's enrichment keyword) once.
+
+    Kept for the :data:`_TERM_CACHE_SIZE` chunks used last: a chunk id is a hash of its document (Topic
+    and file name) and text, so an id always has the same counts (the keywords, set at upload, are part
+    of the key as well).
+    """
+    key = (hit.chunk_id, len(keywords))
+    with _TERM_CACHE_LOCK:
+        cached = _TERM_CACHE.get(key)
+        if cached is not None:
+            _TERM_CACHE.move_to_end(key)
+            return cached
     counts = term_counts(f"{file_stem(hit.file_name)}\n{hit.text}")
     for keyword in keywords:
         if keyword not in counts:
             counts[keyword] = 1
+    with _TERM_CACHE_LOCK:
+        _TERM_CACHE[key] = counts
+        if len(_TERM_CACHE) > _TERM_CACHE_SIZE:
+            _TERM_CACHE.popitem(last=False)
     return counts
+
+
+#: Chunks whose term frequencies :func:`chunk_term_counts` keeps (about 2 KB each).
+_TERM_CACHE_SIZE = 20_000
+_TERM_CACHE: OrderedDict[tuple[str, int], Counter[str]] = OrderedDict()
+_TERM_CACHE_LOCK = threading.Lock()
 
 
 def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_length: float,

@@ -20,6 +20,9 @@ from ragtopics.errors import StoreUnavailableError
 LOCK_TTL_S = 120
 #: How long a caller waits for the lock before giving up, in seconds.
 LOCK_WAIT_S = 60
+#: How long a worker's job waits: longer than a lock lives, so a lock left by a killed worker has
+#: expired before the job gives up (a job that gave up would fail and wait for the next worker start).
+WORKER_LOCK_WAIT_S = LOCK_TTL_S + 10
 
 
 def lock_key(document_id: str) -> str:

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.queue import Queue
+from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.worker import Worker
 
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.metadata import DocumentRow
-from ragtopics.worker.queue import enqueue_ingest
+from ragtopics.worker.queue import enqueue_ingest, queue_for
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
         if row.pending_blob_path and rt.blobs.exists(row.pending_blob_path):
             if document_store.requeue_lost(rt.metadata, row.id, row.job_id) is None:
                 continue  # superseded meanwhile: the newer job owns the document
+            forget_dead_runs(rt, row.job_id)
             enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
             action = "requeued"
         else:
@@ -87,6 +89,33 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
         log.warning("document %s (%s): %s; %s", row.file_name, row.id, why, action)
         out.append(Recovered(row.id, row.file_name, why, action))
     return out
+
+
+def forget_dead_runs(rt: Runtime, job_id: str) -> int:
+    """Remove what a dead worker left of a job in rq's bookkeeping, before the job is queued again.
+
+    A worker killed mid-job leaves the job's execution in the started registry and may leave its id
+    in the queue's intermediate list. rq's own clean-up later marks a job with such a leftover as
+    abandoned (failed), and it checks the job's status, not which run it was: the run queued again
+    under the same id would be failed while it waits or runs. (Found by killing Redis and the worker
+    together, ``tests/faults/test_redis_kill.py``.)
+
+    Returns:
+        How many leftovers were removed.
+    """
+    queue = queue_for(rt)
+    removed = 0
+    for registry in (StartedJobRegistry(queue=queue), FailedJobRegistry(queue=queue)):
+        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)
+                 if _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
+        if stale:
+            removed += rt.redis.zrem(registry.key, *stale)
+    removed += rt.redis.lrem(f"{queue.key}:intermediate", 0, job_id)
+    return removed
+
+
+def _decoded(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
@@ -108,7 +137,7 @@ def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
     from sqlmodel import select
 
     from ragtopics.documents.uploads import enqueue_document
-    from ragtopics.storage.locks import document_lock
+    from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
     from ragtopics.storage.metadata import TopicRow
 
     out: list[Recovered] = []
@@ -123,7 +152,7 @@ def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
             held = counts.get(row.id, 0)
             if held == row.chunk_count:
                 continue
-            with document_lock(rt.redis, row.id):
+            with document_lock(rt.redis, row.id, wait_s=WORKER_LOCK_WAIT_S):
                 queued = document_store.requeue_stored(rt.metadata, row.id)
             if queued is None:
                 continue

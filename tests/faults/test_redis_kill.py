@@ -81,12 +81,36 @@ def own_store(tmp_path, scripted_llm, embedder):
     server.stop()
 
 
-def start_worker(rt) -> subprocess.Popen:
+def start_worker(rt, log: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "REDIS_URL": rt.settings.redis_url, "RAGTOPICS_DATA_DIR": str(rt.settings.data_dir),
-           "RQ_QUEUE": rt.settings.queue_name, "LOG_LEVEL": "ERROR", "LLM_BASE_URL": rt.settings.llm_base_url,
+           "RQ_QUEUE": rt.settings.queue_name, "LOG_LEVEL": "WARNING", "LLM_BASE_URL": rt.settings.llm_base_url,
            "LLM_MODEL": "scripted"}  # fmt: skip
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     return subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=out, stderr=out)  # fmt: skip
+
+
+def diagnose(rt, job_id: str) -> dict:
+    """Where a job stands in Redis, for a failure message."""
+    from rq.job import Job
+
+    from ragtopics.worker.queue import queue_for
+    from ragtopics.worker.recovery import stranded_reason
+
+    queue = queue_for(rt)
+    try:
+        job = Job.fetch(job_id, connection=rt.redis)
+        status = job.get_status(refresh=True)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis, whatever went wrong
+        status = repr(exc)
+    try:
+        result = Job.fetch(job_id, connection=rt.redis).latest_result()
+        error = (result.exc_string or "")[-600:] if result else ""
+    except Exception as exc:  # noqa: BLE001
+        error = repr(exc)
+    return {"error": error, "status": str(status), "in_queue": job_id in queue.get_job_ids(),
+            "intermediate": job_id.encode() in rt.redis.lrange(f"{queue.key}:intermediate", 0, -1),
+            "started": job_id in queue.started_job_registry, "stranded": stranded_reason(rt, job_id)}
 
 
 def wait_for(condition, timeout_s: float) -> bool:
@@ -102,14 +126,15 @@ def wait_for(condition, timeout_s: float) -> bool:
 
 
 @pytest.mark.faults
-def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store):
+def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store, tmp_path):
     rt, server = own_store
+    log = tmp_path / "workers.log"
     topic = create_topic(rt, "Redis kill", settings={"chunk_size": 120, "chunk_overlap": 0})
     for n in range(DOCUMENTS):
         upload_file(rt, topic, f"line-{n:02d}.txt", text(n))
     indexed_at_kill = []
     for _ in range(KILLS):
-        worker = start_worker(rt)
+        worker = start_worker(rt, log)
         before = sum(r.status == "indexed" for r in rows(rt, topic.id))
         assert wait_for(lambda: sum(r.status == "indexed" for r in rows(rt, topic.id)) >= min(before + 3, DOCUMENTS), 120)
         server.process.send_signal(signal.SIGKILL)  # mid-ingest: the worker is writing chunks
@@ -120,14 +145,15 @@ def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store):
         server.start()  # the same data folder: Redis replays its append-only file
         for r in rows(rt, topic.id):
             assert r.status != "failed", f"{r.file_name}: {r.error}"
-    worker = start_worker(rt)
+    worker = start_worker(rt, log)
     try:
         done = wait_for(lambda: complete(rt, topic.id), 300)
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
     final = rows(rt, topic.id)
-    assert done, [(r.file_name, r.status, r.chunk_count, r.error) for r in final if r.status != "indexed"]
+    assert done, [(r.file_name, r.status, r.chunk_count, r.error, r.job_id, diagnose(rt, r.job_id))
+                  for r in final if r.status != "indexed"] + [log.read_text()[-3000:]]  # fmt: skip
     counts = rt.chunk_index(topic.id).chunk_counts()
     assert set(counts) == {r.id for r in final} and sum(counts.values()) == sum(r.chunk_count for r in final)
     print(f"\n[redis SIGKILL] kills {KILLS}, documents indexed at each kill {indexed_at_kill}; after the restarts "

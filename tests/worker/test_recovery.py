@@ -78,3 +78,28 @@ def test_a_lost_job_whose_file_is_gone_fails_with_a_message(rt):
     row = get_document(rt, doc.id)
     assert recovered.action == "failed" and row.status == "failed"
     assert row.error.startswith(f"its indexing job was lost (job {doc.job_id} is gone)") and "upload it again" in row.error
+
+
+def test_a_requeued_job_is_not_failed_later_by_what_the_dead_worker_left(rt, run_jobs):
+    from rq.registry import StartedJobRegistry
+
+    topic = create_topic(rt, "Leftovers")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    queue = queue_for(rt)
+    queue.remove(doc.job_id)
+    job = Job.fetch(doc.job_id, connection=rt.redis)
+    job.worker_name = "a-worker-that-crashed"
+    job.set_status("started")
+    job.save()
+    registry = StartedJobRegistry(queue=queue)
+    rt.redis.zadd(registry.key, {f"{doc.job_id}:dead-execution": 1})  # the dead run's execution, long expired
+    rt.redis.rpush(f"{queue.key}:intermediate", doc.job_id)
+    assert [r.action for r in recover_stranded(rt)] == ["requeued"]
+    assert rt.redis.zcard(registry.key) == 0 and rt.redis.llen(f"{queue.key}:intermediate") == 0
+    job = Job.fetch(doc.job_id, connection=rt.redis)
+    job.set_status("started")  # the new run has begun when rq's clean-up comes by
+    registry.cleanup()
+    assert Job.fetch(doc.job_id, connection=rt.redis).get_status(refresh=True) == "started"  # not failed as abandoned
+    job.set_status("queued")
+    run_jobs()
+    assert get_document(rt, doc.id).status == "indexed"
