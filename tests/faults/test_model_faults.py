@@ -3,7 +3,8 @@ failure; never a stuck turn and never a half-saved one.
 
 The endpoint is the scripted OpenAI-compatible server; the faults are real HTTP behaviour (status codes,
 a ``Retry-After`` header, a connection cut mid-stream, a stream that goes silent after its first token,
-a typed reply that is not JSON).
+a typed reply that is not JSON). A graph extraction reply that is not JSON is a recorded per-chunk failure:
+``tests/graph/test_upload.py::test_a_failed_extraction_stores_the_chunk_without_entities``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ import pytest
 
 from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.answer.turn import ask
-from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.documents.uploads import upload_file
 from ragtopics.errors import ModelUnavailableError
-from ragtopics.graph.ingest import graph_store
 from ragtopics.topics.topics import create_topic
-from tests.graph.test_upload import LLM, WORDS, paragraphs
-from tests.scripted_llm import capitalised_entities
 
 
 @pytest.fixture
@@ -80,14 +78,3 @@ def test_a_stream_that_hangs_after_its_first_token_times_out(rt, pumps, scripted
     assert time.monotonic() - t0 < 8.0  # the read timeout ended it, not the server
     assert turns(rt, pumps) == 0
 
-
-def test_invalid_json_from_graph_extraction_is_a_recorded_per_chunk_failure(rt, run_jobs, scripted_llm):
-    scripted_llm.replies["graph_extraction"] = lambda body: ("{not json" if "Caldey" in body["messages"][-1]["content"]
-                                                             else capitalised_entities(body))  # fmt: skip
-    topic = create_topic(rt, "Islands", kind="graphrag", settings=LLM)
-    doc = upload_file(rt, topic, "islands.txt", paragraphs(WORDS))
-    run_jobs()
-    row = get_document(rt, doc.id)
-    assert row.status == "indexed" and row.chunk_count == len(WORDS)
-    assert row.indexed_with["graph"]["chunks_failed"] == 1 and "graph extraction failed for 1 chunk(s)" in row.warning
-    assert graph_store(rt, topic).entity_by_name("Dursey") is not None
