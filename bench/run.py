@@ -59,7 +59,6 @@ from ragtopics.documents.uploads import receive_upload
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.topics.topics import Topic, create_topic
-from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from ragtopics.ops.redis_server import EmbeddedRedis
 
 TOP_K = 5
@@ -103,11 +102,6 @@ def redis_memory_mb(rt: Runtime) -> float:
     return int(rt.redis.info("memory")["used_memory"]) / (1024 * 1024)
 
 
-def percentile_ms(samples_s: list[float], q: float) -> float:
-    """The ``q``-th percentile of durations given in seconds, in milliseconds."""
-    return float(np.percentile(np.asarray(samples_s) * 1000.0, q))
-
-
 # ----------------------------------------------------------------------------- setup
 
 
@@ -117,6 +111,16 @@ def eval_dir() -> Path:
     if override:
         return Path(override)
     return Path(__file__).resolve().parents[2] / "shared" / "eval" / "hotpotqa"
+
+
+def shown_path(folder: Path) -> str:
+    """A folder as the figures name it: relative to the directory that holds the repository when it is
+    inside it (``shared/eval/hotpotqa``), else its last two parts, so saved results name no machine's paths."""
+    base = Path(__file__).resolve().parents[2]
+    try:
+        return str(folder.resolve().relative_to(base))
+    except ValueError:
+        return str(Path(*folder.resolve().parts[-2:]))
 
 
 def load_eval_data(folder: Path) -> EvalData:
@@ -177,7 +181,7 @@ def print_header(folder: Path, data: EvalData) -> None:
     figure("cpu count (os.cpu_count)", os.cpu_count() or 0)
     figure("cpus usable by this process", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0)
     figure("torch threads", torch.get_num_threads())
-    figure("eval data", str(folder))
+    figure("eval data", shown_path(folder))
     figure("passages / questions", f"{len(data.corpus)} / {len(data.questions)}")
 
 

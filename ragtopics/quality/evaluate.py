@@ -45,6 +45,8 @@ from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
 from ragtopics.topics.topics import Topic
 
+#: What :func:`write_results` writes into a run's folder, in this order.
+RESULT_FILES = ("summary.json", "questions.json", "questions.csv")
 #: The cut-offs of recall@k.
 KS = (1, 5, 10)
 #: What a CSV cell may not start with, lest a spreadsheet run it as a formula (OWASP "CSV injection").
@@ -299,7 +301,7 @@ def write_results(folder: Path, summary: dict[str, Any], results: list[QuestionR
     CSV cells that would start a spreadsheet formula (``=``, ``+``, ``-``, ``@``) get a leading ``'``.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "summary.json", folder / "questions.json", folder / "questions.csv"]
+    paths = [folder / name for name in RESULT_FILES]
     paths[0].write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     paths[1].write_text(json.dumps([asdict(r) for r in results], indent=2, ensure_ascii=False), encoding="utf-8")
     metric_keys = list(dict.fromkeys(k for r in results for k in r.metrics))
@@ -359,21 +361,30 @@ def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
     return out
 
 
+def short_value(value: Any, limit: int = 60) -> str:
+    """A metric or answer in a change list: a float to three decimals, text on one line cut to ``limit``."""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    text = "" if value is None else str(value).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_summary(summary: dict[str, Any], *, topic: str, route: str | None, retrieval_only: bool,
+                settings_changed: dict[str, Any], **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """An evaluation's summary with what was run (``summary.json``; ``--compare`` and the QA tab read it)."""
+    return {"topic": topic, "route": route or "routed", "retrieval_only": retrieval_only,
+            "settings_changed": settings_changed, **extra, **summary}  # fmt: skip
+
+
 def format_changes(changes: list[dict[str, Any]], limit: int = 50) -> str:
     """The changed questions as lines: the question, then ``key: A → B`` for each change (answers shortened)."""
-    def short(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}"
-        text = "" if v is None else str(v).replace("\n", " ")
-        return text if len(text) <= 60 else text[:57] + "..."
-
     lines = [f"{len(changes)} question(s) changed"]
     for item in changes[:limit]:
-        lines.append(f"- {short(item['question'])}")
+        lines.append(f"- {short_value(item['question'])}")
         if "only_in" in item:
             lines.append(f"    asked in run {item['only_in']} only")
             continue
-        lines.extend(f"    {key}: {short(x)} -> {short(y)}" for key, (x, y) in item["changes"].items())
+        lines.extend(f"    {key}: {short_value(x)} -> {short_value(y)}" for key, (x, y) in item["changes"].items())
     if len(changes) > limit:
         lines.append(f"... and {len(changes) - limit} more (see --json)")
     return "\n".join(lines)

@@ -137,10 +137,16 @@ def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
                  for q in request["questions"]]  # fmt: skip
     summary, results = ev.evaluate(rt, topic, questions, route=request["route"], retrieval_only=request["retrieval_only"],
                                    progress=progress)  # fmt: skip
-    summary = {"topic": topic.name, "route": request["route"] or "routed", "retrieval_only": request["retrieval_only"],
-               "settings_changed": request["settings_changed"], "run_id": run_id, **summary}  # fmt: skip
+    summary = ev.run_summary(summary, topic=topic.name, route=request["route"], retrieval_only=request["retrieval_only"],
+                             settings_changed=request["settings_changed"], run_id=run_id)  # fmt: skip
     ev.write_results(folder, summary, results)
     return summary
+
+
+def result_files(rt: Runtime, run_id: str) -> list[Path]:
+    """The files a finished run wrote (``summary.json``, ``questions.json``, ``questions.csv``), for download."""
+    folder = run_folder(rt, run_id)
+    return [folder / name for name in ev.RESULT_FILES if (folder / name).is_file()]
 
 
 def list_runs(rt: Runtime, limit: int = 200) -> list[RunInfo]:

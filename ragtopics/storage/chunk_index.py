@@ -12,8 +12,9 @@ import logging
 import math
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import redis
@@ -29,6 +30,7 @@ from ragtopics.errors import EmbeddingMismatchError
 from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _PAGE = 1000
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
@@ -322,12 +324,7 @@ class ChunkIndex:
             num_results=k,
             ef_runtime=max(HNSW_EF_RUNTIME, k),
         )
-        try:
-            rows = self.index.query(query)
-        except (redis.ResponseError, RedisSearchError) as exc:  # the index was dropped behind its record's back
-            if _missing_index(exc):
-                return []
-            raise
+        rows = _unless_missing(lambda: self.index.query(query), [])
         # RediSearch's COSINE metric returns a distance: 1 - cosine similarity.
         return [_hit(row, 1.0 - float(row["vector_distance"])) for row in rows]
 
@@ -361,12 +358,7 @@ class ChunkIndex:
         terms = list(dict.fromkeys(t for t in terms if t))
         if not terms or self.built_with() is None:
             return []
-        try:
-            return self._search_keywords(terms, k, code_weight)
-        except redis.ResponseError as exc:
-            if _missing_index(exc):
-                return []
-            raise
+        return _unless_missing(lambda: self._search_keywords(terms, k, code_weight), [])
 
     def _search_keywords(self, terms: list[str], k: int, code_weight: float) -> list[ChunkHit]:
         frequencies = {t: self._count_matching([t]) for t in terms}
@@ -408,12 +400,7 @@ class ChunkIndex:
         if self.built_with() is None:
             return {}
         request = AggregateRequest("*").group_by("@document_id", reducers.count().alias("n")).limit(0, _MAX_GROUPS).dialect(2)
-        try:
-            rows = self.client.ft(self.index.name).aggregate(request).rows
-        except redis.ResponseError as exc:
-            if _missing_index(exc):
-                return {}
-            raise
+        rows = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
         counts = {}
         for row in rows:  # [b"document_id", b"doc-…", b"n", b"7"]
             fields = {_decode(k): _decode(v) for k, v in zip(row[::2], row[1::2], strict=False)}
@@ -431,12 +418,7 @@ class ChunkIndex:
         """Number of chunks in the index (0 when it does not exist)."""
         if self.built_with() is None:
             return 0
-        try:
-            return int(self.client.ft(self.index.name).search(Query("*").paging(0, 0).dialect(2)).total)
-        except redis.ResponseError as exc:
-            if _missing_index(exc):
-                return 0
-            raise
+        return _unless_missing(lambda: int(self.client.ft(self.index.name).search(Query("*").paging(0, 0).dialect(2)).total), 0)
 
     def drop(self) -> None:
         """Delete the index, every chunk of the Topic and the record of the embedder it was built with."""
@@ -523,10 +505,17 @@ def _hit(row: dict, score: float) -> ChunkHit:
     )
 
 
-def _missing_index(exc: Exception) -> bool:
-    """Whether a RediSearch error says the index does not exist (its wording differs between versions)."""
-    text = str(exc).lower()
-    return "no such index" in text or "unknown index" in text
+def _unless_missing(query: Callable[[], T], default: T) -> T:
+    """``query()``, or ``default`` when RediSearch says the index does not exist: it was dropped behind
+    its embedder record's back, which the existence check before each search no longer asks for
+    (its wording differs between versions; redisvl wraps it in ``RedisSearchError``)."""
+    try:
+        return query()
+    except (redis.ResponseError, RedisSearchError) as exc:
+        text = str(exc).lower()
+        if "no such index" in text or "unknown index" in text:
+            return default
+        raise
 
 
 def parse_pages(stored: str) -> tuple[int, ...]:

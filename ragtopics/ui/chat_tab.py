@@ -209,13 +209,11 @@ def build(rt: Runtime) -> dict:
                 note = (sources_html(update) or route_note(update)) if update.done else ""
                 # The question box is left alone while streaming: what the user types next stays there.
                 yield history, note, update.session_id, gr.skip(), None if update.done else attachment_path
-        except RagTopicsError as exc:
-            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE if is_store_outage(exc) else exc}"}
-            yield history, "", session_id, message, attachment_path
-        except Exception as exc:
-            if not is_store_outage(exc):
+        except Exception as exc:  # an operator's error, or Redis gone: said in the chat, the question kept to send again
+            outage = is_store_outage(exc)
+            if not (outage or isinstance(exc, RagTopicsError)):
                 raise
-            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE}"}  # the question stays to send again
+            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE if outage else exc}"}
             yield history, "", session_id, message, attachment_path
 
     def _read(topic_obj, path):

@@ -520,8 +520,8 @@ def _cmd_eval(args) -> int:
 
     summary, results = ev.evaluate(rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only,
                                    judge=args.judge, progress=progress)  # fmt: skip
-    summary = {"topic": topic.name, "route": args.route or "routed", "retrieval_only": args.retrieval_only,
-               "settings_changed": parse_assignments(args.assignments), **summary}  # fmt: skip
+    summary = ev.run_summary(summary, topic=topic.name, route=args.route, retrieval_only=args.retrieval_only,
+                             settings_changed=parse_assignments(args.assignments))  # fmt: skip
     if args.out is not None:
         for path in ev.write_results(args.out, summary, results):
             print(f"wrote {path}", file=sys.stderr)

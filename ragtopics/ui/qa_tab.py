@@ -14,8 +14,8 @@ import gradio as gr
 
 from ragtopics.answer.routing import Route
 from ragtopics.errors import RagTopicsError
-from ragtopics.quality.evaluate import changed_questions, compare
-from ragtopics.quality.runs import list_runs, load_run, run_folder, start_run
+from ragtopics.quality.evaluate import changed_questions, compare, short_value
+from ragtopics.quality.runs import list_runs, load_run, result_files, start_run
 from ragtopics.runtime import Runtime
 from ragtopics.ui.common import progress_bar, topic_choices
 from ragtopics.worker.queue import job_progress, phase_text
@@ -75,9 +75,9 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
         if "only_in" in c:
             detail = f"asked in run {c['only_in']} only"
         else:
-            detail = "; ".join(f"{html.escape(k)}: {html.escape(_short(x))} → {html.escape(_short(y))}"
+            detail = "; ".join(f"{html.escape(k)}: {html.escape(short_value(x, 80))} → {html.escape(short_value(y, 80))}"
                                for k, (x, y) in c["changes"].items())  # fmt: skip
-        items.append(f"<li class='rt-eval-changed'><b>{html.escape(_short(c['question'], 120))}</b><br>{detail}</li>")
+        items.append(f"<li class='rt-eval-changed'><b>{html.escape(short_value(c['question'], 120))}</b><br>{detail}</li>")
     more = f"<p>… and {len(changes) - 100} more.</p>" if len(changes) > 100 else ""
     return (f"<p>A: <code>{html.escape(a.run_id)}</code> · B: <code>{html.escape(b.run_id)}</code></p>"
             f"<table class='rt-eval-compare'><tr><th>metric</th><th>A</th><th>B</th><th>B − A</th></tr>{metric_rows}</table>"
@@ -87,13 +87,6 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
 
 def _number(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else html.escape(str(value))
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    text = "" if value is None else str(value).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def run_choices(rt: Runtime) -> list[tuple[str, str]]:
@@ -167,8 +160,7 @@ def build(rt: Runtime) -> dict:
             info, questions = load_run(rt, run_id)
         except RagTopicsError as exc:
             return f"<p>{html.escape(str(exc))}</p>", [], None
-        folder = run_folder(rt, run_id)
-        files = [str(folder / n) for n in ("summary.json", "questions.json", "questions.csv") if (folder / n).is_file()]
+        files = [str(path) for path in result_files(rt, run_id)]
         return summary_html(info), question_rows(questions), files or None
 
     def refresh_runs(selected=None):

@@ -24,7 +24,7 @@ from ragtopics.topics.topics import create_topic
 from ragtopics.ui.app import launch_console
 from ragtopics.worker.queue import queue_for
 from tests.conftest import free_port
-from tests.faults.test_worker_kill import document_rows, kill, start_worker, wait_for
+from tests.faults.processes import document_rows, kill, start_worker, wait_for
 
 SESSIONS = 50
 PUMPS = 60
@@ -53,7 +53,7 @@ def test_fifty_concurrent_chats_during_an_ingest(rt, settings, scripted_llm):
     app, url, _ = launch_console(rt, host="127.0.0.1", port=port)
     for n in range(UPLOADS):  # an ingest runs while people chat
         upload_file(rt, topic, f"manual-{n}.txt", f"Manual {n}: valve V-{n} is serviced every {n + 1} weeks.".encode())
-    worker = start_worker(settings, scripted_llm)
+    worker = start_worker(settings, scripted_llm.base_url)
 
     def chat(n: int) -> tuple[int, str, float]:
         client = Client(url, verbose=False)
@@ -66,8 +66,8 @@ def test_fifty_concurrent_chats_during_an_ingest(rt, settings, scripted_llm):
         with ThreadPoolExecutor(SESSIONS) as pool:
             results = list(pool.map(chat, range(SESSIONS)))
         elapsed = time.perf_counter() - started
-        indexed_during = sum(r.status == "indexed" for r in document_rows(rt, topic)) - PUMPS
-        assert wait_for(lambda: all(r.status == "indexed" for r in document_rows(rt, topic)), 300)
+        indexed_during = sum(r.status == "indexed" for r in document_rows(rt, topic.id)) - PUMPS
+        assert wait_for(lambda: all(r.status == "indexed" for r in document_rows(rt, topic.id)), 300)
     finally:
         kill(worker)
         app.close()
@@ -96,14 +96,14 @@ def test_a_burst_of_a_thousand_uploads_queues_and_finishes_with_live_progress(rt
     jobs = [(upload_file(rt, topic, f"note-{n:04d}.txt", f"Note {n}: part N-{n} ships from bay {n % 40}.".encode()).job_id,
              f"note-{n:04d}.txt") for n in range(BURST)]  # fmt: skip
     queued_s = time.perf_counter() - t0
-    worker = start_worker(settings, scripted_llm)
+    worker = start_worker(settings, scripted_llm.base_url)
     renders, started = [], time.perf_counter()
     try:
         while True:
             t1 = time.perf_counter()
-            page = jobs_html(rt, jobs)  # what the Upload tab redraws every second
+            jobs_html(rt, jobs)  # what the Upload tab redraws every second
             renders.append(time.perf_counter() - t1)
-            if all(r.status == "indexed" for r in document_rows(rt, topic)):
+            if all(r.status == "indexed" for r in document_rows(rt, topic.id)):
                 break
             assert time.perf_counter() - started < 600, "the burst did not finish in 10 minutes"
             time.sleep(0.5)

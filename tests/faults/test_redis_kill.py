@@ -9,27 +9,20 @@ and indexes those documents again. The kill is real: a Redis of the test's own, 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from sqlmodel import select
 
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.ops.redis_server import EmbeddedRedis
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
-from ragtopics.storage.metadata import DocumentRow
 from ragtopics.topics.topics import create_topic
 from ragtopics.worker.recovery import recover_lost_chunks
 from tests.conftest import free_port
+from tests.faults.processes import document_rows, kill, start_worker, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = 24
 KILLS = 3
 
@@ -39,14 +32,9 @@ def text(n: int) -> bytes:
                        for p in range(5)).encode()  # fmt: skip
 
 
-def rows(rt, topic_id: str) -> list[DocumentRow]:
-    with rt.metadata.session() as s:
-        return list(s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id)).all())
-
-
 def complete(rt, topic_id: str) -> bool:
     counts = rt.chunk_index(topic_id).chunk_counts()
-    return all(r.status == "indexed" and counts.get(r.id, 0) == r.chunk_count > 0 for r in rows(rt, topic_id))
+    return all(r.status == "indexed" and counts.get(r.id, 0) == r.chunk_count > 0 for r in document_rows(rt, topic_id))
 
 
 def test_chunks_lost_after_indexing_are_found_and_indexed_again(rt, run_jobs):
@@ -81,15 +69,6 @@ def own_store(tmp_path, scripted_llm, embedder):
     server.stop()
 
 
-def start_worker(rt, log: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "REDIS_URL": rt.settings.redis_url, "RAGTOPICS_DATA_DIR": str(rt.settings.data_dir),
-           "RQ_QUEUE": rt.settings.queue_name, "LOG_LEVEL": "WARNING", "LLM_BASE_URL": rt.settings.llm_base_url,
-           "LLM_MODEL": "scripted"}  # fmt: skip
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    return subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=out, stderr=out)  # fmt: skip
-
-
 def diagnose(rt, job_id: str) -> dict:
     """Where a job stands in Redis, for a failure message."""
     from rq.job import Job
@@ -113,18 +92,6 @@ def diagnose(rt, job_id: str) -> dict:
             "started": job_id in queue.started_job_registry, "stranded": stranded_reason(rt, job_id)}
 
 
-def wait_for(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return True
-        except Exception:  # noqa: BLE001 - Redis is down or starting: ask again
-            pass
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.faults
 def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store, tmp_path):
     rt, server = own_store
@@ -134,24 +101,22 @@ def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store, tmp_path):
         upload_file(rt, topic, f"line-{n:02d}.txt", text(n))
     indexed_at_kill = []
     for _ in range(KILLS):
-        worker = start_worker(rt, log)
-        before = sum(r.status == "indexed" for r in rows(rt, topic.id))
-        assert wait_for(lambda: sum(r.status == "indexed" for r in rows(rt, topic.id)) >= min(before + 3, DOCUMENTS), 120)
+        worker = start_worker(rt.settings, rt.settings.llm_base_url, log)
+        before = sum(r.status == "indexed" for r in document_rows(rt, topic.id))
+        assert wait_for(lambda: sum(r.status == "indexed" for r in document_rows(rt, topic.id)) >= min(before + 3, DOCUMENTS), 120)
         server.process.send_signal(signal.SIGKILL)  # mid-ingest: the worker is writing chunks
         server.process.wait(timeout=30)
-        indexed_at_kill.append(sum(r.status == "indexed" for r in rows(rt, topic.id)))
-        os.killpg(worker.pid, signal.SIGKILL)  # a worker without its store: the supervisor restarts both
-        worker.wait(timeout=30)
+        indexed_at_kill.append(sum(r.status == "indexed" for r in document_rows(rt, topic.id)))
+        kill(worker)  # a worker without its store: the supervisor restarts both
         server.start()  # the same data folder: Redis replays its append-only file
-        for r in rows(rt, topic.id):
+        for r in document_rows(rt, topic.id):
             assert r.status != "failed", f"{r.file_name}: {r.error}"
-    worker = start_worker(rt, log)
+    worker = start_worker(rt.settings, rt.settings.llm_base_url, log)
     try:
         done = wait_for(lambda: complete(rt, topic.id), 300)
     finally:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
-    final = rows(rt, topic.id)
+        kill(worker)
+    final = document_rows(rt, topic.id)
     assert done, [(r.file_name, r.status, r.chunk_count, r.error, r.job_id, diagnose(rt, r.job_id))
                   for r in final if r.status != "indexed"] + [log.read_text()[-3000:]]  # fmt: skip
     counts = rt.chunk_index(topic.id).chunk_counts()

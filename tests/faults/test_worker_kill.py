@@ -15,23 +15,16 @@ The figures (kills, kills that landed mid-job, documents and chunks lost) are pr
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from sqlmodel import select
 
 from ragtopics.documents.uploads import upload_file
 from ragtopics.graph.ingest import graph_store
-from ragtopics.storage.metadata import DocumentRow
 from ragtopics.topics.topics import Topic, create_topic
+from tests.faults.processes import document_rows, kill, start_worker, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 KILLS = 20
 DOCUMENTS = 16
 
@@ -49,26 +42,6 @@ def document_text(n: int, version: int) -> bytes:
     return "\n\n".join(paragraphs).encode()
 
 
-def document_rows(rt, topic: Topic) -> list[DocumentRow]:
-    """The Topic's document rows as stored (with the hash of the version each has indexed)."""
-    with rt.metadata.session() as s:
-        return list(s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic.id)).all())
-
-
-def start_worker(settings, scripted_llm) -> subprocess.Popen:
-    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
-           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "ERROR", "LLM_BASE_URL": scripted_llm.base_url,
-           "LLM_MODEL": "scripted"}  # fmt: skip
-    # Its own session: the kill takes rq's scheduler process with it, as a container stop would.
-    return subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-
-
-def kill(worker: subprocess.Popen) -> None:
-    os.killpg(worker.pid, signal.SIGKILL)
-    worker.wait(timeout=30)
-
-
 def stored_versions(rt, topic: Topic) -> dict[str, list[str]]:
     """``{document id: [version of each stored chunk]}`` read straight from the chunk hashes."""
     index = rt.chunk_index(topic.id)
@@ -83,7 +56,7 @@ def check_state(rt, topic: Topic, allowed: dict[str, set[str]]) -> None:
     """Assert the invariants: every document has a row and exactly one whole version searchable, one it was
     uploaded in; an indexed row agrees with its chunks; no chunk without a row; (GraphRAG) no entity citing a
     chunk that is gone, none stored twice."""
-    rows = {d.id: d for d in document_rows(rt, topic)}
+    rows = {d.id: d for d in document_rows(rt, topic.id)}
     assert len(rows) == DOCUMENTS, "a document row was lost"
     versions = stored_versions(rt, topic)
     assert set(versions) <= set(rows), f"chunks of documents with no row: {set(versions) - set(rows)}"
@@ -103,15 +76,6 @@ def check_state(rt, topic: Topic, allowed: dict[str, set[str]]) -> None:
             assert entity.chunk_ids, f"entity {entity.name} has no chunk"
             assert entity.chunk_ids <= chunk_ids, f"entity {entity.name} cites chunks that are gone"
         assert len({e.id for e in entities}) == len(entities), "an entity is stored twice"
-
-
-def wait_for(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.mark.faults
@@ -139,24 +103,24 @@ def test_killing_the_worker_twenty_times_mid_ingest_loses_nothing(rt, settings, 
     rng = random.Random(20261201)
     mid_job = 0
     for kill_number in range(KILLS):
-        waiting = [d for d in document_rows(rt, topic) if d.status in ("queued", "processing")]
+        waiting = [d for d in document_rows(rt, topic.id) if d.status in ("queued", "processing")]
         if len(waiting) < 4:  # keep the worker busy: new versions of some documents
             for n in rng.sample(range(DOCUMENTS), 6):
                 upload(n, kill_number + 2)
-        worker = start_worker(settings, scripted_llm)
-        busy = wait_for(lambda: any(d.status == "processing" for d in document_rows(rt, topic)), 60)
+        worker = start_worker(settings, scripted_llm.base_url)
+        busy = wait_for(lambda: any(d.status == "processing" for d in document_rows(rt, topic.id)), 60)
         time.sleep(rng.uniform(0.0, 0.3))  # a random moment of the job (or of the next one)
         kill(worker)
         mid_job += busy
         check_state(rt, topic, allowed)
 
-    worker = start_worker(settings, scripted_llm)
+    worker = start_worker(settings, scripted_llm.base_url)
     try:
         done = wait_for(lambda: all(d.status == "indexed" and d.content_sha256 == latest[d.file_name]
-                                    for d in document_rows(rt, topic)), 300)  # fmt: skip
+                                    for d in document_rows(rt, topic.id)), 300)  # fmt: skip
     finally:
         kill(worker)
-    rows = document_rows(rt, topic)
+    rows = document_rows(rt, topic.id)
     assert done, [(d.file_name, d.status, d.error) for d in rows if d.status != "indexed"]
     check_state(rt, topic, {name: {sha} for name, sha in latest.items()})  # the latest version, everywhere
     chunks = rt.chunk_index(topic.id).count()

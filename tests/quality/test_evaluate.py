@@ -8,22 +8,8 @@ import json
 import pytest
 
 from ragtopics.quality.evaluate import answer_metrics, retrieval_metrics
-from ragtopics.topics.topics import create_topic
 from ragtopics.ui.cli import main
-from tests.ingest.test_ingest import upload
-
-FILES = {
-    "pumps.txt": b"Pump P-7 is inspected every 90 days by the night shift.",
-    "valves.txt": b"Valve A is serviced monthly. Valve B is serviced yearly.",
-    "trucks.txt": b"Truck T-3 carries spare tyres and a jack.",
-}
-QUESTIONS = [
-    {"question": "How often is pump P-7 inspected?", "answer": "every 90 days", "gold_sources": ["pumps.txt"],
-     "expected_way": "SEARCH"},
-    {"question": "=HYPERLINK(\"x\") what does truck T-3 carry?", "answer": "spare tyres and a jack",
-     "gold_sources": ["trucks.txt"]},
-    {"question": "When is valve B serviced?", "gold_sources": ["Valves.TXT"]},
-]  # fmt: skip
+from tests.quality.conftest import QUESTIONS
 
 
 def test_retrieval_metrics_follow_their_definitions():
@@ -39,17 +25,6 @@ def test_answer_metrics_are_squad_exact_match_and_token_f1():
     assert partial["exact_match"] == 0.0 and partial["f1"] == pytest.approx(2 * 3 / (5 + 3))
     assert answer_metrics("anything", "") == {}
     assert answer_metrics("Every 90 days [pumps.txt].", "every 90 days")["exact_match"] == 1.0
-
-
-@pytest.fixture
-def fleet(rt, run_jobs, tmp_path):
-    topic = create_topic(rt, "Fleet", settings={"min_similarity_score": 0.0, "route_before_retrieval": False})
-    for name, data in FILES.items():
-        upload(rt, topic, name, data)
-    run_jobs()
-    path = tmp_path / "questions.json"
-    path.write_text(json.dumps(QUESTIONS))
-    return path
 
 
 def test_retrieval_only_eval_prints_the_summary_and_writes_each_question(rt, fleet, tmp_path, capsys):

@@ -15,12 +15,12 @@ from ragtopics.ui.app import launch_console
 from ragtopics.ui.qa_tab import compare_html, question_rows, summary_html
 from ragtopics.worker.queue import job_progress
 from tests.conftest import free_port
-from tests.quality.test_evaluate import QUESTIONS, fleet  # noqa: F401 - the fixture
+from tests.quality.conftest import QUESTIONS
 
 TEXT = json.dumps(QUESTIONS)
 
 
-def test_a_run_is_queued_saved_and_reopened(rt, fleet, run_jobs):  # noqa: F811
+def test_a_run_is_queued_saved_and_reopened(rt, fleet, run_jobs):
     run_id = start_run(rt, "Fleet", TEXT, assignments=["top_k_results=1"], retrieval_only=True)
     assert job_progress(rt, run_id).status == "queued"
     info, questions = load_run(rt, run_id)
@@ -40,7 +40,7 @@ def test_a_run_is_queued_saved_and_reopened(rt, fleet, run_jobs):  # noqa: F811
     assert [r.run_id for r in list_runs(rt)] == [run_id]
 
 
-def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt, fleet, run_jobs):  # noqa: F811
+def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt, fleet, run_jobs):
     a = start_run(rt, "Fleet", TEXT)
     b = start_run(rt, "Fleet", TEXT, route="direct")
     run_jobs()
@@ -55,7 +55,7 @@ def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt,
     ({"assignments": ["top_k_results=0"]}, TEXT, "top_k_results"),
     ({"route": "GLOBAL"}, TEXT, "a rag Topic has"),
 ])  # fmt: skip
-def test_bad_runs_are_refused_before_anything_is_queued(rt, fleet, kwargs, text, message):  # noqa: F811
+def test_bad_runs_are_refused_before_anything_is_queued(rt, fleet, kwargs, text, message):
     with pytest.raises(RagTopicsError, match=message):
         start_run(rt, "Fleet", text, **kwargs)
     assert list_runs(rt) == []
@@ -67,7 +67,7 @@ def test_run_ids_cannot_reach_outside_the_runs_folder(rt):
             load_run(rt, bad)
 
 
-def test_the_console_starts_a_run_and_shows_it(rt, fleet, run_jobs, tmp_path):  # noqa: F811
+def test_the_console_starts_a_run_and_shows_it(rt, fleet, run_jobs, tmp_path):
     port = free_port()
     app, _, _ = launch_console(rt, host="127.0.0.1", port=port)
     try:
