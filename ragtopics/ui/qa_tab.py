@@ -144,14 +144,17 @@ def build(rt: Runtime) -> dict:
         return f"Queued run `{run_id}`.", run_id
 
     def tick(run_id):
+        """The running run's bar; once it has finished, its results too (a run that finishes between two
+        ticks still shows them: the results come with the tick that sees it finished)."""
         if not run_id:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         p = job_progress(rt, run_id)
         if p.status == "finished":
-            return progress_bar("evaluation", 1.0, "finished", "done"), None
+            return progress_bar("evaluation", 1.0, "finished", "done"), None, *show(run_id)
         if p.is_final:
-            return progress_bar("evaluation", 1.0, f"failed: {p.error or p.status}", "failed"), None
-        return progress_bar("evaluation", p.fraction, phase_text(p.phase or p.status, p.done, p.total)), run_id
+            return progress_bar("evaluation", 1.0, f"failed: {p.error or p.status}", "failed"), None, *show(run_id)
+        bar = progress_bar("evaluation", p.fraction, phase_text(p.phase or p.status, p.done, p.total))
+        return bar, run_id, gr.skip(), gr.skip(), gr.skip()
 
     def show(run_id):
         if not run_id:
@@ -179,8 +182,8 @@ def build(rt: Runtime) -> dict:
     started = start.click(on_start, [topic, way, retrieval_only, questions_file, questions_text, settings_text],
                           [message, current], api_name="start_evaluation", api_visibility="undocumented")  # fmt: skip
     started.then(lambda run_id: refresh_runs(run_id), current, [run_choice, run_a, run_b], api_visibility="private")
-    timer.tick(tick, current, [progress, current], show_progress="hidden", api_visibility="private")
-    progress.change(lambda choice: show(choice), run_choice, [summary, table, downloads], api_visibility="private")
+    timer.tick(tick, current, [progress, current, summary, table, downloads], show_progress="hidden",
+               api_visibility="private")  # fmt: skip
     run_choice.change(show, run_choice, [summary, table, downloads], api_name="evaluation_run", api_visibility="undocumented")
     run_choice.focus(lambda selected: refresh_runs(selected), run_choice, [run_choice, run_a, run_b], api_visibility="private")
     compare_button.click(on_compare, [run_a, run_b], comparison, api_name="compare_evaluations", api_visibility="undocumented")
