@@ -81,3 +81,7 @@ def is_store_outage(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+class AccessDeniedError(RagTopicsError):
+    """A caller is not logged in, or its role or permissions do not allow the action."""

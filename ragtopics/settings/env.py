@@ -181,7 +181,14 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", alias="HOST", description="Address the console listens on.")
     port: int = Field(7860, alias="PORT", description="Port the console listens on.")
-    share: bool = Field(False, alias="GRADIO_SHARE", description="Ask Gradio for a public share link (needs the internet).")
+    share: bool = Field(False, alias="GRADIO_SHARE",
+                        description="Ask Gradio for a public share link (needs the internet and an admin; login is then required).")  # fmt: skip
+    admin_username: str | None = Field(None, alias="ADMIN_USERNAME",
+                                       description="The first admin, created at start when no user has that name; with no admin at all the console serves on loopback only, without login.")  # fmt: skip
+    admin_password: str | None = Field(None, alias="ADMIN_PASSWORD",
+                                       description="Password of ADMIN_USERNAME (at least 8 characters); used only when that user is created.")  # fmt: skip
+    session_ttl_s: int = Field(43_200, ge=60, alias="SESSION_TTL_S",
+                               description="Seconds a console login lasts without activity.")  # fmt: skip
     queue_name: str = Field("ragtopics", alias="RQ_QUEUE", description="Name of the RQ job queue.")
     job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S", description="Longest a job may run, in seconds.")
     max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT",

@@ -2,7 +2,8 @@
 
 A link is ``/files/<token>``; the token is ``<payload>.<signature>``, both urlsafe
 base64 without padding. The payload is the JSON ``{"path": ..., "exp": ...}`` (a
-path relative to the blob store, an expiry in Unix seconds) and the signature is
+path relative to the blob store, an expiry in Unix seconds), with ``"user"`` when the link
+is made for a console user (only that user may open it), and the signature is
 HMAC-SHA256 over the payload text. The spec says a source link works for about
 10 minutes, hence the default ``ttl_s``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import hashlib
 import hmac
 import json
@@ -30,6 +32,8 @@ LINK_PREFIX = "/files/"
 SECRET_BYTES = 32
 #: "A source link works for about 10 minutes."
 DEFAULT_TTL_S = 600
+#: The console user whose event is being served; links signed meanwhile are bound to that user.
+link_user: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtopics_link_user", default=None)
 
 
 class LinkError(RagTopicsError):
@@ -67,12 +71,14 @@ class LinkSigner:
         digest = hmac.new(self._secret, payload_text.encode("ascii"), hashlib.sha256).digest()
         return _b64encode(digest)
 
-    def sign(self, relative_path: str, *, now: float | None = None) -> str:
+    def sign(self, relative_path: str, *, now: float | None = None, user: str | None = None) -> str:
         """Return the URL path of a link to ``relative_path``, valid for ``ttl_s`` seconds.
 
         Args:
             relative_path: the file's path relative to the blob store (non-empty).
             now: the current Unix time in seconds; ``time.time()`` when None.
+            user: the console user the link is for; None takes the user of the console event
+                being served (:func:`ragtopics.storage.links.link_user`), if any.
 
         Returns:
             ``/files/<token>``; the token is URL-safe and needs no quoting.
@@ -83,20 +89,29 @@ class LinkSigner:
         if not relative_path:
             raise ValueError("cannot sign a link to an empty path")
         issued = time.time() if now is None else now
-        payload = json.dumps({"path": relative_path, "exp": int(issued) + self.ttl_s}, separators=(",", ":"))
+        claims = {"path": relative_path, "exp": int(issued) + self.ttl_s}
+        owner = user if user is not None else link_user.get()
+        if owner:
+            claims["user"] = owner
+        payload = json.dumps(claims, separators=(",", ":"))
         payload_text = _b64encode(payload.encode("utf-8"))
         return f"{LINK_PREFIX}{payload_text}.{self._signature(payload_text)}"
 
     def verify(self, token: str, *, now: float | None = None) -> str:
-        """Return the relative path a token grants, after checking its signature and expiry.
+        """Return the relative path a token grants, after checking its signature and expiry (see :meth:`grant`)."""
+        return self.grant(token, now=now)[0]
+
+    def grant(self, token: str, *, now: float | None = None) -> tuple[str, str | None]:
+        """Return ``(relative path, user)`` a token grants, after checking its signature and expiry.
 
         Args:
             token: the part of the link after ``/files/``.
             now: the current Unix time in seconds; ``time.time()`` when None.
 
         Returns:
-            The relative path given to :meth:`sign`. The caller still resolves it
-            through the blob store, which refuses paths outside the store.
+            The relative path given to :meth:`sign` (the caller still resolves it through the
+            blob store, which refuses paths outside the store) and the user the link was made
+            for, or None for a link made outside the console (the CLI).
 
         Raises:
             LinkError: "malformed" (not ``<payload>.<signature>``, bad base64 or JSON),
@@ -110,24 +125,27 @@ class LinkSigner:
         # two different strings decode to one signature.
         if not hmac.compare_digest(signature.encode("ascii"), self._signature(payload_text).encode("ascii")):
             raise LinkError("download link has an invalid signature")
-        path, expires = _parse_payload(payload_text)
+        path, expires, user = _parse_payload(payload_text)
         current = time.time() if now is None else now
         if current >= expires:
             raise LinkError("download link has expired; open the source again to get a new link")
-        return path
+        return path, user
 
 
-def _parse_payload(payload_text: str) -> tuple[str, int]:
-    """Decode a signed payload into ``(path, exp)``; raises LinkError("malformed")."""
+def _parse_payload(payload_text: str) -> tuple[str, int, str | None]:
+    """Decode a signed payload into ``(path, exp, user)``; raises LinkError("malformed")."""
     try:
         payload = json.loads(_b64decode(payload_text))
     except (binascii.Error, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise LinkError("download link is malformed") from exc
     path = payload.get("path") if isinstance(payload, dict) else None
     expires = payload.get("exp") if isinstance(payload, dict) else None
+    user = payload.get("user") if isinstance(payload, dict) else None
     if not isinstance(path, str) or not path or not isinstance(expires, int) or isinstance(expires, bool):
         raise LinkError("download link is malformed")
-    return path, expires
+    if user is not None and not isinstance(user, str):
+        raise LinkError("download link is malformed")
+    return path, expires, user
 
 
 def load_or_create_secret(path: Path) -> bytes:

@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -170,6 +170,29 @@ class TraceRow(SQLModel, table=True):
     size_bytes: int = 0
     events: list = Field(default_factory=list, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class UserRow(SQLModel, table=True):
+    """A console user: an argon2 password hash, a role (admin, operator or viewer) and the DEV_REPORTING permission."""
+
+    __tablename__ = "user"
+    username: str = Field(primary_key=True)
+    password_hash: str
+    role: str  # "admin", "operator" or "viewer"
+    dev_reporting: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiTokenRow(SQLModel, table=True):
+    """A per-user API token for programs (MCP clients, ``gradio_client``); only its SHA-256 digest is kept."""
+
+    __tablename__ = "api_token"
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(index=True, foreign_key="user.username")
+    label: str = ""
+    digest: str = Field(index=True, unique=True)  # hex SHA-256 of the token
+    created_at: datetime = Field(default_factory=utcnow)
+    last_used_at: datetime | None = None
 
 
 class MetadataStore:

@@ -1,17 +1,21 @@
-"""The Gradio console: one tab per module, wired to the runtime."""
+"""The Gradio console: one tab per module, mounted in the product's FastAPI app (:mod:`ragtopics.ui.web`)."""
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
 
 import gradio as gr
+from fastapi import FastAPI
 
+from ragtopics.access import users
+from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
-from ragtopics.ui import chat_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab
+from ragtopics.ui import admin_tab, chat_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
-from ragtopics.ui.files_route import install_file_route
+from ragtopics.ui.files_route import add_file_route
 
 TITLE = "ragtopics"
 
@@ -19,50 +23,123 @@ log = logging.getLogger(__name__)
 
 
 def build_app(rt: Runtime) -> gr.Blocks:
-    """Build the console.
+    """Build the console, every event guarded by the role its page needs.
 
     Args:
         rt: the runtime whose stores and gateway the console uses.
 
     Returns:
-        The Blocks app (not launched).
+        The Blocks app (not launched); ``app.ragtopics_needs`` maps each event id to the role it needs.
     """
     with gr.Blocks(title=TITLE, analytics_enabled=False) as app:
-        gr.Markdown(f"## {TITLE} · document question answering with cited sources")
+        roles = web.EventRoles(app)
+        with gr.Row():
+            gr.Markdown(f"## {TITLE} · document question answering with cited sources")
+            whoami = gr.Markdown(elem_id="whoami")
         with gr.Tabs():
-            topics = topics_tab.build(rt)
-            upload = upload_tab.build(rt)
-            chat = chat_tab.build(rt)
-            prompts = prompts_tab.build(rt)
-            qa = qa_tab.build(rt)
-        mcp_tools.register(rt)
+            with roles.page("topics"):
+                topics = topics_tab.build(rt)
+            with roles.page("upload"):
+                upload = upload_tab.build(rt)
+            with roles.page("chat"):
+                chat = chat_tab.build(rt)
+            with roles.page("prompts"):
+                prompts = prompts_tab.build(rt)
+            with roles.page("qa"):
+                qa = qa_tab.build(rt)
+            with roles.page("admin"):
+                admin = admin_tab.build(rt)
+        with roles.page("mcp"):
+            mcp_tools.register(rt)
+        pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
+                 "qa": qa["tab"], "admin": admin["tab"]}  # fmt: skip
         dropdowns = [upload["topic"], chat["topic"], prompts["topic"], qa["topic"], topics["settings_topic"],
                      topics["delete_topic"]]
 
         def refresh(*current):
             return tuple(refresh_dropdown(rt, c) for c in current)
 
+        def show_pages(request: gr.Request):
+            user = _caller(rt, request)
+            shown = [gr.Tab(visible=user is not None and user.may(web.ROLE_OF_PAGE[name])) for name in pages]
+            return [whoami_text(rt, user), *shown]
+
         topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
         topics["deleted"].then(refresh, dropdowns, dropdowns, api_visibility="private")
+        app.load(show_pages, None, [whoami, *pages.values()], api_visibility="private")
         app.load(refresh, dropdowns, dropdowns, api_visibility="private")
-        app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
+        with roles.page("topics"):
+            app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
+    web.guard_events(rt, app, roles.needs)
+    app.ragtopics_needs = dict(roles.needs)
     return app
 
 
-def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[gr.Blocks, str, str | None]:
-    """Build, launch (without blocking) and add the source-file route.
+def _caller(rt: Runtime, request: gr.Request | None) -> User | None:
+    if request is None:
+        return None
+    return web.resolve_caller(rt, authorization=request.headers.get("authorization"),
+                              session_id=request.cookies.get("ragtopics_session"))  # fmt: skip
+
+
+def whoami_text(rt: Runtime, user: User | None) -> str:
+    """The header's right-hand line: who is signed in with which role, or the open-mode notice."""
+    if user is None:
+        return ""
+    if user is users.LOCAL_USER:
+        return f'<div id="open-mode" style="font-size:0.85em;color:#92400e">{html.escape(web.open_mode_text())}</div>'
+    extra = " · DEV_REPORTING" if user.dev_reporting and user.role != "admin" else ""
+    return (f'<div style="text-align:right">Signed in as <b>{html.escape(user.username)}</b> ({user.role}{extra}) · '
+            '<a href="/logout">Log out</a></div>')  # fmt: skip
+
+
+def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[web.ConsoleServer, str, str | None]:
+    """Build the console, mount it in the FastAPI app and serve it (without blocking).
+
+    With no admin (open mode) the console listens on 127.0.0.1 whatever ``host`` says, and a
+    share link is refused: both would expose a console without login. A share link that cannot
+    be made (no internet) is said once; the console keeps serving locally.
 
     Returns:
-        ``(app, local_url, share_url)``; with ``mcp`` the MCP server is at ``<local_url>gradio_api/mcp/``.
+        ``(server, local_url, share_url)``; ``server.close()`` stops it. With ``mcp`` the MCP
+        server is at ``<local_url>gradio_api/mcp/``.
+
+    Raises:
+        ConfigurationError: ``ADMIN_USERNAME`` / ``ADMIN_PASSWORD`` are set but invalid.
+        RagTopicsError: the port cannot be served.
     """
+    created = users.ensure_env_admin(rt)
+    if created is not None:
+        print(f"Created the admin {created.username!r} from ADMIN_USERNAME.", flush=True)
+    notices = []
+    open_mode = web.is_open_mode(rt)
+    if open_mode and not web.is_loopback(host):
+        notices.append(f"Serving on 127.0.0.1, not {host}: {web.open_mode_text()}")
+        host = "127.0.0.1"
+    if open_mode and share:
+        notices.append("No share link: a share link needs login, and no admin exists yet. " + web.open_mode_text())
+        share = False
     app = build_app(rt)
     app.queue(default_concurrency_limit=8)
-    _, local_url, share_url = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
-                                         quiet=True, show_error=True, mcp_server=mcp)  # fmt: skip
-    install_file_route(app, rt)
+    api = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
+    web.add_access_routes(api, rt)
+    add_file_route(api, rt)
+    api = gr.mount_gradio_app(api, app, path="/", auth_dependency=web.auth_dependency, mcp_server=mcp, show_error=True)
+    api.add_middleware(web.AccessMiddleware, rt=rt)
+    server = web.serve(api, app, host=host, port=port)
+    share_url = None
+    if share:
+        try:
+            share_url = web.open_share_link(port)
+        except Exception as exc:  # noqa: BLE001 - whatever stops the tunnel, the console still serves locally
+            notices.append(f"No share link: it could not be made ({exc.__class__.__name__}: {exc}); serving locally only.")
+    server.share_url, server.notices = share_url, notices
+    for notice in notices:
+        log.warning("%s", notice)
+        print(notice, flush=True)
     # Load the embedding model and the router's exemplars now, not in the first chat turn.
     threading.Thread(target=_warm, args=(rt,), name="warm-router", daemon=True).start()
-    return app, local_url, share_url
+    return server, server.local_url, share_url
 
 
 def _warm(rt: Runtime) -> None:
@@ -70,3 +147,4 @@ def _warm(rt: Runtime) -> None:
         warm_router(rt.gateway)
     except Exception as exc:  # noqa: BLE001 - warming is an optimisation; the first turn loads what it needs
         log.warning("could not warm the router: %s", exc)
+

@@ -172,7 +172,7 @@ PHASES = {"routing": "… choosing how to answer", "searching": "… searching t
 
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
-    with gr.Tab("Chat", id="chat"):
+    with gr.Tab("Chat", id="chat") as tab:
         with gr.Row():
             topic = gr.Dropdown(topic_choices(rt), label="Topic", scale=2, allow_custom_value=True, elem_id="chat-topic")
             earlier = gr.Dropdown([], label="Earlier chats", scale=3)
@@ -246,4 +246,4 @@ def build(rt: Runtime) -> dict:
                  [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
     earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")
     earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session], api_visibility="private")
-    return {"topic": topic}
+    return {"topic": topic, "tab": tab}

@@ -100,6 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
     graphdb_add.add_argument("url", help="redis://host:port/db")
     graphdb_remove = graphdb_sub.add_parser("remove", help="unregister a graph database no Topic uses")
     graphdb_remove.add_argument("name")
+    user = sub.add_parser("user", help="console users, roles and API tokens (run on the server, as its administrator)")
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    user_sub.add_parser("list", help="list users with their role and DEV_REPORTING")
+    user_add = user_sub.add_parser("add", help="add a user; the password is asked for (or read from standard input)")
+    user_add.add_argument("name")
+    user_add.add_argument("--role", required=True, choices=["viewer", "operator", "admin"])
+    user_add.add_argument("--dev-reporting", action="store_true", help="grant DEV_REPORTING (the DEV Reports tab)")
+    user_set = user_sub.add_parser("set", help="change a user's role, DEV_REPORTING or password")
+    user_set.add_argument("name")
+    user_set.add_argument("--role", choices=["viewer", "operator", "admin"])
+    user_set.add_argument("--dev-reporting", action=argparse.BooleanOptionalAction, default=None)
+    user_set.add_argument("--password", action="store_true", help="set a new password (asked for)")
+    user_delete = user_sub.add_parser("delete", help="delete a user and their API tokens")
+    user_delete.add_argument("name")
+    user_delete.add_argument("--yes", action="store_true", help="confirm the delete (required)")
+    user_token = user_sub.add_parser("token", help="make an API token for a user (printed once)")
+    user_token.add_argument("name")
+    user_token.add_argument("--label", default="", help="what the token is for")
     db = sub.add_parser("db", help="schema migrations of the metadata database").add_subparsers(dest="db_command", required=True)
     db.add_parser("upgrade", help="migrate the database to the newest revision now (start-up does it too)")
     revision = db.add_parser("revision", help="write a new migration script from the changed models (developers)")
@@ -460,6 +478,44 @@ def _cmd_graphdb(args) -> int:
     return 0
 
 
+def _read_password() -> str:
+    import getpass
+
+    if sys.stdin.isatty():
+        first = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != first:
+            raise RagTopicsError("the two passwords differ")
+        return first
+    return sys.stdin.readline().rstrip("\n")
+
+
+def _cmd_user(args) -> int:
+    from ragtopics.access import users
+    from ragtopics.runtime import get_runtime
+
+    rt = get_runtime()
+    if args.user_command == "list":
+        for u in users.list_users(rt):
+            print(f"{u.username}\t{u.role}\t{'DEV_REPORTING' if u.dev_reporting else ''}".rstrip())
+    elif args.user_command == "add":
+        created = users.create_user(rt, args.name, _read_password(), args.role, dev_reporting=args.dev_reporting)
+        print(f"added {created.username} ({created.role})", file=sys.stderr)
+    elif args.user_command == "set":
+        password = _read_password() if args.password else None
+        changed = users.update_user(rt, args.name, role=args.role, dev_reporting=args.dev_reporting, password=password)
+        print(f"updated {changed.username} ({changed.role})", file=sys.stderr)
+    elif args.user_command == "delete":
+        if not args.yes:
+            print(f"error: deleting {args.name!r} removes the user and their API tokens; add --yes to confirm", file=sys.stderr)
+            return 2
+        users.delete_user(rt, args.name)
+        print(f"deleted {args.name}", file=sys.stderr)
+    else:
+        print(users.make_token(rt, args.name, args.label))
+        print("the token is shown this once; programs send it as 'Authorization: Bearer <token>'", file=sys.stderr)
+    return 0
+
+
 def _cmd_communities(args) -> int:
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -547,6 +603,7 @@ def _summary_of(path: Path) -> dict:
 
 
 _COMMANDS = {
+    "user": _cmd_user,
     "up": _cmd_up,
     "worker": _cmd_worker,
     "serve-model": _cmd_serve_model,

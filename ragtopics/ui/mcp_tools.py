@@ -39,5 +39,7 @@ def register(rt: Runtime) -> None:
                            "route_reason": final.route_reason, "sources": [s.to_public() for s in final.sources]},
                           ensure_ascii=False)  # fmt: skip
 
-    gr.api(list_topics, api_name="list_topics")
-    gr.api(ask_topic, api_name="ask_topic")
+    # queue=False: Gradio's MCP server then calls the function with the MCP request itself (whose API token
+    # the access checks read) instead of through an unauthenticated loopback client.
+    gr.api(list_topics, api_name="list_topics", queue=False)
+    gr.api(ask_topic, api_name="ask_topic", queue=False)

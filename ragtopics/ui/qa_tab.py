@@ -97,7 +97,7 @@ def run_choices(rt: Runtime) -> list[tuple[str, str]]:
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     ways = [ROUTED, *(r.value for r in Route)]
-    with gr.Tab("QA", id="qa"):
+    with gr.Tab("QA", id="qa") as tab:
         gr.Markdown("Score a Topic on questions with known sources (and answers or ways, when you have them). "
                     "Runs are queued for the worker and saved; reopen and compare them below.")  # fmt: skip
         with gr.Row():
@@ -187,4 +187,4 @@ def build(rt: Runtime) -> dict:
     run_choice.change(show, run_choice, [summary, table, downloads], api_name="evaluation_run", api_visibility="undocumented")
     run_choice.focus(lambda selected: refresh_runs(selected), run_choice, [run_choice, run_a, run_b], api_visibility="private")
     compare_button.click(on_compare, [run_a, run_b], comparison, api_name="compare_evaluations", api_visibility="undocumented")
-    return {"topic": topic}
+    return {"topic": topic, "tab": tab}

@@ -34,7 +34,7 @@ def topics_table(rt: Runtime) -> list[list]:
 
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns the components other tabs refresh from."""
-    with gr.Tab("Topics", id="topics"):
+    with gr.Tab("Topics", id="topics") as tab:
         gr.Markdown("### Create a Topic")
         gr.Markdown("**Step 1 · Name and prompt**")
         with gr.Row():
@@ -74,7 +74,7 @@ def build(rt: Runtime) -> dict:
 
     inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
     event = create.click(on_create, inputs, [status, table, name], api_name="create_topic", api_visibility="undocumented")
-    return {"created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
+    return {"tab": tab, "created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
             "table": table}  # fmt: skip
 
 

@@ -101,7 +101,7 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
 
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
-    with gr.Tab("Upload", id="upload"):
+    with gr.Tab("Upload", id="upload") as tab:
         topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=True, elem_id="upload-topic")
         files = gr.File(file_count="multiple", label="Files", type="filepath", elem_id="upload-files")
         upload = gr.Button("Upload", variant="primary")
@@ -196,4 +196,4 @@ def build(rt: Runtime) -> dict:
     confirm.click(on_delete, [topic, doc_choice], [confirm_box, deleted_text, table, doc_choice], api_name="delete_document",
                   api_visibility="undocumented")  # fmt: skip
     cancel.click(lambda: gr.Group(visible=False), None, confirm_box, api_visibility="private")
-    return {"topic": topic, "refresh": lambda current: refresh_dropdown(rt, current)}
+    return {"topic": topic, "tab": tab, "refresh": lambda current: refresh_dropdown(rt, current)}

@@ -1,0 +1,1 @@
+"""Who may use the console: users, roles, sessions and API tokens."""

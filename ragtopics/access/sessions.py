@@ -1,0 +1,47 @@
+"""Server-side login sessions in Redis.
+
+The browser holds only a random session id (``secrets.token_urlsafe``, 32 bytes) in an
+HttpOnly cookie; Redis holds ``rt:session:<sha256 of the id>`` → username, with a TTL that
+each request renews (a session ends after ``SESSION_TTL_S`` seconds without activity). The
+user's role is read afresh on every request, so a role change or a deleted user takes effect
+at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from ragtopics.runtime import Runtime
+
+#: Name of the cookie that carries the session id.
+SESSION_COOKIE = "ragtopics_session"
+
+
+def _key(session_id: str) -> str:
+    return "rt:session:" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+
+
+def start_session(rt: Runtime, username: str) -> str:
+    """Open a session for ``username``; returns the id to put in the cookie."""
+    session_id = secrets.token_urlsafe(32)
+    rt.redis.set(_key(session_id), username, ex=rt.settings.session_ttl_s)
+    return session_id
+
+
+def session_user(rt: Runtime, session_id: str | None) -> str | None:
+    """The username of a live session (renewing it), or None for a missing, ended or unknown id."""
+    if not session_id or len(session_id) > 128:
+        return None
+    key = _key(session_id)
+    with rt.redis.pipeline() as pipe:
+        pipe.get(key)
+        pipe.expire(key, rt.settings.session_ttl_s)
+        username, _ = pipe.execute()
+    return username.decode("utf-8") if username else None
+
+
+def end_session(rt: Runtime, session_id: str | None) -> None:
+    """Log out: forget the session (nothing happens for an unknown id)."""
+    if session_id and len(session_id) <= 128:
+        rt.redis.delete(_key(session_id))

@@ -1,0 +1,421 @@
+"""The console's web server: the product's own FastAPI app, with Gradio mounted in it, and who may reach what.
+
+Every request passes :class:`AccessMiddleware` first. It finds the caller from the session
+cookie (a browser that logged in at ``/login``) or from ``Authorization: Bearer <API token>``
+(programs: MCP clients, ``gradio_client``), and refuses everything else except the login page:
+a browser is sent to ``/login``, a program gets 401. That covers Gradio's pages, its API and
+upload routes, the MCP server and the source-file links alike.
+
+What a caller may *do* is checked per event: :func:`guard_events` wraps every Gradio event
+function with the role its page needs (:data:`ROLE_OF_PAGE`), so an event fired by hand
+through the API is refused on the server even when the page is hidden from that user.
+
+With no admin in the user table the console is in *open mode*: no login, every caller is
+:data:`~ragtopics.access.users.LOCAL_USER`, and the server listens on loopback only.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import html
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from ipaddress import ip_address
+from urllib.parse import quote, urlsplit
+
+import anyio
+import gradio as gr
+from gradio import utils as gr_utils
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+from ragtopics.access import sessions, users
+from ragtopics.access.users import LOCAL_USER, User
+from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
+from ragtopics.runtime import Runtime
+from ragtopics.storage.links import link_user
+
+log = logging.getLogger(__name__)
+
+#: Paths anyone may open: the login form and logging out.
+PUBLIC_PATHS = frozenset({"/login", "/logout"})
+#: The scope key under which the middleware leaves the caller for the routes behind it.
+SCOPE_USER = "ragtopics.user"
+#: Failed logins per username and client address before the login is refused for a while.
+MAX_FAILED_LOGINS = 10
+#: Seconds the failed-login count is kept (and a blocked login stays blocked).
+FAILED_LOGIN_WINDOW_S = 900
+#: Hosts that count as loopback, where open mode may serve.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+_acting_user: contextvars.ContextVar[User | None] = contextvars.ContextVar("ragtopics_user", default=None)
+
+
+def acting_user() -> User | None:
+    """The user on whose behalf the current event runs (None outside a console event: CLI, worker)."""
+    return _acting_user.get()
+
+
+def is_open_mode(rt: Runtime) -> bool:
+    """Whether the console runs without login (no admin exists yet)."""
+    return not users.has_admin(rt)
+
+
+def _bearer(authorization: str | None) -> str | None:
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip() or None
+    return None
+
+
+def resolve_caller(rt: Runtime, *, authorization: str | None, session_id: str | None) -> User | None:
+    """The user behind a request, from its API token or its session cookie; None when there is neither.
+
+    In open mode every caller is :data:`LOCAL_USER`.
+    """
+    if is_open_mode(rt):
+        return LOCAL_USER
+    token = _bearer(authorization)
+    if token is not None:
+        return users.user_of_token(rt, token)
+    username = sessions.session_user(rt, session_id)
+    return users.get_user(rt, username) if username else None
+
+
+def _cookie(raw: str | None, name: str) -> str | None:
+    if not raw:
+        return None
+    jar = SimpleCookie()
+    try:
+        jar.load(raw)
+    except Exception:  # noqa: BLE001 - a malformed cookie header is no session
+        return None
+    return jar[name].value if name in jar else None
+
+
+class AccessMiddleware:
+    """ASGI middleware: identify the caller of every HTTP and websocket request, refuse the anonymous.
+
+    Args:
+        app: the ASGI app behind it.
+        rt: the runtime whose user table and sessions decide.
+    """
+
+    def __init__(self, app, rt: Runtime):
+        self.app = app
+        self.rt = rt
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path = scope.get("path", "/")
+        try:
+            user = await anyio.to_thread.run_sync(functools.partial(
+                resolve_caller, self.rt, authorization=headers.get("authorization"),
+                session_id=_cookie(headers.get("cookie"), sessions.SESSION_COOKIE)))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the store is down or broken: say so, do not serve anonymously
+            if not is_store_outage(exc):
+                log.exception("could not check the caller of %s", path)
+            return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
+        scope[SCOPE_USER] = user
+        if user is not None or path in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        if scope["type"] == "http" and scope.get("method") == "GET" and "text/html" in headers.get("accept", ""):
+            target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
+            response = RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+            return await response(scope, receive, send)
+        return await _refuse(scope, receive, send, 401, "Not authenticated: log in at /login, or send "
+                                                        "'Authorization: Bearer <API token>' (Admin → Users makes tokens).")  # fmt: skip
+
+
+async def _refuse(scope, receive, send, status: int, message: str) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 4401 if status == 401 else 1013, "reason": message[:120]})
+        return
+    await JSONResponse({"error": message}, status_code=status)(scope, receive, send)
+
+
+def caller_of(request) -> User | None:
+    """The user the middleware found for a FastAPI/Starlette request."""
+    return request.scope.get(SCOPE_USER)
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+#: The role each page's events need; events outside any page (the app's load events) need ``viewer``.
+ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
+                "qa": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer"}  # fmt: skip
+
+
+@dataclass
+class EventRoles:
+    """Which role each Gradio event of a Blocks app needs, recorded while the pages are built.
+
+    Use :meth:`page` around a page's build: every event registered inside needs that page's role.
+    """
+
+    blocks: gr.Blocks
+    needs: dict[int, str] = field(default_factory=dict)
+
+    @contextmanager
+    def page(self, name: str) -> Iterator[None]:
+        """Record the events registered inside the block as needing ``ROLE_OF_PAGE[name]``."""
+        before = set(self.blocks.fns)
+        yield
+        for fn_id in set(self.blocks.fns) - before:
+            self.needs.setdefault(fn_id, ROLE_OF_PAGE[name])
+
+
+def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
+    """Wrap every event function of ``blocks`` so that it runs only for a caller with the role it needs.
+
+    The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in),
+    finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
+    reason when the caller may not, and otherwise runs the event with :func:`acting_user` set.
+
+    Returns:
+        How many event functions were wrapped.
+    """
+    wrapped = 0
+    for fn_id, block_fn in blocks.fns.items():
+        if block_fn.fn is None or getattr(block_fn.fn, "_ragtopics_guarded", False):
+            continue
+        block_fn.fn = _guarded(rt, block_fn.fn, needs.get(fn_id, "viewer"))
+        wrapped += 1
+    return wrapped
+
+
+def _check(rt: Runtime, request: gr.Request | None, need: str) -> User:
+    if request is None:
+        raise gr.Error("This event needs a request; it cannot be called here.")
+    try:
+        user = resolve_caller(rt, authorization=request.headers.get("authorization"),
+                              session_id=request.cookies.get(sessions.SESSION_COOKIE))  # fmt: skip
+        return users.require(user, need)
+    except AccessDeniedError as exc:
+        raise gr.Error(f"Not allowed: {exc}.") from None
+    except RagTopicsError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+@contextmanager
+def _acting(user: User) -> Iterator[None]:
+    """Run a block as ``user``: :func:`acting_user` answers it, and source links signed inside are bound to it."""
+    token, link_token = _acting_user.set(user), link_user.set(None if user is LOCAL_USER else user.username)
+    try:
+        yield
+    finally:
+        link_user.reset(link_token)
+        _acting_user.reset(token)
+
+
+def _guarded(rt: Runtime, fn: Callable, need: str) -> Callable:
+    if inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn):
+        raise TypeError(f"async event functions are not guarded yet: {fn!r}")
+    if inspect.isgeneratorfunction(fn):
+
+        def wrapper(_request, *args, **kwargs):
+            user = _check(rt, _request, need)
+            iterator = fn(*args, **kwargs)
+            while True:
+                with _acting(user):  # on every step: Gradio may resume the generator in another thread
+                    try:
+                        value = next(iterator)
+                    except StopIteration:
+                        return
+                yield value
+    else:
+
+        def wrapper(_request, *args, **kwargs):
+            user = _check(rt, _request, need)
+            with _acting(user):
+                return fn(*args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    signature = inspect.signature(fn)
+    first = inspect.Parameter("_request", inspect.Parameter.POSITIONAL_ONLY, annotation=gr.Request)
+    wrapper.__signature__ = signature.replace(parameters=[first, *signature.parameters.values()])
+    # The original's own hints stay (a gr.Request parameter of its own is still filled in by Gradio).
+    wrapper.__annotations__ = {**gr_utils.get_type_hints(fn), "_request": gr.Request}
+    wrapper._ragtopics_guarded = True
+    wrapper._ragtopics_need = need
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------- pages
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+        f"<title>{html.escape(title)} · ragtopics</title></head>"
+        f"<body style='font-family:system-ui,sans-serif;max-width:26em;margin:4em auto;padding:0 1em'>"
+        f"<h2>ragtopics</h2>{body}</body></html>", status_code=status)  # fmt: skip
+
+
+def _login_form(next_path: str, message: str = "") -> str:
+    note = f"<p role='alert' style='color:#b91c1c'>{html.escape(message)}</p>" if message else ""
+    field_style = "display:block;width:100%;padding:6px;margin:4px 0 12px;box-sizing:border-box"
+    return (f"{note}<form method='post' action='/login'>"
+            f"<input type='hidden' name='next' value='{html.escape(next_path)}'>"
+            f"<label>Username<input name='username' autocomplete='username' required style='{field_style}'></label>"
+            f"<label>Password<input name='password' type='password' autocomplete='current-password' required "
+            f"style='{field_style}'></label><button type='submit' style='padding:6px 16px'>Log in</button></form>")  # fmt: skip
+
+
+def open_mode_text() -> str:
+    """What the console says while no admin exists."""
+    return ("No admin exists yet, so the console needs no login and serves on 127.0.0.1 only. To require login "
+            "(and to serve other machines or a share link), set ADMIN_USERNAME and ADMIN_PASSWORD in .env and "
+            "restart, or run `ragtopics user add NAME --role admin`.")  # fmt: skip
+
+
+def _safe_next(value: str | None) -> str:
+    """A post-login target on this site only (no scheme, no host, no ``//``)."""
+    value = value or "/"
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
+
+
+def _client_key(request: Request, username: str) -> str:
+    host = request.client.host if request.client else "?"
+    return f"rt:login-failures:{host}:{username.lower()[:64]}"
+
+
+def add_access_routes(api: FastAPI, rt: Runtime) -> None:
+    """Add ``/login`` (form and check) and ``/logout`` to the FastAPI app."""
+
+    @api.get("/login", include_in_schema=False)
+    def login_page(request: Request, next: str = "/"):
+        if is_open_mode(rt):
+            return _page("No login needed", f"<p>{html.escape(open_mode_text())}</p><p><a href='/'>Open the console</a></p>")
+        return _page("Log in", _login_form(_safe_next(next)))
+
+    @api.post("/login", include_in_schema=False)
+    async def login(request: Request):
+        form = await request.form()
+        username, password = str(form.get("username", ""))[:200], str(form.get("password", ""))[:1000]
+        target = _safe_next(str(form.get("next", "/")))
+        if is_open_mode(rt):
+            return RedirectResponse("/", status_code=303)
+        failures_key = _client_key(request, username)
+        failures = int(rt.redis.get(failures_key) or 0)
+        if failures >= MAX_FAILED_LOGINS:
+            return _page("Log in", _login_form(target, f"Too many failed logins; try again in {FAILED_LOGIN_WINDOW_S // 60} minutes."), 429)
+        try:
+            user = await anyio.to_thread.run_sync(users.authenticate, rt, username, password)
+        except AccessDeniedError:
+            with rt.redis.pipeline() as pipe:
+                pipe.incr(failures_key)
+                pipe.expire(failures_key, FAILED_LOGIN_WINDOW_S)
+                pipe.execute()
+            return _page("Log in", _login_form(target, "Wrong username or password."), 401)
+        rt.redis.delete(failures_key)
+        response = RedirectResponse(target, status_code=303)
+        secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+        response.set_cookie(sessions.SESSION_COOKIE, sessions.start_session(rt, user.username), max_age=rt.settings.session_ttl_s,
+                            httponly=True, samesite="lax", secure=secure, path="/")  # fmt: skip
+        log.info("login: %s (%s)", user.username, user.role)
+        return response
+
+    @api.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
+    def logout(request: Request):
+        sessions.end_session(rt, request.cookies.get(sessions.SESSION_COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(sessions.SESSION_COOKIE, path="/")
+        return response
+
+
+def auth_dependency(request: Request) -> str | None:
+    """Gradio's view of the caller: the username the middleware found (Gradio then fills ``gr.Request.username``)."""
+    user = caller_of(request)
+    return user.username if user is not None else None
+
+
+# ---------------------------------------------------------------------------------------------- server
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only."""
+    if host in LOOPBACK:
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ConsoleServer:
+    """A running console: the uvicorn server in its thread, and where it can be reached.
+
+    Attributes:
+        blocks: the Gradio app mounted at ``/``.
+        api: the FastAPI app that serves it.
+        local_url: ``http://host:port/``.
+        share_url: the public share link, or None.
+        notices: what the operator was told at start (open mode, share link refused or failed).
+    """
+
+    blocks: gr.Blocks
+    api: FastAPI
+    server: uvicorn.Server
+    thread: threading.Thread
+    local_url: str
+    share_url: str | None = None
+    notices: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Stop serving and wait for the server thread (at most 10 s)."""
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        try:
+            self.blocks.close()
+        except Exception:  # noqa: BLE001 - the mounted app may hold nothing to close
+            pass
+
+
+def serve(api: FastAPI, blocks: gr.Blocks, *, host: str, port: int) -> ConsoleServer:
+    """Run ``api`` with uvicorn in a daemon thread; returns once it accepts connections.
+
+    Raises:
+        RagTopicsError: the server did not start within 30 s (the port is taken, for instance).
+    """
+    config = uvicorn.Config(api, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=5)  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="console-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RagTopicsError(f"the console could not listen on {host}:{port} (is the port taken?)")
+        time.sleep(0.05)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return ConsoleServer(blocks, api, server, thread, f"http://{shown}:{port}/")
+
+
+def open_share_link(port: int) -> str:
+    """Ask Gradio's share service for a public link to ``127.0.0.1:port``.
+
+    Raises:
+        RuntimeError (or OSError): the share service cannot be reached (no internet).
+    """
+    import secrets
+
+    from gradio import networking
+
+    return networking.setup_tunnel("127.0.0.1", port, secrets.token_urlsafe(32), None, None)
+

@@ -1,0 +1,279 @@
+"""Users, roles, sessions and API tokens: every route refuses the anonymous, every event the under-privileged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import gradio as gr
+import httpx
+import pytest
+from gradio_client import Client
+from starlette.routing import Mount, Route, WebSocketRoute
+
+from ragtopics.access import sessions, users
+from ragtopics.errors import AccessDeniedError, ConfigurationError
+from ragtopics.storage.metadata import UserRow
+from ragtopics.topics.topics import create_topic, list_topics
+from ragtopics.ui import web
+from ragtopics.ui.app import launch_console
+from tests.conftest import free_port
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def people(rt):
+    """An admin, an operator and a viewer; the console then requires login."""
+    users.create_user(rt, "ada", PASSWORD, "admin")
+    users.create_user(rt, "otto", PASSWORD, "operator")
+    users.create_user(rt, "vic", PASSWORD, "viewer")
+    return rt
+
+
+@pytest.fixture
+def secured(people):
+    port = free_port()
+    server, url, _ = launch_console(people, host="127.0.0.1", port=port)
+    yield server, url
+    server.close()
+
+
+def login(url: str, username: str, password: str = PASSWORD) -> httpx.Client:
+    client = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
+    response = client.post("/login", data={"username": username, "password": password, "next": "/"})
+    assert response.status_code == 303, response.text
+    return client
+
+
+def test_passwords_are_argon2_hashes_and_roles_are_ordered(rt):
+    ada = users.create_user(rt, "ada", PASSWORD, "admin")
+    with rt.metadata.session() as s:
+        stored = s.get(UserRow, "ada").password_hash
+    assert stored.startswith("$argon2id$") and PASSWORD not in stored
+    assert users.authenticate(rt, "ada", PASSWORD) == ada
+    for name, password in (("ada", "wrong password"), ("nobody", PASSWORD)):
+        with pytest.raises(AccessDeniedError, match="^wrong username or password$"):  # the same text: names cannot be probed
+            users.authenticate(rt, name, password)
+    with pytest.raises(ConfigurationError, match="Password: at least 8"):
+        users.create_user(rt, "bob", "short", "viewer")
+    with pytest.raises(ConfigurationError, match="Username: 'ada' is taken"):
+        users.create_user(rt, "ada", PASSWORD, "viewer")
+    with pytest.raises(ConfigurationError, match="Role: must be one of viewer, operator, admin"):
+        users.create_user(rt, "bob", PASSWORD, "root")
+    with pytest.raises(ConfigurationError, match="only admin"):
+        users.update_user(rt, "ada", role="viewer")
+    with pytest.raises(ConfigurationError, match="only admin"):
+        users.delete_user(rt, "ada")
+    vic = users.create_user(rt, "vic", PASSWORD, "viewer")
+    assert vic.may("viewer") and not vic.may("operator") and not vic.may(users.DEV_REPORTING)
+    assert users.update_user(rt, "vic", dev_reporting=True).may(users.DEV_REPORTING)
+    assert ada.may("operator") and ada.may(users.DEV_REPORTING)
+    assert [u.username for u in users.list_users(rt)] == ["ada", "vic"]
+
+
+def test_api_tokens_are_stored_as_digests_and_can_be_revoked(rt):
+    users.create_user(rt, "ada", PASSWORD, "admin")
+    token = users.make_token(rt, "ada", "CI")
+    assert token.startswith("rt_") and users.user_of_token(rt, token).username == "ada"
+    listed = users.list_tokens(rt)
+    assert [(t["username"], t["label"]) for t in listed] == [("ada", "CI")] and listed[0]["last_used_at"] is not None
+    assert token not in json.dumps(listed, default=str)
+    assert users.user_of_token(rt, token + "x") is None and users.user_of_token(rt, "anything") is None
+    users.revoke_token(rt, listed[0]["id"])
+    assert users.user_of_token(rt, token) is None
+
+
+def test_the_first_admin_comes_from_the_environment(rt, monkeypatch):
+    monkeypatch.setattr(rt.settings, "admin_username", "boss")
+    monkeypatch.setattr(rt.settings, "admin_password", None)
+    with pytest.raises(ConfigurationError, match="set both"):
+        users.ensure_env_admin(rt)
+    monkeypatch.setattr(rt.settings, "admin_password", PASSWORD)
+    assert users.ensure_env_admin(rt).role == "admin" and users.has_admin(rt)
+    users.update_user(rt, "boss", password="a new password")
+    assert users.ensure_env_admin(rt) is None  # an existing user keeps the password changed in the console
+    assert users.authenticate(rt, "boss", "a new password").username == "boss"
+
+
+def _probe_paths(routes, prefix: str = "") -> list[tuple[str, str]]:
+    """(method, concrete path) for every route, mounted apps included; path parameters become ``x``."""
+    probes = []
+    for route in routes:
+        if hasattr(route, "original_router"):  # FastAPI's include_router: the routes keep their full paths
+            probes += _probe_paths(route.original_router.routes, prefix + route.include_context.prefix)
+        elif isinstance(route, Mount):
+            inner = getattr(route.app, "routes", None)
+            path = prefix + route.path
+            probes += _probe_paths(inner, path) if inner else [("GET", path + "/x")]
+        elif isinstance(route, (Route, WebSocketRoute)):
+            path = re.sub(r"\{[^}]+\}", "x", prefix + route.path) or "/"
+            methods = sorted(getattr(route, "methods", None) or {"GET"}) if isinstance(route, Route) else ["WEBSOCKET"]
+            probes += [(m, path) for m in methods if m != "HEAD"]
+    return probes
+
+
+def test_every_route_refuses_an_anonymous_caller(secured):
+    server, url = secured
+    probes = _probe_paths(server.api.routes)
+    assert len(probes) > 40 and ("POST", "/gradio_api/queue/join") in probes and ("GET", "/files/x") in probes
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for method, path in probes:
+            if path in web.PUBLIC_PATHS:
+                continue
+            if method == "WEBSOCKET":
+                response = client.get(path, headers={"connection": "upgrade", "upgrade": "websocket"})
+            else:
+                response = client.request(method, path, headers={"authorization": "Bearer rt_forged"})
+            assert response.status_code == 401, (method, path, response.status_code)
+        # A browser is sent to the login page, and comes back where it was going.
+        page = client.get("/?view=api", headers={"accept": "text/html"})
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=%2F%3Fview%3Dapi"
+        assert "Log in" in client.get("/login").text
+
+
+def test_login_sessions_logout_and_failed_login_limit(secured, rt):
+    _, url = secured
+    with httpx.Client(base_url=url, timeout=30) as anon:
+        wrong = anon.post("/login", data={"username": "ada", "password": "nope", "next": "/"})
+        assert wrong.status_code == 401 and "Wrong username or password." in wrong.text
+        evil = anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "//evil.example/"})
+        assert evil.headers["location"] == "/"  # never sent off-site after login
+    client = login(url, "otto")
+    cookie = client.cookies[sessions.SESSION_COOKIE]
+    assert sessions.session_user(rt, cookie) == "otto"
+    assert client.get("/config").status_code == 200
+    client.get("/logout")
+    assert sessions.session_user(rt, cookie) is None
+    client.cookies.set(sessions.SESSION_COOKIE, cookie)
+    assert client.get("/config").status_code == 401  # the old cookie is worth nothing now
+    with httpx.Client(base_url=url, timeout=30) as anon:
+        for _ in range(web.MAX_FAILED_LOGINS):
+            anon.post("/login", data={"username": "vic", "password": "guess", "next": "/"})
+        blocked = anon.post("/login", data={"username": "vic", "password": PASSWORD, "next": "/"})
+        assert blocked.status_code == 429 and "Too many failed logins" in blocked.text
+
+
+def test_every_event_refuses_a_caller_below_its_role(secured, rt):
+    server, _ = secured
+    needs = server.blocks.ragtopics_needs
+    assert {needs[i] for i in needs} >= {"viewer", "operator", "admin"}
+    viewer = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(rt, "vic")})
+    refused = 0
+    for fn_id, block_fn in server.blocks.fns.items():
+        if block_fn.fn is None:  # a browser-side (js) event: nothing runs on the server
+            continue
+        need = needs.get(fn_id, "viewer")
+        assert block_fn.fn._ragtopics_need == need
+        if need == "viewer":
+            continue
+        args = [None] * len(block_fn.inputs)
+        with pytest.raises(gr.Error, match=r"Not allowed: vic \(viewer\) may not do this: it needs the (operator|admin) role"):
+            result = block_fn.fn(viewer, *args)
+            if hasattr(result, "__next__"):
+                next(result)
+        refused += 1
+    assert refused > 30
+    anonymous = gr.Request(headers={}, cookies={})
+    chat_event = next(f for i, f in server.blocks.fns.items() if f.fn is not None and needs.get(i, "viewer") == "viewer")
+    with pytest.raises(gr.Error, match="Not allowed: log in first"):
+        _fire(chat_event, anonymous)
+
+
+def _fire(block_fn, request: gr.Request):
+    """Call an event function as Gradio would, with empty inputs (a generator is run to its first step)."""
+    result = block_fn.fn(request, *[None] * len(block_fn.inputs))
+    return next(result) if hasattr(result, "__next__") else result
+
+
+def test_programs_use_api_tokens_with_their_users_role(secured, rt):
+    _, url = secured
+    viewer = Client(url, verbose=False, headers={"Authorization": f"Bearer {users.make_token(rt, 'vic')}"})
+    assert json.loads(viewer.predict(api_name="/list_topics")) == []
+    with pytest.raises(Exception, match="Not allowed: vic \\(viewer\\)"):
+        viewer.predict("Viewer Topic", "", "", ["txt"], 500, 50, 3, 0.2, "Nothing.", api_name="/create_topic")
+    assert list_topics(rt) == []
+    operator = Client(url, verbose=False, headers={"Authorization": f"Bearer {users.make_token(rt, 'otto')}"})
+    status, *_ = operator.predict("Operator Topic", "", "", ["txt"], 500, 50, 3, 0.2, "Nothing.", api_name="/create_topic")
+    assert "Created Topic **Operator Topic**" in status and [t.name for t in list_topics(rt)] == ["Operator Topic"]
+    with pytest.raises(Exception):
+        Client(url, verbose=False)  # no token, no config
+
+
+def test_mcp_clients_need_a_token(secured, rt):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    _, url = secured
+    create_topic(rt, "Manuals")
+
+    async def topics(headers: dict) -> list[dict]:
+        async with streamablehttp_client(url + "gradio_api/mcp/", headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tool = next(t.name for t in (await session.list_tools()).tools if t.name.endswith("list_topics"))
+                return json.loads((await session.call_tool(tool, {})).content[0].text)
+
+    token = users.make_token(rt, "vic", "agent")
+    assert [t["name"] for t in asyncio.run(topics({"Authorization": f"Bearer {token}"}))] == ["Manuals"]
+    with httpx.Client(timeout=30) as client:
+        refused = client.post(url + "gradio_api/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                              headers={"accept": "application/json, text/event-stream"})  # fmt: skip
+    assert refused.status_code == 401
+
+
+def test_a_source_link_opens_only_for_its_user(secured, rt):
+    _, url = secured
+    stored = rt.blobs.put("topic", "doc", "notes.txt", b"kettle notes")[0]
+    for_vic = rt.signer.sign(stored, user="vic")
+    unbound = rt.signer.sign(stored)
+    vic, otto, ada = login(url, "vic"), login(url, "otto"), login(url, "ada")
+    assert vic.get(for_vic).content == b"kettle notes"
+    assert otto.get(for_vic).status_code == 403 and "made for someone else" in otto.get(for_vic).text
+    assert vic.get(unbound).status_code == 403 and ada.get(unbound).status_code == 200
+
+
+def test_open_mode_serves_loopback_only_and_refuses_a_share_link(rt):
+    port = free_port()
+    server, url, share_url = launch_console(rt, host="0.0.0.0", port=port, share=True)
+    try:
+        assert url == f"http://127.0.0.1:{port}/" and server.server.config.host == "127.0.0.1" and share_url is None
+        assert any("Serving on 127.0.0.1, not 0.0.0.0" in n for n in server.notices)
+        assert any("No share link: a share link needs login" in n for n in server.notices)
+        assert httpx.get(url + "config", timeout=30).status_code == 200  # no login without an admin
+        assert "No admin exists yet" in httpx.get(url + "login", timeout=30).text
+    finally:
+        server.close()
+
+
+def test_a_share_link_that_cannot_be_made_is_said_once_and_the_console_serves(people, monkeypatch):
+    from gradio import networking
+
+    monkeypatch.setattr(networking, "GRADIO_SHARE_SERVER_ADDRESS", f"127.0.0.1:{free_port()}")  # a share server that is down
+    server, url, share_url = launch_console(people, host="127.0.0.1", port=free_port(), share=True)
+    try:
+        assert share_url is None and len(server.notices) == 1 and server.notices[0].startswith("No share link: it could not be made")
+        assert httpx.get(url + "config", timeout=30).status_code == 401 and login(url, "vic").get("/config").status_code == 200
+    finally:
+        server.close()
+
+
+def test_the_cli_manages_users_without_login(rt, monkeypatch, capsys):
+    import io
+
+    from ragtopics.ui.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert main(["user", "add", "ada", "--role", "admin"]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    assert main(["user", "add", "vic", "--role", "viewer"]) == 2 and "Password: at least 8" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert main(["user", "add", "vic", "--role", "viewer", "--dev-reporting"]) == 0
+    assert main(["user", "set", "vic", "--role", "operator", "--no-dev-reporting"]) == 0
+    capsys.readouterr()
+    assert main(["user", "list"]) == 0 and capsys.readouterr().out.splitlines() == ["ada\tadmin\tDEV_REPORTING", "vic\toperator"]
+    assert main(["user", "token", "vic", "--label", "agent"]) == 0
+    assert users.user_of_token(rt, capsys.readouterr().out.strip()).username == "vic"
+    assert main(["user", "delete", "vic"]) == 2 and users.get_user(rt, "vic") is not None
+    assert main(["user", "delete", "vic", "--yes"]) == 0 and users.get_user(rt, "vic") is None and users.list_tokens(rt) == []
