@@ -14,13 +14,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from ragtopics.settings.env import ROLES, Settings
-from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
+from ragtopics.settings.topic import SETTINGS_MODELS, allowed_range, phase_of
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ def describe_type(field: FieldInfo) -> str:
         return "list (comma-separated)"
     if annotation in (int, float):
         name = "integer" if annotation is int else "number"
-        span = _range(field)
+        span = allowed_range(field)
         return f"{name}, {span}" if span else name
     return "text"
 
@@ -170,20 +169,6 @@ def _unwrap(annotation: Any) -> Any:
     """``X | None`` → ``X``."""
     args = [a for a in get_args(annotation) if a is not type(None)]
     return args[0] if get_origin(annotation) is not list and len(args) == 1 else annotation
-
-
-def _range(field: FieldInfo) -> str:
-    low = high = None
-    for item in field.metadata:
-        if isinstance(item, (annotated_types.Ge, annotated_types.Gt)):
-            low = ("> " if isinstance(item, annotated_types.Gt) else "") + f"{getattr(item, 'ge', getattr(item, 'gt', None)):g}"
-        elif isinstance(item, (annotated_types.Le, annotated_types.Lt)):
-            high = f"{getattr(item, 'le', getattr(item, 'lt', None)):g}"
-    if low is not None and high is not None:
-        return f"{low}–{high}" if not low.startswith(">") else f"{low}, ≤ {high}"
-    if low is not None:
-        return f"≥ {low}" if not low.startswith(">") else low
-    return f"≤ {high}" if high is not None else ""
 
 
 def _row(*cells: Any) -> str:

@@ -20,6 +20,9 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
+import annotated_types
+from pydantic.fields import FieldInfo
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragtopics.errors import InvalidSettingError
@@ -407,7 +410,7 @@ def validate_settings(kind: str, values: dict[str, Any]) -> TopicSettings:
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        raise InvalidSettingError(_describe(exc)) from exc
+        raise InvalidSettingError(_describe(exc, model)) from exc
 
 
 def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
@@ -452,12 +455,34 @@ def parse_assignments(assignments: list[str]) -> dict[str, Any]:
     return values
 
 
-def _describe(exc: ValidationError) -> str:
+def allowed_range(field: FieldInfo) -> str:
+    """A numeric field's bounds as the operator reads them: ``1–50``, ``≥ 0``, ``> 0``; "" when unbounded."""
+    low = high = None
+    for item in field.metadata:
+        if isinstance(item, (annotated_types.Ge, annotated_types.Gt)):
+            low = ("> " if isinstance(item, annotated_types.Gt) else "") + f"{getattr(item, 'ge', getattr(item, 'gt', None)):g}"
+        elif isinstance(item, (annotated_types.Le, annotated_types.Lt)):
+            high = f"{getattr(item, 'le', getattr(item, 'lt', None)):g}"
+    if low is not None and high is not None:
+        return f"{low}–{high}" if not low.startswith(">") else f"{low}, ≤ {high}"
+    if low is not None:
+        return f"≥ {low}" if not low.startswith(">") else low
+    return f"≤ {high}" if high is not None else ""
+
+
+#: pydantic error types of a number outside its bounds.
+_BOUND_ERRORS = frozenset({"greater_than_equal", "greater_than", "less_than_equal", "less_than"})
+
+
+def _describe(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     parts = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = f"this setting was removed: {REMOVED_KEYS[key]}" if key in REMOVED_KEYS else "unknown setting"
+        elif err["type"] in _BOUND_ERRORS and model is not None and key in model.model_fields:
+            span = allowed_range(model.model_fields[key])
+            message = f"{err.get('input')} is outside the allowed range {span}" if span else message
         parts.append(f"{key}: {message}" if key else message)  # a rule across settings names them itself
     return "invalid Topic settings: " + "; ".join(parts)

@@ -51,6 +51,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
                 admin = admin_tab.build(rt)
         with roles.page("mcp"):
             mcp_tools.register(rt)
+        with roles.page("topics"):
+            topics_tab.register_api(rt)
         pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
                  "qa": qa["tab"], "admin": admin["tab"]}  # fmt: skip
         dropdowns = [upload["topic"], chat["topic"], prompts["topic"], qa["topic"], topics["settings_topic"],

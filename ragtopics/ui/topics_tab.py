@@ -1,4 +1,4 @@
-"""The Topics tab: create a Topic (wizard) and see the existing ones."""
+"""The Topics tab: the Create-a-Topic wizard, the Topics table, Configure a Topic and Delete a Topic."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ import json
 import gradio as gr
 
 from ragtopics.errors import RagTopicsError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
+from ragtopics.ui import wizard
 from ragtopics.settings.docs import display_value, settings_rows
-from ragtopics.settings.topic import DEFAULT_NO_ANSWER, RagTopicSettings
+from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.documents.uploads import enqueue_document
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
 
-_DEFAULTS = RagTopicSettings()
 
 
 def topics_table(rt: Runtime) -> list[list]:
@@ -36,23 +35,7 @@ def build(rt: Runtime) -> dict:
     """Lay out the tab; returns the components other tabs refresh from."""
     with gr.Tab("Topics", id="topics") as tab:
         gr.Markdown("### Create a Topic")
-        gr.Markdown("**Step 1 · Name and prompt**")
-        with gr.Row():
-            name = gr.Textbox(label="Name", placeholder="e.g. Service manuals")
-            description = gr.Textbox(label="Description")
-        system_prompt = gr.Textbox(label="Custom System Prompt", lines=2)
-        gr.Markdown("**Step 2 · Files and chunking**")
-        file_types = gr.CheckboxGroup(sorted(SUPPORTED_EXTENSIONS), value=_DEFAULTS.file_types, label="File Types")
-        with gr.Row():
-            chunk_size = gr.Number(_DEFAULTS.chunk_size, label="Chunk Size (characters)", precision=0)
-            chunk_overlap = gr.Number(_DEFAULTS.chunk_overlap, label="Chunk Overlap (characters)", precision=0)
-        gr.Markdown("**Step 3 · Answering** (every other setting: *Configure a Topic* below, after creating it)")
-        with gr.Row():
-            top_k = gr.Number(_DEFAULTS.top_k_results, label="Top-K Results", precision=0)
-            min_score = gr.Slider(0, 1, value=_DEFAULTS.min_similarity_score, step=0.01, label="Min. Similarity Score")
-        no_answer = gr.Textbox(DEFAULT_NO_ANSWER, label="No-answer response")
-        create = gr.Button("Create Topic", variant="primary")
-        status = gr.Markdown(elem_id="topic-status")
+        wizard_parts = wizard.build(rt)
         table = gr.Dataframe(
             value=topics_table(rt),
             headers=["Topic", "Kind", "Chunk Size", "Overlap", "Top-K", "Min. Score", "Settings"],
@@ -62,20 +45,39 @@ def build(rt: Runtime) -> dict:
         settings_box = _settings_editor(rt, table)
         deleted = _delete_panel(rt, table)
 
-    def on_create(name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer):
-        settings = {"custom_system_prompt": system_prompt or "", "file_types": file_types or [],
-                    "chunk_size": int(chunk_size or 0), "chunk_overlap": int(chunk_overlap or 0), "top_k_results": int(top_k or 0),
-                    "min_similarity_score": float(min_score), "no_answer_response": no_answer or DEFAULT_NO_ANSWER}  # fmt: skip
-        try:
-            topic = create_topic(rt, name, description=description or "", settings=settings)
-        except RagTopicsError as exc:
-            return f"**Not created:** {html.escape(str(exc))}", topics_table(rt), gr.skip()
-        return f"Created Topic **{html.escape(topic.name)}**. Upload files on the Upload tab.", topics_table(rt), ""
+    event = wizard_parts["create"].then(lambda: topics_table(rt), None, table, api_visibility="private")
 
-    inputs = [name, description, system_prompt, file_types, chunk_size, chunk_overlap, top_k, min_score, no_answer]
-    event = create.click(on_create, inputs, [status, table, name], api_name="create_topic", api_visibility="undocumented")
     return {"tab": tab, "created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
             "table": table}  # fmt: skip
+
+
+def register_api(rt: Runtime) -> None:
+    """Register ``create_topic`` (name, kind, description, settings JSON) for programs; call outside the tabs."""
+
+    def create_topic_api(name: str, kind: str = "rag", description: str = "", settings_json: str = "{}") -> str:
+        """Create a Topic.
+
+        Args:
+            name: the Topic's name.
+            kind: rag or graphrag.
+            description: what the Topic holds.
+            settings_json: a JSON object of settings that differ from the defaults, e.g. {"chunk_size": 800}.
+
+        Returns:
+            A status line: "Created Topic ..." or "Not created: <reason>".
+        """
+        try:
+            settings = json.loads(settings_json or "{}")
+            if not isinstance(settings, dict):
+                raise RagTopicsError("settings_json must be a JSON object")
+            topic = create_topic(rt, name, kind=kind, description=description or "", settings=settings)
+        except json.JSONDecodeError as exc:
+            return f"Not created: settings_json is not valid JSON ({exc.msg})"
+        except RagTopicsError as exc:
+            return f"Not created: {exc}"
+        return f"Created Topic **{topic.name}** ({topic.kind})."
+
+    gr.api(create_topic_api, api_name="create_topic", api_visibility="undocumented")
 
 
 def _delete_panel(rt: Runtime, table) -> dict:

@@ -192,10 +192,10 @@ def test_programs_use_api_tokens_with_their_users_role(secured, rt):
     viewer = Client(url, verbose=False, headers={"Authorization": f"Bearer {users.make_token(rt, 'vic')}"})
     assert json.loads(viewer.predict(api_name="/list_topics")) == []
     with pytest.raises(Exception, match="Not allowed: vic \\(viewer\\)"):
-        viewer.predict("Viewer Topic", "", "", ["txt"], 500, 50, 3, 0.2, "Nothing.", api_name="/create_topic")
+        viewer.predict("Viewer Topic", "rag", "", "{}", api_name="/create_topic")
     assert list_topics(rt) == []
     operator = Client(url, verbose=False, headers={"Authorization": f"Bearer {users.make_token(rt, 'otto')}"})
-    status, *_ = operator.predict("Operator Topic", "", "", ["txt"], 500, 50, 3, 0.2, "Nothing.", api_name="/create_topic")
+    status = operator.predict("Operator Topic", "rag", "", "{}", api_name="/create_topic")
     assert "Created Topic **Operator Topic**" in status and [t.name for t in list_topics(rt)] == ["Operator Topic"]
     with pytest.raises(Exception):
         Client(url, verbose=False)  # no token, no config

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from sqlmodel import select
 
 from ragtopics.answer.history import session_turns
-from ragtopics.topics.topics import create_topic
+from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.storage.metadata import ChatSessionRow
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
@@ -19,6 +21,14 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
+
+
+def shot(page, tmp_path, name: str) -> None:
+    """Screenshot into the test's folder and, when RAGTOPICS_SCREENSHOTS names a folder, there too (docs/screenshots)."""
+    page.screenshot(path=str(tmp_path / name))
+    target = os.environ.get("RAGTOPICS_SCREENSHOTS")
+    if target:
+        page.screenshot(path=str(Path(target) / name), full_page=True)
 
 
 @pytest.fixture
@@ -42,7 +52,7 @@ def page(rt):
 def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path):
     page.get_by_label("Name").first.fill("Browser Topic")
     page.get_by_role("button", name="Create Topic").click()
-    page.get_by_text("Created Topic").wait_for()
+    page.get_by_text("Created RAG Topic").wait_for()
 
     page.get_by_role("tab", name="Upload").click()
     page.locator("#upload-topic input").click()
@@ -64,7 +74,7 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     page.get_by_role("button", name="Send").click()
     page.locator("#chatbot").get_by_text("At 100 degrees [kettles.txt].").wait_for(timeout=20000)
     page.locator("#rt-sources").get_by_text("kettles.txt").wait_for()
-    page.screenshot(path=str(tmp_path / "chat.png"))
+    shot(page, tmp_path, "chat-sources.png")
 
 
 def kettle_chat(page, rt, run_jobs, scripted_llm, name: str):
@@ -216,3 +226,29 @@ def test_a_qa_run_is_started_shown_and_compared(page, rt, run_jobs, tmp_path):
     assert "way: SEARCH → DIRECT" in comparison.inner_text() and "retrieval_only" not in comparison.inner_text()
     folder = Path(os.environ.get("RAGTOPICS_SCREENSHOT_DIR", tmp_path))
     page.screenshot(path=str(folder / "qa-comparison.png"), full_page=True)
+
+
+def test_the_wizard_creates_a_graphrag_topic_step_by_step(page, rt, tmp_path):
+    page.locator("#wizard-kind").get_by_label("GraphRAG").check()
+    page.locator("#wizard-name").get_by_role("textbox").fill("Plant graph")
+    page.locator("#wizard-next-1").click()
+    page.get_by_label("Pictures").check()  # a group ticks all its single types
+    page.get_by_text("Pictures (7 types)").click()
+    page.locator("#wizard-types-pictures").get_by_label("png").wait_for()
+    assert page.locator("#wizard-types-pictures").get_by_label("png").is_checked()
+    overlap = page.locator("#wizard-graphrag-chunk-overlap input")
+    overlap.fill("5000")
+    page.locator("#wizard-next-2").click()
+    page.locator("#wizard-graphrag-resolution input").fill("1.5")
+    page.get_by_text("Leiden resolution: higher gives more, smaller communities").wait_for()  # the description is the help line
+    shot(page, tmp_path, "wizard.png")
+    page.locator("#wizard-create").click()
+    page.get_by_text("Not created").wait_for()
+    assert "chunk_overlap" in page.locator("#topic-status").inner_text()  # the message names the field
+    page.locator("#wizard-back-3").click()
+    overlap.fill("100")
+    page.locator("#wizard-create").click()
+    page.get_by_text("Created GraphRAG Topic").wait_for()
+    topic = get_topic(rt, "Plant graph")
+    assert topic.kind == "graphrag" and topic.settings.resolution == 1.5 and topic.settings.chunk_overlap == 100
+    assert {"png", "jpg", "pdf", "md"} <= set(topic.settings.file_types)

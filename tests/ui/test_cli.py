@@ -41,7 +41,7 @@ def test_topic_create_with_settings_then_show_and_set(rt, capsys):
 
 @pytest.mark.parametrize("assignment,message", [
     ("top_k=5", "top_k: unknown setting"),
-    ("chunk_size=50", "chunk_size: Input should be greater than or equal to 100"),
+    ("chunk_size=50", "chunk_size: 50 is outside the allowed range 100–8000"),
     ("retrieval_strategy=SPARSE", "retrieval_strategy: Input should be 'DENSE' or 'HYBRID'"),
     ("chunk_overlap=2000", "chunk_overlap (2000) must be smaller than chunk_size (1000)"),
 ])  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from gradio_client import Client, handle_file
 
@@ -21,9 +23,10 @@ def console(rt):
 
 def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, scripted_llm, tmp_path):
     _, client = console
-    status, _, name_box = client.predict("Console Topic", "", "Be brief.", ["txt", "md"], 500, 50, 3, 0.2,
-                               "Not in the documents.", api_name="/create_topic")  # fmt: skip
-    assert "Created Topic **Console Topic**" in status and name_box == ""  # ready for the next Topic
+    settings = {"custom_system_prompt": "Be brief.", "file_types": ["txt", "md"], "chunk_size": 500, "chunk_overlap": 50,
+                "top_k_results": 3, "min_similarity_score": 0.2, "no_answer_response": "Not in the documents."}
+    status = client.predict("Console Topic", "rag", "", json.dumps(settings), api_name="/create_topic")
+    assert status == "Created Topic **Console Topic** (rag)."
     assert get_topic(rt, "Console Topic").settings.chunk_size == 500
 
     (tmp_path / "boilers.md").write_text("# Boilers\n\nBoiler B-12 must be descaled every spring.")
@@ -47,6 +50,6 @@ def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, script
 
 def test_creating_a_topic_with_a_bad_setting_shows_why(rt, console):
     _, client = console
-    status, _, name_box = client.predict("Bad Topic", "", "", ["txt"], 500, 600, 3, 0.2, "x", api_name="/create_topic")
-    assert "Not created" in status and "chunk_overlap (600) must be smaller than chunk_size (500)" in status
-    assert name_box != ""  # the name typed is kept to be corrected
+    status = client.predict("Bad Topic", "rag", "", '{"chunk_size": 500, "chunk_overlap": 600}', api_name="/create_topic")
+    assert status.startswith("Not created") and "chunk_overlap (600) must be smaller than chunk_size (500)" in status
+    assert client.predict("Bad Topic", "rag", "", "{oops", api_name="/create_topic").startswith("Not created: settings_json is not valid JSON")
