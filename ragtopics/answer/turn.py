@@ -32,7 +32,7 @@ from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime
 from ragtopics.storage import chats
-from ragtopics.storage.traces import save_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.topics.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.topics.topics import Topic, get_topic
 from ragtopics.tracing.trace import Trace
@@ -525,8 +525,7 @@ class _Turn:
             turn_id = save_turn(self.rt, self.topic, session_id=self.session_id, question=self.question, answer=answer,
                                 sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings,
                                 route_reason=self.reason, route_method=self.method)  # fmt: skip
-            save_trace(self.rt.metadata, kind="chat", owner=f"turn:{turn_id}", subject=self.question,
-                       events=self.trace.to_list(), topic_id=self.topic.id)  # fmt: skip
+            record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, session_id=self.session_id, turn_id=turn_id,
                           no_answer=no_answer, phase="done", note=self.note, timings_ms=timings)  # fmt: skip

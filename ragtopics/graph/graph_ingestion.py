@@ -42,7 +42,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
-from ragtopics.storage.traces import save_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -405,8 +405,7 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
         removal = write_import(rt, topic, plan, imported, trace)
         ev.data.update(entities=len(plan.graph.entities), relationships=len(plan.graph.relationships),
                        skipped_edges=len(plan.skipped_edges), removed=asdict(removal))  # fmt: skip
-    save_trace(rt.metadata, kind="upload", owner=f"document:{plan.document_id}", subject=plan.file_name,
-               events=trace.to_list(), topic_id=topic.id)  # fmt: skip
+    record_trace(rt, trace, kind="upload", owner=f"document:{plan.document_id}", subject=plan.file_name, topic_id=topic.id)
     log.info("graph ingestion of %s into Topic %s: %d entities, %d relationships", plan.file_name, topic.name,
              len(plan.graph.entities), len(plan.graph.relationships))  # fmt: skip
     return {"topic": topic.name, "source": plan.file_name, "document_id": plan.document_id, "format": imported.format,

@@ -31,7 +31,7 @@ from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import clear_recompute_due, due_key
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.runtime import Runtime
-from ragtopics.storage.traces import save_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -170,8 +170,8 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
             result = rebuild(topic.id, store, index, rt.gateway, resolution=topic.settings.resolution, progress=progress,
                              trace=trace, template=resolve_prompts(rt, topic.id)["community_report"])  # fmt: skip
         finally:
-            save_trace(rt.metadata, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
-                       events=trace.to_list(), topic_id=topic.id)  # fmt: skip
+            record_trace(rt, trace, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
+                         topic_id=topic.id)  # fmt: skip
         if rt.redis.hget(due_key(topic.id), "since") == due_since:  # no upload or delete while it ran
             clear_recompute_due(rt, topic.id)
     finally:

@@ -32,7 +32,7 @@ from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_to
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
-from ragtopics.storage.traces import save_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
 log = logging.getLogger(__name__)
@@ -565,8 +565,7 @@ def _mark_done(rt: Runtime, document_id: str, job_id: str, status: documents.Doc
                indexed_with: dict, trace: Trace, pictures: list[PictureRow]) -> None:  # fmt: skip
     doc, obsolete = documents.finish(rt.metadata, document_id, job_id, status=status, chunk_count=count, warning=warning,
                                      indexed_with=indexed_with, pictures=pictures)  # fmt: skip
-    save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
-               topic_id=doc.topic_id)  # fmt: skip
+    record_trace(rt, trace, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, topic_id=doc.topic_id)
     for path in obsolete:
         rt.blobs.remove(path)
 
@@ -579,8 +578,7 @@ def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, tra
         for path in obsolete:
             rt.blobs.remove(path)
     if doc is not None:
-        save_trace(rt.metadata, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, events=trace.to_list(),
-                   topic_id=doc.topic_id)  # fmt: skip
+        record_trace(rt, trace, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, topic_id=doc.topic_id)
 
 
 def ingest_settings(settings: TopicSettings, rt: Runtime | None = None) -> RagTopicSettings:

@@ -187,6 +187,8 @@ class Settings(BaseSettings):
                                        description="The first admin, created at start when no user has that name; with no admin at all the console serves on loopback only, without login.")  # fmt: skip
     admin_password: str | None = Field(None, alias="ADMIN_PASSWORD",
                                        description="Password of ADMIN_USERNAME (at least 8 characters); used only when that user is created.")  # fmt: skip
+    dev_report_retention_days: int = Field(7, ge=1, alias="DEV_REPORT_RETENTION_DAYS",
+                                           description="Days a DEV report is kept before it is deleted.")  # fmt: skip
     session_ttl_s: int = Field(43_200, ge=60, alias="SESSION_TTL_S",
                                description="Seconds a console login lasts without activity.")  # fmt: skip
     queue_name: str = Field("ragtopics", alias="RQ_QUEUE", description="Name of the RQ job queue.")

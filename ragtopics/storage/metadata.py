@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -193,6 +193,25 @@ class ApiTokenRow(SQLModel, table=True):
     digest: str = Field(index=True, unique=True)  # hex SHA-256 of the token
     created_at: datetime = Field(default_factory=utcnow)
     last_used_at: datetime | None = None
+
+
+class DevReportRow(SQLModel, table=True):
+    """The index entry of one DEV report; the report itself is a JSON file under ``<data>/dev-reports/``."""
+
+    __tablename__ = "dev_report"
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)  # "upload", "chat" or "communities"
+    topic_id: str = Field(default="", index=True)
+    topic_name: str = ""
+    subject: str = ""
+    owner: str = ""
+    path: str  # relative to the data directory
+    size_bytes: int = 0
+    steps: int = 0
+    model_calls: int = 0
+    tokens: int = 0
+    duration_ms: float = 0.0
+    created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class MetadataStore:

@@ -13,7 +13,8 @@ from ragtopics.access import users
 from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
-from ragtopics.ui import admin_tab, chat_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.tracing import reports
+from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import add_file_route
 
@@ -49,12 +50,14 @@ def build_app(rt: Runtime) -> gr.Blocks:
                 qa = qa_tab.build(rt)
             with roles.page("admin"):
                 admin = admin_tab.build(rt)
+            with roles.page("dev_reports"):
+                dev = dev_reports_tab.build(rt)
         with roles.page("mcp"):
             mcp_tools.register(rt)
         with roles.page("topics"):
             topics_tab.register_api(rt)
         pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
-                 "qa": qa["tab"], "admin": admin["tab"]}  # fmt: skip
+                 "qa": qa["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
         dropdowns = [upload["topic"], chat["topic"], prompts["topic"], qa["topic"], topics["settings_topic"],
                      topics["delete_topic"]]
 
@@ -110,6 +113,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
         ConfigurationError: ``ADMIN_USERNAME`` / ``ADMIN_PASSWORD`` are set but invalid.
         RagTopicsError: the port cannot be served.
     """
+    reports.reset_switches(rt)  # DEV reporting is off after every start
     created = users.ensure_env_admin(rt)
     if created is not None:
         print(f"Created the admin {created.username!r} from ADMIN_USERNAME.", flush=True)
@@ -126,6 +130,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     api = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
     web.add_access_routes(api, rt)
     add_file_route(api, rt)
+    dev_reports_tab.add_report_route(api, rt)
     api = gr.mount_gradio_app(api, app, path="/", auth_dependency=web.auth_dependency, mcp_server=mcp, show_error=True)
     api.add_middleware(web.AccessMiddleware, rt=rt)
     server = web.serve(api, app, host=host, port=port)
