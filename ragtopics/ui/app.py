@@ -14,7 +14,7 @@ from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
-from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import add_file_route
 
@@ -36,8 +36,11 @@ def build_app(rt: Runtime) -> gr.Blocks:
         roles = web.EventRoles(app)
         with gr.Row():
             gr.Markdown(f"## {TITLE} · document question answering with cited sources")
-            whoami = gr.Markdown(elem_id="whoami")
-        with gr.Tabs():
+            with gr.Column(scale=1, min_width=240):
+                whoami = gr.Markdown(elem_id="whoami")
+                logout = gr.Button("Log out", size="sm", visible=False, elem_id="logout")
+        logout.click(None, js="() => { window.location.href = '/logout'; }")
+        with gr.Tabs() as tabs:
             with roles.page("topics"):
                 topics = topics_tab.build(rt)
             with roles.page("upload"):
@@ -48,6 +51,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
                 prompts = prompts_tab.build(rt)
             with roles.page("qa"):
                 qa = qa_tab.build(rt)
+            with roles.page("graph"):
+                graph = graph_view.build(rt)
             with roles.page("admin"):
                 admin = admin_tab.build(rt)
             with roles.page("dev_reports"):
@@ -57,24 +62,33 @@ def build_app(rt: Runtime) -> gr.Blocks:
         with roles.page("topics"):
             topics_tab.register_api(rt)
         pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
-                 "qa": qa["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
-        dropdowns = [upload["topic"], chat["topic"], prompts["topic"], qa["topic"], topics["settings_topic"],
-                     topics["delete_topic"]]
+                 "qa": qa["tab"], "graph": graph["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
+        # Every page starts hidden and the load event shows the caller's (Gradio shows a hidden tab on update,
+        # but does not hide a shown one), so a viewer never sees an operator's page, not even for a moment.
+        for page in pages.values():
+            page.visible = False
+        dropdowns = {"upload": upload["topic"], "chat": chat["topic"], "prompts": prompts["topic"], "qa": qa["topic"],
+                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"]}  # fmt: skip
+        boxes = list(dropdowns.values())
 
         def refresh(*current):
             return tuple(refresh_dropdown(rt, c) for c in current)
 
-        def show_pages(request: gr.Request):
+        def on_load(request: gr.Request, *current):
+            """Who is signed in, their pages, and fresh Topic lists and table for those pages only."""
             user = _caller(rt, request)
-            shown = [gr.Tab(visible=user is not None and user.may(web.ROLE_OF_PAGE[name])) for name in pages]
-            return [whoami_text(rt, user), *shown]
+            allowed = {name for name in pages if user is not None and user.may(web.ROLE_OF_PAGE[name])}
+            shown = [gr.Tab(visible=True) if name in allowed else gr.skip() for name in pages]
+            lists = [refresh_dropdown(rt, c) if page.strip() in allowed else gr.skip() for page, c in zip(dropdowns, current)]
+            table = topics_tab.topics_table(rt) if "topics" in allowed else gr.skip()
+            first = next((page.id for name, page in pages.items() if name in allowed), None)
+            signed_in = user is not None and user is not users.LOCAL_USER
+            return [whoami_text(rt, user), gr.Button(visible=signed_in), gr.Tabs(selected=first) if first else gr.skip(), *shown,
+                    *lists, table]  # fmt: skip
 
-        topics["created"].then(refresh, dropdowns, dropdowns, api_visibility="private")
-        topics["deleted"].then(refresh, dropdowns, dropdowns, api_visibility="private")
-        app.load(show_pages, None, [whoami, *pages.values()], api_visibility="private")
-        app.load(refresh, dropdowns, dropdowns, api_visibility="private")
-        with roles.page("topics"):
-            app.load(lambda: topics_tab.topics_table(rt), None, topics["table"], api_visibility="private")
+        topics["created"].then(refresh, boxes, boxes, api_visibility="private")
+        topics["deleted"].then(refresh, boxes, boxes, api_visibility="private")
+        app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"]], api_visibility="private")
     web.guard_events(rt, app, roles.needs)
     app.ragtopics_needs = dict(roles.needs)
     return app
@@ -94,8 +108,7 @@ def whoami_text(rt: Runtime, user: User | None) -> str:
     if user is users.LOCAL_USER:
         return f'<div id="open-mode" style="font-size:0.85em;color:#92400e">{html.escape(web.open_mode_text())}</div>'
     extra = " · DEV_REPORTING" if user.dev_reporting and user.role != "admin" else ""
-    return (f'<div style="text-align:right">Signed in as <b>{html.escape(user.username)}</b> ({user.role}{extra}) · '
-            '<a href="/logout">Log out</a></div>')  # fmt: skip
+    return f'<div style="text-align:right">Signed in as <b>{html.escape(user.username)}</b> ({user.role}{extra})</div>'
 
 
 def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[web.ConsoleServer, str, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -11,9 +12,11 @@ import pytest
 from sqlmodel import select
 
 from ragtopics.answer.history import session_turns
+from ragtopics.tracing import reports
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.storage.metadata import ChatSessionRow
 from tests.conftest import free_port
+from tests.ui.test_access import PASSWORD
 from tests.ingest.test_ingest import upload
 from ragtopics.ui.app import launch_console
 
@@ -47,6 +50,36 @@ def page(rt):
         yield page
         browser.close()
     app.close()
+
+
+@pytest.fixture
+def browser_for(rt):
+    """Open the console (with users: login required) in fresh browser pages: ``browser_for(username)`` → logged-in page."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    from ragtopics.access import users
+
+    users.create_user(rt, "ada", PASSWORD, "admin")
+    users.create_user(rt, "vic", PASSWORD, "viewer")
+    port = free_port()
+    server, url, _ = launch_console(rt, host="127.0.0.1", port=port)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+        def open_as(username: str):
+            page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+            page.goto(url)  # sent to the login form first
+            page.get_by_label("Username").fill(username)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            page.get_by_text(f"Signed in as {username}").wait_for(timeout=30000)
+            return page
+
+        yield open_as
+        browser.close()
+    server.close()
 
 
 def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path):
@@ -252,3 +285,71 @@ def test_the_wizard_creates_a_graphrag_topic_step_by_step(page, rt, tmp_path):
     topic = get_topic(rt, "Plant graph")
     assert topic.kind == "graphrag" and topic.settings.resolution == 1.5 and topic.settings.chunk_overlap == 100
     assert {"png", "jpg", "pdf", "md"} <= set(topic.settings.file_types)
+
+
+def test_a_viewer_sees_only_the_chat_and_graph(browser_for, tmp_path):
+    page = browser_for("vic")
+    page.get_by_role("tab", name="Chat").wait_for()
+    shot(page, tmp_path, "viewer.png")
+    tabs = [t.inner_text() for t in page.get_by_role("tab").all() if t.is_visible()]
+    assert "Chat" in tabs and "Graph" in tabs
+    assert not {"Topics", "Upload", "Prompts", "QA", "Admin", "DEV Reports"} & set(tabs)
+    page.get_by_role("button", name="Log out").click()
+    page.get_by_role("button", name="Log in").wait_for()
+    page.goto(page.url.split("/login")[0] + "/")
+    page.get_by_role("button", name="Log in").wait_for()  # the session ended: back to the login form
+
+
+def test_a_dev_report_appears_opens_and_downloads(browser_for, rt, run_jobs, scripted_llm, tmp_path):
+    page = browser_for("ada")
+    topic = create_topic(rt, "Kettles")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
+    run_jobs()
+    page.reload()  # the Topic dropdowns are filled when the page loads
+    page.get_by_role("tab", name="DEV Reports").click()
+    page.locator("#dev-switch-chat").get_by_role("checkbox").check()
+    page.get_by_text("Reporting: Report chat answers").wait_for()
+    scripted_llm.replies["answer"] = "At 100 degrees [S1]."
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-topic input").click()
+    page.get_by_role("option", name="Kettles").click()
+    page.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
+    page.get_by_role("button", name="Send").click()
+    page.locator("#chatbot").get_by_text("At 100 degrees [kettles.txt].").wait_for(timeout=20000)
+    page.locator("#rt-sources").get_by_text("kettles.txt").wait_for()
+    shot(page, tmp_path, "chat-sources.png")
+    page.get_by_role("tab", name="DEV Reports").click()
+    page.locator("#dev-refresh").click()
+    page.locator("#dev-reports").get_by_text("When does kettle K-2 switch off?").first.wait_for(state="attached", timeout=15000)
+    report_id = reports.list_reports(rt, kind="chat")[0].id
+    page.locator("#dev-report-id input").fill(str(report_id))
+    page.locator("#dev-open").click()
+    page.locator("#dev-report-view details[data-step='retrieve']").wait_for()
+    page.locator("#dev-report-view details[data-step='prompt'] summary").click()
+    shot(page, tmp_path, "dev-report.png")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download JSON").click()
+    saved = json.loads(Path(download.value.path()).read_text())
+    assert saved["kind"] == "chat" and saved["subject"] == "When does kettle K-2 switch off?"
+
+
+def test_the_graph_view_draws_an_entity_and_clicks_through(page, rt, tmp_path):
+    from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
+    from ragtopics.graph.refresh import run_rebuild
+    from tests.graph.test_graph_ingestion import LLM, people
+
+    topic = create_topic(rt, "Scientists", kind="graphrag", settings=LLM)
+    ingest_graph(rt, topic, "people.json", parse_nodes_edges_json(people()))
+    run_rebuild(rt, topic.id)
+    page.get_by_role("tab", name="Graph", exact=True).click()
+    page.locator("#graph-topic input").click()
+    page.get_by_role("option", name="Scientists").click()
+    page.locator("#graph-communities").get_by_text("Marie Curie").first.wait_for(state="attached")
+    page.locator("#graph-entity").get_by_role("textbox").fill("Marie Curie")
+    page.locator("#graph-show").click()
+    page.locator("#graph-picture g[data-entity='Pierre Curie']").wait_for()
+    page.locator("#graph-details").get_by_text("Married Pierre Curie in 1895.").wait_for()
+    shot(page, tmp_path, "graph-view.png")
+    page.locator("#graph-picture g[data-entity='University of Paris'] circle").click()
+    page.locator("#graph-details").get_by_text("University of Paris (ORGANIZATION)").wait_for(timeout=15000)
+    assert page.locator("#graph-entity").get_by_role("textbox").input_value() == "University of Paris"
