@@ -12,6 +12,7 @@ from ragtopics.answer.context import Source, pages_label
 from ragtopics.answer.history import list_sessions, saved_turns, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
+from ragtopics.quality.diagnosis import diagnose_turn
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui.common import find_topic, short_name, topic_choices
@@ -178,7 +179,10 @@ def build(rt: Runtime) -> dict:
             earlier = gr.Dropdown([], label="Earlier chats", scale=3)
             new_chat = gr.Button("New chat", scale=1)
         chatbot = gr.Chatbot(label="Chat", height=480, elem_id="chatbot")
-        sources = gr.HTML(elem_id="sources")
+        with gr.Row(equal_height=True):
+            sources = gr.HTML(elem_id="sources")
+            why = gr.Button("Why?", size="sm", scale=0, min_width=80, elem_id="why-answer")
+        diagnosis = gr.Markdown(elem_id="answer-diagnosis")
         with gr.Row():
             question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
             send = gr.Button("Send", variant="primary", scale=1)
@@ -246,4 +250,17 @@ def build(rt: Runtime) -> dict:
                  [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
     earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")
     earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session], api_visibility="private")
+
+    def explain(session_id):
+        turns = session_turns(rt, session_id) if session_id else []
+        if not turns:
+            return "Ask a question first: *Why?* explains the last saved answer of this chat."
+        try:
+            return diagnose_turn(rt, turns[-1].id).to_markdown()
+        except RagTopicsError as exc:
+            return str(exc)
+
+    why.click(explain, session, diagnosis, api_visibility="private")
+    for trigger in (send.click, question.submit, new_chat.click, topic.change):
+        trigger(lambda: "", None, diagnosis, api_visibility="private")  # an old explanation never sits under a new answer
     return {"topic": topic, "tab": tab}

@@ -8,6 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from ragtopics.documents.delete import delete_document
+from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.documents.uploads import list_documents, upload_file
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
@@ -112,6 +113,7 @@ def build(rt: Runtime) -> dict:
                              column_widths=DOC_COLUMN_WIDTHS)  # fmt: skip
         with gr.Row(equal_height=True):
             doc_choice = gr.Dropdown([], label="Document", allow_custom_value=False, elem_id="delete-document-choice", scale=3)
+            why_doc = gr.Button("Why? (nothing found, failed)", elem_id="why-document", scale=1)
             ask_delete = gr.Button("Delete document…", variant="secondary", elem_id="delete-document", scale=1)
         with gr.Group(visible=False, elem_id="delete-document-confirm") as confirm_box:
             confirm_text = gr.Markdown()
@@ -119,6 +121,7 @@ def build(rt: Runtime) -> dict:
                 confirm = gr.Button("Delete", variant="stop", elem_id="delete-document-yes")
                 cancel = gr.Button("Cancel", elem_id="delete-document-no")
         deleted_text = gr.Markdown(elem_id="delete-document-status")
+        doc_diagnosis = gr.Markdown(elem_id="document-diagnosis")
         graph_panel.build(rt, topic)
         jobs = gr.State([])
         rendered = gr.State(None)
@@ -196,4 +199,16 @@ def build(rt: Runtime) -> dict:
     confirm.click(on_delete, [topic, doc_choice], [confirm_box, deleted_text, table, doc_choice], api_name="delete_document",
                   api_visibility="undocumented")  # fmt: skip
     cancel.click(lambda: gr.Group(visible=False), None, confirm_box, api_visibility="private")
+
+    def explain(topic_name, file_name):
+        t = find_topic(rt, topic_name)
+        doc = next((d for d in list_documents(rt, t) if d.file_name == file_name), None) if t and file_name else None
+        if doc is None:
+            return "Choose a Topic and a document first."
+        try:
+            return diagnose_document(rt, doc.id).to_markdown()
+        except RagTopicsError as exc:
+            return html.escape(str(exc))
+
+    why_doc.click(explain, [topic, doc_choice], doc_diagnosis, api_visibility="private")
     return {"topic": topic, "tab": tab, "refresh": lambda current: refresh_dropdown(rt, current)}

@@ -353,3 +353,22 @@ def test_the_graph_view_draws_an_entity_and_clicks_through(page, rt, tmp_path):
     page.locator("#graph-picture g[data-entity='University of Paris'] circle").click()
     page.locator("#graph-details").get_by_text("University of Paris (ORGANIZATION)").wait_for(timeout=15000)
     assert page.locator("#graph-entity").get_by_role("textbox").input_value() == "University of Paris"
+
+
+def test_why_explains_an_answer_without_sources(page, rt, run_jobs, scripted_llm, tmp_path):
+    topic = create_topic(rt, "Strict kettles", settings={"min_similarity_score": 0.99, "retrieval_strategy": "DENSE"})
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
+    run_jobs()
+    page.reload()
+    scripted_llm.replies["answer"] = "Nothing on that."
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-topic input").click()
+    page.get_by_role("option", name="Strict kettles").click()
+    page.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
+    page.get_by_role("button", name="Send").click()
+    page.locator("#chatbot").get_by_text(topic.settings.no_answer_response).wait_for(timeout=20000)
+    page.locator("#why-answer").click()
+    panel = page.locator("#answer-diagnosis")
+    panel.get_by_text("Why? Answers say \"I don't know\" too often").wait_for(timeout=15000)
+    assert "Min. Similarity Score 0.99" in panel.inner_text() and "min_similarity_score = 0.99" in panel.inner_text()
+    shot(page, tmp_path, "diagnosis.png")
