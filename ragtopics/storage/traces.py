@@ -62,6 +62,15 @@ def load_trace(store: MetadataStore, owner: str) -> list[dict[str, Any]]:
     return list(row.events) if row else []
 
 
+def recent_traces(store: MetadataStore, *, topic_id: str, limit: int = 20, kind: str | None = None) -> list[TraceRow]:
+    """A Topic's newest traces, newest first (``kind``: only ``upload``, ``chat`` or ``communities``)."""
+    query = select(TraceRow).where(TraceRow.topic_id == topic_id).order_by(col(TraceRow.id).desc()).limit(limit)
+    if kind:
+        query = query.where(TraceRow.kind == kind)
+    with store.session() as s:
+        return list(s.exec(query))
+
+
 def delete_traces(store: MetadataStore, *, topic_id: str) -> int:
     """Delete every trace of a Topic; returns how many were deleted."""
     with store.session() as s:

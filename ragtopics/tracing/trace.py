@@ -83,7 +83,7 @@ class Trace:
             if event.id in self._open:
                 self._open.remove(event.id)
             log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], name, event.duration_ms,
-                     _summary(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
+                     summary_line(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
 
     def add(self, name: str, **data: Any) -> TraceEvent:
         """Record an instantaneous event."""
@@ -110,7 +110,8 @@ class Trace:
         return [clip(asdict(e)) for e in self.events]
 
 
-def _summary(data: dict[str, Any]) -> str:
+def summary_line(data: dict[str, Any]) -> str:
+    """A step's data in one short line: scalars and short strings as ``key=value``, lists and dicts as ``key=<n>``."""
     parts = []
     for key, value in data.items():
         if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 40):

@@ -14,7 +14,7 @@ from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
-from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import add_file_route
 
@@ -53,6 +53,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
                 qa = qa_tab.build(rt)
             with roles.page("graph"):
                 graph = graph_view.build(rt)
+            with roles.page("logs"):
+                logs = logs_tab.build(rt)
             with roles.page("admin"):
                 admin = admin_tab.build(rt)
             with roles.page("dev_reports"):
@@ -62,13 +64,13 @@ def build_app(rt: Runtime) -> gr.Blocks:
         with roles.page("topics"):
             topics_tab.register_api(rt)
         pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
-                 "qa": qa["tab"], "graph": graph["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
+                 "qa": qa["tab"], "graph": graph["tab"], "logs": logs["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
         # Every page starts hidden and the load event shows the caller's (Gradio shows a hidden tab on update,
         # but does not hide a shown one), so a viewer never sees an operator's page, not even for a moment.
         for page in pages.values():
             page.visible = False
         dropdowns = {"upload": upload["topic"], "chat": chat["topic"], "prompts": prompts["topic"], "qa": qa["topic"],
-                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"]}  # fmt: skip
+                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"], "logs": logs["topic"]}  # fmt: skip
         boxes = list(dropdowns.values())
 
         def refresh(*current):

@@ -11,7 +11,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.ui import wizard
 from ragtopics.settings.docs import display_value, settings_rows
-from ragtopics.settings.topic import RagTopicSettings
+from ragtopics.settings.topic import RagTopicSettings, phase_of
 from ragtopics.documents.uploads import enqueue_document
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
@@ -122,6 +122,17 @@ def settings_table(rt: Runtime, topic_name: str) -> list[list[str]]:
     return [[r.key, r.phase, r.value, r.default, r.values, r.description] for r in rows]
 
 
+def phase_note(phase: str) -> str:
+    """What changing a setting of this phase does to what is already stored (Markdown, with a leading space)."""
+    if phase == "upload":
+        return " *Applies to files uploaded afterwards; upload a file again to apply it to that file.*"
+    if phase == "upload+chat":
+        return " *Applies to the next question, and to files uploaded afterwards (upload again for existing ones).*"
+    if phase == "communities":
+        return " *Applies at the next community rebuild (Recompute Communities Now, or the Refresh Cycle).*"
+    return " *Applies to the next question.*"
+
+
 def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
     """Change one setting of an existing Topic (every change is a new settings version).
 
@@ -151,7 +162,7 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
         setting = setting if setting in keys else keys[0]
         row = next(r for r in settings_rows(t.settings) if r.key == setting)
         about_text = (f"**{row.key}** ({row.phase}; {html.escape(row.values)}; default `{html.escape(row.default)}`): "
-                      f"{html.escape(row.description)}")
+                      f"{html.escape(row.description)}") + phase_note(row.phase)
         return row.value, about_text, gr.update(choices=keys, value=setting)
 
     def change(topic_name, setting, raw):
@@ -159,7 +170,9 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
             t = update_settings(rt, topic_name, {setting: json.loads(raw) if raw.strip().startswith(("{", "[")) else raw})
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
-        return f"Topic **{html.escape(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` (settings v{t.settings_version}).", topics_table(rt)
+        phase = phase_of(type(t.settings), setting)
+        return (f"Topic **{html.escape(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
+                f"(settings v{t.settings_version}).{phase_note(phase)}", topics_table(rt))  # fmt: skip
 
     def start_reembed(topic_name):
         try:

@@ -153,7 +153,7 @@ def caller_of(request) -> User | None:
 
 #: The role each page's events need; events outside any page (the app's load events) need ``viewer``.
 ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
-                "qa": "operator", "graph": "viewer", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer"}  # fmt: skip
+                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer"}  # fmt: skip
 
 
 @dataclass

@@ -1,0 +1,59 @@
+"""The Logs tab: a Topic's recent uploads, answers and community rebuilds, one line per step.
+
+Read from the bounded traces every run keeps (:mod:`ragtopics.storage.traces`); the full
+detail of a run is what DEV Reports are for.
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from ragtopics.runtime import Runtime
+from ragtopics.storage.traces import recent_traces
+from ragtopics.tracing.trace import summary_line
+from ragtopics.ui.common import find_topic
+
+KINDS = {"All": None, "Uploads": "upload", "Answers": "chat", "Community rebuilds": "communities"}
+#: Longest step line shown.
+LINE_CHARS = 160
+
+
+def log_text(rt: Runtime, topic_name: str | None, kind_label: str = "All", limit: int = 20) -> str:
+    """The log as preformatted HTML: a header line per run (time, kind, subject, errors), then one line per step."""
+    topic = find_topic(rt, topic_name)
+    if topic is None:
+        return "<p>Choose a Topic.</p>"
+    rows = recent_traces(rt.metadata, topic_id=topic.id, limit=limit, kind=KINDS.get(kind_label))
+    if not rows:
+        return "<p>Nothing logged for this Topic yet.</p>"
+    out = []
+    for row in rows:
+        failed = [e for e in row.events if e.get("error")]
+        total = sum(float(e.get("duration_ms") or 0) for e in row.events if e.get("parent") is None)
+        out.append(f"<b>{row.created_at:%Y-%m-%d %H:%M:%S} UTC · {html.escape(row.kind)} · {html.escape(row.subject[:120])}"
+                   f" · {total:.0f} ms{' · FAILED' if failed else ''}</b>")  # fmt: skip
+        depth: dict[int, int] = {}
+        for e in row.events:
+            level = depth[e["id"]] = depth.get(e.get("parent"), -1) + 1 if e.get("parent") is not None else 0
+            line = f"{'  ' * (level + 1)}{e['step']:<14} {float(e.get('duration_ms') or 0):>9.1f} ms  {summary_line(e.get('data') or {})}"
+            if e.get("error"):
+                line += f"  ERROR {e['error']}"
+            out.append(html.escape(line[:LINE_CHARS] + ("…" if len(line) > LINE_CHARS else "")))
+        out.append("")
+    return "<pre id='rt-log' style='font-size:0.85em;white-space:pre;overflow-x:auto'>" + "\n".join(out) + "</pre>"
+
+
+def build(rt: Runtime) -> dict:
+    """Lay out the Logs tab; returns ``{"tab", "topic"}``."""
+    private = {"api_visibility": "private"}
+    with gr.Tab("Logs", id="logs") as tab:
+        with gr.Row():
+            topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="logs-topic")
+            kind = gr.Dropdown(list(KINDS), value="All", label="Show", elem_id="logs-kind")
+            refresh = gr.Button("Refresh", elem_id="logs-refresh")
+        log = gr.HTML(elem_id="logs")
+    for trigger in (topic.change, kind.change, refresh.click, tab.select):
+        trigger(lambda t, k: log_text(rt, t, k), [topic, kind], log, **private)
+    return {"tab": tab, "topic": topic}
