@@ -34,6 +34,10 @@ class Runtime:
         self._gateway: ModelGateway | None = None
         self._signer: LinkSigner | None = None
         self._lock = threading.Lock()
+        self._environment_settings = self._overridden_settings = self.settings
+        from ragtopics.llm.endpoints import apply_overrides  # the endpoints set in the console, over the environment's
+
+        apply_overrides(self)
 
     @property
     def signer(self) -> LinkSigner:

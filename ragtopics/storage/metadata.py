@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -212,6 +212,20 @@ class DevReportRow(SQLModel, table=True):
     tokens: int = 0
     duration_ms: float = 0.0
     created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class RoleEndpointRow(SQLModel, table=True):
+    """A model role's endpoint set in Admin → LLM Configuration; it overrides the environment's for that role."""
+
+    __tablename__ = "role_endpoint"
+    role: str = Field(primary_key=True)
+    base_url: str
+    model: str
+    api_key: str = ""  # kept on the server; the console shows only whether one is set
+    supports_tools: bool = False
+    supports_images: bool = False
+    updated_by: str = ""
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

@@ -1,7 +1,7 @@
-"""The Admin tab: LLM Configuration (shared prompts, each role's endpoint, Test connection), Graph Databases, Users.
+"""The Admin tab: LLM Configuration (each role's endpoint, editable, Test connection; shared prompts), Graph Databases, Users.
 
 Only admins reach it (:data:`ragtopics.ui.web.ROLE_OF_PAGE`). API keys never leave the
-server: the endpoints table says only whether a role has one.
+server: the endpoints table and the edit form say only whether a role has one.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import gradio as gr
 
 from ragtopics.access import users
 from ragtopics.errors import RagTopicsError
+from ragtopics.llm import endpoints
 from ragtopics.runtime import Runtime
 from ragtopics.settings.env import ROLES
 from ragtopics.ui.prompts_tab import PROMPT_NAMES, prompt_text, save_prompt
@@ -24,17 +25,40 @@ TOKEN_HEADERS = ["Id", "User", "Label", "Made", "Last used"]
 
 
 def endpoints_table(rt: Runtime) -> list[list[str]]:
-    """Role → endpoint rows: role, endpoint URL, model, API key set, tools, pictures (never the key itself)."""
+    """Role → endpoint rows: role, URL, model, API key set or not (never the key), tools, pictures, where it is set."""
     rows = []
     for role in (*ROLES, "embedding"):
-        e = rt.settings.endpoint(role)
-        has_key = bool(e.api_key) and e.api_key != "not-needed"
-        rows.append([role, e.base_url or "in-process", e.model, "set" if has_key else "none",
-                     "yes" if e.supports_tools else "no", "yes" if e.supports_images else "no"])  # fmt: skip
+        d = endpoints.describe(rt, role)
+        rows.append([role, d["base_url"] or "in-process", d["model"], d["api_key"], "yes" if d["supports_tools"] else "no",
+                     "yes" if d["supports_images"] else "no", d["source"]])  # fmt: skip
     return rows
 
 
-def test_connection(rt: Runtime, role: str) -> str:
+def endpoint_form(rt: Runtime, role: str) -> tuple:
+    """The edit form's values for a role: URL, model, an empty key box (labelled with whether a key is set), flags."""
+    d = endpoints.describe(rt, role)
+    key_box = gr.Textbox(value="", label=f"API key (now: {d['api_key']}; empty keeps it)")
+    return d["base_url"], d["model"], key_box, d["supports_tools"], d["supports_images"]
+
+
+def change_endpoint(rt: Runtime, action: str, role: str, base_url: str, model: str, api_key: str, tools: bool,
+                    images: bool) -> str:  # fmt: skip
+    """Save or reset a role's endpoint; returns the status line (errors name the field)."""
+    from ragtopics.ui.web import acting_user
+
+    who = acting_user()
+    try:
+        if action == "save":
+            endpoints.save_endpoint(rt, role, base_url=base_url, model=model, api_key=api_key, supports_tools=bool(tools),
+                                    supports_images=bool(images), by=who.username if who else "")  # fmt: skip
+            return f"Saved the **{role}** endpoint; it applies to the next model call (workers: their next job)."
+        cleared = endpoints.clear_endpoint(rt, role)
+    except RagTopicsError as exc:
+        return f"**Not saved:** {html.escape(str(exc))}"
+    return f"**{role}** uses the environment's endpoint again." if cleared else f"**{role}** had no endpoint set here."
+
+
+def check_connection(rt: Runtime, role: str) -> str:
     """Make one real call to ``role``'s endpoint; returns a Markdown line with the reply or the error."""
     if role not in (*ROLES, "embedding"):
         return f"**Unknown role** {html.escape(str(role))}."
@@ -138,12 +162,23 @@ def build(rt: Runtime) -> dict:
         with gr.Tab("LLM Configuration"):
             gr.Markdown("Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
                         "the server). *Test connection* makes one real call and shows the reply or the error.")  # fmt: skip
-            endpoints = gr.Dataframe(value=endpoints_table(rt), headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures"],
-                                     interactive=False, label="Model endpoints", elem_id="endpoints")  # fmt: skip
+            table = gr.Dataframe(value=endpoints_table(rt), headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Set in"],
+                                 interactive=False, label="Model endpoints", elem_id="endpoints")  # fmt: skip
             with gr.Row():
                 role = gr.Dropdown([*ROLES, "embedding"], value=ROLES[0], label="Role", elem_id="test-role")
                 test = gr.Button("Test connection", elem_id="test-connection")
             tested = gr.Markdown(elem_id="test-result")
+            with gr.Accordion("Change this role's endpoint", open=False):
+                with gr.Row():
+                    url = gr.Textbox(label="Endpoint URL (OpenAI-compatible, …/v1)", elem_id="endpoint-url")
+                    model = gr.Textbox(label="Model", elem_id="endpoint-model")
+                    key = gr.Textbox(label="API key (empty keeps it)", type="password", elem_id="endpoint-key")
+                with gr.Row():
+                    tools = gr.Checkbox(label="Takes tools", elem_id="endpoint-tools")
+                    images = gr.Checkbox(label="Takes pictures", elem_id="endpoint-images")
+                    save = gr.Button("Save endpoint", variant="primary", elem_id="endpoint-save")
+                    reset = gr.Button("Use the environment's", elem_id="endpoint-reset")
+                saved = gr.Markdown(elem_id="endpoint-status")
             gr.Markdown("#### Shared prompts\nThe text every Topic uses unless its Prompts tab overrides it.")
             shared_name = gr.Dropdown(PROMPT_NAMES, value="system", label="Prompt")
             shared_text = gr.Textbox(lines=8, label="Shared text (empty + Save restores the built-in default)")
@@ -188,12 +223,20 @@ def build(rt: Runtime) -> dict:
                 token_id = gr.Number(label="Token id", precision=0, elem_id="token-id")
                 revoke_button = gr.Button("Revoke", elem_id="token-revoke")
 
-    def refresh():
-        return endpoints_table(rt), prompt_text(rt, None, shared_name.value or "system")[0], graph_databases_table(rt), \
-            users_table(rt), tokens_table(rt)  # fmt: skip
+    form = [url, model, key, tools, images]
 
-    tab.select(refresh, None, [endpoints, shared_text, databases, user_list, tokens], **private)
-    test.click(lambda r: test_connection(rt, r), role, tested, **private)
+    def refresh(current_role, prompt_name):
+        filled = endpoint_form(rt, current_role) if current_role in ROLES else (gr.skip(),) * len(form)
+        return (endpoints_table(rt), *filled, prompt_text(rt, None, prompt_name or "system")[0], graph_databases_table(rt),
+                users_table(rt), tokens_table(rt))  # fmt: skip
+
+    tab.select(refresh, [role, shared_name], [table, *form, shared_text, databases, user_list, tokens], **private)
+    test.click(lambda r: check_connection(rt, r), role, tested, **private)
+    role.change(lambda r: endpoint_form(rt, r) if r != "embedding" else (gr.skip(),) * 5, role, form, **private)
+    for button, action in ((save, "save"), (reset, "reset")):
+        button.click(lambda r, *f, a=action: change_endpoint(rt, a, r, *f), [role, *form], saved, **private).then(
+            lambda r: (endpoints_table(rt), *endpoint_form(rt, r)) if r != "embedding" else (endpoints_table(rt), *(gr.skip(),) * 5),
+            role, [table, *form], **private)  # fmt: skip
     shared_name.change(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)
     shared_save.click(lambda n, x: save_prompt(rt, None, n, x), [shared_name, shared_text], shared_status, **private)
     db_add.click(lambda n, u: change_graph_databases(rt, "add", n, u), [db_name, db_url], [databases, db_status], **private)

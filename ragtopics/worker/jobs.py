@@ -75,7 +75,7 @@ def ingest(topic_id: str, document_id: str, job_id: str | None = None, blob_path
             job.meta.update(phase=phase, done=done, total=total, topic_id=topic_id, document_id=document_id)
             job.save_meta()
 
-    result = ingest_document(get_runtime(), document_id, progress, job_id=job_id, blob_path=blob_path, fan_out=True)
+    result = ingest_document(_runtime(), document_id, progress, job_id=job_id, blob_path=blob_path, fan_out=True)
     return _result(result)
 
 
@@ -103,7 +103,7 @@ def extract_batch(topic_id: str, document_id: str, job_id: str, chunk_ids: list[
     """
     from ragtopics.graph.fanout import extract_batch as run
 
-    return run(get_runtime(), topic_id, document_id, job_id, chunk_ids)
+    return run(_runtime(), topic_id, document_id, job_id, chunk_ids)
 
 
 def finish_graph(topic_id: str, document_id: str, job_id: str) -> dict:
@@ -114,7 +114,7 @@ def finish_graph(topic_id: str, document_id: str, job_id: str) -> dict:
     """
     from ragtopics.graph.fanout import finish_graph as run
 
-    return _result(run(get_runtime(), topic_id, document_id, job_id, _job_progress()))
+    return _result(run(_runtime(), topic_id, document_id, job_id, _job_progress()))
 
 
 def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
@@ -129,7 +129,7 @@ def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
     """
     from ragtopics.graph.refresh import run_rebuild
 
-    return run_rebuild(get_runtime(), topic_id, reason=reason, progress=_job_progress())
+    return run_rebuild(_runtime(), topic_id, reason=reason, progress=_job_progress())
 
 
 def evaluate_run(run_id: str) -> dict:
@@ -142,4 +142,13 @@ def evaluate_run(run_id: str) -> dict:
     from ragtopics.quality.runs import execute_run
 
     report = _job_progress()
-    return execute_run(get_runtime(), run_id, lambda done, total: report("evaluating", done, total))
+    return execute_run(_runtime(), run_id, lambda done, total: report("evaluating", done, total))
+
+
+def _runtime():
+    """The worker's runtime, with the model endpoints set in the console re-read (a change reaches the next job)."""
+    from ragtopics.llm.endpoints import refresh
+
+    rt = get_runtime()
+    refresh(rt)
+    return rt

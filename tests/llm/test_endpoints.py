@@ -1,0 +1,60 @@
+"""Model endpoints set in Admin → LLM Configuration: stored over the environment's, applied to the console at once
+and to workers at their next job, keys never shown back, Test connection a real call."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragtopics.errors import ConfigurationError
+from ragtopics.llm import endpoints
+from ragtopics.runtime import Runtime
+from ragtopics.storage.metadata import RoleEndpointRow
+from ragtopics.ui.admin_tab import change_endpoint, check_connection, endpoint_form, endpoints_table
+from tests.conftest import free_port
+
+
+def test_a_role_endpoint_set_in_the_console_overrides_the_environment(rt, settings, scripted_llm):
+    assert rt.settings.endpoint("router").base_url == scripted_llm.base_url
+    endpoints.save_endpoint(rt, "router", base_url=f"http://127.0.0.1:{free_port()}/v1", model="router-large",
+                            api_key="sk-secret-1", supports_tools=True, supports_images=False, by="ada")  # fmt: skip
+    router = rt.gateway.endpoint("router")
+    assert (router.model, router.api_key, router.supports_tools, router.is_bundled) == ("router-large", "sk-secret-1", True, False)
+    assert rt.settings.endpoint("language_model").base_url == scripted_llm.base_url  # other roles keep theirs
+    with rt.metadata.session() as s:
+        assert s.get(RoleEndpointRow, "router").updated_by == "ada"
+
+    worker = Runtime(settings)  # another process: reads the stored endpoints when it starts and at each job
+    assert worker.settings.endpoint("router").model == "router-large"
+    endpoints.save_endpoint(rt, "router", base_url=scripted_llm.base_url, model="router-small", api_key="",
+                            supports_tools=False, supports_images=False)  # fmt: skip
+    assert worker.settings.endpoint("router").model == "router-large"
+    endpoints.refresh(worker)
+    assert worker.settings.endpoint("router").model == "router-small"
+    assert worker.settings.endpoint("router").api_key == "sk-secret-1"  # an empty key box keeps the stored key
+
+    assert endpoints.clear_endpoint(rt, "router") and rt.settings.endpoint("router").model == settings.llm_model
+    assert not endpoints.clear_endpoint(rt, "router")
+
+
+def test_keys_are_never_shown_and_bad_values_name_the_field(rt):
+    endpoints.save_endpoint(rt, "judge", base_url="https://models.example/v1", model="judge-1", api_key="sk-very-secret",
+                            supports_tools=False, supports_images=False)  # fmt: skip
+    row = next(r for r in endpoints_table(rt) if r[0] == "judge")
+    assert row[1:4] == ["https://models.example/v1", "judge-1", "set"] and row[-1] == "console"
+    url, model, key_box, tools, images = endpoint_form(rt, "judge")
+    assert (url, model, key_box.value) == ("https://models.example/v1", "judge-1", "") and "now: set" in key_box.label
+    assert "sk-very-secret" not in repr(endpoints_table(rt)) + repr(endpoint_form(rt, "judge"))
+    with pytest.raises(ConfigurationError, match="Endpoint URL: must be http"):
+        endpoints.save_endpoint(rt, "judge", base_url="ftp://x", model="m", api_key="", supports_tools=False, supports_images=False)
+    with pytest.raises(ConfigurationError, match="Model: name the model"):
+        endpoints.save_endpoint(rt, "judge", base_url="http://x/v1", model=" ", api_key="", supports_tools=False, supports_images=False)
+    assert change_endpoint(rt, "save", "embedding", "http://x/v1", "m", "", False, False).startswith("**Not saved:** Role: must be one of")
+
+
+def test_test_connection_makes_a_real_call(rt, scripted_llm):
+    scripted_llm.replies["test_connection"] = "ready"
+    assert check_connection(rt, "language_model").startswith("✅ **language_model**") and "“ready”" in check_connection(rt, "language_model")
+    change_endpoint(rt, "save", "router", f"http://127.0.0.1:{free_port()}/v1", "nobody-home", "", False, False)
+    failed = check_connection(rt, "router")
+    assert failed.startswith("❌ **router** (`nobody-home` at http://127.0.0.1:") and "failed" in failed
+    assert "a vector of 384 dimensions" in check_connection(rt, "embedding")
