@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
+from ragtopics.documents.sniff import check_content
 from ragtopics.ingest.docling import check_zip_archive
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
@@ -23,6 +24,8 @@ from ragtopics.storage.traces import load_trace
 log = logging.getLogger(__name__)
 
 MAX_FILE_NAME_BYTES = 255
+#: File names Windows reserves for devices, whatever their extension (the documentation of CreateFile, "Naming Files").
+RESERVED_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))})
 #: Office files are zip archives: checked for zip bombs when received.
 ZIP_CONTAINER_TYPES: frozenset[str] = frozenset({"docx", "xlsx", "pptx"})
 
@@ -49,7 +52,8 @@ class DocumentInfo:
 
 
 def clean_file_name(raw: str) -> str:
-    """A safe file name: the last path component, NFC, no control characters, at most 255 bytes.
+    """A safe file name: the last path component, NFC, no control characters, at most 255 bytes, ``_`` before a
+    name Windows reserves (``CON.txt`` → ``_CON.txt``).
 
     Raises:
         RefusedFileError: when nothing usable is left (empty, ``.`` or ``..``).
@@ -58,6 +62,9 @@ def clean_file_name(raw: str) -> str:
     name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
     if not name.strip("."):
         raise RefusedFileError(f"the file name {raw!r} is not usable; rename the file and upload it again")
+    stem, dot, ext = name.partition(".")
+    if stem.strip().upper() in RESERVED_NAMES:  # CON, NUL, COM1...: a file that cannot be saved under Windows
+        name = f"_{name}"
     while len(name.encode()) > MAX_FILE_NAME_BYTES:
         stem, dot, ext = name.rpartition(".")
         name = (stem[:-1] + dot + ext) if dot and stem else name[:-1]
@@ -124,11 +131,12 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
     if len(data) > limit:
         raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
-    if ext in ZIP_CONTAINER_TYPES:
-        try:
+    try:
+        check_content(name, ext, data)
+        if ext in ZIP_CONTAINER_TYPES:
             check_zip_archive(data, file_name=name)
-        except ReadError as exc:
-            raise RefusedFileError(f"{name} was refused: {exc}") from exc
+    except ReadError as exc:
+        raise RefusedFileError(f"{name} was refused: {exc}") from exc
     doc_id = document_id_for(topic.id, name)
     with document_lock(rt.redis, doc_id):  # waits while a job swaps in an older version, or a delete runs
         rel, digest = rt.blobs.put(topic.id, doc_id, name, data)

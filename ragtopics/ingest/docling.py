@@ -262,6 +262,10 @@ def check_zip_archive(
         raise ReadError(
             f"{file_name} is not a valid {_extension(file_name).upper()} (not a readable zip archive): {exc}"
         ) from exc
+    for member in members:
+        parts = member.filename.replace("\\", "/").split("/")
+        if member.filename.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+            raise ReadError(f"{file_name} is refused: its member {member.filename!r} points outside the archive")
     total = sum(member.file_size for member in members)
     if total > max_uncompressed_bytes:
         raise ReadError(

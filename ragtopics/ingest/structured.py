@@ -390,14 +390,37 @@ def _check_count(count: int, limits: _Limits) -> None:
 # --- JSON and JSON Lines --------------------------------------------------------------
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice (RFC 8259 says names SHOULD be unique; readers then disagree on the value)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that refuses an object with a key given twice (raises :class:`_DuplicateKey`)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _read_json(data: bytes, limits: _Limits) -> list[Record]:
     text = _decode(data, limits.file_name)
     if not text.strip():
         return []
     try:
-        doc = json.loads(text)
+        doc = _loads(text)
+    except _DuplicateKey as exc:
+        raise ReadError(f"{limits.file_name}: an object gives the key {exc.args[0]!r} twice, so its value is ambiguous; "
+                        "keep one") from exc  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ReadError(f"{limits.file_name} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+    except ValueError as exc:  # e.g. an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise ReadError(f"{limits.file_name} is not readable JSON: {exc}") from exc
     _check_tree(doc, limits, "the document")
     return _to_records(_split_document(doc), limits)
 
@@ -411,9 +434,15 @@ def _read_jsonl(data: bytes, limits: _Limits) -> list[Record]:
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            doc = _loads(line)
+        except _DuplicateKey as exc:
+            bad.append(f"line {number} gives the key {exc.args[0]!r} twice")
+            continue
         except json.JSONDecodeError as exc:
             bad.append(f"line {number} is not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except ValueError as exc:
+            bad.append(f"line {number} is not readable JSON ({exc})")
             continue
         _check_tree(doc, limits, f"line {number}")
         units.append((f"line {number}", "", doc))

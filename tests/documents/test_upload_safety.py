@@ -43,10 +43,10 @@ REFUSED_AT_RECEIVE = {
     "truncated docx": ("report.docx", make_docx, lambda: make_docx()[:2000], r"report\.docx is not a valid DOCX"),
     "truncated xlsx": ("figures.xlsx", make_xlsx, lambda: make_xlsx()[:1500], r"figures\.xlsx is not a valid XLSX"),
     "zip bomb docx": ("report.docx", make_docx, make_zip_bomb, r"report\.docx is refused as a zip bomb"),
+    "truncated pdf": ("plant.pdf", make_pdf, lambda: make_pdf()[:900], r"plant\.pdf was refused: plant\.pdf is not a valid PDF"),
 }  # fmt: skip
 
 BAD_INPUTS = {
-    "truncated pdf": ("plant.pdf", make_pdf, lambda: make_pdf()[:900], r"plant\.pdf is not a valid PDF"),
     "xml entity expansion": ("catalog.xml", lambda: GOOD_XML, lambda: BILLION_LAUGHS, r"catalog\.xml: the XML uses entities"),
     "deeply nested json": ("parts.json", lambda: GOOD_JSON, lambda: b"[" * 200_000 + b"]" * 200_000, r"parts\.json .*nested too deeply"),
     "binary bytes as txt": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: bytes(range(256)) * 64, r"notes\.txt .*binary"),
