@@ -22,11 +22,27 @@ def _key(session_id: str) -> str:
     return "rt:session:" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()
 
 
+def _user_key(username: str) -> str:
+    return f"rt:user-sessions:{username}"
+
+
 def start_session(rt: Runtime, username: str) -> str:
     """Open a session for ``username``; returns the id to put in the cookie."""
     session_id = secrets.token_urlsafe(32)
-    rt.redis.set(_key(session_id), username, ex=rt.settings.session_ttl_s)
+    with rt.redis.pipeline() as pipe:
+        pipe.set(_key(session_id), username, ex=rt.settings.session_ttl_s)
+        pipe.sadd(_user_key(username), _key(session_id))  # so a password change or a delete can end them all
+        pipe.expire(_user_key(username), rt.settings.session_ttl_s * 2)
+        pipe.execute()
     return session_id
+
+
+def end_user_sessions(rt: Runtime, username: str) -> int:
+    """End every session of ``username`` (after a password change, a role change or a delete); returns how many."""
+    keys = [k.decode() if isinstance(k, bytes) else k for k in rt.redis.smembers(_user_key(username))]
+    ended = rt.redis.delete(*keys) if keys else 0
+    rt.redis.delete(_user_key(username))
+    return int(ended)
 
 
 def session_user(rt: Runtime, session_id: str | None) -> str | None:

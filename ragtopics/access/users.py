@@ -21,6 +21,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlmodel import select
 
+from ragtopics.access import sessions
 from ragtopics.errors import AccessDeniedError, ConfigurationError, NotFoundError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import ApiTokenRow, UserRow, utcnow
@@ -127,7 +128,10 @@ def update_user(rt: Runtime, username: str, *, role: str | None = None, dev_repo
         if password is not None:
             row.password_hash = _hasher.hash(_check_password(password))
         s.add(row)
-        return _user(row)
+        changed = _user(row)
+    if password is not None:
+        sessions.end_user_sessions(rt, username)  # a stolen cookie does not outlive a password change
+    return changed
 
 
 def delete_user(rt: Runtime, username: str) -> None:
@@ -146,6 +150,7 @@ def delete_user(rt: Runtime, username: str) -> None:
         for token in s.exec(select(ApiTokenRow).where(ApiTokenRow.username == username)):
             s.delete(token)
         s.delete(row)
+    sessions.end_user_sessions(rt, username)  # a user made later under this name does not inherit them
 
 
 def _admin_count(s) -> int:

@@ -48,6 +48,11 @@ def _next_key(topic_id: str) -> str:
     return f"rt:{topic_id}:communities:next"
 
 
+def rebuild_job_id(rt: Runtime, topic_id: str) -> str | None:
+    """The id of the Topic's latest rebuild job (queued, running or done), or None."""
+    return _decode(rt.redis.get(_job_key(topic_id)))
+
+
 def lock_key(topic_id: str) -> str:
     """The Redis key of the lock a rebuild of the Topic holds."""
     return f"rt:lock:communities:{topic_id}"

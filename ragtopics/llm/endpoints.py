@@ -77,8 +77,10 @@ def refresh(rt: Runtime) -> None:
 def _check_url(url: str) -> str:
     url = (url or "").strip()
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(f"Endpoint URL: must be http(s)://host[:port]/v1, got {url!r}")
+    if parts.username or parts.password or parts.query:
+        raise ConfigurationError("Endpoint URL: no user, password or query in the URL; put the API key in the API key field")
     return url
 
 

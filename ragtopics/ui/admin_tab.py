@@ -162,7 +162,7 @@ def build(rt: Runtime) -> dict:
         with gr.Tab("LLM Configuration"):
             gr.Markdown("Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
                         "the server). *Test connection* makes one real call and shows the reply or the error.")  # fmt: skip
-            table = gr.Dataframe(value=endpoints_table(rt), headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Set in"],
+            table = gr.Dataframe(headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Set in"],
                                  interactive=False, label="Model endpoints", elem_id="endpoints")  # fmt: skip
             with gr.Row():
                 role = gr.Dropdown([*ROLES, "embedding"], value=ROLES[0], label="Role", elem_id="test-role")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import html
 import logging
 import threading
+from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from ragtopics.access import users
 from ragtopics.access.users import User
@@ -19,6 +21,8 @@ from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.files_route import add_file_route
 
 TITLE = "ragtopics"
+#: Largest file Gradio's upload route takes, in MB (a Topic's own Max. File Size is checked after it).
+MAX_UPLOAD_MB = 1024
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ def build_app(rt: Runtime) -> gr.Blocks:
             with gr.Column(scale=1, min_width=240):
                 whoami = gr.Markdown(elem_id="whoami")
                 logout = gr.Button("Log out", size="sm", visible=False, elem_id="logout")
-        logout.click(None, js="() => { window.location.href = '/logout'; }")
+        logout.click(None, js="() => fetch('/logout', {method: 'POST'}).then(() => { window.location.href = '/login'; })")
         with gr.Tabs() as tabs:
             with roles.page("topics"):
                 topics = topics_tab.build(rt)
@@ -133,6 +137,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     if created is not None:
         print(f"Created the admin {created.username!r} from ADMIN_USERNAME.", flush=True)
     notices = []
+    rt._login_required = False  # decided now; once an admin exists the console never serves without login again
     open_mode = web.is_open_mode(rt)
     if open_mode and not web.is_loopback(host):
         notices.append(f"Serving on 127.0.0.1, not {host}: {web.open_mode_text()}")
@@ -146,7 +151,15 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     web.add_access_routes(api, rt)
     add_file_route(api, rt)
     dev_reports_tab.add_report_route(api, rt)
-    api = gr.mount_gradio_app(api, app, path="/", auth_dependency=web.auth_dependency, mcp_server=mcp, show_error=True)
+    data = Path(rt.settings.data_dir)
+    blocked = [str(p) for p in (data / "link-secret", data / "dev-reports", data / "files", data / "redis",
+                                data / "ragtopics.db", Path.cwd() / ".env")]  # fmt: skip
+    api.add_middleware(CORSMiddleware, allow_origins=[])  # no cross-origin reads (and Gradio's permissive CORS stays off)
+    api = gr.mount_gradio_app(api, app, path="/", auth_dependency=web.auth_dependency, mcp_server=mcp, show_error=False,
+                              blocked_paths=blocked, max_file_size=f"{MAX_UPLOAD_MB}mb")  # fmt: skip
+    # Gradio checks that a file named in an event's input lies in its upload folder only once the app "has launched",
+    # which mount_gradio_app never sets: without this, an input could name any file on the server.
+    app.has_launched = True
     api.add_middleware(web.AccessMiddleware, rt=rt)
     server = web.serve(api, app, host=host, port=port)
     share_url = None

@@ -194,7 +194,7 @@ def build(rt: Runtime) -> dict:
     def respond(topic_name, message, history, session_id, attachment_path):
         history = list(history or [])
         if not topic_name:
-            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, attachment_path
+            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
             return
         shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
         history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]

@@ -36,8 +36,7 @@ def build(rt: Runtime) -> dict:
     with gr.Tab("Topics", id="topics") as tab:
         gr.Markdown("### Create a Topic")
         wizard_parts = wizard.build(rt)
-        table = gr.Dataframe(
-            value=topics_table(rt),
+        table = gr.Dataframe(  # filled when an operator's page loads: nothing of it in the page config viewers get
             headers=["Topic", "Kind", "Chunk Size", "Overlap", "Top-K", "Min. Score", "Settings"],
             interactive=False,
             label="Topics",

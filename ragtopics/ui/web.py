@@ -65,8 +65,17 @@ def acting_user() -> User | None:
 
 
 def is_open_mode(rt: Runtime) -> bool:
-    """Whether the console runs without login (no admin exists yet)."""
-    return not users.has_admin(rt)
+    """Whether the console runs without login: no admin exists, and none has since the console started.
+
+    Once an admin exists, login stays required for the life of the process, even if every admin
+    were then removed (such a console answers nobody rather than everybody).
+    """
+    if getattr(rt, "_login_required", False):
+        return False
+    if users.has_admin(rt):
+        rt._login_required = True
+        return False
+    return True
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -126,6 +135,9 @@ class AccessMiddleware:
                 log.exception("could not check the caller of %s", path)
             return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
         scope[SCOPE_USER] = user
+        refusal = _cross_site(scope, headers) or (_foreign_host(headers) if user is LOCAL_USER else None)
+        if refusal:
+            return await _refuse(scope, receive, send, 403, refusal)
         if user is not None or path in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         if scope["type"] == "http" and scope.get("method") == "GET" and "text/html" in headers.get("accept", ""):
@@ -134,6 +146,34 @@ class AccessMiddleware:
             return await response(scope, receive, send)
         return await _refuse(scope, receive, send, 401, "Not authenticated: log in at /login, or send "
                                                         "'Authorization: Bearer <API token>' (Admin → Users makes tokens).")  # fmt: skip
+
+
+#: Methods that change nothing, which another site may send (a link, an image).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _cross_site(scope, headers: dict[str, str]) -> str | None:
+    """Why a state-changing request (or a websocket) from another site is refused, or None (CSRF defence).
+
+    A browser names the page that sent a request in ``Origin`` (and ``Sec-Fetch-Site``); it must be
+    this console itself. Programs (``gradio_client``, MCP clients) send neither and pass.
+    """
+    if scope["type"] == "http" and scope.get("method") in SAFE_METHODS:
+        return None
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site and fetch_site not in ("same-origin", "none"):
+        return f"cross-site request refused ({fetch_site})"
+    origin = headers.get("origin")
+    here = headers.get("x-forwarded-host") or headers.get("host", "")  # behind a proxy: the host the browser used
+    if origin and origin != "null" and urlsplit(origin).netloc != here:
+        return f"cross-site request refused (from {origin})"
+    return None
+
+
+def _foreign_host(headers: dict[str, str]) -> str | None:
+    """In open mode, a request addressed to a host name other than this machine's (DNS rebinding) is refused."""
+    host = urlsplit("//" + headers.get("host", "")).hostname or ""
+    return None if is_loopback(host) else f"this console serves only 127.0.0.1 until an admin exists (Host {host!r})"
 
 
 async def _refuse(scope, receive, send, status: int, message: str) -> None:
@@ -288,9 +328,16 @@ def _safe_next(value: str | None) -> str:
     return value
 
 
-def _client_key(request: Request, username: str) -> str:
+#: Failed logins of one account from every address before it is refused for a while (a locked-out account
+#: recovers after FAILED_LOGIN_WINDOW_S; the per-address limit stops one guesser long before).
+MAX_ACCOUNT_FAILURES = 50
+
+
+def _failure_keys(request: Request, username: str) -> tuple[str, str]:
+    """Redis keys counting a login name's attempts: from this address, and from all addresses."""
     host = request.client.host if request.client else "?"
-    return f"rt:login-failures:{host}:{username.lower()[:64]}"
+    account = username.strip().casefold()[:64]
+    return f"rt:login-failures:{host}:{account}", f"rt:login-failures:account:{account}"
 
 
 def add_access_routes(api: FastAPI, rt: Runtime) -> None:
@@ -309,19 +356,19 @@ def add_access_routes(api: FastAPI, rt: Runtime) -> None:
         target = _safe_next(str(form.get("next", "/")))
         if is_open_mode(rt):
             return RedirectResponse("/", status_code=303)
-        failures_key = _client_key(request, username)
-        failures = int(rt.redis.get(failures_key) or 0)
-        if failures >= MAX_FAILED_LOGINS:
+        keys = _failure_keys(request, username)
+        with rt.redis.pipeline() as pipe:  # counted before the check, atomically: parallel guesses cannot slip through
+            for key in keys:
+                pipe.incr(key)
+                pipe.expire(key, FAILED_LOGIN_WINDOW_S)
+            here, _, everywhere, _ = pipe.execute()
+        if here > MAX_FAILED_LOGINS or everywhere > MAX_ACCOUNT_FAILURES:
             return _page("Log in", _login_form(target, f"Too many failed logins; try again in {FAILED_LOGIN_WINDOW_S // 60} minutes."), 429)
         try:
             user = await anyio.to_thread.run_sync(users.authenticate, rt, username, password)
         except AccessDeniedError:
-            with rt.redis.pipeline() as pipe:
-                pipe.incr(failures_key)
-                pipe.expire(failures_key, FAILED_LOGIN_WINDOW_S)
-                pipe.execute()
             return _page("Log in", _login_form(target, "Wrong username or password."), 401)
-        rt.redis.delete(failures_key)
+        rt.redis.delete(*keys)
         response = RedirectResponse(target, status_code=303)
         secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
         response.set_cookie(sessions.SESSION_COOKIE, sessions.start_session(rt, user.username), max_age=rt.settings.session_ttl_s,
@@ -329,7 +376,7 @@ def add_access_routes(api: FastAPI, rt: Runtime) -> None:
         log.info("login: %s (%s)", user.username, user.role)
         return response
 
-    @api.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
+    @api.post("/logout", include_in_schema=False)  # POST only: a link on another site cannot log anyone out
     def logout(request: Request):
         sessions.end_session(rt, request.cookies.get(sessions.SESSION_COOKIE))
         response = RedirectResponse("/login", status_code=303)

@@ -31,7 +31,7 @@ def run_worker(*, burst: bool = False) -> None:
     if hasattr(embedder, "load"):
         embedder.load()
     from ragtopics.graph.refresh import schedule_all
-    from ragtopics.worker.recovery import recover_lost_chunks, recover_stranded
+    from ragtopics.worker.recovery import recover_lost_chunks, recover_rebuilds, recover_stranded
 
     recovered = recover_stranded(rt)  # documents whose job chain a crash cut: queued again before any job runs
     recovered += recover_lost_chunks(rt)  # indexed documents whose last chunks a killed Redis lost
@@ -39,6 +39,9 @@ def run_worker(*, burst: bool = False) -> None:
         log.warning("queued the indexing of %d document(s) again after a crash: %s", len(recovered),
                     "; ".join(f"{r.file_name} ({r.why}: {r.action})" for r in recovered))  # fmt: skip
 
+    rebuilt = recover_rebuilds(rt)  # community rebuilds a dead worker had started
+    if rebuilt:
+        log.warning("queued %d community rebuild(s) again after a crash", len(rebuilt))
     scheduled = schedule_all(rt)  # the Refresh Cycle of GraphRAG Topics that have no rebuild scheduled
     if scheduled:
         log.info("scheduled the Refresh Cycle of %d GraphRAG Topic(s)", scheduled)

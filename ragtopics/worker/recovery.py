@@ -163,6 +163,41 @@ def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
     return out
 
 
+def recover_rebuilds(rt: Runtime) -> list[str]:
+    """Queue again every community rebuild that a dead worker had started (or that rq then failed as abandoned).
+
+    The rebuild writes a whole new set of communities and summaries and deletes the stale ones
+    only at the end, so a run cut short leaves the previous communities searchable; the run
+    queued again under the same job id redoes it. Call it where no job runs yet.
+
+    Returns:
+        The ids of the GraphRAG Topics whose rebuild was queued again.
+    """
+    from ragtopics.graph.refresh import rebuild_job_id
+
+    out = []
+    for key in rt.redis.scan_iter(match="rt:*:communities:job", count=1000):
+        topic_id = _decoded(key).split(":")[1]
+        job_id = rebuild_job_id(rt, topic_id)
+        if not job_id:
+            continue
+        try:
+            job = Job.fetch(job_id, connection=rt.redis)
+        except NoSuchJobError:
+            continue
+        status = getattr(job.get_status(refresh=True), "value", "")
+        dead = status == "started" and not _worker_runs(rt, job.worker_name)
+        abandoned = status == "failed" and "abandoned" in (_decoded(job.exc_info or "") or "").lower()
+        if not (dead or abandoned):
+            continue
+        forget_dead_runs(rt, job_id)
+        queue_for(rt).enqueue_job(job)
+        log.warning("community rebuild %s of Topic %s: %s; queued again", job_id, topic_id,
+                    "its worker died" if dead else "rq failed it as abandoned")  # fmt: skip
+        out.append(topic_id)
+    return out
+
+
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
     """Why the chain of jobs from ``job_id`` can no longer finish, or None while it can.
 

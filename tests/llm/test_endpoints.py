@@ -49,6 +49,9 @@ def test_keys_are_never_shown_and_bad_values_name_the_field(rt):
     with pytest.raises(ConfigurationError, match="Model: name the model"):
         endpoints.save_endpoint(rt, "judge", base_url="http://x/v1", model=" ", api_key="", supports_tools=False, supports_images=False)
     assert change_endpoint(rt, "save", "embedding", "http://x/v1", "m", "", False, False).startswith("**Not saved:** Role: must be one of")
+    with pytest.raises(ConfigurationError, match="no user, password or query in the URL"):
+        endpoints.save_endpoint(rt, "judge", base_url="https://me:sk-1@models.example/v1?api-key=sk-2", model="m", api_key="",
+                                supports_tools=False, supports_images=False)  # fmt: skip
 
 
 def test_test_connection_makes_a_real_call(rt, scripted_llm):

@@ -14,7 +14,9 @@ from starlette.routing import Mount, Route, WebSocketRoute
 
 from ragtopics.access import sessions, users
 from ragtopics.errors import AccessDeniedError, ConfigurationError
-from ragtopics.storage.metadata import UserRow
+from sqlmodel import select
+
+from ragtopics.storage.metadata import ApiTokenRow, UserRow
 from ragtopics.topics.topics import create_topic, list_topics
 from ragtopics.ui import web
 from ragtopics.ui.app import launch_console
@@ -144,13 +146,13 @@ def test_login_sessions_logout_and_failed_login_limit(secured, rt):
     cookie = client.cookies[sessions.SESSION_COOKIE]
     assert sessions.session_user(rt, cookie) == "otto"
     assert client.get("/config").status_code == 200
-    client.get("/logout")
+    client.post("/logout", headers={"origin": url.rstrip("/")})
     assert sessions.session_user(rt, cookie) is None
     client.cookies.set(sessions.SESSION_COOKIE, cookie)
     assert client.get("/config").status_code == 401  # the old cookie is worth nothing now
     with httpx.Client(base_url=url, timeout=30) as anon:
-        for _ in range(web.MAX_FAILED_LOGINS):
-            anon.post("/login", data={"username": "vic", "password": "guess", "next": "/"})
+        for n in range(web.MAX_FAILED_LOGINS):  # spellings of one name count as one account
+            anon.post("/login", data={"username": [" vic", "\tvic", "VIC", "vic "][n % 4], "password": "guess", "next": "/"})
         blocked = anon.post("/login", data={"username": "vic", "password": PASSWORD, "next": "/"})
         assert blocked.status_code == 429 and "Too many failed logins" in blocked.text
 
@@ -277,3 +279,55 @@ def test_the_cli_manages_users_without_login(rt, monkeypatch, capsys):
     assert users.user_of_token(rt, capsys.readouterr().out.strip()).username == "vic"
     assert main(["user", "delete", "vic"]) == 2 and users.get_user(rt, "vic") is not None
     assert main(["user", "delete", "vic", "--yes"]) == 0 and users.get_user(rt, "vic") is None and users.list_tokens(rt) == []
+
+
+def test_an_event_input_cannot_name_a_file_on_the_server(secured, rt):
+    _, url = secured
+    token = users.make_token(rt, "vic")
+    with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
+        started = client.post("/gradio_api/call/ask", json={"data": ["", "hi", [], None,
+                                                                    {"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}]})
+        assert started.status_code == 200
+        stream = client.get(f"/gradio_api/call/ask/{started.json()['event_id']}").text
+    assert "event: error" in stream and "/gradio_api/file=" not in stream
+
+
+def test_cross_site_requests_and_rebound_host_names_are_refused(secured, rt):
+    _, url = secured
+    viewer = login(url, "vic")
+    forged = viewer.post("/gradio_api/queue/join", json={}, headers={"origin": "http://evil.example"})
+    assert forged.status_code == 403 and "cross-site request refused" in forged.text
+    assert viewer.post("/logout", headers={"sec-fetch-site": "cross-site"}).status_code == 403
+    assert viewer.get("/config").status_code == 200  # the session survived both
+
+
+def test_open_mode_refuses_a_foreign_host_name(rt):
+    server, url, _ = launch_console(rt, host="127.0.0.1", port=free_port())
+    try:
+        assert httpx.get(url + "config", timeout=30).status_code == 200
+        rebound = httpx.get(url + "config", headers={"host": "evil.example"}, timeout=30)
+        assert rebound.status_code == 403 and "serves only 127.0.0.1" in rebound.text
+    finally:
+        server.close()
+
+
+def test_a_password_change_or_delete_ends_the_users_sessions(secured, rt):
+    _, url = secured
+    otto = login(url, "otto")
+    assert otto.get("/config").status_code == 200
+    users.update_user(rt, "otto", password="another password")
+    assert otto.get("/config").status_code == 401
+    vic = login(url, "vic")
+    users.delete_user(rt, "vic")
+    users.create_user(rt, "vic", PASSWORD, "admin")  # the name again, as someone else
+    assert vic.get("/config").status_code == 401
+
+
+def test_once_an_admin_existed_the_console_never_opens_again(secured, rt):
+    _, url = secured
+    with rt.metadata.session() as s:  # every user gone at once (a broken database, a careless script)
+        for row in s.exec(select(ApiTokenRow)):
+            s.delete(row)
+        for row in s.exec(select(UserRow)):
+            s.delete(row)
+    assert httpx.get(url + "config", timeout=30).status_code == 401
