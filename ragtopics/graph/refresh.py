@@ -19,6 +19,9 @@ and skips (``status: skipped``) when another run holds it.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from dataclasses import asdict
 from datetime import timedelta
 
@@ -161,9 +164,43 @@ def run_rebuild(rt: Runtime, topic_id: str, *, reason: str = "recompute now", pr
             schedule_refresh(rt, get_topic(rt, topic_id))
 
 
+def _holder_token() -> str:
+    """The value a rebuild lock holds: ``host|pid|random``, so a later run can tell that its holder died."""
+    return f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex}"
+
+
+def break_dead_lock(rt: Runtime, topic_id: str) -> bool:
+    """Release the Topic's rebuild lock when its holder was a process on this machine that no longer runs.
+
+    A worker killed mid-rebuild leaves the lock for up to JOB_TIMEOUT_S; without this, the run queued
+    again after the crash would find it taken and skip. A holder on another machine is left to the TTL.
+
+    Returns:
+        Whether a dead holder's lock was released.
+    """
+    held = _decode(rt.redis.get(lock_key(topic_id)))
+    host, _, rest = held.partition("|")
+    pid = rest.partition("|")[0]
+    if not held or host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return False  # the holder still runs
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return False
+    # Compare and delete in one step: only the dead holder's lock goes, never one taken meanwhile.
+    released = rt.redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+                             1, lock_key(topic_id), held)  # fmt: skip
+    if released:
+        log.warning("released the community rebuild lock of Topic %s: its holder (pid %s) no longer runs", topic_id, pid)
+    return bool(released)
+
+
 def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
     lock = rt.redis.lock(lock_key(topic.id), timeout=rt.settings.job_timeout_s, blocking=False)
-    if not lock.acquire():
+    if not lock.acquire(token=_holder_token()) and not (break_dead_lock(rt, topic.id) and lock.acquire(token=_holder_token())):
         return {"status": "skipped", "reason": "another rebuild of this Topic is running"}
     try:
         due_since = rt.redis.hget(due_key(topic.id), "since")
