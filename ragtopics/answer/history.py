@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from ragtopics.access.context import acting_username
 from ragtopics.answer.context import Source
 from ragtopics.errors import NotFoundError
 from ragtopics.runtime import Runtime
@@ -56,8 +57,20 @@ def check_session(rt: Runtime, topic: Topic, session_id: str) -> None:
         NotFoundError: naming the session and the Topic.
     """
     row = chats.get_session(rt.metadata, session_id)
-    if row is None or row.topic_id != topic.id:
+    if row is None or row.topic_id != topic.id or not may_open(row):
         raise NotFoundError(f"no chat session {session_id} in Topic {topic.name!r}")
+
+
+def own_session(rt: Runtime, session_id: str) -> ChatSessionRow | None:
+    """The saved chat ``session_id`` if the current console user may see it, else None."""
+    row = chats.get_session(rt.metadata, session_id)
+    return row if row is not None and may_open(row) else None
+
+
+def may_open(session: ChatSessionRow) -> bool:
+    """Whether the user of the current console event may see ``session``: its owner (or anyone, outside logins)."""
+    user = acting_username.get()
+    return user is None or session.owner == user
 
 
 #: Stands in the history for an earlier answer that cited a file deleted since.
@@ -85,8 +98,8 @@ def history_messages(rt: Runtime, session_id: str | None, memory: int) -> list[d
 
 
 def list_sessions(rt: Runtime, topic: Topic) -> list[ChatSessionRow]:
-    """The chat sessions of a Topic, newest first."""
-    return chats.list_sessions(rt.metadata, topic.id)
+    """The chat sessions of a Topic, newest first: the current console user's own, or all outside logins."""
+    return chats.list_sessions(rt.metadata, topic.id, owner=acting_username.get())
 
 
 def session_turns(rt: Runtime, session_id: str) -> list[ChatTurnRow]:
@@ -132,4 +145,4 @@ def save_turn(rt: Runtime, topic: Topic, *, session_id: str, question: str, answ
     return chats.add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title=question, question=question,
                           answer=answer, sources=[s.to_row() for s in sources], route=route,
                           route_confidence=route_confidence, timings_ms=timings_ms, route_reason=route_reason,
-                          route_method=route_method)  # fmt: skip
+                          route_method=route_method, owner=acting_username.get() or "")  # fmt: skip

@@ -15,10 +15,12 @@ def get_session(store: MetadataStore, session_id: str) -> ChatSessionRow | None:
         return s.get(ChatSessionRow, session_id)
 
 
-def list_sessions(store: MetadataStore, topic_id: str) -> list[ChatSessionRow]:
-    """The chat sessions of a Topic, newest first."""
+def list_sessions(store: MetadataStore, topic_id: str, owner: str | None = None) -> list[ChatSessionRow]:
+    """The chat sessions of a Topic, newest first (only ``owner``'s when given)."""
     with store.session() as s:
         query = select(ChatSessionRow).where(ChatSessionRow.topic_id == topic_id).order_by(col(ChatSessionRow.created_at).desc())
+        if owner is not None:
+            query = query.where(ChatSessionRow.owner == owner)
         return list(s.exec(query).all())
 
 
@@ -32,11 +34,11 @@ def session_turns(store: MetadataStore, session_id: str, *, last: int | None = N
 
 def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str, question: str, answer: str,
              sources: list[dict[str, Any]], route: str, route_confidence: float | None, timings_ms: dict[str, float],
-             route_reason: str = "", route_method: str = "") -> int:  # fmt: skip
-    """Save a turn, creating its session with the first one; returns the turn's id."""
+             route_reason: str = "", route_method: str = "", owner: str = "") -> int:  # fmt: skip
+    """Save a turn, creating its session (owned by ``owner``) with the first one; returns the turn's id."""
     with store.session() as s:
         if s.get(ChatSessionRow, session_id) is None:
-            s.add(ChatSessionRow(id=session_id, topic_id=topic_id, title=title[:80]))
+            s.add(ChatSessionRow(id=session_id, topic_id=topic_id, title=title[:80], owner=owner))
             s.flush()
         row = ChatTurnRow(session_id=session_id, topic_id=topic_id, question=question, answer=answer,
                           sources=list(sources), route=route, route_confidence=route_confidence,

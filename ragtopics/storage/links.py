@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextvars
 import hashlib
 import hmac
 import json
@@ -22,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ragtopics.access.context import acting_username
 from ragtopics.errors import ConfigurationError, RagTopicsError
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,6 @@ LINK_PREFIX = "/files/"
 SECRET_BYTES = 32
 #: "A source link works for about 10 minutes."
 DEFAULT_TTL_S = 600
-#: The console user whose event is being served; links signed meanwhile are bound to that user.
-link_user: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtopics_link_user", default=None)
 
 
 class LinkError(RagTopicsError):
@@ -78,7 +76,7 @@ class LinkSigner:
             relative_path: the file's path relative to the blob store (non-empty).
             now: the current Unix time in seconds; ``time.time()`` when None.
             user: the console user the link is for; None takes the user of the console event
-                being served (:func:`ragtopics.storage.links.link_user`), if any.
+                being served (:data:`ragtopics.access.context.acting_username`), if any.
 
         Returns:
             ``/files/<token>``; the token is URL-safe and needs no quoting.
@@ -90,7 +88,7 @@ class LinkSigner:
             raise ValueError("cannot sign a link to an empty path")
         issued = time.time() if now is None else now
         claims = {"path": relative_path, "exp": int(issued) + self.ttl_s}
-        owner = user if user is not None else link_user.get()
+        owner = user if user is not None else acting_username.get()
         if owner:
             claims["user"] = owner
         payload = json.dumps(claims, separators=(",", ":"))

@@ -103,12 +103,13 @@ class PictureRow(SQLModel, table=True):
 
 
 class ChatSessionRow(SQLModel, table=True):
-    """One chat of a Topic; its turns are :class:`ChatTurnRow`."""
+    """One chat of a Topic; its turns are :class:`ChatTurnRow`. A chat started by a logged-in user is theirs alone."""
 
     __tablename__ = "chat_session"
     id: str = Field(primary_key=True)
     topic_id: str = Field(index=True, foreign_key="topic.id")
     title: str = ""
+    owner: str = Field(default="", sa_column_kwargs={"server_default": ""})  # the console user; "" outside logins
     created_at: datetime = Field(default_factory=utcnow)
 
 

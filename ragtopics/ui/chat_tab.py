@@ -9,7 +9,7 @@ import gradio as gr
 
 from ragtopics.answer.attachments import read_attachment
 from ragtopics.answer.context import Source, pages_label
-from ragtopics.answer.history import list_sessions, saved_turns, session_turns
+from ragtopics.answer.history import list_sessions, own_session, saved_turns, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.quality.diagnosis import diagnose_turn
@@ -129,6 +129,8 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     """The messages of a saved chat and the source badges (with fresh links) of its last answer."""
     if not session_id:
         return [], ""
+    if own_session(rt, session_id) is None:
+        return [{"role": "assistant", "content": "This chat does not exist, or it is someone else's."}], ""
     messages: list[dict] = []
     last = None
     for turn in saved_turns(rt, session_id):

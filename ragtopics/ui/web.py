@@ -41,7 +41,7 @@ from ragtopics.access import sessions, users
 from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
 from ragtopics.runtime import Runtime
-from ragtopics.storage.links import link_user
+from ragtopics.access.context import acting_username
 
 log = logging.getLogger(__name__)
 
@@ -249,12 +249,12 @@ def _check(rt: Runtime, request: gr.Request | None, need: str) -> User:
 
 @contextmanager
 def _acting(user: User) -> Iterator[None]:
-    """Run a block as ``user``: :func:`acting_user` answers it, and source links signed inside are bound to it."""
-    token, link_token = _acting_user.set(user), link_user.set(None if user is LOCAL_USER else user.username)
+    """Run a block as ``user``: :func:`acting_user` answers it; links signed and chats started inside are theirs."""
+    token, link_token = _acting_user.set(user), acting_username.set(None if user is LOCAL_USER else user.username)
     try:
         yield
     finally:
-        link_user.reset(link_token)
+        acting_username.reset(link_token)
         _acting_user.reset(token)
 
 

@@ -331,3 +331,35 @@ def test_once_an_admin_existed_the_console_never_opens_again(secured, rt):
         for row in s.exec(select(UserRow)):
             s.delete(row)
     assert httpx.get(url + "config", timeout=30).status_code == 401
+
+
+def test_a_chat_is_its_users_alone(people, run_jobs, scripted_llm):
+    from ragtopics.access.context import acting_username
+    from ragtopics.answer.history import list_sessions
+    from ragtopics.answer.turn import ask
+    from ragtopics.errors import NotFoundError
+    from ragtopics.ui.chat_tab import load_session
+    from tests.ingest.test_ingest import upload
+
+    rt = people
+    topic = create_topic(rt, "Kettles")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
+    run_jobs()
+    scripted_llm.replies["answer"] = "At 100 degrees [S1]."
+
+    def as_user(name, fn):
+        token = acting_username.set(name)
+        try:
+            return fn()
+        finally:
+            acting_username.reset(token)
+
+    *_, vics = as_user("vic", lambda: list(ask(rt, topic, "When does K-2 switch off?")))
+    *_, ottos = as_user("otto", lambda: list(ask(rt, topic, "Does K-2 switch off?")))
+    assert [s.id for s in as_user("vic", lambda: list_sessions(rt, topic))] == [vics.session_id]
+    assert [s.id for s in as_user("otto", lambda: list_sessions(rt, topic))] == [ottos.session_id]
+    with pytest.raises(NotFoundError, match="no chat session"):
+        as_user("vic", lambda: list(ask(rt, topic, "And K-3?", session_id=ottos.session_id)))
+    messages, _ = as_user("vic", lambda: load_session(rt, ottos.session_id))
+    assert messages == [{"role": "assistant", "content": "This chat does not exist, or it is someone else's."}]
+    assert len(list_sessions(rt, topic)) == 2  # the CLI (no login) sees every chat
