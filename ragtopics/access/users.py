@@ -100,7 +100,7 @@ def create_user(rt: Runtime, username: str, password: str, role: str, *, dev_rep
     username, role = _check_username(username), _check_role(role)
     password_hash = _hasher.hash(_check_password(password))
     with rt.metadata.session() as s:
-        if s.get(UserRow, username) is not None:
+        if _row_by_name(s, username) is not None:  # "Olga" and "olga" would be two look-alike accounts
             raise ConfigurationError(f"Username: {username!r} is taken")
         s.add(UserRow(username=username, password_hash=password_hash, role=role, dev_reporting=dev_reporting))
     return User(username, role, dev_reporting or role == "admin")
@@ -153,6 +153,15 @@ def delete_user(rt: Runtime, username: str) -> None:
     sessions.end_user_sessions(rt, username)  # a user made later under this name does not inherit them
 
 
+def _row_by_name(s, username: str) -> UserRow | None:
+    """The user whose name equals ``username`` ignoring case (Unicode case folding), or None."""
+    exact = s.get(UserRow, username)
+    if exact is not None:
+        return exact
+    key = username.casefold()
+    return next((row for row in s.exec(select(UserRow)) if row.username.casefold() == key), None)
+
+
 def _admin_count(s) -> int:
     return len(s.exec(select(UserRow.username).where(UserRow.role == "admin")).all())
 
@@ -183,7 +192,7 @@ def authenticate(rt: Runtime, username: str, password: str) -> User:
         AccessDeniedError: "wrong username or password" (the same text for both, so names cannot be probed).
     """
     with rt.metadata.session() as s:
-        row = s.get(UserRow, (username or "").strip())
+        row = _row_by_name(s, (username or "").strip())  # the name as typed, in any case
         stored = row.password_hash if row is not None else None
         rehash = False
         try:
@@ -219,8 +228,9 @@ def ensure_env_admin(rt: Runtime) -> User | None:
         return None
     if not name or not password:
         raise ConfigurationError("ADMIN_USERNAME and ADMIN_PASSWORD: set both to create the first admin")
-    if get_user(rt, name.strip()) is not None:
-        return None
+    with rt.metadata.session() as s:
+        if _row_by_name(s, name.strip()) is not None:
+            return None
     return create_user(rt, name, password, "admin")
 
 

@@ -15,7 +15,7 @@ from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.quality.diagnosis import diagnose_turn
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
-from ragtopics.ui.common import find_topic, short_name, topic_choices
+from ragtopics.ui.common import find_topic, md_text, short_name, topic_choices
 
 
 def sources_html(update: ChatUpdate | None) -> str:
@@ -136,7 +136,8 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     for turn in saved_turns(rt, session_id):
         last = ChatUpdate(text=turn.answer, done=True, sources=turn.sources, route=turn.route, route_confidence=turn.route_confidence,
                           route_reason=turn.route_reason)  # fmt: skip
-        messages += [{"role": "user", "content": turn.question}, {"role": "assistant", "content": turn.answer + sources_line(last)}]
+        messages += [{"role": "user", "content": md_text(turn.question)},
+                     {"role": "assistant", "content": turn.answer + sources_line(last)}]  # fmt: skip
     return messages, (sources_html(last) or route_note(last)) if last else ""
 
 
@@ -198,7 +199,7 @@ def build(rt: Runtime) -> dict:
         if not topic_name:
             yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
             return
-        shown = message + (f"\n\n📎 {Path(attachment_path).name}" if attachment_path else "")
+        shown = md_text(message) + (f"\n\n📎 {md_text(Path(attachment_path).name)}" if attachment_path else "")  # as typed
         history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]
         yield history, "", session_id, "", attachment_path
         if session_id and not session_turns(rt, session_id):
@@ -256,7 +257,8 @@ def build(rt: Runtime) -> dict:
     def explain(session_id):
         turns = session_turns(rt, session_id) if session_id else []
         if not turns:
-            return "Ask a question first: *Why?* explains the last saved answer of this chat."
+            return ("Nothing to explain yet: *Why?* explains the last saved answer of this chat, and an answer is saved "
+                    "when it is complete (not while it is still being written, nor when it was stopped).")  # fmt: skip
         try:
             return diagnose_turn(rt, turns[-1].id).to_markdown()
         except RagTopicsError as exc:

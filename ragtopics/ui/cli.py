@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     user_delete = user_sub.add_parser("delete", help="delete a user and their API tokens")
     user_delete.add_argument("name")
     user_delete.add_argument("--yes", action="store_true", help="confirm the delete (required)")
+    user_unlock = user_sub.add_parser("unlock", help="forget a user's failed logins (after too many, login waits 15 minutes)")
+    user_unlock.add_argument("name")
     user_token = user_sub.add_parser("token", help="make an API token for a user (printed once)")
     user_token.add_argument("name")
     user_token.add_argument("--label", default="", help="what the token is for")
@@ -510,6 +512,10 @@ def _cmd_user(args) -> int:
             return 2
         users.delete_user(rt, args.name)
         print(f"deleted {args.name}", file=sys.stderr)
+    elif args.user_command == "unlock":
+        from ragtopics.ui.web import unlock_logins
+
+        print(f"unlocked {args.name} ({unlock_logins(rt, args.name)} counter(s) of failed logins removed)", file=sys.stderr)
     else:
         print(users.make_token(rt, args.name, args.label))
         print("the token is shown this once; programs send it as 'Authorization: Bearer <token>'", file=sys.stderr)

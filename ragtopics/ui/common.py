@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 import gradio as gr
 
@@ -58,3 +59,12 @@ def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> s
 def plural(count: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks``, ``0 chunks``."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+#: Characters Markdown gives a meaning to; a name shown in a Markdown message has them backslash-escaped.
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def md_text(text: str) -> str:
+    """``text`` as literal text inside Markdown (HTML escaped, Markdown's special characters backslash-escaped)."""
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(text, quote=False))

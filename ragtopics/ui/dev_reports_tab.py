@@ -57,13 +57,14 @@ def render_report(report: dict) -> str:
         out = []
         for e in children.get(parent, []):
             error = f" <b style='color:#b91c1c'>error: {html.escape(e['error'])}</b>" if e.get("error") else ""
-            data = e.get("data") or {}
+            data = e.get("data") or {}  # a model call is recorded when it ends; its own time is in its data
             brief = ""
             if e["step"] == "model_call":
                 brief = (f" · {html.escape(str(data.get('role')))} / {html.escape(str(data.get('prompt_name')))} · "
                          f"{data.get('prompt_tokens', 0)} + {data.get('completion_tokens', 0)} tokens")  # fmt: skip
+            took = float((data.get("duration_ms") if e["step"] == "model_call" else None) or e.get("duration_ms") or 0)
             out.append(f"<details class='rt-step' data-step='{html.escape(e['step'])}' style='margin-left:{depth * 16}px'>"
-                       f"<summary><code>{html.escape(e['step'])}</code> · {float(e.get('duration_ms') or 0):.1f} ms{brief}{error}"
+                       f"<summary><code>{html.escape(e['step'])}</code> · {took:.1f} ms{brief}{error}"
                        f"</summary><pre style='white-space:pre-wrap;max-height:30em;overflow:auto'>{html.escape(_data_text(data))}"
                        f"</pre></details>{render(e.get('id'), depth + 1)}")  # fmt: skip
         return "".join(out)

@@ -167,6 +167,7 @@ def build(rt: Runtime) -> dict:
             show = gr.Button("Show", variant="primary", elem_id="graph-show")
         picture = gr.HTML(elem_id="graph-picture", js_on_load=CLICK_JS)
         details = gr.Markdown(elem_id="graph-details")
+        note = gr.Markdown(elem_id="graph-communities-note")
         communities = gr.Dataframe(headers=["Community", "Members", "Key entities", "Summary"], interactive=False,
                                    wrap=True, label="Communities", elem_id="graph-communities")  # fmt: skip
 
@@ -184,6 +185,11 @@ def build(rt: Runtime) -> dict:
         trigger(lambda t, n, h: neighbourhood(rt, t, n, h), [topic, name, hops], [picture, details], **private)
     picture.select(on_click, [topic, hops], [name, picture, details], **private)
     communities.select(pick_community, [topic, hops], [name, picture, details], **private)
-    topic.change(lambda t: communities_table(rt, t), topic, communities, **private)
+    def community_list(topic_name):
+        rows = communities_table(rt, topic_name)
+        empty = "No communities yet: run *Recompute Communities Now* (Upload tab, Knowledge graph) once documents are indexed."
+        return rows, "" if rows or not find_topic(rt, topic_name) else empty
+
+    topic.change(community_list, topic, [communities, note], **private)
     tab.select(lambda current: gr.Dropdown(choices=graphrag_names(rt), value=current), topic, topic, **private)
     return {"tab": tab, "topic": topic}

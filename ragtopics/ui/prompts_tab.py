@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 
 import gradio as gr
 
@@ -11,7 +10,7 @@ from ragtopics.prompts.resolve import SHARED, resolve_prompts, set_prompt
 from ragtopics.prompts.templates import DEFAULTS
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic, update_settings
-from ragtopics.ui.common import topic_choices
+from ragtopics.ui.common import md_text, topic_choices
 
 PROMPT_NAMES = list(DEFAULTS)
 
@@ -34,7 +33,7 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str) -> st
         set_prompt(rt, scope, name, text)
     except RagTopicsError as exc:
         return f"**Not saved:** {exc}"
-    where = f"Topic **{html.escape(topic_name)}**" if topic_name else "all Topics"
+    where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
     return f"Saved prompt `{name}` for {where}." if text.strip() else f"Prompt `{name}` reset for {where}."
 
 

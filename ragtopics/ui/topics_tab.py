@@ -10,6 +10,7 @@ import gradio as gr
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.ui import wizard
+from ragtopics.ui.common import md_text
 from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.topic import RagTopicSettings, phase_of
 from ragtopics.documents.uploads import enqueue_document
@@ -92,7 +93,7 @@ def _delete_panel(rt: Runtime, table) -> dict:
         if not topic_name:
             return "Choose a Topic to delete first.", gr.skip(), gr.skip()
         if (confirmation or "").strip() != topic_name:
-            return (f"Type the Topic's name exactly, **{html.escape(topic_name)}**, to confirm. Nothing was deleted.",
+            return (f"Type the Topic's name exactly, **{md_text(topic_name)}**, to confirm. Nothing was deleted.",
                     gr.skip(), gr.skip())  # fmt: skip
         try:
             deletion = delete_topic(rt, topic_name)
@@ -100,7 +101,7 @@ def _delete_panel(rt: Runtime, table) -> dict:
             return f"**Not deleted:** {html.escape(str(exc))}", gr.skip(), gr.skip()
         what = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in deletion.removed.items() if n)
         notes = "".join(f"<br>{html.escape(note)}" for note in deletion.notes)
-        return f"Deleted Topic **{html.escape(topic_name)}** ({what}).{notes}", topics_table(rt), ""
+        return f"Deleted Topic **{md_text(topic_name)}** ({what}).{notes}", topics_table(rt), ""
 
     event = button.click(on_delete, [topic, typed], [status, table, typed], api_name="delete_topic", api_visibility="undocumented")
     return {"event": event, "topic": topic}
@@ -170,7 +171,7 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
         phase = phase_of(type(t.settings), setting)
-        return (f"Topic **{html.escape(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
+        return (f"Topic **{md_text(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
                 f"(settings v{t.settings_version}).{phase_note(phase)}", topics_table(rt))  # fmt: skip
 
     def start_reembed(topic_name):

@@ -14,7 +14,7 @@ from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
-from ragtopics.ui.common import find_topic, plural, progress_bar, refresh_dropdown, short_name, topic_choices
+from ragtopics.ui.common import find_topic, md_text, plural, progress_bar, refresh_dropdown, short_name, topic_choices
 from ragtopics.worker.queue import job_progress, phase_text
 
 MAX_TRACKED_JOBS = 2000
@@ -180,7 +180,7 @@ def build(rt: Runtime) -> dict:
     def on_ask_delete(topic_name, file_name):
         if not topic_name or not file_name:
             return gr.Group(visible=False), "", gr.skip(), "Choose a Topic and a document to delete first."
-        question = (f"Delete **{html.escape(file_name)}** from Topic **{html.escape(topic_name)}**? Its chunks, keywords, "
+        question = (f"Delete **{md_text(file_name)}** from Topic **{md_text(topic_name)}**? Its chunks, keywords, "
                     "pictures and stored file are removed for good; chats that cited it show it as removed.")  # fmt: skip
         return gr.Group(visible=True), question, gr.Button(f"Delete {short_name(file_name, 40)}"), ""
 

@@ -144,8 +144,8 @@ class AccessMiddleware:
             target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
             response = RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
             return await response(scope, receive, send)
-        return await _refuse(scope, receive, send, 401, "Not authenticated: log in at /login, or send "
-                                                        "'Authorization: Bearer <API token>' (Admin → Users makes tokens).")  # fmt: skip
+        return await _refuse(scope, receive, send, 401, "Not logged in (or the session ended): reload the page to log in. "
+                                                        "Programs send an API token (Admin → Users) as a Bearer token.")  # fmt: skip
 
 
 #: Methods that change nothing, which another site may send (a link, an image).
@@ -338,6 +338,14 @@ def _failure_keys(request: Request, username: str) -> tuple[str, str]:
     host = request.client.host if request.client else "?"
     account = username.strip().casefold()[:64]
     return f"rt:login-failures:{host}:{account}", f"rt:login-failures:account:{account}"
+
+
+def unlock_logins(rt: Runtime, username: str) -> int:
+    """Forget a login name's failed attempts (from every address); returns how many counters were removed."""
+    account = username.strip().casefold()[:64]
+    keys = [k for k in rt.redis.scan_iter(match="rt:login-failures:*", count=1000)
+            if (k.decode() if isinstance(k, bytes) else k).rsplit(":", 1)[-1] == account]  # fmt: skip
+    return int(rt.redis.delete(*keys)) if keys else 0
 
 
 def add_access_routes(api: FastAPI, rt: Runtime) -> None:

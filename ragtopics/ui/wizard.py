@@ -12,7 +12,6 @@ Resolution, ...); 4 search and answers (Vector Settings, router, search settings
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass
 from enum import Enum
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.runtime import Runtime
+from ragtopics.ui.common import md_text
 from ragtopics.settings.docs import describe_default, describe_type
 from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
 from ragtopics.topics.topics import create_topic
@@ -166,8 +166,8 @@ def create_from_wizard(rt: Runtime, kind_label: str, name: str, description: str
             settings["custom_system_prompt"] = system_prompt
         topic = create_topic(rt, name or "", kind=kind, description=description or "", settings=settings)
     except RagTopicsError as exc:
-        return f"**Not created:** {html.escape(str(exc))}"
-    return (f"Created {kind_label} Topic **{html.escape(topic.name)}** ({len(topic.settings.file_types)} file types). "
+        return f"**Not created:** {md_text(str(exc))}"
+    return (f"Created {kind_label} Topic **{md_text(topic.name)}** ({len(topic.settings.file_types)} file types). "
             "Upload files on the Upload tab.")  # fmt: skip
 
 
@@ -224,7 +224,7 @@ def build(rt: Runtime) -> dict:
 
     kind.change(show_kind, kind, rag_only + graph_only, **private)
     for button, step in ((next1, 2), (back2, 1), (next2, 3), (back3, 2), (next3, 4), (back4, 3)):
-        button.click(lambda s=step: gr.Walkthrough(selected=s), None, walk, **private)
+        button.click(lambda s=step: (gr.Walkthrough(selected=s), ""), None, [walk, status], **private)  # no stale message
     groups.input(lambda chosen: [list(types) if g in (chosen or []) else [] for g, types in FILE_TYPE_GROUPS.items()],
                  groups, singles, **private)  # fmt: skip
     n_groups = len(singles)
@@ -238,6 +238,7 @@ def build(rt: Runtime) -> dict:
         return status_line, "" if created else gr.skip()  # a refused name stays, to be corrected
 
     inputs = [kind, name, description, system_prompt, *singles, *(f.component for f in settings_fields)]
+    create.click(lambda: "", None, status, **private)  # an earlier attempt's message goes, even if the browser refuses a value
     event = create.click(on_create, inputs, [status, name], **private)
     return {"create": event, "status": status, "name": name, "kind": kind, "fields": settings_fields}
 

@@ -265,4 +265,6 @@ def test_markup_in_topic_names_and_questions_is_shown_as_text(rt, hostile):
     from ragtopics.ui.wizard import create_from_wizard
 
     status = create_from_wizard(rt, "RAG", "<script>alert(1)</script>", "", "", [["md"], [], [], []], {})
-    assert "<script>" not in status and "&lt;script&gt;alert(1)&lt;/script&gt;" in status
+    assert "<script>" not in status and "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in status
+    shown = create_from_wizard(rt, "RAG", "**bold** [x](javascript:alert(2))", "", "", [["md"], [], [], []], {})
+    assert "\\*\\*bold\\*\\* \\[x\\]\\(javascript:alert\\(2\\)\\)" in shown  # Markdown shown as typed, no link

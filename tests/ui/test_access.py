@@ -363,3 +363,18 @@ def test_a_chat_is_its_users_alone(people, run_jobs, scripted_llm):
     messages, _ = as_user("vic", lambda: load_session(rt, ottos.session_id))
     assert messages == [{"role": "assistant", "content": "This chat does not exist, or it is someone else's."}]
     assert len(list_sessions(rt, topic)) == 2  # the CLI (no login) sees every chat
+
+
+def test_names_are_one_account_in_any_case_and_an_account_can_be_unlocked(secured, rt, capsys):
+    from ragtopics.ui.cli import main
+
+    _, url = secured
+    with pytest.raises(ConfigurationError, match="Username: 'VIC' is taken"):
+        users.create_user(rt, "VIC", PASSWORD, "viewer")
+    assert login(url, "Vic").get("/config").status_code == 200
+    with httpx.Client(base_url=url, timeout=30) as anon:
+        for _ in range(web.MAX_FAILED_LOGINS + 1):
+            anon.post("/login", data={"username": "otto", "password": "guess", "next": "/"})
+        assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 429
+        assert main(["user", "unlock", "Otto"]) == 0 and "2 counter(s)" in capsys.readouterr().err
+        assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 303
