@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -372,3 +373,38 @@ def test_why_explains_an_answer_without_sources(page, rt, run_jobs, scripted_llm
     panel.get_by_text("Why? Answers say \"I don't know\" too often").wait_for(timeout=15000)
     assert "Min. Similarity Score 0.99" in panel.inner_text() and "min_similarity_score = 0.99" in panel.inner_text()
     shot(page, tmp_path, "diagnosis.png")
+
+
+def test_the_qa_tab_runs_two_settings_and_compares_them(page, rt, run_jobs, tmp_path):
+    topic = create_topic(rt, "QA kettles")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
+    upload(rt, topic, "toasters.txt", b"Toaster T-1 browns bread in two minutes.")
+    run_jobs()
+    page.reload()
+    page.get_by_role("tab", name="QA").click()
+    page.locator("#qa-topic input").click()
+    page.get_by_role("option", name="QA kettles").click()
+    questions = json.dumps([{"question": "When does kettle K-2 switch off?", "gold_sources": ["kettles.txt"]},
+                            {"question": "How long does toaster T-1 take?", "gold_sources": ["toasters.txt"]}])  # fmt: skip
+    page.locator("#qa-text textarea").fill(questions)
+    runs = []
+    for settings in ("", "retrieval_strategy=DENSE"):
+        page.locator("#qa-settings textarea").fill(settings)
+        page.locator("#qa-run").click()
+        message = page.locator("#qa-message").get_by_text(re.compile(r"Queued run"))
+        deadline = time.monotonic() + 30
+        while not (message.count() and (found := re.search(r"eval-[0-9a-f-]+", message.inner_text())) and found.group(0) not in runs):
+            assert time.monotonic() < deadline, "no new run was queued"
+            page.wait_for_timeout(100)
+        runs.append(found.group(0))
+        run_jobs()
+        page.locator("#qa-table").get_by_text("How long does toaster T-1 take?").first.wait_for(state="attached", timeout=20000)
+    for box, run_id in (("#qa-compare-a", runs[0]), ("#qa-compare-b", runs[1])):
+        field = page.locator(f"{box} input")
+        field.fill(run_id)  # a run id typed in is taken as it is
+        field.press("Enter")
+    page.locator("#qa-compare").click()
+    page.locator("#qa-comparison").get_by_text("question(s) changed").wait_for(timeout=15000)
+    compared = page.locator("#qa-comparison").inner_text()
+    assert f"A: {runs[0]}" in compared and f"B: {runs[1]}" in compared and "recall@5" in compared
+    shot(page, tmp_path, "qa-browser.png")
