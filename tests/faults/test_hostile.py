@@ -24,8 +24,9 @@ from ragtopics.errors import RagTopicsError, RefusedFileError
 from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.topics.topics import create_topic
 from ragtopics.worker.queue import queue_for
-from tests.ingest.test_docling import make_docx, make_pdf, make_xlsx, png_bytes
+from tests.ingest.test_docling import make_docx, make_pdf, png_bytes
 from tests.ingest.test_ingest import stored_chunks, upload
+from tests.ingest.test_structured import EXTERNAL_ENTITY, YAML_ALIAS_BOMB
 
 pytestmark = pytest.mark.faults
 
@@ -96,15 +97,6 @@ def _sparse_xlsx() -> bytes:
     return buffer.getvalue()
 
 
-YAML_BOMB = b"""a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-"""
-XXE = b"""<?xml version="1.0"?><!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]><r>&x;</r>"""
 
 #: kind → (file name, bytes, the message expected): refused when received, nothing stored.
 REFUSED = {
@@ -134,8 +126,8 @@ FAILED = {
     "gzip named .txt": ("notes.txt", lambda: gzip.compress(b"valve " * 5000), r"notes\.txt .*binary"),
     "JSON with duplicate keys": ("parts.json", lambda: b'{"part": "SK-44", "part": "SK-45"}', r"parts\.json: an object gives the key 'part' twice"),
     "JSON number with 5,000 digits": ("parts.json", lambda: b'{"n": ' + b"9" * 5000 + b"}", r"parts\.json is not readable JSON"),
-    "YAML anchors bomb": ("config.yaml", lambda: YAML_BOMB, r"config\.yaml: .* expands to more than [\d,]+ values"),
-    "XML external entity (XXE)": ("feed.xml", lambda: XXE, r"feed\.xml: the XML uses entities"),
+    "YAML anchors bomb": ("config.yaml", lambda: YAML_ALIAS_BOMB, r"config\.yaml: .* expands to more than [\d,]+ values"),
+    "XML external entity (XXE)": ("feed.xml", lambda: EXTERNAL_ENTITY, r"feed\.xml: the XML uses entities"),
     "JSON Lines, every line a duplicate-key object": ("log.jsonl", lambda: b'{"a":1,"a":2}\n' * 3, r"log\.jsonl: 3 of 3 lines are unreadable"),
 }  # fmt: skip
 GOOD = {"notes.txt": b"The service interval is twelve months.", "parts.json": b'[{"part": "SK-44"}]',

@@ -35,6 +35,15 @@ def shot(page, tmp_path, name: str) -> None:
         page.screenshot(path=str(Path(target) / name), full_page=True)
 
 
+def ask_in_chat(page, topic_name: str, question: str) -> None:
+    """Open the Chat tab, pick the Topic and send the question."""
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-topic input").click()
+    page.get_by_role("option", name=topic_name).click()
+    page.get_by_placeholder("Ask a question").fill(question)
+    page.get_by_role("button", name="Send").click()
+
+
 @pytest.fixture
 def page(rt):
     """The console in headless Chromium; skips the test (wherever the fixture is used) without Chromium."""
@@ -101,11 +110,7 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     page.locator("#documents >> text=kettles.txt >> visible=true").first.wait_for()
 
     scripted_llm.replies["answer"] = "At 100 degrees [S1]."
-    page.get_by_role("tab", name="Chat").click()
-    page.locator("#chat-topic input").click()
-    page.get_by_role("option", name="Browser Topic").click()
-    page.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
-    page.get_by_role("button", name="Send").click()
+    ask_in_chat(page, "Browser Topic", "When does kettle K-2 switch off?")
     page.locator("#chatbot").get_by_text("At 100 degrees [kettles.txt].").wait_for(timeout=20000)
     page.locator("#rt-sources").get_by_text("kettles.txt").wait_for()
     shot(page, tmp_path, "chat-sources.png")
@@ -311,11 +316,7 @@ def test_a_dev_report_appears_opens_and_downloads(browser_for, rt, run_jobs, scr
     page.locator("#dev-switch-chat").get_by_role("checkbox").check()
     page.get_by_text("Reporting: Report chat answers").wait_for()
     scripted_llm.replies["answer"] = "At 100 degrees [S1]."
-    page.get_by_role("tab", name="Chat").click()
-    page.locator("#chat-topic input").click()
-    page.get_by_role("option", name="Kettles").click()
-    page.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
-    page.get_by_role("button", name="Send").click()
+    ask_in_chat(page, "Kettles", "When does kettle K-2 switch off?")
     page.locator("#chatbot").get_by_text("At 100 degrees [kettles.txt].").wait_for(timeout=20000)
     page.locator("#rt-sources").get_by_text("kettles.txt").wait_for()
     shot(page, tmp_path, "chat-sources.png")
@@ -362,11 +363,7 @@ def test_why_explains_an_answer_without_sources(page, rt, run_jobs, scripted_llm
     run_jobs()
     page.reload()
     scripted_llm.replies["answer"] = "Nothing on that."
-    page.get_by_role("tab", name="Chat").click()
-    page.locator("#chat-topic input").click()
-    page.get_by_role("option", name="Strict kettles").click()
-    page.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
-    page.get_by_role("button", name="Send").click()
+    ask_in_chat(page, "Strict kettles", "When does kettle K-2 switch off?")
     page.locator("#chatbot").get_by_text(topic.settings.no_answer_response).wait_for(timeout=20000)
     page.locator("#why-answer").click()
     panel = page.locator("#answer-diagnosis")
