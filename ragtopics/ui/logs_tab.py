@@ -1,4 +1,4 @@
-"""The Logs tab: a Topic's recent uploads, answers and community rebuilds, one line per step.
+"""The Logs tab: a Topic's recent uploads, answers and community rebuilds, one line per step; failed jobs to retry.
 
 Read from the bounded traces every run keeps (:mod:`ragtopics.storage.traces`); the full
 detail of a run is what DEV Reports are for.
@@ -10,11 +10,14 @@ import html
 
 import gradio as gr
 
+from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.traces import recent_traces
 from ragtopics.tracing.trace import summary_line
-from ragtopics.ui.common import find_topic
+from ragtopics.ui.common import find_topic, md_text
+from ragtopics.worker.queue import dead_letters, retry_dead_letter
 
+DEAD_HEADERS = ["Job id", "What", "Failed (UTC)", "Error"]
 KINDS = {"All": None, "Uploads": "upload", "Answers": "chat", "Community rebuilds": "communities"}
 #: Longest step line shown.
 LINE_CHARS = 160
@@ -54,6 +57,30 @@ def build(rt: Runtime) -> dict:
             kind = gr.Dropdown(list(KINDS), value="All", label="Show", elem_id="logs-kind")
             refresh = gr.Button("Refresh", elem_id="logs-refresh")
         log = gr.HTML(elem_id="logs")
+        gr.Markdown("#### Failed jobs\nJobs that failed for good (after the automatic recovery from crashed workers): "
+                    "fix the cause (an endpoint, a setting), then *Retry*.")  # fmt: skip
+        dead = gr.Dataframe(headers=DEAD_HEADERS, interactive=False, wrap=True, elem_id="dead-letters")
+        with gr.Row():
+            job_id = gr.Textbox(label="Job id", elem_id="dead-letter-id")
+            retry = gr.Button("Retry", elem_id="dead-letter-retry")
+        retried = gr.Markdown(elem_id="dead-letter-status")
     for trigger in (topic.change, kind.change, refresh.click, tab.select):
         trigger(lambda t, k: log_text(rt, t, k), [topic, kind], log, **private)
+    for trigger in (refresh.click, tab.select):
+        trigger(lambda: dead_table(rt), None, dead, **private)
+    retry.click(lambda j: retry_job(rt, j), job_id, retried, **private).then(lambda: dead_table(rt), None, dead, **private)
     return {"tab": tab, "topic": topic}
+
+
+def dead_table(rt: Runtime) -> list[list[str]]:
+    """Rows of the failed-jobs list: job id, what it did, when it failed, why."""
+    return [[d.job_id, d.description, d.failed_at, d.error] for d in dead_letters(rt)]
+
+
+def retry_job(rt: Runtime, job_id: str) -> str:
+    """Queue a failed job again; returns the status line."""
+    try:
+        retry_dead_letter(rt, (job_id or "").strip())
+    except RagTopicsError as exc:
+        return f"**Not retried:** {md_text(str(exc))}"
+    return f"Queued `{job_id.strip()}` again."

@@ -135,3 +135,50 @@ def _last_line(text: str | None) -> str:
     # "ragtopics.errors.ReadError: message" → "message"
     head, sep, rest = last.partition(": ")
     return rest if sep and "." in head and " " not in head else last
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A job that failed for good (rq's failed-job registry): what it was, when and why.
+
+    Attributes:
+        job_id: RQ job id.
+        description: what the job did (``communities of Plant``, an upload, an evaluation).
+        failed_at: when it failed, ``YYYY-MM-DD HH:MM:SS UTC`` ("" when unknown).
+        error: the last line of its error.
+    """
+
+    job_id: str
+    description: str
+    failed_at: str
+    error: str
+
+
+def dead_letters(rt: Runtime, limit: int = 100) -> list[DeadLetter]:
+    """The jobs that failed for good, newest first (at most ``limit``)."""
+    from rq.registry import FailedJobRegistry
+
+    ids = FailedJobRegistry(queue=queue_for(rt)).get_job_ids()[-limit:][::-1]
+    out = []
+    for job in Job.fetch_many(ids, connection=rt.redis):
+        if job is None:
+            continue
+        ended = job.ended_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.ended_at else ""
+        out.append(DeadLetter(job.id, job.description or job.func_name, ended, _last_line(job.exc_info)))
+    return out
+
+
+def retry_dead_letter(rt: Runtime, job_id: str) -> None:
+    """Queue a failed job again, as it was.
+
+    Raises:
+        NotFoundError: no failed job has that id.
+    """
+    from rq.registry import FailedJobRegistry
+
+    from ragtopics.errors import NotFoundError
+
+    registry = FailedJobRegistry(queue=queue_for(rt))
+    if job_id not in registry.get_job_ids():
+        raise NotFoundError(f"no failed job {job_id!r} (it may have been retried already)")
+    registry.requeue(job_id)

@@ -26,3 +26,22 @@ def test_recent_uploads_and_answers_one_line_per_step(rt, run_jobs, scripted_llm
     assert log_text(rt, "Nope") == "<p>Choose a Topic.</p>"
     create_topic(rt, "Empty")
     assert log_text(rt, "Empty") == "<p>Nothing logged for this Topic yet.</p>"
+
+
+def test_a_job_that_failed_for_good_is_listed_and_retried(rt, run_jobs):
+    from ragtopics.quality.runs import load_run, start_run
+    from ragtopics.topics.delete import delete_topic
+    from ragtopics.ui.logs_tab import dead_table, retry_job
+
+    create_topic(rt, "Fleet")
+    run_id = start_run(rt, "Fleet", '[{"question": "When is pump P-1 serviced?", "gold_sources": ["pumps.txt"]}]')
+    delete_topic(rt, "Fleet")  # the Topic goes while its evaluation waits in the queue
+    run_jobs()
+    (row,) = dead_table(rt)
+    job_id = row[0]
+    assert "Fleet" in row[1] and row[2].endswith("UTC") and "Topic" in row[3]
+    assert retry_job(rt, "no-such-job").replace("\\", "").startswith("**Not retried:** no failed job 'no-such-job'")
+    create_topic(rt, "Fleet")  # the cause fixed: the Topic is back
+    assert retry_job(rt, job_id) == f"Queued `{job_id}` again."
+    run_jobs()
+    assert dead_table(rt) == [] and load_run(rt, run_id)[0].summary["n"] == 1  # the run finished
