@@ -96,7 +96,9 @@ def _check_image(name: str, ext: str, data: bytes) -> None:
         raise
     except Image.DecompressionBombError as exc:
         raise ReadError(f"{name} decodes to too many pixels (a decompression bomb): {exc}") from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except UnidentifiedImageError as exc:
+        raise ReadError(f"{name} is not a readable {IMAGE_FORMATS[ext]} picture (it is cut short, damaged or not a picture)") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
         raise ReadError(f"{name} is not a readable {IMAGE_FORMATS[ext]} picture: {exc}") from exc
     if found != IMAGE_FORMATS[ext] and not (ext in ("jpg", "jpeg") and found == "MPO"):
         raise ReadError(f"{name} is a {found} picture named .{ext}; rename it to its real type")

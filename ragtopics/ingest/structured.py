@@ -34,6 +34,7 @@ import csv
 import io
 import itertools
 import json
+import sys
 import logging
 import tomllib
 from collections.abc import Callable
@@ -408,6 +409,13 @@ def _loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
+def _json_value_error(exc: ValueError) -> str:
+    """The operator's words for a value json cannot convert (Python refuses integers over 4,300 digits)."""
+    if "digits" in str(exc):
+        return f"a number has more than {sys.get_int_max_str_digits():,} digits"
+    return str(exc)
+
+
 def _read_json(data: bytes, limits: _Limits) -> list[Record]:
     text = _decode(data, limits.file_name)
     if not text.strip():
@@ -419,8 +427,8 @@ def _read_json(data: bytes, limits: _Limits) -> list[Record]:
                         "keep one") from exc  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ReadError(f"{limits.file_name} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
-    except ValueError as exc:  # e.g. an integer longer than Python converts (sys.get_int_max_str_digits)
-        raise ReadError(f"{limits.file_name} is not readable JSON: {exc}") from exc
+    except ValueError as exc:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise ReadError(f"{limits.file_name} is not readable JSON: {_json_value_error(exc)}") from exc
     _check_tree(doc, limits, "the document")
     return _to_records(_split_document(doc), limits)
 
@@ -442,7 +450,7 @@ def _read_jsonl(data: bytes, limits: _Limits) -> list[Record]:
             bad.append(f"line {number} is not valid JSON ({exc.msg} at column {exc.colno})")
             continue
         except ValueError as exc:
-            bad.append(f"line {number} is not readable JSON ({exc})")
+            bad.append(f"line {number} is not readable JSON ({_json_value_error(exc)})")
             continue
         _check_tree(doc, limits, f"line {number}")
         units.append((f"line {number}", "", doc))

@@ -112,7 +112,7 @@ REFUSED = {
                           r"logo\.svg was refused: Topic 'Hostile' accepts only these file types"),
     "picture that decodes to gigapixels": ("bomb.png", lambda: _image("PNG", (12_000, 12_000), "1"),
                                            r"bomb\.png is 12,000 × 12,000 pixels \(144 megapixels\), more than 100"),
-    "truncated picture": ("cut.png", lambda: png_bytes((9, 9, 9))[:40], r"cut\.png is not a readable PNG picture"),
+    "truncated picture": ("cut.png", lambda: png_bytes((9, 9, 9))[:40], r"cut\.png is not a readable PNG picture \(it is cut short, damaged or not a picture\)"),
     "JPEG named .png": ("photo.png", lambda: _image("JPEG"), r"photo\.png is a JPEG picture named \.png"),
     "empty file": ("nothing.txt", lambda: b"", r"nothing\.txt is empty \(0 bytes\)"),
     "Office file with a member outside the archive (zip slip)": ("slip.docx", lambda: _docx_with("../../etc/evil.sh", b"#!"),
@@ -125,7 +125,7 @@ REFUSED = {
 FAILED = {
     "gzip named .txt": ("notes.txt", lambda: gzip.compress(b"valve " * 5000), r"notes\.txt .*binary"),
     "JSON with duplicate keys": ("parts.json", lambda: b'{"part": "SK-44", "part": "SK-45"}', r"parts\.json: an object gives the key 'part' twice"),
-    "JSON number with 5,000 digits": ("parts.json", lambda: b'{"n": ' + b"9" * 5000 + b"}", r"parts\.json is not readable JSON"),
+    "JSON number with 5,000 digits": ("parts.json", lambda: b'{"n": ' + b"9" * 5000 + b"}", r"parts\.json is not readable JSON: a number has more than 4,300 digits"),
     "YAML anchors bomb": ("config.yaml", lambda: YAML_ALIAS_BOMB, r"config\.yaml: .* expands to more than [\d,]+ values"),
     "XML external entity (XXE)": ("feed.xml", lambda: EXTERNAL_ENTITY, r"feed\.xml: the XML uses entities"),
     "JSON Lines, every line a duplicate-key object": ("log.jsonl", lambda: b'{"a":1,"a":2}\n' * 3, r"log\.jsonl: 3 of 3 lines are unreadable"),
