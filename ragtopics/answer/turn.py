@@ -138,7 +138,7 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
         # The session row is written with the first saved turn: a stopped first
         # question leaves no empty chat behind.
         session_id = new_session_id()
-    trace = parent_trace or Trace("chat", question)
+    trace = parent_trace or Trace("chat", question, topic.settings.role_models)
     turn = _Turn(rt, topic, question, session_id or "", attachment, trace, save, t0)
     with trace.step("prepare"):
         turn.prompts = resolve_prompts(rt, topic.id)
@@ -179,7 +179,7 @@ def search_only(rt: Runtime, topic: Topic, question: str, *, route: str | None =
     t0 = time.perf_counter()
     question = _checked_question(question)
     forced = _checked_route(topic, route)
-    trace = Trace("chat", question)
+    trace = Trace("chat", question, topic.settings.role_models)
     turn = _Turn(rt, topic, question, "", None, trace, False, t0)
     turn.prompts = resolve_prompts(rt, topic.id)
     turn.take_way(forced)

@@ -414,9 +414,9 @@ class _ModelBreaker:
 
 
 def _write_report(content: CommunityContent, gateway: ModelGateway, use_model: bool, breaker: _ModelBreaker,
-                  template: PromptTemplate) -> tuple[CommunityReport, Trace]:  # fmt: skip
+                  template: PromptTemplate, overrides: dict[str, str]) -> tuple[CommunityReport, Trace]:  # fmt: skip
     """One community's report and a private trace of its model call (merged into the run's trace in order)."""
-    trace = Trace("communities", content.community.id)
+    trace = Trace("communities", content.community.id, overrides)
     if not use_model or breaker.is_open():
         return graph_report(content), trace
     try:
@@ -521,7 +521,7 @@ def _write_reports(changed: list[Community], entities: list[Entity], relationshi
     contents = (community_content(c, by_id, by_key) for c in changed)
     reports: list[CommunityReport] = []
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_CALLS if use_model else 1) as pool:
-        for report, private in pool.map(lambda c: _write_report(c, gateway, use_model, breaker, template), contents):
+        for report, private in pool.map(lambda c: _write_report(c, gateway, use_model, breaker, template, trace.model_overrides), contents):
             for event in private.events:  # Trace is not thread-safe: each call kept its own, merged here in order
                 trace.add(event.step, **event.data)
             reports.append(report)

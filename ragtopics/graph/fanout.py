@@ -147,7 +147,7 @@ def extract_batch(rt: Runtime, topic_id: str, document_id: str, job_id: str, chu
     version = pickle.loads(raw)["version"]
     wanted = set(chunk_ids)
     setup = extraction_setup(rt, get_topic(rt, topic_id))
-    trace = Trace("upload", f"extraction of {document_id}")
+    trace = Trace("upload", f"extraction of {document_id}", get_topic(rt, topic_id).settings.role_models)
     counts = {"status": "done", "extracted": 0, "cached": 0, "failed": 0}
     try:
         for record in (r for r in version.records if r.chunk_id in wanted):

@@ -119,7 +119,7 @@ class GlobalRetriever:
         """One typed call per summary, concurrently; a failed call drops its summary (logged, traced)."""
 
         def read(hit: CommunityHit) -> tuple[CommunityHit, list[str], float, Trace]:
-            private = Trace("chat", hit.community_id)
+            private = trace.child("chat", hit.community_id)
             if self.progress is not None and self.progress.stopped:
                 private.add("global_map_skipped", community=hit.community_id, reason="stopped")
                 return hit, [], 0.0, private

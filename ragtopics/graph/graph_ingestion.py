@@ -399,7 +399,7 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
             name taken by an uploaded file.
         EmbeddingMismatchError, ModelUnavailableError, StoreUnavailableError: as an upload would.
     """
-    trace = Trace("upload", f"{source_name}{SUFFIX}")
+    trace = Trace("upload", f"{source_name}{SUFFIX}", topic.settings.role_models)
     with trace.step("graph_ingestion", format=imported.format, nodes=len(imported.nodes), edges=len(imported.edges)) as ev:
         plan = plan_import(rt, topic, source_name, imported, trace)
         removal = write_import(rt, topic, plan, imported, trace)

@@ -207,7 +207,7 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
         store = graph_store(rt, topic)
         store.ensure()
         index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims, embedding_model=rt.gateway.embedder.model)
-        trace = Trace("communities", topic.name)
+        trace = Trace("communities", topic.name, topic.settings.role_models)
         try:
             result = rebuild(topic.id, store, index, rt.gateway, resolution=topic.settings.resolution, progress=progress,
                              trace=trace, template=resolve_prompts(rt, topic.id)["community_report"])  # fmt: skip

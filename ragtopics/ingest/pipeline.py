@@ -134,7 +134,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     topic = get_topic(rt, doc.topic_id)
     cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
-    trace = Trace("upload", doc.file_name)
+    trace = Trace("upload", doc.file_name, topic.settings.role_models)
     new_blobs: list[str] = []
     try:
         report("reading", 0, 1)

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TypeVar
 
 import instructor
@@ -180,9 +180,11 @@ class ModelGateway:
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._lock = threading.Lock()
 
-    def endpoint(self, role: str) -> ModelEndpoint:
-        """The endpoint configured for ``role``."""
-        return self.settings.endpoint(role)
+    def endpoint(self, role: str, trace: Trace | None = None) -> ModelEndpoint:
+        """The endpoint configured for ``role``, asking the model the run's Topic chose for it (``trace.model_overrides``)."""
+        endpoint = self.settings.endpoint(role)
+        model = trace.model_overrides.get(role) if trace is not None else None
+        return replace(endpoint, model=model) if model else endpoint
 
     def _client(self, endpoint: ModelEndpoint) -> tuple[openai.OpenAI, threading.BoundedSemaphore]:
         with self._lock:
@@ -227,7 +229,7 @@ class ModelGateway:
         Raises:
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
         """
-        endpoint = self.endpoint(role)
+        endpoint = self.endpoint(role, trace)
         client, slot = self._client(endpoint)
         max_tokens = max_tokens or self.settings.llm_max_tokens
         t0 = time.perf_counter()
@@ -254,7 +256,7 @@ class ModelGateway:
         Raises:
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
         """
-        endpoint = self.endpoint(role)
+        endpoint = self.endpoint(role, trace)
         client, slot = self._client(endpoint)
         max_tokens = max_tokens or self.settings.llm_max_tokens
         t0 = time.perf_counter()
@@ -299,7 +301,7 @@ class ModelGateway:
             StructuredOutputError: when the reply does not fit ``response_model``.
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
         """
-        endpoint = self.endpoint(role)
+        endpoint = self.endpoint(role, trace)
         client, slot = self._client(endpoint)
         patched = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
         t0 = time.perf_counter()
@@ -338,7 +340,7 @@ class ModelGateway:
             ConfigurationError: when the role's model is not marked as supporting tools.
             ModelUnavailableError: when the endpoint is unreachable after retries or fails.
         """
-        endpoint = self.endpoint(role)
+        endpoint = self.endpoint(role, trace)
         if not endpoint.supports_tools:
             raise ConfigurationError(
                 f"this Topic is connected to other Topics (MCP Interfaces), which needs a tool-capable language model; "

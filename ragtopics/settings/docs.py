@@ -67,6 +67,8 @@ def display_value(value: Any) -> str:
         return str(value.value)
     if isinstance(value, BaseModel):
         return value.model_dump_json()
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
 
 
@@ -81,6 +83,8 @@ def describe_type(field: FieldInfo) -> str:
         return "JSON object: " + ", ".join(annotation.model_fields)
     if get_origin(annotation) is list:
         return "list (comma-separated)"
+    if get_origin(annotation) is dict:
+        return "role=model pairs (comma-separated)"
     if annotation in (int, float):
         name = "integer" if annotation is int else "number"
         span = allowed_range(field)
@@ -106,6 +110,8 @@ def describe_default(field: FieldInfo) -> str:
         return ", ".join(str(v) for v in value) or "empty"
     if isinstance(value, BaseModel):
         return value.model_dump_json()
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value) if value != "" else "empty"
 
 

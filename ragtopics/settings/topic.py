@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ragtopics.errors import InvalidSettingError
 from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
+from ragtopics.settings.env import ROLES
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,9 @@ class ChatSettings(BaseModel):
     mcp_interfaces: list[str] = setting(
         phase="chat", default_factory=list,
         description="Names of other Topics the model may ask as tools (needs a tool-capable Language Model).")
+    role_models: dict[str, str] = setting(
+        phase="upload+chat", default_factory=dict, default_text="empty (each role's own model)",
+        description="LLM Overrides: a model name per role for this Topic (role=model, comma-separated), asked on that role's endpoint.")
 
     @field_validator("file_types", "chat_attachment_types", mode="before")
     @classmethod
@@ -253,6 +257,30 @@ class ChatSettings(BaseModel):
             raise ValueError(f"unsupported file type(s) {', '.join(unknown)}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
         if not value:
             raise ValueError("at least one file type must be accepted")
+        return value
+
+    @field_validator("role_models", mode="before")
+    @classmethod
+    def _parse_role_models(cls, value: Any) -> Any:
+        """``"router=small, language_model=large"`` or a JSON object; known roles only, names 1-200 characters."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                import json
+
+                value = json.loads(text)
+            else:
+                pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+                if any(len(p) != 2 for p in pairs):
+                    raise ValueError("write role=model pairs, comma-separated, e.g. router=small-model")
+                value = {k.strip(): v.strip() for k, v in pairs}
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(ROLES))
+            if unknown:
+                raise ValueError(f"unknown role(s) {', '.join(unknown)}; roles: {', '.join(ROLES)}")
+            if any(not isinstance(v, str) or not v.strip() or len(v) > 200 for v in value.values()):
+                raise ValueError("each model name must be 1 to 200 characters")
+            return {k: v.strip() for k, v in sorted(value.items())}
         return value
 
     @field_validator("mcp_interfaces", mode="before")

@@ -51,13 +51,20 @@ class Trace:
     Args:
         kind: ``"upload"`` or ``"chat"``.
         subject: what is traced (a file name, a question), for log lines.
+        model_overrides: the Topic's LLM Overrides, role → model name; every model call of the run
+            (the gateway reads them from the trace it is given) asks that model on the role's endpoint.
     """
 
-    def __init__(self, kind: str, subject: str):
+    def __init__(self, kind: str, subject: str, model_overrides: dict[str, str] | None = None):
         self.kind = kind
         self.subject = subject
+        self.model_overrides: dict[str, str] = dict(model_overrides or {})
         self.events: list[TraceEvent] = []
         self._open: list[int] = []
+
+    def child(self, kind: str, subject: str) -> "Trace":
+        """A separate trace for work done in parallel (merged back by the caller), with the same LLM Overrides."""
+        return Trace(kind, subject, self.model_overrides)
 
     @contextmanager
     def step(self, name: str, **data: Any) -> Iterator[TraceEvent]:

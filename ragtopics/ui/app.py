@@ -74,7 +74,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
         for page in pages.values():
             page.visible = False
         dropdowns = {"upload": upload["topic"], "chat": chat["topic"], "prompts": prompts["topic"], "qa": qa["topic"],
-                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"], "logs": logs["topic"]}  # fmt: skip
+                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"], "topics  ": topics["overrides_topic"],
+                     "logs": logs["topic"]}  # fmt: skip
         boxes = list(dropdowns.values())
 
         def refresh(*current):

@@ -10,8 +10,9 @@ import gradio as gr
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.ui import wizard
-from ragtopics.ui.common import md_text
+from ragtopics.ui.common import find_topic, md_text
 from ragtopics.settings.docs import display_value, settings_rows
+from ragtopics.settings.env import ROLES
 from ragtopics.settings.topic import RagTopicSettings, phase_of
 from ragtopics.documents.uploads import enqueue_document
 from ragtopics.topics.delete import delete_topic
@@ -43,11 +44,13 @@ def build(rt: Runtime) -> dict:
             label="Topics",
         )
         settings_box = _settings_editor(rt, table)
+        overrides_topic = _llm_overrides(rt)
         deleted = _delete_panel(rt, table)
 
     event = wizard_parts["create"].then(lambda: topics_table(rt), None, table, api_visibility="private")
 
     return {"tab": tab, "created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
+            "overrides_topic": overrides_topic,
             "table": table}  # fmt: skip
 
 
@@ -78,6 +81,50 @@ def register_api(rt: Runtime) -> None:
         return f"Created Topic **{topic.name}** ({topic.kind})."
 
     gr.api(create_topic_api, api_name="create_topic", api_visibility="undocumented")
+
+
+def overrides_text(rt: Runtime) -> str:
+    """The LLM Overrides help: each role and the model its endpoint asks by default."""
+    defaults = ", ".join(f"{role}: `{rt.settings.endpoint(role).model}`" for role in ROLES)
+    return ("A model per role for this Topic, asked on that role's endpoint (Admin → LLM Configuration); a role left out "
+            f"uses the endpoint's model. Now: {defaults}.")  # fmt: skip
+
+
+def save_overrides(rt: Runtime, topic_name: str, memory, models: str) -> str:
+    """Store a Topic's Memory and its models per role; returns the status line (a bad value names the field)."""
+    if not topic_name:
+        return "Choose a Topic first."
+    try:
+        t = update_settings(rt, topic_name, {"memory": int(memory or 0), "role_models": models or ""})
+    except (RagTopicsError, ValueError) as exc:
+        return f"**Not saved:** {md_text(str(exc))}"
+    chosen = display_value(t.settings.role_models) or "none (each role's own model)"
+    return f"Topic **{md_text(t.name)}**: Memory {t.settings.memory}, models per role: {md_text(chosen)} (settings v{t.settings_version})."
+
+
+def _llm_overrides(rt: Runtime) -> gr.Dropdown:
+    """LLM Overrides of a Topic: Memory and a model per role."""
+    with gr.Accordion("LLM Overrides", open=False) as box:
+        about = gr.Markdown(elem_id="overrides-about")
+        with gr.Row():
+            topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="overrides-topic")
+            memory = gr.Number(label="Memory (earlier messages the model sees)", precision=0, elem_id="overrides-memory")
+            models = gr.Textbox(label="Models per role (role=model, comma-separated)", placeholder="router=small-model",
+                                elem_id="overrides-models")  # fmt: skip
+        save = gr.Button("Save overrides", elem_id="overrides-save")
+        status = gr.Markdown(elem_id="overrides-status")
+
+    def current(topic_name):
+        t = find_topic(rt, topic_name)
+        if t is None:
+            return gr.skip(), gr.skip()
+        return t.settings.memory, display_value(t.settings.role_models)
+
+    private = {"api_visibility": "private"}
+    box.expand(lambda: overrides_text(rt), None, about, **private)
+    topic.change(current, topic, [memory, models], **private)
+    save.click(lambda t, m, x: save_overrides(rt, t, m, x), [topic, memory, models], status, **private)
+    return topic
 
 
 def _delete_panel(rt: Runtime, table) -> dict:

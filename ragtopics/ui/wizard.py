@@ -45,7 +45,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
         ("Search and answers", ["retrieval_strategy", "keyword_enrichment", "rrf_k", "top_k_results", "min_similarity_score",
                                 "reranking_strategy", "route_before_retrieval", "router_method", "router_confidence_threshold",
                                 "memory", "no_answer_response", "show_pictures", "chat_attachment_types",
-                                "largest_chat_attachment_mb", "mcp_interfaces"]),
+                                "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],
     "graphrag": [
         ("Files and chunking", ["max_file_size_mb", "chunk_size", "chunk_overlap", "docling_server", "docling_settings"]),
@@ -55,7 +55,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
                                 "answer_without_searching", "path_max_hops", "seed_strategy", "top_k_nodes", "min_similarity_score",
                                 "hop_depth", "max_subgraph_nodes", "max_cited_chunks", "top_k_seed_chunks", "top_k_unlinked_chunks",
                                 "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "memory", "no_answer_response",
-                                "chat_attachment_types", "largest_chat_attachment_mb", "mcp_interfaces"]),
+                                "chat_attachment_types", "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],
 }  # fmt: skip
 #: Keys of step 1 and the file-type groups, drawn by hand.
@@ -66,7 +66,8 @@ LABELS = {"top_k_results": "Top-K Results", "min_similarity_score": "Min. Simila
           "largest_chat_attachment_mb": "Largest Chat Attachment (MB)", "top_k_reports": "Top-K Reports",
           "top_k_seed_chunks": "Top-K Seed Chunks", "top_k_unlinked_chunks": "Top-K Unlinked Chunks",
           "path_max_hops": "PATH Max. Hops", "chunk_size": "Chunk Size (characters)",
-          "chunk_overlap": "Chunk Overlap (characters)", "docling_settings": "Docling Settings (JSON)"}  # fmt: skip
+          "chunk_overlap": "Chunk Overlap (characters)", "docling_settings": "Docling Settings (JSON)",
+          "role_models": "LLM Overrides (role=model, …)"}  # fmt: skip
 
 
 def label_of(key: str) -> str:
@@ -105,6 +106,8 @@ def field_component(kind: str, key: str, *, visible: bool = True) -> gr.componen
         return gr.Number(value=default, precision=0 if isinstance(default, int) else None, **bounds, **common)
     if isinstance(default, BaseModel):
         return gr.Textbox(value=default.model_dump_json(), **common)
+    if isinstance(default, dict):
+        return gr.Textbox(value=", ".join(f"{k}={v}" for k, v in default.items()), placeholder="router=small-model", **common)
     if isinstance(default, list) or get_origin(annotation) is list:
         return gr.Textbox(value=", ".join(str(v) for v in default), **common)
     return gr.Textbox(value=str(default), lines=2 if len(str(default)) > 60 else 1, **common)

@@ -61,3 +61,31 @@ def test_test_connection_makes_a_real_call(rt, scripted_llm):
     failed = check_connection(rt, "router")
     assert failed.startswith("❌ **router** (`nobody-home` at http://127.0.0.1:") and "failed" in failed
     assert "a vector of 384 dimensions" in check_connection(rt, "embedding")
+
+
+def test_llm_overrides_give_one_topic_its_own_model_per_role(rt, run_jobs, scripted_llm):
+    from ragtopics.answer.turn import ask
+    from ragtopics.errors import InvalidSettingError
+    from ragtopics.topics.topics import create_topic, get_topic
+    from ragtopics.ui.topics_tab import save_overrides
+    from tests.ingest.test_ingest import upload
+
+    big = create_topic(rt, "Big model")
+    plain = create_topic(rt, "Plain")
+    for topic in (big, plain):
+        upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
+    run_jobs()
+    status = save_overrides(rt, "Big model", 2, "language_model=large-model, router=small-model")
+    assert "Memory 2" in status and "language\\_model=large\\-model" in status
+    assert get_topic(rt, "Big model").settings.role_models == {"language_model": "large-model", "router": "small-model"}
+    scripted_llm.replies["answer"] = "At 100 degrees [S1]."
+    for topic in (get_topic(rt, "Big model"), plain):
+        list(ask(rt, topic, "When does K-2 switch off?"))
+    asked = [body["model"] for body in scripted_llm.prompts("answer")]
+    assert asked == ["large-model", rt.settings.llm_model]  # only that Topic's calls change model
+    assert save_overrides(rt, "Big model", 2, "painter=x").replace("\\", "").startswith("**Not saved:** invalid Topic settings: "
+                                                                                     "role_models: unknown role(s) painter")
+    with pytest.raises(InvalidSettingError, match="role=model pairs"):
+        from ragtopics.topics.topics import update_settings
+
+        update_settings(rt, "Plain", {"role_models": "language_model"})
