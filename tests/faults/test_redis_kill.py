@@ -154,3 +154,35 @@ def test_the_console_says_storage_is_unavailable_and_recovers_without_a_restart(
         assert history[-1]["content"][0]["text"].startswith("Every 90 days [pumps.txt].")
     finally:
         app.close()
+
+
+@pytest.mark.faults
+def test_redis_killed_while_an_answer_streams_loses_no_turn_and_no_chunk(own_store, scripted_llm):
+    """The answer already under way finishes (the model and the SQL store need no Redis), is saved whole,
+    and after Redis comes back from its append-only file the Topic's chunks are all there."""
+    from rq import SimpleWorker
+
+    from ragtopics.answer.history import session_turns
+    from ragtopics.answer.turn import ask
+    from ragtopics.worker.queue import queue_for
+
+    rt, server = own_store
+    topic = create_topic(rt, "Mid-chat", settings={"min_similarity_score": 0.0})
+    upload_file(rt, topic, "pumps.txt", b"Pump P-7 is inspected every 90 days by the night shift.")
+    SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
+    chunks_before = rt.chunk_index(topic.id).count()
+    scripted_llm.replies["answer"] = "The night shift inspects pump P-7 every 90 days, as the log says [S1]."
+    scripted_llm.delay_s = 0.05
+    try:
+        stream = ask(rt, topic, "How often is pump P-7 inspected?")
+        first = next(u for u in stream if u.text)  # the answer is streaming
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(timeout=30)
+        *_, final = stream
+    finally:
+        scripted_llm.delay_s = 0
+    assert first.text and final.done and final.text.startswith("The night shift inspects pump P-7 every 90 days")
+    assert [t.answer for t in session_turns(rt, final.session_id)] == [final.text]  # saved whole, once
+    server.start()
+    assert wait_for(lambda: rt.chunk_index(topic.id).count() == chunks_before, 30)
+    print(f"\n[redis mid-chat] answer finished and saved after the kill; chunks {chunks_before} before and after the restart")
