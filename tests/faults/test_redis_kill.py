@@ -186,3 +186,40 @@ def test_redis_killed_while_an_answer_streams_loses_no_turn_and_no_chunk(own_sto
     server.start()
     assert wait_for(lambda: rt.chunk_index(topic.id).count() == chunks_before, 30)
     print(f"\n[redis mid-chat] answer finished and saved after the kill; chunks {chunks_before} before and after the restart")
+
+
+@pytest.mark.faults
+def test_graphs_summaries_chats_and_queued_jobs_survive_a_redis_kill(own_store, scripted_llm):
+    """A GraphRAG Topic's graph, its community summaries, a saved chat and a queued job, all written more than a
+    second before Redis is killed (``appendfsync everysec``), are all there after it restarts."""
+    import time
+
+    from ragtopics.answer.history import session_turns
+    from ragtopics.answer.turn import ask
+    from ragtopics.graph.community_index import CommunityIndex
+    from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
+    from ragtopics.graph.ingest import graph_store
+    from ragtopics.graph.refresh import enqueue_rebuild, run_rebuild
+    from ragtopics.worker.queue import job_progress
+    from tests.graph.test_graph_ingestion import LLM, people
+
+    rt, server = own_store
+    topic = create_topic(rt, "Kept graph", kind="graphrag", settings=LLM)
+    ingest_graph(rt, topic, "people.json", parse_nodes_edges_json(people()))
+    run_rebuild(rt, topic.id)
+    scripted_llm.replies["answer"] = "Marie Curie married Pierre Curie [S1]."
+    *_, final = ask(rt, topic, "Whom did Marie Curie marry?", route="LOCAL")
+    job_id = enqueue_rebuild(rt, topic, reason="queued before the crash")
+    index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
+    before = (sorted(e.name for e in graph_store(rt, topic).all_entities()), len(list(graph_store(rt, topic).all_relationships())),
+              sorted(index.get_hashes()), rt.chunk_index(topic.id).count())  # fmt: skip
+    time.sleep(1.5)  # past the append-only file's one-second sync
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(timeout=30)
+    server.start()
+    after = (sorted(e.name for e in graph_store(rt, topic).all_entities()), len(list(graph_store(rt, topic).all_relationships())),
+             sorted(index.get_hashes()), rt.chunk_index(topic.id).count())  # fmt: skip
+    assert after == before and before[0] and before[2]
+    assert job_progress(rt, job_id).status == "queued" and [t.answer for t in session_turns(rt, final.session_id)] == [final.text]
+    print(f"\n[redis kill, graph] {len(before[0])} entities, {before[1]} relationships, {len(before[2])} summaries, "
+          f"{before[3]} chunks, 1 chat turn and 1 queued job: all there after the restart")
