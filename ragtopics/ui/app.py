@@ -73,20 +73,21 @@ def build_app(rt: Runtime) -> gr.Blocks:
         # but does not hide a shown one), so a viewer never sees an operator's page, not even for a moment.
         for page in pages.values():
             page.visible = False
-        dropdowns = {"upload": upload["topic"], "chat": chat["topic"], "prompts": prompts["topic"], "qa": qa["topic"],
-                     "topics": topics["settings_topic"], "topics ": topics["delete_topic"], "topics  ": topics["overrides_topic"],
-                     "logs": logs["topic"]}  # fmt: skip
-        boxes = list(dropdowns.values())
+        # (page, Topic dropdown on it): each list is refreshed only for a caller who may see its page.
+        dropdowns = [("upload", upload["topic"]), ("chat", chat["topic"]), ("prompts", prompts["topic"]), ("qa", qa["topic"]),
+                     ("topics", topics["settings_topic"]), ("topics", topics["delete_topic"]),
+                     ("topics", topics["overrides_topic"]), ("logs", logs["topic"])]  # fmt: skip
+        boxes = [box for _, box in dropdowns]
 
         def refresh(*current):
             return tuple(refresh_dropdown(rt, c) for c in current)
 
-        def on_load(request: gr.Request, *current):
+        def on_load(*current):
             """Who is signed in, their pages, and fresh Topic lists and table for those pages only."""
-            user = _caller(rt, request)
+            user = web.acting_user()  # the event guard found the caller
             allowed = {name for name in pages if user is not None and user.may(web.ROLE_OF_PAGE[name])}
             shown = [gr.Tab(visible=True) if name in allowed else gr.skip() for name in pages]
-            lists = [refresh_dropdown(rt, c) if page.strip() in allowed else gr.skip() for page, c in zip(dropdowns, current)]
+            lists = [refresh_dropdown(rt, c) if page in allowed else gr.skip() for (page, _), c in zip(dropdowns, current)]
             table = topics_tab.topics_table(rt) if "topics" in allowed else gr.skip()
             first = next((page.id for name, page in pages.items() if name in allowed), None)
             signed_in = user is not None and user is not users.LOCAL_USER
@@ -99,13 +100,6 @@ def build_app(rt: Runtime) -> gr.Blocks:
     web.guard_events(rt, app, roles.needs)
     app.ragtopics_needs = dict(roles.needs)
     return app
-
-
-def _caller(rt: Runtime, request: gr.Request | None) -> User | None:
-    if request is None:
-        return None
-    return web.resolve_caller(rt, authorization=request.headers.get("authorization"),
-                              session_id=request.cookies.get("ragtopics_session"))  # fmt: skip
 
 
 def whoami_text(rt: Runtime, user: User | None) -> str:

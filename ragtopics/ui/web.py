@@ -333,17 +333,26 @@ def _safe_next(value: str | None) -> str:
 MAX_ACCOUNT_FAILURES = 50
 
 
+#: Prefix of the failed-login counters: ``<prefix><address>:<account>`` and ``<prefix>account:<account>``.
+FAILURES_PREFIX = "rt:login-failures:"
+
+
+def _account(username: str) -> str:
+    """The canonical form of a login name that the counters use (spaces and case ignored)."""
+    return username.strip().casefold()[:64]
+
+
 def _failure_keys(request: Request, username: str) -> tuple[str, str]:
     """Redis keys counting a login name's attempts: from this address, and from all addresses."""
     host = request.client.host if request.client else "?"
-    account = username.strip().casefold()[:64]
-    return f"rt:login-failures:{host}:{account}", f"rt:login-failures:account:{account}"
+    account = _account(username)
+    return f"{FAILURES_PREFIX}{host}:{account}", f"{FAILURES_PREFIX}account:{account}"
 
 
 def unlock_logins(rt: Runtime, username: str) -> int:
     """Forget a login name's failed attempts (from every address); returns how many counters were removed."""
-    account = username.strip().casefold()[:64]
-    keys = [k for k in rt.redis.scan_iter(match="rt:login-failures:*", count=1000)
+    account = _account(username)
+    keys = [k for k in rt.redis.scan_iter(match=f"{FAILURES_PREFIX}*", count=1000)
             if (k.decode() if isinstance(k, bytes) else k).rsplit(":", 1)[-1] == account]  # fmt: skip
     return int(rt.redis.delete(*keys)) if keys else 0
 
