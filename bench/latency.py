@@ -36,7 +36,7 @@ from ragtopics.topics.topics import create_topic
 
 SIZES = (10_000, 100_000)
 TOP_K = 10
-EF_VALUES = (10, 20, 50, 100, 200)
+EF_VALUES = (10, 20, 60, 100, 200)
 STORE_BATCH = 1_000
 ROUNDS = 3
 

@@ -16,11 +16,12 @@ What the score means:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ragtopics.ingest.keywords import is_searchable, query_keywords
+from ragtopics.rag.mentions import Link, follow_mentions
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 
 #: Reciprocal rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009: k = 60).
@@ -39,12 +40,14 @@ class Retrieval:
         dense: the vector hits before filtering (cosine similarity).
         keyword: the BM25 hits (empty under DENSE).
         fused_ranks: chunk id → ``{"dense": rank or None, "keyword": rank or None, "rrf": score}``.
+        links: the second hops taken through file names (:mod:`ragtopics.rag.mentions`).
     """
 
     hits: list[ChunkHit]
     dense: list[ChunkHit]
     keyword: list[ChunkHit]
     fused_ranks: dict[str, dict]
+    links: list[Link] = field(default_factory=list)
 
 
 def filter_hits(hits: list[ChunkHit], *, min_score: float, top_k: int) -> list[ChunkHit]:
@@ -99,7 +102,7 @@ def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K)
 
 
 def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, strategy: str, top_k: int,
-             min_score: float, candidates: int, rrf_k: int = DEFAULT_RRF_K) -> Retrieval:  # fmt: skip
+             min_score: float, candidates: int, rrf_k: int = DEFAULT_RRF_K, mentions: bool = False) -> Retrieval:  # fmt: skip
     """Search a Topic's chunks and keep the best ``candidates``.
 
     Args:
@@ -111,6 +114,8 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
         min_score: Min. Similarity Score (cosine).
         candidates: how many hits to keep (Top-K, or 3 × Top-K before a rerank).
         rrf_k: reciprocal rank fusion constant.
+        mentions: follow file names named by the first hits (Follow File Mentions,
+            :func:`~ragtopics.rag.mentions.follow_mentions`).
 
     Returns:
         The retrieval; no hits at all for a question without a letter or digit
@@ -124,14 +129,18 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
     dense = index.search_vector(query_vector, depth)
     passed = [h for h in dense if h.score >= min_score]
     if strategy != "HYBRID":
-        return Retrieval(passed[:candidates], dense, [], {})
+        kept, links = follow_mentions(index, passed, query_vector) if mentions else (passed, [])
+        return Retrieval(kept[:candidates], dense, [], {}, links)
     keyword = index.search_keywords(query_keywords(question), depth)
     fused, ranks = fuse_rrf({"dense": passed, "keyword": keyword}, k=rrf_k)
-    kept = fused[:candidates]
-    cosine = {h.chunk_id: h.score for h in dense}
-    missing = [h.chunk_id for h in kept if h.chunk_id not in cosine]
-    for cid, vector in index.embeddings(missing).items():
-        cosine[cid] = float(np.dot(vector, query_vector))
     for cid, entry in ranks.items():
         entry["rrf_normalised"] = next((h.score for h in fused if h.chunk_id == cid), None)
-    return Retrieval([replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in kept], dense, keyword, ranks)
+    pool = fused[: max(candidates, depth)] if mentions else fused[:candidates]
+    cosine = {h.chunk_id: h.score for h in dense}
+    missing = [h.chunk_id for h in pool if h.chunk_id not in cosine]
+    for cid, vector in index.embeddings(missing).items():
+        cosine[cid] = float(np.dot(vector, query_vector))
+    # A hit's score is its cosine similarity under both strategies (see the module docstring).
+    pool = [replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in pool]
+    kept, links = follow_mentions(index, pool, query_vector) if mentions else (pool, [])
+    return Retrieval(kept[:candidates], dense, keyword, ranks, links)

@@ -4,7 +4,7 @@ filter and an optional LLM rerank, returned as :class:`~ragtopics.answer.context
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
 from ragtopics.ingest.keywords import is_searchable
@@ -86,9 +86,10 @@ class ChunkRetriever:
             with trace.step("search"):
                 found = retrieve(self.rt.chunk_index(self.topic_id), text, vector, strategy=cfg.retrieval_strategy,
                                  top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
-                                 rrf_k=cfg.rrf_k)  # fmt: skip
+                                 rrf_k=cfg.rrf_k, mentions=cfg.follow_file_mentions)  # fmt: skip
             ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
-                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits])  # fmt: skip
+                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits],
+                           links=[asdict(link) for link in found.links])  # fmt: skip
         return found.hits
 
 

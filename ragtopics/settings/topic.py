@@ -326,6 +326,10 @@ class RagTopicSettings(ChatSettings):
     min_similarity_score: float = setting(
         0.25, phase="chat", ge=0.0, le=1.0,
         description="Chunks below this cosine similarity are dropped; higher: closer matches, more no-answers.")
+    follow_file_mentions: bool = setting(
+        True, phase="chat",
+        description="A file named in one of the first 3 chunks found (e.g. \"Leland, North Carolina\" for "
+                    "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.")
     reranking_strategy: RerankingStrategy = setting(
         RerankingStrategy.NONE, phase="chat",
         description="NONE keeps the search order; LLM lets a model sort about 3x Top-K candidates (one call).")

@@ -43,7 +43,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
                                 "docling_server", "docling_settings", "describe_pictures", "store_pictures"]),
         ("Graph", []),
         ("Search and answers", ["retrieval_strategy", "keyword_enrichment", "rrf_k", "top_k_results", "min_similarity_score",
-                                "reranking_strategy", "route_before_retrieval", "router_method", "router_confidence_threshold",
+                                "follow_file_mentions", "reranking_strategy", "route_before_retrieval", "router_method", "router_confidence_threshold",
                                 "memory", "no_answer_response", "show_pictures", "chat_attachment_types",
                                 "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],

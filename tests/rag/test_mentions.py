@@ -1,0 +1,100 @@
+"""The second hop through file names: a top hit that names another file brings that file's best chunk in.
+
+The corpus is a small two-hop puzzle in the shape of HotpotQA's bridge questions: the question
+names a film's shooting town, the town's file names the film, and only the film's file says who
+directed it, in words that share nothing with the question. Distractor films that do share the
+question's words push the film's file out of the top 3 unless the town's file is followed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ragtopics.answer.context import RetrievalQuery
+from ragtopics.prompts.resolve import resolve_prompts
+from ragtopics.rag.mentions import FileNames, name_key
+from ragtopics.rag.retrieval import retrieve
+from ragtopics.rag.retriever import ChunkRetriever
+from ragtopics.topics.topics import create_topic
+from ragtopics.tracing.trace import Trace
+from tests.ingest.test_ingest import upload
+
+QUESTION = "Who directed the film that was shot in the town of Quillmoor in 1986?"
+TOWN = ("Quillmoor, North Vale.txt",
+        "Quillmoor is a small town in North Vale. In 1986 the crew of The Ember Orchard spent a summer filming "
+        "on its main street, and the town still holds a festival in July.")  # fmt: skip
+FILM = ("The Ember Orchard.txt",
+        "The Ember Orchard is a drama by Hanna Virtanen, adapted from her own stage play about three sisters "
+        "who inherit a failing orchard.")  # fmt: skip
+DISTRACTORS = [
+    (f"Shot in {year}.txt", f"A film shot in {year} in a small town; who directed the film was never made public. "
+                            f"The town where it was shot in {year} asked for the film to be shown there first.")
+    for year in (1984, 1985, 1986, 1987, 1988)
+]
+
+
+def _topic(rt, run_jobs, name: str, follow: bool, files: list[tuple[str, str]]):
+    topic = create_topic(rt, name, settings={"retrieval_strategy": "DENSE", "top_k_results": 3,
+                                             "min_similarity_score": 0.0, "follow_file_mentions": follow})  # fmt: skip
+    for file_name, text in files:
+        upload(rt, topic, file_name, text.encode())
+    run_jobs()
+    return topic
+
+
+def _files(rt, topic, question: str = QUESTION) -> list[str]:
+    retriever = ChunkRetriever(rt, topic.id, topic.settings, resolve_prompts(rt, topic.id)["rerank"])
+    context = retriever.retrieve(RetrievalQuery(question), Trace("chat", question))
+    return [item.provenance[0].file_name for item in context.items]
+
+
+def test_name_keys_are_the_words_of_a_file_stem():
+    assert name_key("Leland, North Carolina") == "leland north carolina"
+    names = FileNames.of({"d1": "Leland, North Carolina.txt", "d2": "The Ember Orchard.md", "d3": "ab.txt", "d4": "1986.txt"})
+    assert set(names.by_key) == {"leland north carolina", "the ember orchard"}  # too short and digits only are no names
+    text = "Filmed in Leland, North Carolina — see The Ember Orchard; Leland, north carolina again."
+    assert names.mentioned_in(text) == [("leland north carolina", "d1"), ("the ember orchard", "d2")]
+    assert names.mentioned_in("Leland alone names nothing") == []
+
+
+def test_the_file_a_top_hit_names_comes_right_after_it(rt, run_jobs):
+    files = [TOWN, FILM, *DISTRACTORS]
+    plain = _files(rt, _topic(rt, run_jobs, "Films plain", False, files))
+    followed = _files(rt, _topic(rt, run_jobs, "Films followed", True, files))
+    assert "The Ember Orchard.txt" not in plain, plain  # the second hop shares no word with the question
+    town = followed.index("Quillmoor, North Vale.txt")
+    assert followed[town + 1] == "The Ember Orchard.txt", followed
+    assert len(followed) == 3
+
+
+def test_the_hop_is_in_the_retrieval_with_its_score_as_cosine(rt, run_jobs, embedder):
+    topic = _topic(rt, run_jobs, "Films traced", True, [TOWN, FILM, *DISTRACTORS])
+    index = rt.chunk_index(topic.id)
+    vector = embedder.embed([QUESTION])[0]
+    for strategy, moved in (("DENSE", False), ("HYBRID", True)):  # HYBRID's deeper fusion pool already holds it
+        found = retrieve(index, QUESTION, vector, strategy=strategy, top_k=3, min_score=0.0, candidates=3, mentions=True)
+        [link] = [link for link in found.links if link.name == "the ember orchard"]
+        ids = [h.chunk_id for h in found.hits]
+        film = found.hits[ids.index(link.chunk)]
+        assert film.file_name == "The Ember Orchard.txt" and link.moved is moved
+        assert ids.index(link.chunk) == ids.index(link.seed) + 1
+        stored = index.embeddings([film.chunk_id])[film.chunk_id]
+        assert film.score == pytest.approx(float(stored @ vector), abs=1e-4)
+
+
+def test_a_file_uploaded_later_is_followed_without_a_restart(rt, run_jobs):
+    topic = _topic(rt, run_jobs, "Films later", True, [TOWN, *DISTRACTORS])
+    assert "The Ember Orchard.txt" not in _files(rt, topic)
+    upload(rt, topic, FILM[0], FILM[1].encode())
+    run_jobs()
+    assert "The Ember Orchard.txt" in _files(rt, topic)
+
+
+def test_a_name_that_many_chunks_contain_is_not_a_reference(rt, run_jobs):
+    # "Small Town.txt" is named by every distractor ("a small town"): a common phrase, never followed.
+    files = [TOWN, FILM, ("Small Town.txt", "A list of rules for naming streets, drawn up by a council."), *DISTRACTORS]
+    files += [(f"Extra {n}.txt", f"Story {n} of a small town and its bakery.") for n in range(12)]
+    topic = _topic(rt, run_jobs, "Films common", True, files)
+    index = rt.chunk_index(topic.id)
+    assert index.common_phrases(["small town", "the ember orchard"], at_least=10, share=0.01) == {"small town"}
+    assert "Small Town.txt" not in _files(rt, topic)
