@@ -287,6 +287,7 @@ def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
     figure("share of the time in embed steps", float(np.median(embed_shares)))
     versus("ingest chunks/s, one passage per file", float(np.median(rates)), "chunks/s",
            "raw embedding", float(np.median(raws)), higher_is_better=True, goal=0.9)  # fmt: skip
+    _bench_worker_ingest(rt, data, titles[: len(titles) // 3])
     big = create_topic(rt, "bench-big-files")
     files = [(f"joined-{i:03d}.txt", "\n\n".join("".join(data.corpus[t]) for t in titles[i : i + PASSAGES_PER_BIG_FILE]))
              for i in range(0, len(titles), PASSAGES_PER_BIG_FILE)]  # fmt: skip
@@ -300,6 +301,30 @@ def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("redis used_memory", redis_memory_mb(rt), "MB")
     return topic, stored_name
+
+
+def _bench_worker_ingest(rt: Runtime, data: EvalData, titles: list[str]) -> None:
+    """The same one-passage files queued as uploads (``upload_file``) and indexed by an RQ worker in this
+    process, as the product does: the in-process figure plus the queue's cost per job. Timed from the
+    worker's start until the queue is empty."""
+    from rq import SimpleWorker
+
+    from ragtopics.documents.uploads import upload_file
+    from ragtopics.worker.queue import queue_for
+
+    topic = create_topic(rt, "bench-worker", settings={"top_k_results": TOP_K})
+    for title in titles:
+        upload_file(rt, topic, f"{title}.txt", "".join(data.corpus[title]).encode())
+    logging.getLogger("rq").setLevel(logging.WARNING)
+    t0 = time.perf_counter()
+    SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
+    seconds = time.perf_counter() - t0
+    index = rt.chunk_index(topic.id)
+    texts = [rt.redis.hget(index.key(cid), "text").decode() for doc in index.chunk_counts() for cid in index.document_chunk_ids(doc)]
+    figure("files through the worker (queued uploads)", len(titles))
+    figure("worker files/s", len(titles) / seconds)
+    versus("ingest chunks/s, one passage per file, through the worker", len(texts) / seconds, "chunks/s",
+           "raw embedding", raw_throughput(rt, texts, runs=1)[0], higher_is_better=True, goal=0.9)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- 2. quality
