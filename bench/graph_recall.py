@@ -104,6 +104,7 @@ def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], 
     skipped = []
     ways: dict[str, object] = {}
     for name, update in [("RAG DENSE", {"retrieval_strategy": "DENSE"}), ("RAG HYBRID", {"retrieval_strategy": "HYBRID"}),
+                         ("RAG HYBRID without Follow File Mentions", {"retrieval_strategy": "HYBRID", "follow_file_mentions": False}),
                          ("RAG HYBRID + LLM rerank", {"retrieval_strategy": "HYBRID", "reranking_strategy": "LLM"})]:
         if "reranking_strategy" in update and not rt.settings.llm_base_url:
             skipped.append(f"{name}: skipped, no language model endpoint configured (LLM_BASE_URL); the bundled "

@@ -185,6 +185,9 @@ class ChunkIndex:
             EmbeddingMismatchError: when the existing index holds chunks embedded by another
                 model or with another dimension.
         """
+        record = self.client.hgetall(self.record_key)
+        if record and _record_built(record) == (self.embedding_model, self.dims):
+            return  # the record is written with the index and deleted with it: one round trip on every write
         if self.index.exists():
             try:
                 self.check_embedder()
@@ -394,7 +397,7 @@ class ChunkIndex:
         return _unless_missing(lambda: self._search_keywords(terms, k, code_weight), [])
 
     def _search_keywords(self, terms: list[str], k: int, code_weight: float) -> list[ChunkHit]:
-        frequencies = {t: self._count_matching([t]) for t in terms}
+        frequencies = dict(zip(terms, self._count_each(terms), strict=True))
         terms = [t for t in terms if frequencies[t]]
         if not terms:
             return []
@@ -410,10 +413,13 @@ class ChunkIndex:
         scored = [replace(hit, score=round(bm25_score(counts, weights, average_length=average), 6)) for hit, counts in counted]
         return sorted((h for h in scored if h.score > 0), key=lambda h: -h.score)[:k]
 
-    def _count_matching(self, terms: list[str]) -> int:
-        """How many chunks' keywords hold any of ``terms``."""
-        query = Query(f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})").paging(0, 0).dialect(2)
-        return int(self.client.ft(self.index.name).search(query).total)
+    def _count_each(self, terms: list[str]) -> list[int]:
+        """For each term, how many chunks' keywords hold it (its document frequency); one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for term in terms:
+            query = f"@keywords:({'|'.join(_escape_term(t) for t in union_terms([term]))})"
+            pipe.execute_command("FT.SEARCH", self.index.name, query, "LIMIT", 0, 0, "DIALECT", 2)
+        return [_search_total(reply) for reply in pipe.execute()]
 
     def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, list[str]]]:
         """Up to ``limit`` chunks whose keywords hold any of ``terms``, with their keyword lists."""
