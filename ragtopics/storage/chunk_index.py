@@ -1,4 +1,8 @@
-"""The per-Topic chunk index in RediSearch, declared once and used through redisvl.
+"""The per-Topic chunk index in RediSearch, declared once through redisvl (schema, creation, filters).
+
+The vector KNN and the keyword terms' document frequencies, which every chat turn waits for,
+are sent as plain ``FT.SEARCH`` commands in pipelines (one round trip each) and their replies,
+parsed by hiredis, read here: ``make bench`` measures what that saves next to redisvl's query objects.
 
 Each chunk is a Redis hash under ``rt:{topic_id}:chunk:{chunk_id}`` holding its
 text, keywords, document id, file name, offsets, the ids of its pictures and the
@@ -185,9 +189,6 @@ class ChunkIndex:
             EmbeddingMismatchError: when the existing index holds chunks embedded by another
                 model or with another dimension.
         """
-        record = self.client.hgetall(self.record_key)
-        if record and _record_built(record) == (self.embedding_model, self.dims):
-            return  # the record is written with the index and deleted with it: one round trip on every write
         if self.index.exists():
             try:
                 self.check_embedder()
