@@ -12,18 +12,20 @@ Carolina" refers to.
 
 How it works, per search:
 
-1. The Topic's file names (without extension) become *name keys*: their words, lower-case,
-   joined by one space (``"leland north carolina"``). Names shorter than
-   :data:`MIN_NAME_CHARS` or without a letter are not names anyone refers to.
+1. The Topic's file names (without extension) become *name keys*: their words (Unicode NFKC,
+   case-folded) joined by one space (``"leland north carolina"``). Names shorter than
+   :data:`MIN_NAME_CHARS`, without a letter, or made of stop words only are not names anyone
+   refers to.
 2. The text of each of the first :data:`MENTION_SEEDS` hits is read as words; every run of up
    to :data:`MAX_NAME_WORDS` consecutive words that equals a name key is a mention of that file
    (the hit's own file excepted). A name that more than :data:`COMMON_NAME_CHUNKS` chunks and
-   :data:`COMMON_NAME_SHARE` of the Topic's chunks contain is a common phrase, not a reference
-   ("Introduction", "Notes"), and is ignored.
+   :data:`COMMON_NAME_SHARE` of the Topic's chunks contain, the named file's own chunks not
+   counted, is a common phrase, not a reference ("Introduction", "Notes"), and is ignored.
 3. For each mentioned file, its chunk most similar to the question (a KNN query restricted to
    the file) is placed right after the hit that names it, at most :data:`LINKS_PER_SEED` files
    per hit, most similar first. A chunk already among the hits moves up instead of appearing
-   twice. Like a keyword hit under HYBRID, a linked chunk qualifies by the reference, not by
+   twice, and when it is one of the first hits itself, the files it names follow it in turn.
+   Like a keyword hit under HYBRID, a linked chunk qualifies by the reference, not by
    Min. Similarity Score; its ``score`` is still its cosine similarity to the question.
 
 Measured on the HotpotQA subset (``make eval``): recall@5 of HYBRID from 0.805 to about 0.92,
@@ -32,13 +34,15 @@ recall@1 unchanged (the first hit never moves).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragtopics.ingest.keywords import file_stem
+from ragtopics.ingest.keywords import STOP_WORDS, file_stem
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 
 #: How many of the first hits are read for file names.
@@ -53,17 +57,26 @@ MAX_NAME_WORDS = 10
 COMMON_NAME_CHUNKS = 10
 COMMON_NAME_SHARE = 0.01
 
+log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w+")
 
 
+def words_of(text: str) -> list[str]:
+    """The words of ``text``, Unicode-normalised (NFKC: a name typed as ``u`` + combining diaeresis
+    matches ``ü``) and case-folded. Scripts written without spaces give one word per run."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
 def name_key(text: str) -> str:
-    """The words of ``text``, lower-case, joined by one space (``"Leland, North Carolina"`` → ``"leland north carolina"``)."""
-    return " ".join(_WORD.findall(text.lower()))
+    """The words of ``text`` joined by one space (``"Leland, North Carolina"`` → ``"leland north carolina"``)."""
+    return " ".join(words_of(text))
 
 
 @dataclass(frozen=True)
 class FileNames:
     """The name keys of a Topic's files, for finding mentions in a text.
+
+    Names made of stop words only ("This", "With") are left out: every text contains them.
 
     Attributes:
         by_key: name key → ids of the documents with that name (two files may share a stem).
@@ -78,8 +91,10 @@ class FileNames:
         """Build from ``{document id: file name}``; names too short or without a letter are left out."""
         by_key: dict[str, list[str]] = {}
         for document_id, file_name in file_names.items():
-            key = name_key(file_stem(file_name))
-            if len(key) >= MIN_NAME_CHARS and any(c.isalpha() for c in key) and key.count(" ") < MAX_NAME_WORDS:
+            words = words_of(file_stem(file_name))
+            key = " ".join(words)
+            if (len(key) >= MIN_NAME_CHARS and any(c.isalpha() for c in key) and len(words) <= MAX_NAME_WORDS
+                    and not all(w in STOP_WORDS for w in words)):  # "This.txt", "With.txt" name nothing
                 by_key.setdefault(key, []).append(document_id)
         longest = max((k.count(" ") + 1 for k in by_key), default=0)
         return cls({k: tuple(v) for k, v in by_key.items()}, longest)
@@ -88,7 +103,7 @@ class FileNames:
         """``(name key, document id)`` of every file named in ``text``, in order of first mention, without repeats."""
         if not self.by_key:
             return []
-        words = _WORD.findall(text.lower())
+        words = words_of(text)
         found: dict[tuple[str, str], None] = {}
         for start in range(len(words)):
             for width in range(1, min(self.longest, len(words) - start) + 1):
@@ -107,14 +122,16 @@ class _NamesCache:
         self._entries: dict[str, tuple[str, FileNames]] = {}
 
     def get(self, index: ChunkIndex) -> FileNames:
-        generation = index.files_generation()
+        pool = index.client.connection_pool.connection_kwargs
+        key = f"{pool.get('host')}:{pool.get('port')}:{pool.get('db')}:{pool.get('path')}:{index.index.name}"
+        generation = index.files_generation()  # read before the names: a change in between only costs a rebuild
         with self._lock:
-            entry = self._entries.get(index.index.name)
+            entry = self._entries.get(key)
         if entry is not None and entry[0] == generation:
             return entry[1]
         names = FileNames.of(index.file_names())
         with self._lock:
-            self._entries[index.index.name] = (generation, names)
+            self._entries[key] = (generation, names)
         return names
 
 
@@ -160,33 +177,37 @@ def follow_mentions(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.nd
     wanted = list(dict.fromkeys(d for found in mentions.values() for _, d in found))
     if not wanted:
         return hits, []
-    common = index.common_phrases(sorted({k for found in mentions.values() for k, _ in found}),
-                                  at_least=COMMON_NAME_CHUNKS, share=COMMON_NAME_SHARE)  # fmt: skip
-    present = {}
-    for h in hits:
-        present.setdefault(h.document_id, h)
+    keys = {k: names.by_key[k] for found in mentions.values() for k, _ in found}
+    common = index.common_phrases(keys, at_least=COMMON_NAME_CHUNKS, share=COMMON_NAME_SHARE)
+    present: dict[str, ChunkHit] = {}
+    for h in hits:  # a named file already among the hits: its chunk most similar to the question moves up
+        if h.document_id not in present or h.score > present[h.document_id].score:
+            present[h.document_id] = h
     fetched = index.best_chunks([d for d in wanted if d not in present], query_vector)
     best = {**fetched, **present}
     out: list[ChunkHit] = []
     placed: set[str] = set()
     links: list[Link] = []
-    for rank, hit in enumerate(hits):
-        if hit.chunk_id in placed:
-            continue
+
+    def place(hit: ChunkHit) -> None:
+        """Append ``hit``, then, if it is one of the seeds, the files it names (each of which may be a seed too)."""
         out.append(hit)
         placed.add(hit.chunk_id)
-        if rank >= seeds:
-            continue
-        named = [(k, best[d]) for k, d in mentions[hit.chunk_id] if k not in common and d in best]
-        named.sort(key=lambda pair: -pair[1].score)
+        if hit.chunk_id not in mentions:
+            return
+        named = sorted(((k, best[d]) for k, d in mentions[hit.chunk_id] if k not in common and d in best),
+                       key=lambda pair: -pair[1].score)  # fmt: skip
         taken = 0
         for key, chunk in named:
             if taken == per_seed:
                 break
             if chunk.chunk_id in placed:
                 continue
-            out.append(chunk)
-            placed.add(chunk.chunk_id)
             links.append(Link(hit.chunk_id, chunk.chunk_id, key, chunk.document_id in present))
             taken += 1
+            place(chunk)
+
+    for hit in hits:
+        if hit.chunk_id not in placed:
+            place(hit)
     return out, links

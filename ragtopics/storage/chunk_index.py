@@ -17,7 +17,7 @@ import math
 import threading
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -45,6 +45,11 @@ _MAX_GROUPS = 1_000_000
 CODE_WEIGHT = 3.0
 #: Candidates fetched from RediSearch before BM25 scoring, at least.
 _MIN_KEYWORD_CANDIDATES = 100
+#: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
+REDISEARCH_STOP_WORDS = frozenset(
+    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they "
+    "this to was will with".split()
+)
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -467,8 +472,15 @@ class ChunkIndex:
         self.client.delete(self.record_key, self.files_key)
 
     def files_generation(self) -> str:
-        """A token that changes whenever a file gains its first chunks, loses its last or is renamed ("" before any)."""
-        return _decode(self.client.get(self.files_key) or b"")
+        """A token that changes whenever a file gains its first chunks, loses its last or is renamed.
+
+        An index written before the token was kept gets one here (set only if still missing).
+        """
+        token = self.client.get(self.files_key)
+        if token is None:
+            self.client.set(self.files_key, uuid.uuid4().hex, nx=True)
+            token = self.client.get(self.files_key) or b""
+        return _decode(token)
 
     def file_names(self) -> dict[str, str]:
         """``{document id: file name}`` of every document with chunks in the index (one aggregation)."""
@@ -484,20 +496,37 @@ class ChunkIndex:
                 names[fields["document_id"]] = fields.get("file_name", "")
         return names
 
-    def common_phrases(self, phrases: list[str], *, at_least: int, share: float) -> set[str]:
-        """The ``phrases`` (space-separated words) whose text search matches more than ``at_least`` chunks
-        and more than ``share`` of all chunks (RediSearch's phrase match, stemmed); one round trip."""
+    def common_phrases(self, phrases: Mapping[str, Sequence[str]], *, at_least: int, share: float) -> set[str]:
+        """The phrases (space-separated words) that are common words rather than names; one round trip.
+
+        A phrase is common when RediSearch finds its words in order (stemmed; stop words may sit
+        between them) in more than ``at_least`` chunks and more than ``share`` of all chunks, not
+        counting the chunks of the documents it names (a long file that repeats its own name is
+        still a name). A phrase whose count cannot be read (an error, stop words only) counts as common.
+
+        Args:
+            phrases: phrase → ids of the documents it names.
+        """
         if not phrases:
             return set()
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command("FT.SEARCH", self.index.name, "*", "LIMIT", 0, 0, "DIALECT", 2)
-        for phrase in phrases:
-            quoted = " ".join(_escape_term(w) for w in phrase.split())
-            pipe.execute_command("FT.SEARCH", self.index.name, f'@text:"{quoted}"', "LIMIT", 0, 0, "DIALECT", 2)
+        asked = []
+        for phrase, document_ids in phrases.items():
+            words = phrase.split()
+            kept = [w for w in words if w not in REDISEARCH_STOP_WORDS]  # not indexed: a phrase holding one never matches
+            if not kept:
+                continue
+            others = "".join(f" -@document_id:{{{_escape_term(d)}}}" for d in document_ids)
+            query = (f"(@text:({' '.join(_escape_term(w) for w in kept)}){others}) "
+                     f"=> {{ $slop: {len(words) - len(kept)}; $inorder: true; }}")  # fmt: skip
+            pipe.execute_command("FT.SEARCH", self.index.name, query, "LIMIT", 0, 0, "DIALECT", 2)
+            asked.append(phrase)
         replies = pipe.execute(raise_on_error=False)
-        totals = [_search_total(r) for r in replies]
-        limit = max(at_least, share * totals[0])
-        return {p for p, n in zip(phrases, totals[1:], strict=True) if n > limit}
+        limit = max(at_least, share * _search_total(replies[0]))
+        counted = {p for p, reply in zip(asked, replies[1:], strict=True)
+                   if not isinstance(reply, Exception) and _search_total(reply) <= limit}  # fmt: skip
+        return set(phrases) - counted
 
     def best_chunks(self, document_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
         """Each document's chunk most similar to ``vector`` (exact: a KNN query restricted to the document).

@@ -57,6 +57,44 @@ def test_name_keys_are_the_words_of_a_file_stem():
     assert names.mentioned_in("Leland alone names nothing") == []
 
 
+def test_names_are_normalised_and_stop_words_name_nothing():
+    names = FileNames.of({"d1": "Zu\u0308rich.txt", "d2": "This.txt", "d3": "With.md"})  # "Zürich" typed decomposed
+    assert set(names.by_key) == {"zürich"}
+    assert names.mentioned_in("This is the lake of ZÜRICH, with boats.") == [("zürich", "d1")]
+
+
+def test_a_hit_brought_in_by_a_link_still_has_its_links_followed():
+    # Seed 0 names seed 1's file, seed 1 names a third file: A → B → C, all three in a row.
+    from ragtopics.rag.mentions import follow_mentions
+    from ragtopics.storage.chunk_index import ChunkHit
+
+    class Index:  # only what follow_mentions asks of a chunk index
+        def __init__(self):
+            self.asked = []
+
+        def common_phrases(self, phrases, **_):
+            return set()
+
+        def best_chunks(self, document_ids, vector):
+            self.asked.append(list(document_ids))
+            return {"dc": ChunkHit("c1", "dc", "Gamma Point.txt", 0, "gamma", 0.3)}
+
+    hits = [ChunkHit("a1", "da", "Alpha.txt", 0, "Alpha mentions Beta Ridge.", 0.9),
+            ChunkHit("x1", "dx", "Other.txt", 0, "unrelated", 0.8),
+            ChunkHit("b1", "db", "Beta Ridge.txt", 0, "Beta Ridge lies next to Gamma Point.", 0.7)]  # fmt: skip
+    import ragtopics.rag.mentions as mentions
+
+    names = FileNames.of({"da": "Alpha.txt", "db": "Beta Ridge.txt", "dc": "Gamma Point.txt", "dx": "Other.txt"})
+    original = mentions._NAMES.get
+    mentions._NAMES.get = lambda index: names
+    try:
+        out, links = follow_mentions(Index(), hits, None)
+    finally:
+        mentions._NAMES.get = original
+    assert [h.chunk_id for h in out] == ["a1", "b1", "c1", "x1"]
+    assert [(link.seed, link.chunk, link.moved) for link in links] == [("a1", "b1", True), ("b1", "c1", False)]
+
+
 def test_the_file_a_top_hit_names_comes_right_after_it(rt, run_jobs):
     files = [TOWN, FILM, *DISTRACTORS]
     plain = _files(rt, _topic(rt, run_jobs, "Films plain", False, files))
@@ -90,11 +128,27 @@ def test_a_file_uploaded_later_is_followed_without_a_restart(rt, run_jobs):
     assert "The Ember Orchard.txt" in _files(rt, topic)
 
 
+def test_a_name_its_own_long_file_repeats_is_still_a_reference(rt, run_jobs):
+    # A 14-chunk manual that says "Ember Orchard" in every chunk is still what other files refer to.
+    manual = [("The Ember Orchard.txt", " ".join(f"Part {n}: The Ember Orchard grows apples of kind {n}." * 12 for n in range(14)))]
+    topic = create_topic(rt, "Own name", settings={"chunk_size": 300, "chunk_overlap": 0})
+    for file_name, text in manual + [TOWN]:
+        upload(rt, topic, file_name, text.encode())
+    run_jobs()
+    index = rt.chunk_index(topic.id)
+    ids = {name: doc_id for doc_id, name in index.file_names().items()}
+    assert index.count() > 10
+    assert index.common_phrases({"the ember orchard": [ids["The Ember Orchard.txt"]]}, at_least=10, share=0.01) == set()
+    assert index.common_phrases({"the ember orchard": []}, at_least=10, share=0.01) == {"the ember orchard"}
+
+
 def test_a_name_that_many_chunks_contain_is_not_a_reference(rt, run_jobs):
     # "Small Town.txt" is named by every distractor ("a small town"): a common phrase, never followed.
     files = [TOWN, FILM, ("Small Town.txt", "A list of rules for naming streets, drawn up by a council."), *DISTRACTORS]
     files += [(f"Extra {n}.txt", f"Story {n} of a small town and its bakery.") for n in range(12)]
     topic = _topic(rt, run_jobs, "Films common", True, files)
     index = rt.chunk_index(topic.id)
-    assert index.common_phrases(["small town", "the ember orchard"], at_least=10, share=0.01) == {"small town"}
+    ids = {name: doc_id for doc_id, name in index.file_names().items()}
+    phrases = {"small town": [ids["Small Town.txt"]], "the ember orchard": [ids["The Ember Orchard.txt"]]}
+    assert index.common_phrases(phrases, at_least=10, share=0.01) == {"small town"}
     assert "Small Town.txt" not in _files(rt, topic)
