@@ -34,7 +34,6 @@ recall@1 unchanged (the first hit never moves).
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 import unicodedata
@@ -57,7 +56,6 @@ MAX_NAME_WORDS = 10
 COMMON_NAME_CHUNKS = 10
 COMMON_NAME_SHARE = 0.01
 
-log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w+")
 
 
@@ -65,11 +63,6 @@ def words_of(text: str) -> list[str]:
     """The words of ``text``, Unicode-normalised (NFKC: a name typed as ``u`` + combining diaeresis
     matches ``ü``) and case-folded. Scripts written without spaces give one word per run."""
     return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-
-
-def name_key(text: str) -> str:
-    """The words of ``text`` joined by one space (``"Leland, North Carolina"`` → ``"leland north carolina"``)."""
-    return " ".join(words_of(text))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ import pytest
 
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.prompts.resolve import resolve_prompts
-from ragtopics.rag.mentions import FileNames, name_key
+from ragtopics.rag import mentions
+from ragtopics.rag.mentions import FileNames, follow_mentions, words_of
 from ragtopics.rag.retrieval import retrieve
 from ragtopics.rag.retriever import ChunkRetriever
+from ragtopics.storage.chunk_index import ChunkHit
 from ragtopics.topics.topics import create_topic
 from ragtopics.tracing.trace import Trace
 from tests.ingest.test_ingest import upload
@@ -49,7 +51,7 @@ def _files(rt, topic, question: str = QUESTION) -> list[str]:
 
 
 def test_name_keys_are_the_words_of_a_file_stem():
-    assert name_key("Leland, North Carolina") == "leland north carolina"
+    assert words_of("Leland, North Carolina") == ["leland", "north", "carolina"]
     names = FileNames.of({"d1": "Leland, North Carolina.txt", "d2": "The Ember Orchard.md", "d3": "ab.txt", "d4": "1986.txt"})
     assert set(names.by_key) == {"leland north carolina", "the ember orchard"}  # too short and digits only are no names
     text = "Filmed in Leland, North Carolina — see The Ember Orchard; Leland, north carolina again."
@@ -63,34 +65,21 @@ def test_names_are_normalised_and_stop_words_name_nothing():
     assert names.mentioned_in("This is the lake of ZÜRICH, with boats.") == [("zürich", "d1")]
 
 
-def test_a_hit_brought_in_by_a_link_still_has_its_links_followed():
+def test_a_hit_brought_in_by_a_link_still_has_its_links_followed(monkeypatch):
     # Seed 0 names seed 1's file, seed 1 names a third file: A → B → C, all three in a row.
-    from ragtopics.rag.mentions import follow_mentions
-    from ragtopics.storage.chunk_index import ChunkHit
-
-    class Index:  # only what follow_mentions asks of a chunk index
-        def __init__(self):
-            self.asked = []
-
+    class Index:  # what follow_mentions asks of a chunk index, with the answers a stored Topic would give
         def common_phrases(self, phrases, **_):
             return set()
 
         def best_chunks(self, document_ids, vector):
-            self.asked.append(list(document_ids))
-            return {"dc": ChunkHit("c1", "dc", "Gamma Point.txt", 0, "gamma", 0.3)}
+            return {"dc": ChunkHit("c1", "dc", "Gamma Point.txt", 0, "gamma", 0.3)} if "dc" in document_ids else {}
 
     hits = [ChunkHit("a1", "da", "Alpha.txt", 0, "Alpha mentions Beta Ridge.", 0.9),
             ChunkHit("x1", "dx", "Other.txt", 0, "unrelated", 0.8),
             ChunkHit("b1", "db", "Beta Ridge.txt", 0, "Beta Ridge lies next to Gamma Point.", 0.7)]  # fmt: skip
-    import ragtopics.rag.mentions as mentions
-
     names = FileNames.of({"da": "Alpha.txt", "db": "Beta Ridge.txt", "dc": "Gamma Point.txt", "dx": "Other.txt"})
-    original = mentions._NAMES.get
-    mentions._NAMES.get = lambda index: names
-    try:
-        out, links = follow_mentions(Index(), hits, None)
-    finally:
-        mentions._NAMES.get = original
+    monkeypatch.setattr(mentions._NAMES, "get", lambda index: names)
+    out, links = follow_mentions(Index(), hits, None)
     assert [h.chunk_id for h in out] == ["a1", "b1", "c1", "x1"]
     assert [(link.seed, link.chunk, link.moved) for link in links] == [("a1", "b1", True), ("b1", "c1", False)]
 

@@ -35,6 +35,18 @@ def shot(page, tmp_path, name: str) -> None:
         page.screenshot(path=str(Path(target) / name), full_page=True)
 
 
+def open_qa(page, rt, run_jobs, topic_name: str, files: dict[str, bytes], settings: dict | None = None) -> None:
+    """Create a Topic with ``files`` indexed, then open the QA tab with that Topic chosen."""
+    topic = create_topic(rt, topic_name, settings=settings or {})
+    for name, data in files.items():
+        upload(rt, topic, name, data)
+    run_jobs()
+    page.reload()
+    page.get_by_role("tab", name="QA").click()
+    page.locator("#qa-topic input").click()
+    page.get_by_role("option", name=topic_name).click()
+
+
 def ask_in_chat(page, topic_name: str, question: str) -> None:
     """Open the Chat tab, pick the Topic and send the question."""
     page.get_by_role("tab", name="Chat").click()
@@ -224,18 +236,9 @@ def test_deleting_a_cited_document_in_the_console(page, rt, run_jobs, scripted_l
 
 
 def test_a_qa_run_is_started_shown_and_compared(page, rt, run_jobs, tmp_path):
-    import json
-    import os
-    from pathlib import Path
-
-    topic = create_topic(rt, "Fleet QA", settings={"min_similarity_score": 0.0, "route_before_retrieval": False})
-    upload(rt, topic, "pumps.txt", b"Pump P-7 is inspected every 90 days by the night shift.")
-    upload(rt, topic, "trucks.txt", b"Truck T-3 carries spare tyres and a jack.")
-    run_jobs()
-    page.reload()
-    page.get_by_role("tab", name="QA").click()
-    page.locator("#qa-topic input").click()
-    page.get_by_role("option", name="Fleet QA").click()
+    open_qa(page, rt, run_jobs, "Fleet QA", {"pumps.txt": b"Pump P-7 is inspected every 90 days by the night shift.",
+                                             "trucks.txt": b"Truck T-3 carries spare tyres and a jack."},
+            settings={"min_similarity_score": 0.0, "route_before_retrieval": False})  # fmt: skip
     questions = [{"question": "How often is pump P-7 inspected?", "gold_sources": ["pumps.txt"], "expected_way": "SEARCH"},
                  {"question": "What does truck T-3 carry?", "gold_sources": ["trucks.txt"]}]  # fmt: skip
     page.locator("#qa-text textarea").fill(json.dumps(questions))
@@ -263,8 +266,7 @@ def test_a_qa_run_is_started_shown_and_compared(page, rt, run_jobs, tmp_path):
     comparison = page.locator("#qa-comparison")
     comparison.get_by_text("2 question(s) changed").wait_for(timeout=15000)
     assert "way: SEARCH → DIRECT" in comparison.inner_text() and "retrieval_only" not in comparison.inner_text()
-    folder = Path(os.environ.get("RAGTOPICS_SCREENSHOT_DIR", tmp_path))
-    page.screenshot(path=str(folder / "qa-comparison.png"), full_page=True)
+    shot(page, tmp_path, "qa-comparison.png")
 
 
 def test_the_wizard_creates_a_graphrag_topic_step_by_step(page, rt, tmp_path):
@@ -373,14 +375,8 @@ def test_why_explains_an_answer_without_sources(page, rt, run_jobs, scripted_llm
 
 
 def test_the_qa_tab_runs_two_settings_and_compares_them(page, rt, run_jobs, tmp_path):
-    topic = create_topic(rt, "QA kettles")
-    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
-    upload(rt, topic, "toasters.txt", b"Toaster T-1 browns bread in two minutes.")
-    run_jobs()
-    page.reload()
-    page.get_by_role("tab", name="QA").click()
-    page.locator("#qa-topic input").click()
-    page.get_by_role("option", name="QA kettles").click()
+    open_qa(page, rt, run_jobs, "QA kettles", {"kettles.txt": b"Kettle K-2 switches itself off at 100 degrees.",
+                                              "toasters.txt": b"Toaster T-1 browns bread in two minutes."})  # fmt: skip
     questions = json.dumps([{"question": "When does kettle K-2 switch off?", "gold_sources": ["kettles.txt"]},
                             {"question": "How long does toaster T-1 take?", "gold_sources": ["toasters.txt"]}])  # fmt: skip
     page.locator("#qa-text textarea").fill(questions)
