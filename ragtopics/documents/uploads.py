@@ -169,8 +169,32 @@ def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
     try:
         return enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
     except (redis.RedisError, OSError) as exc:
-        log.error("could not enqueue %s: %s", row.file_name, exc)
-        reason = f"the job queue in Redis is not reachable: {exc}"
+        raise _not_queued(rt, [row], exc) from exc
+
+
+def enqueue_documents(rt: Runtime, rows: list[DocumentRow]) -> str:
+    """Enqueue one shared indexing job for several staged versions of one Topic (see :class:`BatchedUploads`).
+
+    Returns:
+        The shared job's id.
+
+    Raises:
+        StoreUnavailableError: as :func:`enqueue_document`, for every one of the documents.
+    """
+    from ragtopics.worker.queue import enqueue_ingest_batch
+
+    try:
+        return enqueue_ingest_batch(rt, rows[0].topic_id, rows)
+    except (redis.RedisError, OSError) as exc:
+        raise _not_queued(rt, rows, exc) from exc
+
+
+def _not_queued(rt: Runtime, rows: list[DocumentRow], exc: Exception) -> StoreUnavailableError:
+    """Mark documents whose job could not be enqueued ``failed`` (never left ``queued``); the error to raise."""
+    names = ", ".join(row.file_name for row in rows)
+    log.error("could not enqueue %s: %s", names, exc)
+    reason = f"the job queue in Redis is not reachable: {exc}"
+    for row in rows:
         try:
             with document_lock(rt.redis, row.id, wait_s=5):
                 obsolete = document_store.fail_enqueue(rt.metadata, row.id, row.job_id, reason)
@@ -178,8 +202,88 @@ def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
             obsolete = document_store.fail_enqueue(rt.metadata, row.id, row.job_id, reason)
         for path in obsolete:
             rt.blobs.remove(path)
-        raise StoreUnavailableError(f"{row.file_name} was stored but could not be queued for indexing ({reason}); "
-                                    "upload it again when Redis is back") from exc  # fmt: skip
+    return StoreUnavailableError(f"{names} {'was' if len(rows) == 1 else 'were'} stored but could not be queued for "
+                                 f"indexing ({reason}); upload {'it' if len(rows) == 1 else 'them'} again when Redis is back")  # fmt: skip
+
+
+#: Largest file (bytes) indexed in a job shared with other files of the same upload.
+BATCH_FILE_BYTES = 256 * 1024
+#: Most files in one shared indexing job.
+BATCH_FILES = 32
+
+
+def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
+    """Whether a file may share its indexing job: a RAG Topic's small file read without conversion
+    (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`."""
+    from ragtopics.ingest.readers import IMAGE_TYPES
+
+    ext = extension_of(file_name)
+    return topic.kind == "rag" and size_bytes <= BATCH_FILE_BYTES and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
+
+
+class BatchedUploads:
+    """Receive the files of one upload and enqueue their indexing, small ones in shared jobs.
+
+    Indexing many small files one job each wastes most of the embedding model's speed (each
+    file is embedded alone) and pays a job's bookkeeping per file. Here each small file
+    (:func:`batchable`) waits for others, and every :data:`BATCH_FILES` of them go to one job
+    (:func:`~ragtopics.ingest.pipeline.ingest_documents`); other files get their own job at once.
+    Every file keeps its own job id, progress, status and failure (see
+    :func:`~ragtopics.worker.queue.job_progress`). Use as a context manager: leaving the block
+    enqueues what still waits. A shared job that cannot be enqueued does not raise: its files
+    are marked ``failed`` and listed in :attr:`not_queued` with the message.
+
+    Example::
+
+        with BatchedUploads(rt, topic) as uploads:
+            for name, data in files:
+                row = uploads.add(name, data)
+        for row, message in uploads.not_queued: ...
+    """
+
+    def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES):
+        self.rt, self.topic, self.batch_files = rt, topic, batch_files
+        self._waiting: list[DocumentRow] = []
+        #: ``(row, message)`` of each file whose shared job could not be enqueued.
+        self.not_queued: list[tuple[DocumentRow, str]] = []
+
+    def add(self, file_name: str, data: bytes) -> DocumentRow:
+        """Receive one file (:func:`receive_upload`) and enqueue it now or with the next full batch.
+
+        Returns:
+            The document row; its ``job_id`` is the version's job id.
+
+        Raises:
+            RefusedFileError: see :func:`receive_upload` (nothing stored).
+            StoreUnavailableError: the file's own job could not be enqueued (it says ``failed``).
+        """
+        row = receive_upload(self.rt, self.topic, file_name, data)
+        if not batchable(self.topic, row.file_name, len(data)):
+            enqueue_document(self.rt, row)
+            return row
+        self._waiting.append(row)
+        if len(self._waiting) >= self.batch_files:
+            self.flush()
+        return row
+
+    def flush(self) -> None:
+        """Enqueue the files that wait: one shared job, or the file's own job when it is alone.
+
+        A job that cannot be enqueued leaves its files ``failed`` and in :attr:`not_queued`.
+        """
+        rows, self._waiting = self._waiting, []
+        if not rows:
+            return
+        try:
+            enqueue_document(self.rt, rows[0]) if len(rows) == 1 else enqueue_documents(self.rt, rows)
+        except StoreUnavailableError as exc:
+            self.not_queued += [(row, str(exc)) for row in rows]
+
+    def __enter__(self) -> "BatchedUploads":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.flush()
 
 
 def upload_file(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> DocumentRow:

@@ -13,12 +13,14 @@ import contextlib
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
 from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError, is_store_outage
 from ragtopics.ingest.keywords import index_keywords
+from ragtopics.llm.gateway import ModelCall
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
@@ -32,7 +34,7 @@ from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_to
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
-from ragtopics.tracing.reports import record_trace
+from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
 log = logging.getLogger(__name__)
@@ -137,51 +139,78 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     trace = Trace("upload", doc.file_name, topic.settings.role_models)
     new_blobs: list[str] = []
     try:
-        report("reading", 0, 1)
-        with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
-            result = read_file(rt.blobs.read(blob_path), file_name=doc.file_name,
-                               docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
-            ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
-                           records=len(result.records) if result.records is not None else None,
-                           pictures=len(result.pictures))  # fmt: skip
-        result, descriptions = _describe(rt, result, cfg, trace, report, prompts.describe_picture)
-        report("chunking", 0, 1)
-        with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
-            pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate, descriptions)
-            capped = _cap_to_window(rt, pieces, cfg, doc.file_name)
-            pieces = capped.pieces
-            ev.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
-        contexts = _context_lines(rt, result.text, pieces, cfg, trace, report, prompts.context_line)
-        contexts = _fit_context_lines(rt, contexts)  # the context line is embedded with its chunk: it counts
-        # A SEMANTIC chunk is embedded together with its context line.
-        embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
+        draft = _draft(rt, doc, blob_path, cfg, prompts, trace, report)
         vectors = []
-        with trace.step("embed", count=len(pieces)) as ev:
-            for i in range(0, len(pieces), _EMBED_STEP):
-                report("embedding", i, len(pieces))
-                vectors.extend(rt.gateway.embed(embed_texts[i : i + _EMBED_STEP], trace=trace))
+        with trace.step("embed", count=len(draft.pieces)) as ev:
+            for i in range(0, len(draft.pieces), _EMBED_STEP):
+                report("embedding", i, len(draft.pieces))
+                vectors.extend(rt.gateway.embed(draft.embed_texts[i : i + _EMBED_STEP], trace=trace))
             ev.data["model"] = rt.gateway.embedder.model
-        keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
-        pictures = _picture_rows(doc, result, descriptions) if cfg.store_pictures else []
-        tags = _link(pieces, result, descriptions, pictures, trace)
-        ids = chunk_ids_for(doc.id, [p.text for p in pieces])
-        records = [
-            ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
-                        position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
-                        context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
-            for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, contexts, strict=True))
-        ]
-        indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, descriptions, capped, trace)
-        version = PreparedVersion(records, pictures, [(p.index, p.image_png) for p in result.pictures] if pictures else [],
-                                  read_warnings, indexed_with)  # fmt: skip
+        version = _complete(rt, doc, draft, vectors, cfg, prompts, trace, report)
     except Exception as exc:
         return _stop_or_fail(rt, doc.id, job_id, exc, trace, new_blobs)
-    if topic.kind == "graphrag" and fan_out and records:
+    if topic.kind == "graphrag" and fan_out and version.records:
         from ragtopics.graph.fanout import park_and_fan_out  # extraction continues in small jobs
 
         return _guarded(rt, doc.id, job_id, trace, new_blobs,
                         lambda: park_and_fan_out(rt, topic, doc, job_id, version, trace))  # fmt: skip
     return finish_version(rt, topic, doc, job_id, version, trace, report, progress)
+
+
+@dataclass
+class _Draft:
+    """A document version read and chunked, not yet embedded (see :func:`_draft`)."""
+
+    result: ReadResult
+    descriptions: list[str]
+    pieces: list[Piece]
+    capped: CappedChunks
+    contexts: list[str]
+    embed_texts: list[str]
+    read_warnings: list[str]
+
+
+def _draft(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace,
+           report: ProgressFn) -> _Draft:  # fmt: skip
+    """Read, describe pictures, chunk, cap to the embedder's window and write context lines: all before embedding."""
+    report("reading", 0, 1)
+    with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
+        result = read_file(rt.blobs.read(blob_path), file_name=doc.file_name,
+                           docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
+        ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
+                       records=len(result.records) if result.records is not None else None,
+                       pictures=len(result.pictures))  # fmt: skip
+    result, descriptions = _describe(rt, result, cfg, trace, report, prompts.describe_picture)
+    report("chunking", 0, 1)
+    with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
+        pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate, descriptions)
+        capped = _cap_to_window(rt, pieces, cfg, doc.file_name)
+        pieces = capped.pieces
+        ev.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
+    contexts = _context_lines(rt, result.text, pieces, cfg, trace, report, prompts.context_line)
+    contexts = _fit_context_lines(rt, contexts)  # the context line is embedded with its chunk: it counts
+    # A SEMANTIC chunk is embedded together with its context line.
+    embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
+    return _Draft(result, descriptions, pieces, capped, contexts, embed_texts, read_warnings)
+
+
+def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace,
+              report: ProgressFn) -> "PreparedVersion":  # fmt: skip
+    """The embedded draft as a version to store: keyword fields, picture rows and links, chunk records."""
+    result, pieces = draft.result, draft.pieces
+    keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
+    pictures = _picture_rows(doc, result, draft.descriptions) if cfg.store_pictures else []
+    tags = _link(pieces, result, draft.descriptions, pictures, trace)
+    ids = chunk_ids_for(doc.id, [p.text for p in pieces])
+    records = [
+        ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
+                    position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
+                    context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
+        for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, draft.contexts, strict=True))
+    ]
+    indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, draft.descriptions, draft.capped, trace)
+    return PreparedVersion(records, pictures, [(p.index, p.image_png) for p in result.pictures] if pictures else [],
+                           draft.read_warnings, indexed_with)  # fmt: skip
 
 
 @dataclass
@@ -250,6 +279,179 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
 
     return _guarded(rt, doc.id, job_id, trace, new_blobs, store)
+
+
+#: One file of a batch: ``(document id, job id, blob path)`` of a staged version.
+BatchItem = tuple[str, str, str]
+
+
+def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progress: ProgressFn | None = None) -> dict[str, IngestResult]:
+    """Index several staged files of one RAG Topic together: their chunks share length-sorted embedding batches.
+
+    Embedding small files one at a time wastes most of the embedding model's speed (a
+    forward pass per file, padded to that file's length); here every file is read and
+    chunked first, then all chunks are embedded in batches sorted by length, then each
+    file is stored as :func:`ingest_document` stores it (its own lock, chunk swap, row and
+    trace). Each file keeps its own outcome: one that cannot be read fails alone, one
+    superseded or deleted meanwhile is skipped, and the others are stored.
+
+    Files of a GraphRAG Topic are indexed one at a time (:func:`ingest_document`, with its
+    extraction fan-out).
+
+    Args:
+        items: the staged versions, each as :data:`BatchItem`.
+        progress: ``(phase, done, total)`` for the whole batch: ``reading`` and ``storing`` count
+            files, ``embedding`` counts chunks.
+
+    Returns:
+        ``{job id: IngestResult}``; a file that failed has status ``failed`` and its message as
+        ``reason`` (its row says ``failed`` too).
+
+    Raises:
+        NotFoundError: the Topic is gone.
+        StoreUnavailableError: Redis became unreachable; the files not yet stored stay
+            ``processing`` and the worker's next start queues them again.
+    """
+    report = progress or (lambda phase, done, total: None)
+    topic = get_topic(rt, topic_id)
+    if topic.kind == "graphrag":
+        return {job_id: _alone(rt, document_id, job_id, blob_path) for document_id, job_id, blob_path in items}
+    cfg = ingest_settings(topic.settings, rt)
+    prompts = resolve_ingest_prompts(rt, topic.id)
+    results: dict[str, IngestResult] = {}
+    drafts: list[tuple[DocumentRow, str, Trace, _Draft]] = []
+    quiet: ProgressFn = lambda phase, done, total: None  # noqa: E731 - per file, the batch reports
+    with _all_locked(rt, [document_id for document_id, _, _ in items]):
+        started = documents.start_many(rt.metadata, [(document_id, job_id) for document_id, job_id, _ in items])
+    for n, (document_id, job_id, blob_path) in enumerate(items):
+        report("reading", n, len(items))
+        doc = started[job_id]
+        if isinstance(doc, str):
+            results[job_id] = _stopped(document_id, SupersededError(doc), Trace("upload", document_id))
+            continue
+        trace = Trace("upload", doc.file_name, topic.settings.role_models)
+        try:
+            drafts.append((doc, job_id, trace, _draft(rt, doc, blob_path or doc.pending_blob_path, cfg, prompts, trace, quiet)))
+        except Exception as exc:
+            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
+    try:
+        vectors = _embed_together(rt, [d.embed_texts for *_, d in drafts], [t for _, _, t, _ in drafts], report)
+    except Exception as exc:  # the embedding model is unreachable: every file of the batch fails with the message
+        for doc, job_id, trace, _ in drafts:
+            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
+        return results
+    ready = []
+    for (doc, job_id, trace, draft), embedded in zip(drafts, vectors, strict=True):
+        try:
+            ready.append((doc, job_id, trace, _complete(rt, doc, draft, embedded, cfg, prompts, trace, quiet)))
+        except Exception as exc:
+            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
+    report("storing", 0, len(ready))
+    results.update(_store_batch(rt, topic, ready))
+    report("done", len(items), len(items))
+    return results
+
+
+def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, PreparedVersion]]) -> dict[str, IngestResult]:
+    """Store several RAG versions at once: under every document's lock, one check that each is still wanted,
+    picture files, one chunk swap for them all (one MULTI/EXEC), one SQL transaction for the rows and one for
+    the traces. A version superseded meanwhile is skipped; a failure of the shared writes fails each file.
+
+    Raises:
+        StoreUnavailableError: Redis became unreachable (the files stay ``processing``; see :func:`_stop_or_fail`).
+    """
+    results: dict[str, IngestResult] = {}
+    live: list[tuple[DocumentRow, str, Trace, PreparedVersion]] = []
+    new_blobs: dict[str, list[str]] = {doc.id: [] for doc, *_ in batch}
+    try:
+        with _all_locked(rt, [doc.id for doc, *_ in batch]):
+            stale = documents.current_jobs(rt.metadata, [(doc.id, job_id) for doc, job_id, _, _ in batch])
+            for doc, job_id, trace, version in batch:
+                if stale[job_id]:
+                    results[job_id] = _stopped(doc.id, SupersededError(stale[job_id]), trace)
+                else:
+                    live.append((doc, job_id, trace, version))
+            if not live:
+                return results
+            for doc, _, _, version in live:
+                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs[doc.id])
+            t0 = time.perf_counter()
+            replaced = rt.chunk_index(topic.id).replace_documents({doc.id: version.records for doc, _, _, version in live})
+            swap_ms = round((time.perf_counter() - t0) * 1000, 3)
+            outcomes = []
+            for doc, job_id, trace, version in live:
+                trace.add("store", chunks=len(version.records), pictures=len(version.pictures), replaced=replaced[doc.id],
+                          batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
+                status = documents.DocumentStatus.INDEXED if version.records else documents.DocumentStatus.EMPTY
+                warning = _warning(version.records, version.read_warnings, doc, topic.name)
+                outcomes.append(documents.Outcome(doc.id, job_id, status, len(version.records), warning,
+                                                  version.indexed_with, version.pictures))  # fmt: skip
+            finished = documents.finish_many(rt.metadata, outcomes)
+            record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for doc, _, trace, _ in live])
+    except Exception as exc:
+        for doc, job_id, trace, _ in live:
+            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
+        return results
+    for (doc, job_id, trace, version), outcome, (_, obsolete) in zip(live, outcomes, finished, strict=True):
+        for path in obsolete:
+            rt.blobs.remove(path)
+        results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], trace.to_list())
+    return results
+
+
+@contextlib.contextmanager
+def _all_locked(rt: Runtime, document_ids: list[str]) -> Iterator[None]:
+    """Hold the locks of several documents, taken in one order (by id) so that two batches never deadlock."""
+    with contextlib.ExitStack() as held:
+        for document_id in sorted(set(document_ids)):
+            held.enter_context(document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S))
+        yield
+
+
+def _alone(rt: Runtime, document_id: str, job_id: str, blob_path: str) -> IngestResult:
+    """One file of a batch indexed by itself (:func:`ingest_document`); its failure is its result, not raised."""
+    try:
+        return ingest_document(rt, document_id, job_id=job_id, blob_path=blob_path, fan_out=True)
+    except StoreUnavailableError:
+        raise
+    except Exception as exc:
+        return IngestResult(document_id, "failed", 0, 0, [], reason=str(exc))
+
+
+def _failed_alone(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace,
+                  new_blobs: list[str] | None = None) -> IngestResult:  # fmt: skip
+    """The result of one file of a batch stopped by ``exc`` (see :func:`_stop_or_fail`), without raising for it."""
+    try:
+        return _stop_or_fail(rt, document_id, job_id, exc, trace, new_blobs or [])
+    except StoreUnavailableError:
+        raise
+    except Exception as failure:
+        return IngestResult(document_id, "failed", 0, 0, trace.to_list(), reason=str(failure))
+
+
+def _embed_together(rt: Runtime, texts: list[list[str]], traces: list[Trace], report: ProgressFn) -> list[list]:
+    """Embed the chunk texts of several files in batches sorted by length; the vectors come back per file.
+
+    Each file's trace gets an ``embed`` step with its own chunk count, the batch's size in files
+    and chunks, and the batch's embedding time (shared, not divided).
+    """
+    flat = [(len(t), f, i) for f, file_texts in enumerate(texts) for i, t in enumerate(file_texts)]
+    order = sorted(flat)
+    out: list[list] = [[None] * len(file_texts) for file_texts in texts]
+    t0 = time.perf_counter()
+    for start in range(0, len(order), _EMBED_STEP):
+        report("embedding", start, len(order))
+        step = order[start : start + _EMBED_STEP]
+        vectors = rt.gateway.embed([texts[f][i] for _, f, i in step])
+        for (_, f, i), vector in zip(step, vectors, strict=True):
+            out[f][i] = vector
+    batch_ms = round((time.perf_counter() - t0) * 1000, 3)
+    model = rt.gateway.embedder.model
+    for file_texts, trace in zip(texts, traces, strict=True):
+        with trace.step("embed", count=len(file_texts), model=model, batch_files=len(texts), batch_chunks=len(order),
+                        batch_ms=batch_ms):  # fmt: skip
+            trace.add("model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, batch_ms, items=len(file_texts))))
+    return out
 
 
 def _graph_images(rt: Runtime, topic, version: PreparedVersion, graph, trace: Trace) -> list:

@@ -284,20 +284,74 @@ class ChunkIndex:
         Raises:
             ValueError: when an embedding does not have ``dims`` float32 values.
         """
+        return self.replace_documents({document_id: chunks})[document_id]
+
+    def replace_documents(self, swaps: dict[str, list[ChunkRecord]]) -> dict[str, int]:
+        """Swap the chunks of several documents in one transaction (:meth:`replace_document` for a batch of uploads).
+
+        One query finds the old chunks of every document, one MULTI/EXEC writes the new ones
+        and removes the old: a reader sees every document before the swap, or every one after.
+
+        Args:
+            swaps: ``{document id: its new chunks}`` (``[]`` removes the document's chunks).
+
+        Returns:
+            ``{document id: old chunks removed}``.
+
+        Raises:
+            ValueError: when an embedding does not have ``dims`` float32 values (nothing is written).
+        """
         self.ensure()
-        old = self.document_chunk_ids(document_id)
-        new_ids = {c.chunk_id for c in chunks}
-        renamed = bool(old and chunks) and _decode(self.client.hget(self.key(old[0]), "file_name") or b"") != chunks[0].file_name
+        mappings = [(self.key(c.chunk_id), self._mapping(c)) for chunks in swaps.values() for c in chunks]
+        old = self._stored_chunks(list(swaps))
         pipe = self.client.pipeline(transaction=True)
-        for chunk in chunks:
-            pipe.hset(self.key(chunk.chunk_id), mapping=self._mapping(chunk))
-        stale = [self.key(cid) for cid in set(old) - new_ids]
-        if stale:
-            pipe.delete(*stale)
-        if not old or not chunks or renamed:  # the set of searchable files changed
+        for key, mapping in mappings:
+            pipe.hset(key, mapping=mapping)
+        removed, files_changed = {}, False
+        for document_id, chunks in swaps.items():
+            before = old.get(document_id, {})
+            stale = [self.key(cid) for cid in set(before) - {c.chunk_id for c in chunks}]
+            if stale:
+                pipe.delete(*stale)
+            removed[document_id] = len(stale)
+            renamed = bool(before and chunks) and next(iter(before.values())) != chunks[0].file_name
+            files_changed |= not before or not chunks or renamed
+        if files_changed:  # the set of searchable files changed
             pipe.set(self.files_key, uuid.uuid4().hex)
         pipe.execute()
-        return len(stale)
+        return removed
+
+    def _stored_chunks(self, document_ids: list[str]) -> dict[str, dict[str, str]]:
+        """``{document id: {chunk id: file name}}`` of the chunks stored for ``document_ids``.
+
+        One query for them all when they fit in a page (a batch of small files); else each
+        document's chunks are paged by position, which is unique within a document, so pages
+        neither skip nor repeat a chunk.
+        """
+        if not document_ids or not self.index.exists():
+            return {}
+        if len(document_ids) > 1:
+            rows = self._chunk_rows(document_ids, 0)
+            if len(rows) < _PAGE:
+                return _by_document(rows)
+        rows = []
+        for document_id in document_ids:
+            offset = 0
+            while True:
+                page = self._chunk_rows([document_id], offset)
+                rows.extend(page)
+                if len(page) < _PAGE:
+                    break
+                offset += _PAGE
+        return _by_document(rows)
+
+    def _chunk_rows(self, document_ids: list[str], offset: int) -> list[dict]:
+        """One page of the chunk id, document id and file name of the chunks of ``document_ids``, by position."""
+        query = FilterQuery(filter_expression=Tag("document_id") == list(document_ids),
+                            return_fields=["chunk_id", "document_id", "file_name"], num_results=_PAGE,
+                            sort_by="position")  # fmt: skip
+        query.paging(offset, _PAGE)
+        return self.index.query(query)
 
     def delete_document(self, document_id: str) -> int:
         """Remove every chunk of a document; returns how many were removed."""
@@ -698,3 +752,11 @@ def _decode(value: bytes | str) -> str:
 def _escape_term(term: str) -> str:
     """Escape a keyword for a RediSearch query (every non-alphanumeric character)."""
     return "".join(ch if ch.isalnum() else f"\\{ch}" for ch in term)
+
+
+def _by_document(rows: list[dict]) -> dict[str, dict[str, str]]:
+    """Group query rows as ``{document id: {chunk id: file name}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for row in rows:
+        out.setdefault(row["document_id"], {})[row["chunk_id"]] = row.get("file_name", "")
+    return out

@@ -25,6 +25,7 @@ the caller to remove after the change is committed.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -152,6 +153,27 @@ def start_processing(store: MetadataStore, document_id: str, job_id: str) -> Doc
         return row
 
 
+def start_many(store: MetadataStore, pairs: list[tuple[str, str]]) -> dict[str, DocumentRow | str]:
+    """:func:`start_processing` for several ``(document id, job id)`` pairs in one transaction (a batch of uploads).
+
+    Returns:
+        ``{job id: the document's row}`` for each version marked ``processing``, ``{job id: reason}``
+        (:data:`SUPERSEDED_BY_UPLOAD` or :data:`SUPERSEDED_BY_DELETE`) for each one no longer wanted.
+    """
+    out: dict[str, DocumentRow | str] = {}
+    with store.session() as s:
+        for document_id, job_id in pairs:
+            try:
+                row = _current(_locked(s, document_id), job_id)
+            except SupersededError as exc:
+                out[job_id] = str(exc)
+                continue
+            _move(row, _S.PROCESSING)
+            s.add(row)
+            out[job_id] = row
+    return out
+
+
 def check_current(store: MetadataStore, document_id: str, job_id: str) -> None:
     """Check, between two steps of a job, that its version is still the one wanted.
 
@@ -172,24 +194,78 @@ def finish(store: MetadataStore, document_id: str, job_id: str, *, status: Docum
     Raises:
         SupersededError: when the job's version was replaced or the document deleted (nothing changes).
     """
+    outcome = Outcome(document_id, job_id, status, chunk_count, warning, indexed_with, pictures)
+    return finish_many(store, [outcome])[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a job stored for a document's pending version (see :func:`finish`, same arguments)."""
+
+    document_id: str
+    job_id: str
+    status: DocumentStatus
+    chunk_count: int
+    warning: str
+    indexed_with: dict[str, Any]
+    pictures: list[PictureRow]
+
+
+def finish_many(store: MetadataStore, outcomes: list[Outcome]) -> list[tuple[DocumentRow, list[str]]]:
+    """:func:`finish` for several documents in one transaction (a batch of uploads); all or none change.
+
+    Returns:
+        Per outcome, in order: the row and the blob paths no longer used.
+
+    Raises:
+        SupersededError: when one of the versions was replaced or its document deleted (nothing changes).
+    """
+    out = []
     with store.session() as s:
-        doc = _current(_locked(s, document_id), job_id)
-        old_pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
-        for row in old_pictures:
-            s.delete(row)
-        s.flush()  # a picture kept from the previous version is written again under the same id
-        s.add_all(pictures)
-        old_blob = doc.blob_path
-        doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
-        doc.pending_sha256, doc.pending_blob_path = "", ""
-        _move(doc, DocumentStatus(status))
-        doc.chunk_count, doc.warning, doc.error = chunk_count, warning, ""
-        doc.indexed_with = dict(indexed_with)
-        s.add(doc)
-    kept = {row.blob_path for row in pictures}
-    obsolete = [old_blob] if old_blob and old_blob != doc.blob_path else []
-    obsolete += [row.blob_path for row in old_pictures if row.blob_path not in kept]
-    return doc, obsolete
+        ids = [o.document_id for o in outcomes]
+        stored: dict[str, list[PictureRow]] = {}
+        for row in s.exec(select(PictureRow).where(col(PictureRow.document_id).in_(ids))).all():
+            stored.setdefault(row.document_id, []).append(row)
+        for o in outcomes:
+            doc = _current(_locked(s, o.document_id), o.job_id)
+            old_pictures = stored.get(o.document_id, [])
+            for row in old_pictures:
+                s.delete(row)
+            if old_pictures:
+                s.flush()  # a picture kept from the previous version is written again under the same id
+            s.add_all(o.pictures)
+            old_blob = doc.blob_path
+            doc.content_sha256, doc.blob_path = doc.pending_sha256, doc.pending_blob_path
+            doc.pending_sha256, doc.pending_blob_path = "", ""
+            _move(doc, DocumentStatus(o.status))
+            doc.chunk_count, doc.warning, doc.error = o.chunk_count, o.warning, ""
+            doc.indexed_with = dict(o.indexed_with)
+            s.add(doc)
+            kept = {row.blob_path for row in o.pictures}
+            obsolete = [old_blob] if old_blob and old_blob != doc.blob_path else []
+            obsolete += [row.blob_path for row in old_pictures if row.blob_path not in kept]
+            out.append((doc, obsolete))
+    return out
+
+
+def current_jobs(store: MetadataStore, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Which ``(document id, job id)`` pairs are still current (:func:`check_current` for many, one query).
+
+    Returns:
+        ``{job id: ""}`` for the current ones, ``{job id: reason}`` for the others
+        (:data:`SUPERSEDED_BY_UPLOAD` or :data:`SUPERSEDED_BY_DELETE`).
+    """
+    with store.session() as s:
+        ids = sorted({document_id for document_id, _ in pairs})
+        rows = {r.id: r for r in s.exec(select(DocumentRow).where(col(DocumentRow.id).in_(ids))).all()}
+    out = {}
+    for document_id, job_id in pairs:
+        try:
+            _current(rows.get(document_id), job_id)
+            out[job_id] = ""
+        except SupersededError as exc:
+            out[job_id] = str(exc)
+    return out
 
 
 def picture_blobs(store: MetadataStore, document_id: str) -> set[str]:

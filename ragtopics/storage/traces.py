@@ -42,17 +42,29 @@ def save_trace(store: MetadataStore, *, kind: str, owner: str, subject: str, eve
     Returns:
         The stored trace's id.
     """
-    events, size = _bounded(events)
+    return save_traces(store, [(kind, owner, subject, events, topic_id)])[0]
+
+
+def save_traces(store: MetadataStore, traces: list[tuple[str, str, str, list[dict[str, Any]], str]]) -> list[int]:
+    """:func:`save_trace` for several traces in one transaction: ``(kind, owner, subject, events, topic_id)`` each.
+
+    Returns:
+        The stored traces' ids, in order.
+    """
+    ids = []
     with store.session() as s:
-        row = TraceRow(kind=kind, owner=owner, topic_id=topic_id, subject=subject[:300], size_bytes=size, events=events)
-        s.add(row)
-        s.flush()
-        trace_id = row.id
-        cutoff = s.exec(select(TraceRow.id).where(TraceRow.kind == kind).order_by(col(TraceRow.id).desc())
-                        .offset(KEEP_PER_KIND).limit(1)).first()  # fmt: skip
-        if cutoff is not None:
-            s.exec(delete(TraceRow).where(TraceRow.kind == kind, col(TraceRow.id) <= cutoff))
-    return trace_id
+        for kind, owner, subject, events, topic_id in traces:
+            events, size = _bounded(events)
+            row = TraceRow(kind=kind, owner=owner, topic_id=topic_id, subject=subject[:300], size_bytes=size, events=events)
+            s.add(row)
+            s.flush()
+            ids.append(row.id)
+        for kind in {t[0] for t in traces}:
+            cutoff = s.exec(select(TraceRow.id).where(TraceRow.kind == kind).order_by(col(TraceRow.id).desc())
+                            .offset(KEEP_PER_KIND).limit(1)).first()  # fmt: skip
+            if cutoff is not None:
+                s.exec(delete(TraceRow).where(TraceRow.kind == kind, col(TraceRow.id) <= cutoff))
+    return ids
 
 
 def load_trace(store: MetadataStore, owner: str) -> list[dict[str, Any]]:

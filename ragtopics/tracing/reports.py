@@ -28,7 +28,7 @@ from sqlmodel import col, select
 from ragtopics.errors import NotFoundError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import DevReportRow, TopicRow, utcnow
-from ragtopics.storage.traces import save_trace
+from ragtopics.storage.traces import save_traces
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -72,13 +72,28 @@ def record_trace(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
     Returns:
         The stored trace's id.
     """
-    trace_id = save_trace(rt.metadata, kind=kind, owner=owner, subject=subject, events=trace.to_list(), topic_id=topic_id)
+    return record_traces(rt, [(trace, kind, owner, subject, topic_id)])[0]
+
+
+def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]]) -> list[int]:
+    """:func:`record_trace` for several finished traces (a batch of uploads): stored in one transaction.
+
+    Args:
+        traces: ``(trace, kind, owner, subject, topic_id)`` each.
+
+    Returns:
+        The stored traces' ids, in order.
+    """
+    ids = save_traces(rt.metadata, [(kind, owner, subject, trace.to_list(), topic_id)
+                                    for trace, kind, owner, subject, topic_id in traces])  # fmt: skip
     try:
-        if kind in KINDS and rt.redis.sismember(SWITCHES_KEY, kind):
-            write_report(rt, trace, kind=kind, owner=owner, subject=subject, topic_id=topic_id)
-    except Exception as exc:  # noqa: BLE001 - see the docstring
-        log.warning("DEV report of %s %s not written: %s", kind, owner, exc)
-    return trace_id
+        on = switches(rt)
+        for trace, kind, owner, subject, topic_id in traces:
+            if on.get(kind):
+                write_report(rt, trace, kind=kind, owner=owner, subject=subject, topic_id=topic_id)
+    except Exception as exc:  # noqa: BLE001 - see record_trace
+        log.warning("DEV reports of %d trace(s) not written: %s", len(traces), exc)
+    return ids
 
 
 def _folder(rt: Runtime) -> Path:

@@ -229,7 +229,7 @@ def _removed_text(removed: dict[str, int]) -> str:
 
 
 def _cmd_ingest(args) -> int:
-    from ragtopics.documents.uploads import upload_file
+    from ragtopics.documents.uploads import BatchedUploads
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
     from ragtopics.worker.queue import job_progress
@@ -239,15 +239,20 @@ def _cmd_ingest(args) -> int:
     topic = get_topic(rt, args.topic)
     jobs: dict[str, str] = {}
     refused = 0
-    for path in args.files:
-        try:
-            data = path.read_bytes()
-            doc = upload_file(rt, topic, path.name, data)
-        except (OSError, RagTopicsError) as exc:
-            print(f"refused {path}: {exc}", file=sys.stderr)
-            refused += 1
-            continue
-        jobs[doc.job_id] = doc.file_name
+    with BatchedUploads(rt, topic) as uploads:  # small files share indexing jobs
+        for path in args.files:
+            try:
+                data = path.read_bytes()
+                doc = uploads.add(path.name, data)
+            except (OSError, RagTopicsError) as exc:
+                print(f"refused {path}: {exc}", file=sys.stderr)
+                refused += 1
+                continue
+            jobs[doc.job_id] = doc.file_name
+    for row, message in uploads.not_queued:
+        print(f"not queued {row.file_name}: {message}", file=sys.stderr)
+        jobs.pop(row.job_id, None)
+        refused += 1
     print(f"enqueued {len(jobs)} file(s)" + (f", refused {refused}" if refused else ""), file=sys.stderr)
     if args.no_wait or not jobs:
         return 1 if refused else 0

@@ -9,7 +9,7 @@ import gradio as gr
 
 from ragtopics.documents.delete import delete_document
 from ragtopics.quality.diagnosis import diagnose_document
-from ragtopics.documents.uploads import list_documents, upload_file
+from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
@@ -137,13 +137,17 @@ def build(rt: Runtime) -> dict:
         except RagTopicsError as exc:
             return str(exc), current_jobs, gr.File(value=None)
         lines, new_jobs = [], []
-        for path in paths:
-            name = Path(path).name
-            try:
-                doc = upload_file(rt, topic_obj, name, Path(path).read_bytes())
-                new_jobs.append((doc.job_id, doc.file_name))
-            except RagTopicsError as exc:
-                lines.append(f"- **Refused:** {exc}")
+        with BatchedUploads(rt, topic_obj) as uploads:  # small files share indexing jobs
+            for path in paths:
+                name = Path(path).name
+                try:
+                    doc = uploads.add(name, Path(path).read_bytes())
+                    new_jobs.append((doc.job_id, doc.file_name))
+                except RagTopicsError as exc:
+                    lines.append(f"- **Refused:** {exc}")
+        failed = {row.job_id for row, _ in uploads.not_queued}
+        new_jobs = [job for job in new_jobs if job[0] not in failed]
+        lines += sorted({f"- **Not queued:** {message}" for _, message in uploads.not_queued})
         head = f"Enqueued {len(new_jobs)} file(s)." if new_jobs else "Nothing enqueued."
         return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
 

@@ -79,6 +79,23 @@ def ingest(topic_id: str, document_id: str, job_id: str | None = None, blob_path
     return _result(result)
 
 
+def ingest_batch(topic_id: str, items: list[tuple[str, str, str]]) -> dict:
+    """Index several small files of one Topic together (``enqueue_ingest_batch``): their chunks share
+    embedding batches; progress goes to ``job.meta`` for the whole batch.
+
+    Args:
+        items: ``(document id, job id, blob path)`` of each staged version.
+
+    Returns:
+        ``{"documents": {job id: as ingest returns}}``: each file's own outcome; one that failed
+        has status ``failed`` and its message as ``reason``.
+    """
+    from ragtopics.ingest.pipeline import ingest_documents
+
+    results = ingest_documents(_runtime(), topic_id, [tuple(item) for item in items], _job_progress())
+    return {"documents": {job_id: _result(result) for job_id, result in results.items()}}
+
+
 def _result(result) -> dict:
     return {"document_id": result.document_id, "status": result.status, "chunk_count": result.chunk_count,
             "replaced": result.replaced, "reason": result.reason, "continued_in": result.continued_in}  # fmt: skip

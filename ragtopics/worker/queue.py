@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 
 from rq import Queue
@@ -77,11 +78,56 @@ def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str,
         kwargs={"job_id": job_id, "blob_path": blob_path},
         job_id=job_id,
         description=f"ingest {document_id}",
-        result_ttl=24 * 3600,
-        failure_ttl=7 * 24 * 3600,
+        result_ttl=RESULT_TTL_S,
+        failure_ttl=FAILURE_TTL_S,
         meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic_id, "document_id": document_id},
     )
     return job.id
+
+
+#: Redis key naming the shared job that indexes a version (``rt:jobs:batch-of:<job id>`` → batch job id).
+BATCH_OF = "rt:jobs:batch-of:{}"
+#: How long a finished or failed indexing job's record is kept (seconds); the batch names live as long.
+RESULT_TTL_S, FAILURE_TTL_S = 24 * 3600, 7 * 24 * 3600
+
+
+def enqueue_ingest_batch(rt: Runtime, topic_id: str, rows: list) -> str:
+    """Enqueue one ``ragtopics.worker.jobs.ingest_batch`` job for several staged versions of one Topic.
+
+    Each version keeps its own job id (``DocumentRow.job_id``, the token that says which version
+    is wanted); a Redis key (:data:`BATCH_OF`) names the shared job, so :func:`job_progress` and
+    the crash recovery find it from the version's id.
+
+    Args:
+        rows: the staged :class:`~ragtopics.storage.metadata.DocumentRow` of each file.
+
+    Returns:
+        The shared job's id (``batch-`` + 32 hex digits).
+
+    Raises:
+        redis.RedisError: when the queue cannot be reached (the caller marks the documents failed).
+    """
+    batch_id = f"batch-{uuid.uuid4().hex}"
+    pipe = rt.redis.pipeline(transaction=False)
+    for row in rows:
+        pipe.set(BATCH_OF.format(row.job_id), batch_id, ex=FAILURE_TTL_S)
+    pipe.execute()
+    job = queue_for(rt).enqueue_call(
+        "ragtopics.worker.jobs.ingest_batch",
+        args=(topic_id, [(row.id, row.job_id, row.pending_blob_path) for row in rows]),
+        job_id=batch_id,
+        description=f"ingest {len(rows)} files",
+        result_ttl=RESULT_TTL_S,
+        failure_ttl=FAILURE_TTL_S,
+        meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic_id},
+    )
+    return job.id
+
+
+def batch_of(rt: Runtime, job_id: str) -> str:
+    """The id of the shared job that indexes the version ``job_id`` ("" when it has its own job)."""
+    name = rt.redis.get(BATCH_OF.format(job_id)) if job_id else None
+    return name.decode() if isinstance(name, bytes) else (name or "")
 
 
 def job_progress(rt: Runtime, job_id: str) -> JobProgress:
@@ -92,6 +138,8 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
     extraction jobs, the phase is ``extracting`` with the chunks extracted so far.
     """
     progress = _progress(rt, job_id)
+    if progress.status == "missing" and (batch := batch_of(rt, job_id)):
+        return _in_batch(rt, job_id, batch)
     following = (progress.result or {}).get("continued_in") if progress.status == "finished" else None
     if not following:
         return progress
@@ -103,6 +151,20 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
         done, total = extraction_progress(rt, topic_id, job_id)
         return JobProgress(job_id, "started", "extracting", done, total)
     return replace(then, job_id=job_id)
+
+
+def _in_batch(rt: Runtime, job_id: str, batch_id: str) -> JobProgress:
+    """The progress of one version indexed by a shared job: the batch's while it runs, its own result after."""
+    batch = _progress(rt, batch_id)
+    if batch.status != "finished":
+        return replace(batch, job_id=job_id)
+    result = (batch.result or {}).get("documents", {}).get(job_id)
+    if result is None:
+        return JobProgress(job_id, "missing")
+    if result.get("status") == "failed":
+        return JobProgress(job_id, "failed", "done", error=result.get("reason") or "indexing failed")
+    count = int(result.get("chunk_count") or 0)
+    return JobProgress(job_id, "finished", "done", count, count, result=result)
 
 
 def _meta(rt: Runtime, job_id: str) -> dict:

@@ -32,7 +32,7 @@ from rq.worker import Worker
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.metadata import DocumentRow
-from ragtopics.worker.queue import enqueue_ingest, queue_for
+from ragtopics.worker.queue import batch_of, enqueue_ingest, queue_for
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,8 @@ def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
     try:
         job = Job.fetch(job_id, connection=rt.redis)
     except NoSuchJobError:
-        return f"job {job_id} is gone"
+        batch = batch_of(rt, job_id)  # a version indexed by a shared job: that job's chain decides
+        return stranded_reason(rt, batch, depth + 1) if batch else f"job {job_id} is gone"
     status = getattr(job.get_status(refresh=True), "value", None) or "missing"
     if status == "queued" and rt.redis.lpos(Queue(job.origin, connection=rt.redis).key, job_id) is None:
         return f"job {job_id} says queued but is not in its queue"
