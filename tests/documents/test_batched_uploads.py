@@ -1,0 +1,195 @@
+"""Small files of one upload share indexing jobs (BatchedUploads → ingest_batch → ingest_documents), each file
+keeping its own job id, progress, status, failure and trace; run through the real queue and worker."""
+
+from __future__ import annotations
+
+import numpy as np
+from rq.job import Job
+
+from ragtopics.documents.delete import delete_document
+from ragtopics.documents.uploads import BatchedUploads, batchable, get_document, upload_file
+from ragtopics.ingest.pipeline import ingest_documents
+from ragtopics.runtime import Runtime
+from ragtopics.storage import documents as document_store
+from ragtopics.storage.traces import load_trace
+from ragtopics.topics.topics import create_topic
+from ragtopics.worker.queue import batch_of, job_progress, queue_for
+from ragtopics.worker.recovery import recover_stranded, stranded_reason
+
+SMALL = {"chunk_size": 200, "chunk_overlap": 0}
+FACTS = {
+    "pumps.txt": "Pump P-7 is inspected every 90 days by the night shift.",
+    "valves.md": "Valve V-12 was replaced in March after a leak at the flange.",
+    "boilers.txt": "Boiler B-3 runs at 12 bar; its safety valve opens at 13 bar.",
+    "fans.txt": "Fan F-1 in the east hall is cleaned weekly. " * 12,  # several chunks
+}
+
+
+def stored(rt, topic_id: str, document_id: str) -> list[dict]:
+    index = rt.chunk_index(topic_id)
+    return [{k.decode(): v for k, v in rt.redis.hgetall(index.key(cid)).items()} for cid in index.document_chunk_ids(document_id)]
+
+
+def upload_all(rt, topic, files: dict[str, str | bytes], **kwargs) -> dict:
+    rows = {}
+    with BatchedUploads(rt, topic, **kwargs) as uploads:
+        for name, text in files.items():
+            rows[name] = uploads.add(name, text.encode() if isinstance(text, str) else text)
+    return rows
+
+
+def test_small_files_share_one_job_and_each_is_indexed_with_its_own_result_and_trace(rt, run_jobs):
+    topic = create_topic(rt, "Plant", settings=SMALL)
+    rows = upload_all(rt, topic, FACTS)
+    queued = queue_for(rt).get_job_ids()
+    assert len(queued) == 1 and queued[0].startswith("batch-")
+    assert {batch_of(rt, row.job_id) for row in rows.values()} == {queued[0]}
+    assert {job_progress(rt, row.job_id).status for row in rows.values()} == {"queued"}
+
+    run_jobs()
+    for name, row in rows.items():
+        doc = get_document(rt, row.id)
+        chunks = stored(rt, topic.id, row.id)
+        assert doc.status == "indexed" and doc.chunk_count == len(chunks) > 0
+        assert "".join(c["text"].decode() for c in chunks).replace(" ", "") == FACTS[name].replace(" ", "")
+        progress = job_progress(rt, row.job_id)
+        assert (progress.status, progress.result["status"], progress.result["chunk_count"]) == ("finished", "indexed", len(chunks))
+        assert doc.indexed_with["embedding_model"] == rt.gateway.embedder.model
+        trace = load_trace(rt.metadata, f"document:{row.id}")
+        [embed] = [e for e in trace if e["step"] == "embed"]
+        total = sum(get_document(rt, r.id).chunk_count for r in rows.values())
+        assert embed["data"]["count"] == len(chunks)
+        assert (embed["data"]["batch_files"], embed["data"]["batch_chunks"]) == (len(FACTS), total)
+        assert [e["step"] for e in trace if e["parent"] is None][:2] == ["read", "chunk"]
+    assert len(stored(rt, topic.id, rows["fans.txt"].id)) > 1
+
+
+def test_a_file_indexed_in_a_batch_is_stored_as_one_indexed_alone(rt, run_jobs):
+    """Same chunks, keyword fields and (up to float rounding) embeddings: only the way of embedding differs."""
+    alone = create_topic(rt, "Alone", settings={**SMALL, "retrieval_strategy": "HYBRID"})
+    together = create_topic(rt, "Together", settings={**SMALL, "retrieval_strategy": "HYBRID"})
+    singles = {name: upload_file(rt, alone, name, text.encode()) for name, text in FACTS.items()}
+    batched = upload_all(rt, together, FACTS)
+    run_jobs()
+    for name in FACTS:
+        a, b = stored(rt, alone.id, singles[name].id), stored(rt, together.id, batched[name].id)
+        assert [c["text"] for c in a] == [c["text"] for c in b] and [c["keywords"] for c in a] == [c["keywords"] for c in b]
+        va = np.stack([np.frombuffer(c["embedding"], dtype=np.float32) for c in a])
+        vb = np.stack([np.frombuffer(c["embedding"], dtype=np.float32) for c in b])
+        np.testing.assert_allclose(va, vb, atol=1e-4)
+
+
+def test_a_file_that_fails_in_a_batch_fails_alone(rt, reconfigure, run_jobs):
+    rt = reconfigure(MAX_CHUNKS_PER_DOCUMENT=3)
+    topic = create_topic(rt, "Mixed", settings=SMALL)
+    files = {**FACTS, "huge.txt": "A sentence about pumps and valves and boilers. " * 60}
+    rows = upload_all(rt, topic, files)
+    run_jobs()
+    failed = job_progress(rt, rows["huge.txt"].job_id)
+    assert failed.status == "failed" and "huge.txt was refused" in failed.error and "MAX_CHUNKS_PER_DOCUMENT" in failed.error
+    doc = get_document(rt, rows["huge.txt"].id)
+    assert doc.status == "failed" and "MAX_CHUNKS_PER_DOCUMENT" in doc.error
+    assert stored(rt, topic.id, doc.id) == []
+    assert {get_document(rt, rows[n].id).status for n in FACTS} == {"indexed"}
+    assert {job_progress(rt, rows[n].job_id).status for n in FACTS} == {"finished"}
+
+
+def test_a_delete_or_a_reupload_while_the_batch_waits_touches_only_that_file(rt, run_jobs):
+    topic = create_topic(rt, "Races", settings=SMALL)
+    with BatchedUploads(rt, topic) as uploads:
+        first = uploads.add("pumps.txt", b"Pump P-7 version one.")
+        gone = uploads.add("valves.md", FACTS["valves.md"].encode())
+        kept = uploads.add("boilers.txt", FACTS["boilers.txt"].encode())
+        second = uploads.add("pumps.txt", b"Pump P-7 version two, inspected monthly.")
+    [batch] = queue_for(rt).get_job_ids()
+    delete_document(rt, topic, "valves.md")
+    assert Job.fetch(batch, connection=rt.redis).get_status(refresh=True) == "queued"  # the shared job is not cancelled
+
+    run_jobs()
+    assert job_progress(rt, first.job_id).result["status"] == "superseded"
+    assert job_progress(rt, gone.job_id).result["status"] == "cancelled"
+    assert job_progress(rt, second.job_id).result["status"] == "indexed"
+    assert job_progress(rt, kept.job_id).result["status"] == "indexed"
+    assert [c["text"] for c in stored(rt, topic.id, second.id)] == [b"Pump P-7 version two, inspected monthly."]
+    assert document_store.get_document(rt.metadata, gone.id) is None and stored(rt, topic.id, gone.id) == []
+
+
+def test_a_reupload_through_a_batch_replaces_the_previous_version(rt, run_jobs):
+    topic = create_topic(rt, "Again", settings=SMALL)
+    upload_all(rt, topic, {"pumps.txt": "Pump P-7 old text " * 20, "valves.md": FACTS["valves.md"]})
+    run_jobs()
+    rows = upload_all(rt, topic, {"pumps.txt": "Pump P-7 new text.", "valves.md": FACTS["valves.md"]})
+    run_jobs()
+    assert [c["text"] for c in stored(rt, topic.id, rows["pumps.txt"].id)] == [b"Pump P-7 new text."]
+    assert job_progress(rt, rows["pumps.txt"].job_id).result["replaced"] > 0
+    assert rt.chunk_index(topic.id).count() == 2
+
+
+def test_only_small_text_files_of_a_rag_topic_are_batched(rt):
+    rag = create_topic(rt, "Rag")
+    graph = create_topic(rt, "Graph", kind="graphrag")
+    assert batchable(rag, "notes.txt", 1000) and batchable(rag, "table.csv", 1000)
+    assert not batchable(rag, "notes.txt", 10 * 1024 * 1024)
+    assert not batchable(rag, "report.pdf", 1000) and not batchable(rag, "photo.png", 1000)
+    assert not batchable(graph, "notes.txt", 1000)
+    rows = upload_all(rt, graph, {"a.txt": "Marie Curie worked in Paris.", "b.txt": "Pierre Curie worked in Paris."})
+    assert sorted(queue_for(rt).get_job_ids()) == sorted(row.job_id for row in rows.values())
+    assert all(batch_of(rt, row.job_id) == "" for row in rows.values())
+
+
+def test_a_single_small_file_gets_its_own_job_and_a_full_batch_is_queued_at_once(rt):
+    topic = create_topic(rt, "Sizes", settings=SMALL)
+    [row] = upload_all(rt, topic, {"one.txt": "Just one file."}).values()
+    assert queue_for(rt).get_job_ids() == [row.job_id]
+    with BatchedUploads(rt, topic, batch_files=2) as uploads:
+        uploads.add("a.txt", b"first")
+        uploads.add("b.txt", b"second")
+        assert len(queue_for(rt).get_job_ids()) == 2  # the full batch went at once
+        uploads.add("c.txt", b"third")
+    assert len(queue_for(rt).get_job_ids()) == 3
+
+
+def test_a_batch_that_cannot_be_queued_leaves_its_files_failed_and_says_so(rt, settings):
+    topic = create_topic(rt, "Down", settings=SMALL)
+    uploads = BatchedUploads(rt, topic)
+    rows = [uploads.add(name, text.encode()) for name, text in FACTS.items()]
+    uploads.rt = Runtime(settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"}))  # Redis went away
+    uploads.flush()
+    assert [row.id for row, _ in uploads.not_queued] == [row.id for row in rows]
+    assert "could not be queued for indexing" in uploads.not_queued[0][1]
+    for row in rows:
+        doc = get_document(rt, row.id)
+        assert doc.status == "failed" and "could not be queued" in doc.error
+
+
+def test_a_batch_started_by_a_dead_worker_is_recovered_file_by_file(rt, run_jobs):
+    topic = create_topic(rt, "Crash", settings=SMALL)
+    rows = upload_all(rt, topic, FACTS)
+    [batch] = queue_for(rt).get_job_ids()
+    queue_for(rt).remove(batch)
+    job = Job.fetch(batch, connection=rt.redis)
+    job.worker_name = "a-worker-that-crashed"
+    job.set_status("started")
+    job.save()
+    for row in rows.values():
+        assert stranded_reason(rt, row.job_id) == f"job {batch} was started by a worker that no longer runs"
+    recovered = recover_stranded(rt)
+    assert sorted(r.file_name for r in recovered) == sorted(FACTS) and {r.action for r in recovered} == {"requeued"}
+    run_jobs()
+    for row in rows.values():
+        assert get_document(rt, row.id).status == "indexed"
+        assert job_progress(rt, row.job_id).result["status"] == "indexed"  # the version's own job now
+
+
+def test_ingest_documents_reports_progress_for_the_whole_batch(rt):
+    topic = create_topic(rt, "Progress", settings=SMALL)
+    from ragtopics.documents.uploads import receive_upload
+
+    rows = [receive_upload(rt, topic, name, text.encode()) for name, text in FACTS.items()]
+    seen = []
+    results = ingest_documents(rt, topic.id, [(r.id, r.job_id, r.pending_blob_path) for r in rows],
+                               lambda phase, done, total: seen.append((phase, done, total)))  # fmt: skip
+    chunks = sum(r.chunk_count for r in results.values())
+    assert [s for s in seen if s[0] == "reading"] == [("reading", n, len(rows)) for n in range(len(rows))]
+    assert ("embedding", 0, chunks) in seen and seen[-1] == ("done", len(rows), len(rows))
+    assert {r.status for r in results.values()} == {"indexed"} and rt.chunk_index(topic.id).count() == chunks
