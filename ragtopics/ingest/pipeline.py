@@ -33,7 +33,7 @@ from ragtopics.tracing.trace import Trace
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
@@ -321,7 +321,7 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
     results: dict[str, IngestResult] = {}
     drafts: list[tuple[DocumentRow, str, Trace, _Draft]] = []
     quiet: ProgressFn = lambda phase, done, total: None  # noqa: E731 - per file, the batch reports
-    with _all_locked(rt, [document_id for document_id, _, _ in items]):
+    with document_locks(rt.redis, [document_id for document_id, _, _ in items], wait_s=WORKER_LOCK_WAIT_S):
         started = documents.start_many(rt.metadata, [(document_id, job_id) for document_id, job_id, _ in items])
     for n, (document_id, job_id, blob_path) in enumerate(items):
         report("reading", n, len(items))
@@ -364,7 +364,7 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
     live: list[tuple[DocumentRow, str, Trace, PreparedVersion]] = []
     new_blobs: dict[str, list[str]] = {doc.id: [] for doc, *_ in batch}
     try:
-        with _all_locked(rt, [doc.id for doc, *_ in batch]):
+        with document_locks(rt.redis, [doc.id for doc, *_ in batch], wait_s=WORKER_LOCK_WAIT_S):
             stale = documents.current_jobs(rt.metadata, [(doc.id, job_id) for doc, job_id, _, _ in batch])
             for doc, job_id, trace, version in batch:
                 if stale[job_id]:
@@ -387,25 +387,18 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
                 outcomes.append(documents.Outcome(doc.id, job_id, status, len(version.records), warning,
                                                   version.indexed_with, version.pictures))  # fmt: skip
             finished = documents.finish_many(rt.metadata, outcomes)
-            record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for doc, _, trace, _ in live])
+            events = [trace.to_list() for _, _, trace, _ in live]
+            record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for doc, _, trace, _ in live],
+                          events)  # fmt: skip
     except Exception as exc:
         for doc, job_id, trace, _ in live:
             results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
         return results
-    for (doc, job_id, trace, version), outcome, (_, obsolete) in zip(live, outcomes, finished, strict=True):
+    for (doc, job_id, _, version), outcome, (_, obsolete), listed in zip(live, outcomes, finished, events, strict=True):
         for path in obsolete:
             rt.blobs.remove(path)
-        results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], trace.to_list())
+        results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], listed)
     return results
-
-
-@contextlib.contextmanager
-def _all_locked(rt: Runtime, document_ids: list[str]) -> Iterator[None]:
-    """Hold the locks of several documents, taken in one order (by id) so that two batches never deadlock."""
-    with contextlib.ExitStack() as held:
-        for document_id in sorted(set(document_ids)):
-            held.enter_context(document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S))
-        yield
 
 
 def _alone(rt: Runtime, document_id: str, job_id: str, blob_path: str) -> IngestResult:

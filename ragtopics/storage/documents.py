@@ -98,6 +98,12 @@ def _locked(s, document_id: str) -> DocumentRow | None:
     return s.get(DocumentRow, document_id, with_for_update=True)
 
 
+def _locked_rows(s, document_ids: list[str]) -> dict[str, DocumentRow]:
+    """Several document rows read for a change in one query (see :func:`_locked`), by id."""
+    query = select(DocumentRow).where(col(DocumentRow.id).in_(sorted(set(document_ids)))).with_for_update()
+    return {row.id: row for row in s.exec(query).all()}
+
+
 def get_document(store: MetadataStore, document_id: str) -> DocumentRow | None:
     """A document row, or None."""
     with store.session() as s:
@@ -162,9 +168,10 @@ def start_many(store: MetadataStore, pairs: list[tuple[str, str]]) -> dict[str, 
     """
     out: dict[str, DocumentRow | str] = {}
     with store.session() as s:
+        rows = _locked_rows(s, [document_id for document_id, _ in pairs])
         for document_id, job_id in pairs:
             try:
-                row = _current(_locked(s, document_id), job_id)
+                row = _current(rows.get(document_id), job_id)
             except SupersededError as exc:
                 out[job_id] = str(exc)
                 continue
@@ -223,11 +230,12 @@ def finish_many(store: MetadataStore, outcomes: list[Outcome]) -> list[tuple[Doc
     out = []
     with store.session() as s:
         ids = [o.document_id for o in outcomes]
+        docs = _locked_rows(s, ids)
         stored: dict[str, list[PictureRow]] = {}
         for row in s.exec(select(PictureRow).where(col(PictureRow.document_id).in_(ids))).all():
             stored.setdefault(row.document_id, []).append(row)
         for o in outcomes:
-            doc = _current(_locked(s, o.document_id), o.job_id)
+            doc = _current(docs.get(o.document_id), o.job_id)
             old_pictures = stored.get(o.document_id, [])
             for row in old_pictures:
                 s.delete(row)

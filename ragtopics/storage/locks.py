@@ -9,6 +9,7 @@ row and the file its link serves.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,3 +48,54 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
             lock.release()
         except redis.exceptions.LockError:  # expired while held: someone else may hold it now; nothing to release
             pass
+
+
+@contextmanager
+def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the locks of several documents (a batch of uploads) for the duration of the block.
+
+    The locks are the keys and tokens of :func:`document_lock` (redis-py's ``Lock``: ``SET NX PX``
+    with a random token, released by a script that checks the token), so the two exclude each
+    other. When every lock is free they are taken in one round trip and released in another;
+    when one is held, those taken are let go and each is waited for in turn, by id, so two
+    batches never wait for each other in a circle.
+
+    Raises:
+        StoreUnavailableError: when a lock is not free within ``wait_s`` seconds.
+    """
+    ids = sorted(set(document_ids))
+    locks = [client.lock(lock_key(d), timeout=LOCK_TTL_S, blocking_timeout=wait_s) for d in ids]
+    tokens = [uuid.uuid4().hex.encode() for _ in ids]
+    pipe = client.pipeline(transaction=False)
+    for lock, token in zip(locks, tokens, strict=True):
+        pipe.set(lock.name, token, nx=True, px=LOCK_TTL_S * 1000)
+    taken = []
+    for lock, token, ok in zip(locks, tokens, pipe.execute(), strict=True):
+        if ok:
+            lock.local.token = token  # as the lock's own acquire keeps it, for the release
+            taken.append(lock)
+    if len(taken) < len(locks):  # one is busy: let go, then wait for each in order
+        _release_all(client, taken)
+        taken = []
+        try:
+            for document_id, lock in zip(ids, locks, strict=True):
+                if not lock.acquire():
+                    raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); try again")
+                taken.append(lock)
+        except BaseException:
+            _release_all(client, taken)
+            raise
+    try:
+        yield
+    finally:
+        _release_all(client, taken)
+
+
+def _release_all(client: redis.Redis, locks: list) -> None:
+    """Release held locks in one round trip; one that expired while held is someone else's now and is left."""
+    if not locks:
+        return
+    pipe = client.pipeline(transaction=False)
+    for lock in locks:
+        lock.lua_release(keys=[lock.name], args=[lock.local.token], client=pipe)
+    pipe.execute(raise_on_error=False)

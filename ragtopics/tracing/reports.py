@@ -75,17 +75,20 @@ def record_trace(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
     return record_traces(rt, [(trace, kind, owner, subject, topic_id)])[0]
 
 
-def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]]) -> list[int]:
+def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
+                  events: list[list[dict[str, Any]]] | None = None) -> list[int]:  # fmt: skip
     """:func:`record_trace` for several finished traces (a batch of uploads): stored in one transaction.
 
     Args:
         traces: ``(trace, kind, owner, subject, topic_id)`` each.
+        events: each trace's :meth:`~ragtopics.tracing.trace.Trace.to_list`, when the caller has it already.
 
     Returns:
         The stored traces' ids, in order.
     """
-    ids = save_traces(rt.metadata, [(kind, owner, subject, trace.to_list(), topic_id)
-                                    for trace, kind, owner, subject, topic_id in traces])  # fmt: skip
+    events = events if events is not None else [entry[0].to_list() for entry in traces]
+    ids = save_traces(rt.metadata, [(kind, owner, subject, listed, topic_id)
+                                    for (_, kind, owner, subject, topic_id), listed in zip(traces, events, strict=True)])  # fmt: skip
     try:
         on = switches(rt)
         for trace, kind, owner, subject, topic_id in traces:

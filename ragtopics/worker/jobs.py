@@ -9,6 +9,7 @@ says "bug", and these are the operator's files, not bugs.
 from __future__ import annotations
 
 import logging
+import time
 
 from rq import get_current_job
 
@@ -101,13 +102,23 @@ def _result(result) -> dict:
             "replaced": result.replaced, "reason": result.reason, "continued_in": result.continued_in}  # fmt: skip
 
 
+#: Least seconds between two progress writes of a job within one phase (the console polls about once a second).
+PROGRESS_EVERY_S = 0.25
+
+
 def _job_progress():
+    """``progress(phase, done, total)`` writing to the current job's meta: at every new phase and at its end,
+    and in between at most every :data:`PROGRESS_EVERY_S` (a batch of small files reports per file)."""
     job = get_current_job()
+    last = {"phase": None, "at": 0.0}
 
     def progress(phase: str, done: int, total: int) -> None:
-        if job is not None:
-            job.meta.update(phase=phase, done=done, total=total)
-            job.save_meta()
+        now = time.monotonic()
+        if job is None or (phase == last["phase"] and done < total and now - last["at"] < PROGRESS_EVERY_S):
+            return
+        last.update(phase=phase, at=now)
+        job.meta.update(phase=phase, done=done, total=total)
+        job.save_meta()
 
     return progress
 

@@ -1,0 +1,64 @@
+"""Document locks on the real Redis: a batch's locks (document_locks) and a single lock (document_lock) exclude
+each other; a busy lock is waited for without holding the others in a circle; nothing is left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ragtopics.errors import StoreUnavailableError
+from ragtopics.storage.locks import document_lock, document_locks, lock_key
+
+
+def held(rt, *ids: str) -> list[bool]:
+    return [bool(rt.redis.exists(lock_key(d))) for d in ids]
+
+
+def test_free_locks_are_taken_together_and_released(rt):
+    with document_locks(rt.redis, ["doc-b", "doc-a", "doc-a"]):
+        assert held(rt, "doc-a", "doc-b") == [True, True]
+        with pytest.raises(StoreUnavailableError, match="doc-a is busy"):
+            with document_lock(rt.redis, "doc-a", wait_s=0.2):
+                pass
+    assert held(rt, "doc-a", "doc-b") == [False, False]
+    with document_lock(rt.redis, "doc-a", wait_s=0.2):  # free again for a single lock
+        assert held(rt, "doc-a") == [True]
+
+
+def test_a_busy_lock_is_waited_for_and_the_others_are_taken_in_order(rt):
+    single = rt.redis.lock(lock_key("doc-b"), timeout=30)
+    assert single.acquire(blocking=False)
+    entered = threading.Event()
+
+    def batch():
+        with document_locks(rt.redis, ["doc-c", "doc-b", "doc-a"], wait_s=10):
+            entered.set()
+            time.sleep(0.2)
+
+    worker = threading.Thread(target=batch)
+    worker.start()
+    time.sleep(0.4)
+    assert not entered.is_set()
+    assert held(rt, "doc-a", "doc-c") == [True, False]  # waiting for doc-b, holding only what comes before it
+    single.release()
+    worker.join(10)
+    assert entered.is_set() and held(rt, "doc-a", "doc-b", "doc-c") == [False, False, False]
+
+
+def test_a_lock_that_stays_busy_fails_with_a_message_and_leaves_nothing_held(rt):
+    single = rt.redis.lock(lock_key("doc-b"), timeout=30)
+    assert single.acquire(blocking=False)
+    with pytest.raises(StoreUnavailableError, match="doc-b is busy"):
+        with document_locks(rt.redis, ["doc-a", "doc-b", "doc-c"], wait_s=0.3):
+            pass
+    assert held(rt, "doc-a", "doc-c") == [False, False]
+    assert held(rt, "doc-b") == [True]  # the other holder's lock is untouched
+    single.release()
+
+
+def test_a_lock_that_expired_while_held_is_not_released_from_its_new_holder(rt):
+    with document_locks(rt.redis, ["doc-a", "doc-b"]):
+        rt.redis.set(lock_key("doc-a"), b"someone-else")  # it expired and another holder took it
+    assert rt.redis.get(lock_key("doc-a")) == b"someone-else" and held(rt, "doc-b") == [False]
