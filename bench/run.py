@@ -6,7 +6,7 @@ repository; ``RAGTOPICS_EVAL_DIR`` overrides it). The language model is never
 called. The script prints figures, one per line; it asserts nothing.
 
 Sections:
-    1. ingest of the 994 passages through the real pipeline (receive_upload + ingest_documents, 32 files a job);
+    1. ingest of the 994 passages through the real pipeline (receive_upload + ingest_documents, BATCH_FILES a job);
     2. retrieval quality: recall@5 / recall@10 of the gold passages for the 100 questions;
     3. retrieval latency over a 10,000-chunk index (search alone, and embed + search);
     4. ingest throughput per file type (txt, md, csv, json, xml, docx, xlsx, pptx, pdf, png),

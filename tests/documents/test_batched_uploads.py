@@ -147,6 +147,12 @@ def test_a_single_small_file_gets_its_own_job_and_a_full_batch_is_queued_at_once
         assert len(queue_for(rt).get_job_ids()) == 2  # the full batch went at once
         uploads.add("c.txt", b"third")
     assert len(queue_for(rt).get_job_ids()) == 3
+    with BatchedUploads(rt, topic, batch_bytes=100) as uploads:  # 40 + 40 fit, a third would not
+        for name in ("d.txt", "e.txt", "f.txt"):
+            uploads.add(name, name.encode() * 8)
+    jobs = queue_for(rt).get_job_ids()
+    assert len(jobs) == 5
+    assert [len(Job.fetch(j, connection=rt.redis).args[1]) for j in jobs if j.startswith("batch-")] == [2, 2]
 
 
 def test_a_batch_that_cannot_be_queued_leaves_its_files_failed_and_says_so(rt, settings):
