@@ -288,12 +288,12 @@ BatchItem = tuple[str, str, str]
 def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progress: ProgressFn | None = None) -> dict[str, IngestResult]:
     """Index several staged files of one RAG Topic together: their chunks share length-sorted embedding batches.
 
-    Embedding small files one at a time wastes most of the embedding model's speed (a
-    forward pass per file, padded to that file's length); here every file is read and
-    chunked first, then all chunks are embedded in batches sorted by length, then each
-    file is stored as :func:`ingest_document` stores it (its own lock, chunk swap, row and
-    trace). Each file keeps its own outcome: one that cannot be read fails alone, one
-    superseded or deleted meanwhile is skipped, and the others are stored.
+    Embedding small files one at a time wastes much of the embedding model's speed (a
+    forward pass per file), and each file's bookkeeping costs as much again. Here every
+    file is read and chunked first, then all their chunks are embedded in batches sorted
+    by length, then all are stored at once (:func:`_store_batch`: one chunk swap, one SQL
+    transaction). Each file keeps its own row, trace and outcome: one that cannot be read
+    fails alone, one superseded or deleted meanwhile is skipped, and the others are stored.
 
     Files of a GraphRAG Topic are indexed one at a time (:func:`ingest_document`, with its
     extraction fan-out).

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _PAGE = 1000
+#: The field that marks a Topic's file-names hash as holding every file (see :meth:`ChunkIndex.file_names`).
+_NAMES_COMPLETE = ""
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
 _MAX_GROUPS = 1_000_000
 
@@ -163,6 +165,7 @@ class ChunkIndex:
         self.prefix = f"rt:{topic_id}:chunk"
         self.record_key = f"rt:{topic_id}:index:chunks"  # outside the chunk prefix, so never indexed
         self.files_key = f"rt:{topic_id}:index:files"  # changes whenever a file appears or goes
+        self.names_key = f"rt:{topic_id}:index:names"  # {document id: file name}, written with each chunk swap
         self.index = SearchIndex.from_dict(self.schema(topic_id, dims), redis_client=client)
 
     @staticmethod
@@ -314,6 +317,10 @@ class ChunkIndex:
             if stale:
                 pipe.delete(*stale)
             removed[document_id] = len(stale)
+            if chunks:
+                pipe.hset(self.names_key, document_id, chunks[0].file_name)
+            else:
+                pipe.hdel(self.names_key, document_id)
             renamed = bool(before and chunks) and next(iter(before.values())) != chunks[0].file_name
             files_changed |= not before or not chunks or renamed
         if files_changed:  # the set of searchable files changed
@@ -523,7 +530,7 @@ class ChunkIndex:
         """Delete the index, every chunk of the Topic and the record of the embedder it was built with."""
         if self.index.exists():
             self.index.delete(drop=True)
-        self.client.delete(self.record_key, self.files_key)
+        self.client.delete(self.record_key, self.files_key, self.names_key)
 
     def files_generation(self) -> str:
         """A token that changes whenever a file gains its first chunks, loses its last or is renamed.
@@ -537,9 +544,33 @@ class ChunkIndex:
         return _decode(token)
 
     def file_names(self) -> dict[str, str]:
-        """``{document id: file name}`` of every document with chunks in the index (one aggregation)."""
+        """``{document id: file name}`` of every document with chunks in the index.
+
+        Read from a hash that every chunk swap keeps up to date in its transaction (one
+        ``HGETALL``, whatever the number of chunks). An index written before the hash was kept
+        gets it here, once, from one aggregation over its chunks; the hash is marked complete
+        (field ``""``) only when no file appeared, went or was renamed in between (``WATCH`` on
+        the names and on the files token), else the next call tries again.
+        """
         if self.built_with() is None:
             return {}
+        stored = {_decode(k): _decode(v) for k, v in self.client.hgetall(self.names_key).items()}
+        if stored.pop(_NAMES_COMPLETE, None) is not None:
+            return stored
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(self.names_key, self.files_key)  # a file that appears, goes or is renamed sets files_key
+            names = self._aggregated_names()
+            pipe.multi()
+            pipe.delete(self.names_key)
+            pipe.hset(self.names_key, mapping={**names, _NAMES_COMPLETE: "1"})
+            try:
+                pipe.execute()
+            except redis.WatchError:  # a chunk swap ran meanwhile: these names may be stale, not kept
+                pass
+        return names
+
+    def _aggregated_names(self) -> dict[str, str]:
+        """``{document id: file name}`` from one aggregation over every chunk of the index."""
         request = (AggregateRequest("*").load("@document_id", "@file_name").group_by(["@document_id", "@file_name"])
                    .limit(0, _MAX_GROUPS).dialect(2))  # fmt: skip
         rows = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])

@@ -135,11 +135,13 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
 
     An ingest job whose GraphRAG extraction fanned out finishes with ``continued_in``:
     its progress is then that of the finishing job, and while that one waits for the
-    extraction jobs, the phase is ``extracting`` with the chunks extracted so far.
+    extraction jobs, the phase is ``extracting`` with the chunks extracted so far. A version
+    indexed by a shared job (:func:`enqueue_ingest_batch`) shows that job's progress while it
+    runs, then its own result.
     """
     progress = _progress(rt, job_id)
     if progress.status == "missing" and (batch := batch_of(rt, job_id)):
-        return _in_batch(rt, job_id, batch)
+        progress = _in_batch(rt, job_id, batch)
     following = (progress.result or {}).get("continued_in") if progress.status == "finished" else None
     if not following:
         return progress
