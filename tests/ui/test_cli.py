@@ -84,6 +84,23 @@ def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsy
     assert "blob.txt: FAILED: blob.txt looks like a binary file" in err and "[1/1] files done: 0 indexed, 1 failed; 0 chunks" in err
 
 
+def test_ingest_of_many_small_files_shares_jobs_and_reports_each_file(rt, worker_process, tmp_path, capsys):
+    main(["topic", "create", "Many"])
+    paths = []
+    for n in range(6):
+        paths.append(tmp_path / f"note-{n}.txt")
+        paths[-1].write_text(f"Note {n}: valve V-{n} is checked on day {n} of the month.")
+    paths.append(tmp_path / "blob.txt")
+    paths[-1].write_bytes(b"\x00\x01\x02binary")
+    assert main(["ingest", "Many", *map(str, paths)]) == 1  # one file failed
+    err = capsys.readouterr().err
+    assert "blob.txt: FAILED: blob.txt looks like a binary file" in err
+    assert "[7/7] files done: 6 indexed, 1 failed; 6 chunks" in err
+    assert main(["docs", "Many", "--json"]) == 0
+    docs = {d["file_name"]: d for d in json.loads(capsys.readouterr().out)}
+    assert [docs[f"note-{n}.txt"]["status"] for n in range(6)] == ["indexed"] * 6 and docs["blob.txt"]["status"] == "failed"
+
+
 def test_unknown_topic_is_a_clear_error(rt, capsys):
     assert main(["ask", "Nope", "hello"]) == 2
     assert "no Topic called 'Nope'" in capsys.readouterr().err
