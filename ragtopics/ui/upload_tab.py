@@ -15,7 +15,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, md_text, plural, progress_bar, refresh_dropdown, short_name, topic_choices
-from ragtopics.worker.queue import job_progress, phase_text
+from ragtopics.worker.queue import job_progresses, phase_text
 
 MAX_TRACKED_JOBS = 2000
 #: Job results of a version that a newer upload or a delete made obsolete.
@@ -69,7 +69,7 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
     """Progress bars for ``(job_id, file_name)`` pairs (newest upload batch)."""
     if not jobs:
         return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
-    progress = [(name, job_progress(rt, job_id)) for job_id, name in jobs]
+    progress = list(zip((name for _, name in jobs), job_progresses(rt, [job_id for job_id, _ in jobs]), strict=True))
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
@@ -96,6 +96,8 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
             bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:
             detail = phase_text(p.phase or p.status, p.done, p.total)
+            if p.shared_by > 1:  # every file of a shared job shows the job's progress
+                detail += f" · in one job with {plural(p.shared_by - 1, 'other file')}"
             bars.append(progress_bar(short_name(name), p.fraction, detail))
     return "".join(bars)
 

@@ -23,6 +23,8 @@ class JobProgress:
         done, total: units of the phase (chunks while embedding).
         error: the failure message, for a failed job.
         result: the job's return value when finished.
+        shared_by: how many files the job indexes (1, or the files of a shared job; its phase,
+            done and total are then the whole job's while it runs).
     """
 
     job_id: str
@@ -32,6 +34,7 @@ class JobProgress:
     total: int = 0
     error: str = ""
     result: dict | None = None
+    shared_by: int = 1
 
     @property
     def is_final(self) -> bool:
@@ -130,7 +133,13 @@ def batch_of(rt: Runtime, job_id: str) -> str:
     return name.decode() if isinstance(name, bytes) else (name or "")
 
 
-def job_progress(rt: Runtime, job_id: str) -> JobProgress:
+def job_progresses(rt: Runtime, job_ids: list[str]) -> list[JobProgress]:
+    """:func:`job_progress` of several jobs, reading each shared job once (the progress bars of an upload)."""
+    batches: dict[str, JobProgress] = {}
+    return [job_progress(rt, job_id, _batches=batches) for job_id in job_ids]
+
+
+def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, JobProgress] | None = None) -> JobProgress:
     """Read a job's status and ``job.meta`` progress.
 
     An ingest job whose GraphRAG extraction fanned out finishes with ``continued_in``:
@@ -141,7 +150,7 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
     """
     progress = _progress(rt, job_id)
     if progress.status == "missing" and (batch := batch_of(rt, job_id)):
-        progress = _in_batch(rt, job_id, batch)
+        progress = _in_batch(rt, job_id, batch, {} if _batches is None else _batches)
     following = (progress.result or {}).get("continued_in") if progress.status == "finished" else None
     if not following:
         return progress
@@ -155,18 +164,23 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
     return replace(then, job_id=job_id)
 
 
-def _in_batch(rt: Runtime, job_id: str, batch_id: str) -> JobProgress:
-    """The progress of one version indexed by a shared job: the batch's while it runs, its own result after."""
-    batch = _progress(rt, batch_id)
+def _in_batch(rt: Runtime, job_id: str, batch_id: str, batches: dict[str, JobProgress]) -> JobProgress:
+    """The progress of one version indexed by a shared job: the batch's while it runs, its own result after.
+
+    ``batches`` keeps each shared job's progress read once (see :func:`job_progresses`).
+    """
+    if batch_id not in batches:
+        batches[batch_id] = _progress(rt, batch_id, with_files=True)
+    batch = batches[batch_id]
     if batch.status != "finished":
         return replace(batch, job_id=job_id)
     result = (batch.result or {}).get("documents", {}).get(job_id)
     if result is None:
         return JobProgress(job_id, "missing")
     if result.get("status") == "failed":
-        return JobProgress(job_id, "failed", "done", error=result.get("reason") or "indexing failed")
+        return JobProgress(job_id, "failed", "done", error=result.get("reason") or "indexing failed", shared_by=batch.shared_by)
     count = int(result.get("chunk_count") or 0)
-    return JobProgress(job_id, "finished", "done", count, count, result=result)
+    return JobProgress(job_id, "finished", "done", count, count, result=result, shared_by=batch.shared_by)
 
 
 def _meta(rt: Runtime, job_id: str) -> dict:
@@ -176,11 +190,13 @@ def _meta(rt: Runtime, job_id: str) -> dict:
         return {}
 
 
-def _progress(rt: Runtime, job_id: str) -> JobProgress:
+def _progress(rt: Runtime, job_id: str, *, with_files: bool = False) -> JobProgress:
+    """A job's progress; ``with_files``: a shared ingest job's number of files in ``shared_by``."""
     try:
         job = Job.fetch(job_id, connection=rt.redis)
     except NoSuchJobError:
         return JobProgress(job_id=job_id, status="missing")
+    shared_by = len(job.args[1]) if with_files and len(job.args) > 1 and isinstance(job.args[1], list | tuple) else 1
     status = job.get_status(refresh=True)
     status = getattr(status, "value", status) or "missing"
     meta = job.get_meta(refresh=True)
@@ -188,7 +204,7 @@ def _progress(rt: Runtime, job_id: str) -> JobProgress:
     if status == "failed":
         error = _last_line(job.latest_result().exc_string if job.latest_result() else "") or "the job failed"
     return JobProgress(job_id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
-                       job.return_value() if status == "finished" else None)  # fmt: skip
+                       job.return_value() if status == "finished" else None, shared_by)  # fmt: skip
 
 
 def _last_line(text: str | None) -> str:

@@ -13,7 +13,8 @@ from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.traces import load_trace
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import batch_of, job_progress, queue_for
+from ragtopics.ui.upload_tab import jobs_html
+from ragtopics.worker.queue import batch_of, job_progress, job_progresses, queue_for
 from ragtopics.worker.recovery import recover_stranded, stranded_reason
 
 SMALL = {"chunk_size": 200, "chunk_overlap": 0}
@@ -45,8 +46,13 @@ def test_small_files_share_one_job_and_each_is_indexed_with_its_own_result_and_t
     assert len(queued) == 1 and queued[0].startswith("batch-")
     assert {batch_of(rt, row.job_id) for row in rows.values()} == {queued[0]}
     assert {job_progress(rt, row.job_id).status for row in rows.values()} == {"queued"}
+    assert [p.shared_by for p in job_progresses(rt, [row.job_id for row in rows.values()])] == [len(FACTS)] * len(FACTS)
+    bars = jobs_html(rt, [(row.job_id, name) for name, row in rows.items()])
+    assert bars.count("in one job with 3 other files") == len(FACTS)
 
     run_jobs()
+    bars = jobs_html(rt, [(row.job_id, name) for name, row in rows.items()])
+    assert "4 indexed" in bars and bars.count("indexed · 1 chunk") == 3 and "other files" not in bars
     for name, row in rows.items():
         doc = get_document(rt, row.id)
         chunks = stored(rt, topic.id, row.id)
