@@ -218,11 +218,18 @@ BATCH_BYTES = 1024 * 1024
 
 def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     """Whether a file may share its indexing job: a RAG Topic's small file read without conversion
-    (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`."""
+    (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`, in a Topic whose upload
+    makes no model call per chunk (SEMANTIC chunking, LLM keyword enrichment, NARRATE): such calls
+    take far longer than embedding, and alone each file shows its own progress through them."""
     from ragtopics.ingest.readers import IMAGE_TYPES
 
+    if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
+        return False
     ext = extension_of(file_name)
-    return topic.kind == "rag" and size_bytes <= BATCH_FILE_BYTES and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
+    cfg = topic.settings
+    calls_models = (cfg.chunking_strategy == "SEMANTIC" or cfg.import_strategy == "NARRATE"
+                    or (cfg.retrieval_strategy == "HYBRID" and cfg.keyword_enrichment == "LLM"))  # fmt: skip
+    return not calls_models and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
 
 
 class BatchedUploads:
