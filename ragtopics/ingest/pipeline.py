@@ -285,7 +285,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 BatchItem = tuple[str, str, str]
 
 
-def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progress: ProgressFn | None = None) -> dict[str, IngestResult]:
+def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progress: ProgressFn | None = None,
+                     settled: Callable[[str, IngestResult], None] | None = None) -> dict[str, IngestResult]:  # fmt: skip
     """Index several staged files of one RAG Topic together: their chunks share length-sorted embedding batches.
 
     Embedding small files one at a time wastes much of the embedding model's speed (a
@@ -302,6 +303,8 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
         items: the staged versions, each as :data:`BatchItem`.
         progress: ``(phase, done, total)`` for the whole batch: ``reading`` and ``storing`` count
             files, ``embedding`` counts chunks.
+        settled: ``settled(job id, result)`` for each file whose outcome is known before the batch
+            is stored (it failed, or was superseded), as soon as it is known.
 
     Returns:
         ``{job id: IngestResult}``; a file that failed has status ``failed`` and its message as
@@ -313,12 +316,12 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
             ``processing`` and the worker's next start queues them again.
     """
     report = progress or (lambda phase, done, total: None)
+    results = _Results(settled)
     topic = get_topic(rt, topic_id)
     if topic.kind == "graphrag":
         return {job_id: _alone(rt, document_id, job_id, blob_path) for document_id, job_id, blob_path in items}
     cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)
-    results: dict[str, IngestResult] = {}
     drafts: list[tuple[DocumentRow, str, Trace, _Draft]] = []
     quiet: ProgressFn = lambda phase, done, total: None  # noqa: E731 - per file, the batch reports
     with document_locks(rt.redis, [document_id for document_id, _, _ in items], wait_s=WORKER_LOCK_WAIT_S):
@@ -339,7 +342,7 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
     except Exception as exc:  # the embedding model is unreachable: every file of the batch fails with the message
         for doc, job_id, trace, _ in drafts:
             results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
-        return results
+        return dict(results)
     ready = []
     for (doc, job_id, trace, draft), embedded in zip(drafts, vectors, strict=True):
         try:
@@ -347,9 +350,22 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
         except Exception as exc:
             results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
     report("storing", 0, len(ready))
-    results.update(_store_batch(rt, topic, ready))
+    stored = _store_batch(rt, topic, ready)
     report("done", len(items), len(items))
-    return results
+    return {**results, **stored}
+
+
+class _Results(dict):
+    """``{job id: IngestResult}`` that tells ``settled`` of each result as it is set (see :func:`ingest_documents`)."""
+
+    def __init__(self, settled: Callable[[str, IngestResult], None] | None):
+        super().__init__()
+        self._settled = settled
+
+    def __setitem__(self, job_id: str, result: IngestResult) -> None:
+        super().__setitem__(job_id, result)
+        if self._settled is not None:
+            self._settled(job_id, result)
 
 
 def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, PreparedVersion]]) -> dict[str, IngestResult]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -144,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of the output went away (`ragtopics docs T | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise for SIGPIPE
+        return 1
 
 
 def _quiet_model_loading() -> None:
@@ -276,6 +280,11 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
     started = time.monotonic()
     unreachable_since: float | None = None
     last_print, last_running = 0.0, ""
+    tty = sys.stderr.isatty()
+
+    def say(text: str) -> None:  # a file's line; on a terminal, over the progress line it replaces
+        print(("\r\x1b[K" if tty else "") + text, file=sys.stderr)
+
     while pending:
         # Jobs run roughly in the order they were queued: polling the oldest few keeps a wait on a
         # thousand files from costing thousands of Redis round trips a second; later ones are read when they come up.
@@ -300,24 +309,24 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             del pending[job_id]
             if p.status == "missing":  # a delete removes the document's jobs with it
                 stopped += 1
-                print(f"  {name}: its job is gone (the document was deleted while it was indexed)", file=sys.stderr)
+                say(f"  {name}: its job is gone (the document was deleted while it was indexed)")
             elif p.status == "finished" and (p.result or {}).get("status") in ("superseded", "cancelled"):
                 stopped += 1
-                print(f"  {name}: {(p.result or {}).get('reason')}", file=sys.stderr)
+                say(f"  {name}: {(p.result or {}).get('reason')}")
             elif p.status == "finished":
                 chunks += (p.result or {}).get("chunk_count", 0)
                 empty += (p.result or {}).get("status") == "empty"
                 if len(jobs) <= 20:
-                    print(f"  {name}: {(p.result or {}).get('status')} ({(p.result or {}).get('chunk_count', 0)} chunks)", file=sys.stderr)
+                    say(f"  {name}: {(p.result or {}).get('status')} ({_chunks((p.result or {}).get('chunk_count', 0))})")
             else:
                 failed += 1
-                print(f"  {name}: FAILED: {p.error or p.status}", file=sys.stderr)
+                say(f"  {name}: FAILED: {p.error or p.status}")
         done = len(jobs) - len(pending)
         counts = (f"{done - failed - empty - stopped} indexed" + (f", {empty} empty" if empty else "")
                   + (f", {stopped} replaced or deleted" if stopped else "") + (f", {failed} failed" if failed else ""))  # fmt: skip
-        line = f"[{done}/{len(jobs)}] files done: {counts}; {chunks} chunks, {time.monotonic() - started:.0f} s"
+        line = f"[{done}/{len(jobs)}] files done: {counts}; {_chunks(chunks)}, {time.monotonic() - started:.0f} s"
         running = next((f" · {name}: {_step(p)}" for _, name, p in progress if not p.is_final and p.status == "started"), "")
-        if sys.stderr.isatty():
+        if tty:
             print("\r" + line + running + "\x1b[K", end="", file=sys.stderr)
         elif done != last_done or not pending or (running != last_running and time.monotonic() - last_print >= 5):
             print(line + running, file=sys.stderr)
@@ -327,6 +336,11 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             time.sleep(0.3)
     print(file=sys.stderr)
     return failed
+
+
+def _chunks(count: int) -> str:
+    """``1 chunk``, ``2 chunks``."""
+    return f"{count:,} chunk{'' if count == 1 else 's'}"
 
 
 def _step(p) -> str:

@@ -79,10 +79,16 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
     summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session", (finished + failed) / len(jobs),
                            f"{counts}{failed} failed · {len(jobs) - finished - failed} waiting or running",
                            "failed" if failed else ("done" if finished == len(jobs) else ""))  # fmt: skip
-    # Running and failed jobs first, then the newest finished ones.
-    shown = [x for x in progress if not x[1].is_final or x[1].status != "finished"][-MAX_BARS:]
+    # Running jobs first (the oldest queued run first), then failed ones, then waiting ones, then the newest finished.
+    running = [x for x in progress if x[1].status == "started"]
+    failed_bars = [x for x in progress if x[1].is_final and x[1].status != "finished"]
+    waiting = [x for x in progress if not x[1].is_final and x[1].status != "started"]
+    shown = (running + failed_bars + waiting)[:MAX_BARS]
     shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
     bars = [summary]
+    if len(shown) < len(progress):
+        summary += f"<p style='color:#6b7280;margin:2px 0'>{len(shown)} of {len(progress)} files shown: running, failed and waiting ones first</p>"
+        bars = [summary]
     for name, p in shown:
         if p.status == "finished" and (p.result or {}).get("status") in STOPPED:
             bars.append(progress_bar(short_name(name), 1.0, (p.result or {}).get("reason", ""), "stopped"))

@@ -93,7 +93,14 @@ def ingest_batch(topic_id: str, items: list[tuple[str, str, str]]) -> dict:
     """
     from ragtopics.ingest.pipeline import ingest_documents
 
-    results = ingest_documents(_runtime(), topic_id, [tuple(item) for item in items], _job_progress())
+    job = get_current_job()
+
+    def settled(job_id: str, result) -> None:  # a file that failed early shows it at once, not when the batch ends
+        if job is not None:
+            job.meta.setdefault("settled", {})[job_id] = _result(result)
+            job.save_meta()
+
+    results = ingest_documents(_runtime(), topic_id, [tuple(item) for item in items], _job_progress(), settled)
     return {"documents": {job_id: _result(result) for job_id, result in results.items()}}
 
 

@@ -135,11 +135,11 @@ def batch_of(rt: Runtime, job_id: str) -> str:
 
 def job_progresses(rt: Runtime, job_ids: list[str]) -> list[JobProgress]:
     """:func:`job_progress` of several jobs, reading each shared job once (the progress bars of an upload)."""
-    batches: dict[str, JobProgress] = {}
+    batches: dict[str, tuple[JobProgress, dict]] = {}
     return [job_progress(rt, job_id, _batches=batches) for job_id in job_ids]
 
 
-def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, JobProgress] | None = None) -> JobProgress:
+def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, tuple[JobProgress, dict]] | None = None) -> JobProgress:
     """Read a job's status and ``job.meta`` progress.
 
     An ingest job whose GraphRAG extraction fanned out finishes with ``continued_in``:
@@ -164,23 +164,32 @@ def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, JobProgress] |
     return replace(then, job_id=job_id)
 
 
-def _in_batch(rt: Runtime, job_id: str, batch_id: str, batches: dict[str, JobProgress]) -> JobProgress:
-    """The progress of one version indexed by a shared job: the batch's while it runs, its own result after.
+def _in_batch(rt: Runtime, job_id: str, batch_id: str, batches: dict[str, tuple[JobProgress, dict]]) -> JobProgress:
+    """The progress of one version indexed by a shared job: the job's while it runs, its own result once
+    known (a file that failed or was superseded is known before the job ends: ``job.meta["settled"]``).
 
-    ``batches`` keeps each shared job's progress read once (see :func:`job_progresses`).
+    ``batches`` keeps each shared job's state read once (see :func:`job_progresses`).
     """
     if batch_id not in batches:
-        batches[batch_id] = _progress(rt, batch_id, with_files=True)
-    batch = batches[batch_id]
-    if batch.status != "finished":
-        return replace(batch, job_id=job_id)
-    result = (batch.result or {}).get("documents", {}).get(job_id)
+        batches[batch_id] = _batch_state(rt, batch_id)
+    batch, settled = batches[batch_id]
+    result = (batch.result or {}).get("documents", {}).get(job_id) if batch.status == "finished" else settled.get(job_id)
     if result is None:
-        return JobProgress(job_id, "missing")
+        return replace(batch, job_id=job_id) if batch.status != "finished" else JobProgress(job_id, "missing")
     if result.get("status") == "failed":
         return JobProgress(job_id, "failed", "done", error=result.get("reason") or "indexing failed", shared_by=batch.shared_by)
     count = int(result.get("chunk_count") or 0)
     return JobProgress(job_id, "finished", "done", count, count, result=result, shared_by=batch.shared_by)
+
+
+def _batch_state(rt: Runtime, batch_id: str) -> tuple[JobProgress, dict]:
+    """A shared ingest job's progress (``shared_by``: its number of files) and the results it settled so far."""
+    try:
+        job = Job.fetch(batch_id, connection=rt.redis)
+    except NoSuchJobError:
+        return JobProgress(job_id=batch_id, status="missing"), {}
+    files = len(job.args[1]) if len(job.args) > 1 and isinstance(job.args[1], list | tuple) else 1
+    return replace(_progress_of(job), shared_by=files), dict(job.meta.get("settled") or {})
 
 
 def _meta(rt: Runtime, job_id: str) -> dict:
@@ -190,21 +199,23 @@ def _meta(rt: Runtime, job_id: str) -> dict:
         return {}
 
 
-def _progress(rt: Runtime, job_id: str, *, with_files: bool = False) -> JobProgress:
-    """A job's progress; ``with_files``: a shared ingest job's number of files in ``shared_by``."""
+def _progress(rt: Runtime, job_id: str) -> JobProgress:
     try:
         job = Job.fetch(job_id, connection=rt.redis)
     except NoSuchJobError:
         return JobProgress(job_id=job_id, status="missing")
-    shared_by = len(job.args[1]) if with_files and len(job.args) > 1 and isinstance(job.args[1], list | tuple) else 1
+    return _progress_of(job)
+
+
+def _progress_of(job: Job) -> JobProgress:
     status = job.get_status(refresh=True)
     status = getattr(status, "value", status) or "missing"
     meta = job.get_meta(refresh=True)
     error = ""
     if status == "failed":
         error = _last_line(job.latest_result().exc_string if job.latest_result() else "") or "the job failed"
-    return JobProgress(job_id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
-                       job.return_value() if status == "finished" else None, shared_by)  # fmt: skip
+    return JobProgress(job.id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
+                       job.return_value() if status == "finished" else None)  # fmt: skip
 
 
 def _last_line(text: str | None) -> str:

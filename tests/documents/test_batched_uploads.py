@@ -209,3 +209,42 @@ def test_ingest_documents_reports_progress_for_the_whole_batch(rt):
     assert [s for s in seen if s[0] == "reading"] == [("reading", n, len(rows)) for n in range(len(rows))]
     assert ("embedding", 0, chunks) in seen and seen[-1] == ("done", len(rows), len(rows))
     assert {r.status for r in results.values()} == {"indexed"} and rt.chunk_index(topic.id).count() == chunks
+
+
+def test_a_file_that_fails_early_says_so_before_its_batch_ends(rt, reconfigure):
+    rt = reconfigure(MAX_CHUNKS_PER_DOCUMENT=3)
+    topic = create_topic(rt, "Early", settings=SMALL)
+    from ragtopics.documents.uploads import receive_upload
+
+    files = {**FACTS, "huge.txt": "A sentence about pumps and valves and boilers. " * 60}
+    rows = {name: receive_upload(rt, topic, name, text.encode()) for name, text in files.items()}
+    events = []
+    ingest_documents(rt, topic.id, [(r.id, r.job_id, r.pending_blob_path) for r in rows.values()],
+                     lambda phase, done, total: events.append(phase),
+                     lambda job_id, result: events.append((job_id, result.status)))  # fmt: skip
+    assert (rows["huge.txt"].job_id, "failed") in events
+    assert events.index((rows["huge.txt"].job_id, "failed")) < events.index("embedding")  # known before the batch ends
+    assert sum(isinstance(e, tuple) for e in events) == 1  # the stored ones are reported at the end, not here
+
+
+def test_the_progress_of_a_running_batch_shows_a_settled_failure(rt):
+    topic = create_topic(rt, "Settled", settings=SMALL)
+    rows = upload_all(rt, topic, FACTS)
+    [batch] = queue_for(rt).get_job_ids()
+    job = Job.fetch(batch, connection=rt.redis)
+    job.meta.update(phase="embedding", done=2, total=9,
+                    settled={rows["pumps.txt"].job_id: {"status": "failed", "reason": "pumps.txt could not be read"}})
+    job.save_meta()
+    progress = job_progresses(rt, [row.job_id for row in rows.values()])
+    assert (progress[0].status, progress[0].error) == ("failed", "pumps.txt could not be read")
+    assert [(p.status, p.phase, p.done, p.total) for p in progress[1:]] == [("queued", "embedding", 2, 9)] * 3
+
+
+def test_the_bars_say_how_many_files_they_leave_out(rt, run_jobs):
+    topic = create_topic(rt, "Many", settings=SMALL)
+    rows = upload_all(rt, topic, {f"n{i:02d}.txt": f"Note {i}." for i in range(25)})
+    jobs = [(row.job_id, name) for name, row in rows.items()]
+    assert "20 of 25 files shown" in jobs_html(rt, jobs)
+    run_jobs()
+    bars = jobs_html(rt, jobs)
+    assert "25 indexed" in bars and "20 of 25 files shown" in bars and "n24.txt" in bars  # the newest finished ones

@@ -101,6 +101,17 @@ def test_ingest_of_many_small_files_shares_jobs_and_reports_each_file(rt, worker
     assert [docs[f"note-{n}.txt"]["status"] for n in range(6)] == ["indexed"] * 6 and docs["blob.txt"]["status"] == "failed"
 
 
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(rt, settings):
+    main(["topic", "create", "Piped"])
+    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
+    # `head -c 0` has exited before the command writes: its first write meets a closed pipe
+    command = f"{sys.executable} -m ragtopics.ui.cli topic show Piped | head -c 0; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
 def test_unknown_topic_is_a_clear_error(rt, capsys):
     assert main(["ask", "Nope", "hello"]) == 2
     assert "no Topic called 'Nope'" in capsys.readouterr().err
