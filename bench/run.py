@@ -55,7 +55,7 @@ from ragtopics.quality.evaluate import retrieval_metrics
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.settings.env import Settings
 from ragtopics.tracing.trace import Trace
-from ragtopics.documents.uploads import BATCH_BYTES, BATCH_FILES, batchable, receive_upload
+from ragtopics.documents.uploads import JobGroups, batchable, receive_upload
 from ragtopics.ingest.pipeline import ingest_document, ingest_documents
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.topics.topics import Topic, create_topic
@@ -267,31 +267,23 @@ def _ingest_files(rt: Runtime, topic: Topic, files: list[tuple[str, str]], *, sh
                 if event["step"] == "chunk":
                     chunks.extend(event["data"].get("chunks", []))
                 elif event["step"] == "embed":
-                    embed_ms += event["duration_ms"]
-                    shared_ms = max(shared_ms, float(event["data"].get("batch_ms") or 0.0))
-        embed_ms += shared_ms  # a batch's embedding is one shared step: counted once
+                    shared_ms = max(shared_ms, event["duration_ms"])
+        embed_ms += shared_ms  # a job's embedding is one step that every file of it shares: counted once
     return seconds, chunks, embed_ms / 1000, stored
 
 
 def job_groups(topic: Topic, files: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """The files in the jobs :class:`~ragtopics.documents.uploads.BatchedUploads` would queue for them: a file
-    that may not share (:func:`batchable`) alone, the others in order, at most :data:`BATCH_FILES` and
-    :data:`BATCH_BYTES` a job."""
+    that may not share (:func:`batchable`) alone, the others grouped by :class:`JobGroups`."""
     groups: list[list[tuple[str, str]]] = []
-    waiting: list[tuple[str, str]] = []
+    shared = JobGroups()
     for name, text in files:
         size = len(text.encode())
-        if not batchable(topic, name, size):
+        if batchable(topic, name, size):
+            groups += shared.add((name, text), size)
+        else:
             groups.append([(name, text)])
-            continue
-        if sum(len(t.encode()) for _, t in waiting) + size > BATCH_BYTES:
-            groups.append(waiting)
-            waiting = []
-        waiting.append((name, text))
-        if len(waiting) >= BATCH_FILES:
-            groups.append(waiting)
-            waiting = []
-    return groups + ([waiting] if waiting else [])
+    return [g for g in [*groups, shared.close()] if g]
 
 
 def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:

@@ -232,6 +232,33 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     return not calls_models and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
 
 
+class JobGroups:
+    """Files grouped into shared indexing jobs as they come, in order: a group closes when it holds
+    ``batch_files`` files, or before a file that would take it over ``batch_bytes``.
+
+    The one rule :class:`BatchedUploads` queues jobs by (and ``make bench`` times them by).
+    """
+
+    def __init__(self, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES):
+        self.batch_files, self.batch_bytes = batch_files, batch_bytes
+        self._waiting: list = []
+        self._bytes = 0
+
+    def add(self, item, size_bytes: int) -> list[list]:
+        """Add a file (any item) of ``size_bytes``; returns the groups this closed (none, one or two)."""
+        closed = [self.close()] if self._waiting and self._bytes + size_bytes > self.batch_bytes else []
+        self._waiting.append(item)
+        self._bytes += size_bytes
+        if len(self._waiting) >= self.batch_files:
+            closed.append(self.close())
+        return closed
+
+    def close(self) -> list:
+        """The files that wait, as a group (``[]`` when none); the next file starts a new one."""
+        group, self._waiting, self._bytes = self._waiting, [], 0
+        return group
+
+
 class BatchedUploads:
     """Receive the files of one upload and enqueue their indexing, small ones in shared jobs.
 
@@ -254,8 +281,8 @@ class BatchedUploads:
     """
 
     def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES):
-        self.rt, self.topic, self.batch_files, self.batch_bytes = rt, topic, batch_files, batch_bytes
-        self._waiting: list[DocumentRow] = []
+        self.rt, self.topic = rt, topic
+        self._groups = JobGroups(batch_files=batch_files, batch_bytes=batch_bytes)
         #: ``(row, message)`` of each file whose shared job could not be enqueued.
         self.not_queued: list[tuple[DocumentRow, str]] = []
 
@@ -273,11 +300,8 @@ class BatchedUploads:
         if not batchable(self.topic, row.file_name, len(data)):
             enqueue_document(self.rt, row)
             return row
-        if sum(r.size_bytes for r in self._waiting) + row.size_bytes > self.batch_bytes:
-            self.flush()
-        self._waiting.append(row)
-        if len(self._waiting) >= self.batch_files:
-            self.flush()
+        for group in self._groups.add(row, len(data)):
+            self._enqueue(group)
         return row
 
     def flush(self) -> None:
@@ -285,7 +309,10 @@ class BatchedUploads:
 
         A job that cannot be enqueued leaves its files ``failed`` and in :attr:`not_queued`.
         """
-        rows, self._waiting = self._waiting, []
+        self._enqueue(self._groups.close())
+
+    def _enqueue(self, rows: list[DocumentRow]) -> None:
+        """Enqueue one group of files; see :meth:`flush`."""
         if not rows:
             return
         try:

@@ -140,12 +140,7 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
     new_blobs: list[str] = []
     try:
         draft = _draft(rt, doc, blob_path, cfg, prompts, trace, report)
-        vectors = []
-        with trace.step("embed", count=len(draft.pieces)) as ev:
-            for i in range(0, len(draft.pieces), _EMBED_STEP):
-                report("embedding", i, len(draft.pieces))
-                vectors.extend(rt.gateway.embed(draft.embed_texts[i : i + _EMBED_STEP], trace=trace))
-            ev.data["model"] = rt.gateway.embedder.model
+        [vectors] = _embed_together(rt, [draft.embed_texts], [trace], report)
         version = _complete(rt, doc, draft, vectors, cfg, prompts, trace, report)
     except Exception as exc:
         return _stop_or_fail(rt, doc.id, job_id, exc, trace, new_blobs)
@@ -439,27 +434,31 @@ def _failed_alone(rt: Runtime, document_id: str, job_id: str, exc: Exception, tr
 
 
 def _embed_together(rt: Runtime, texts: list[list[str]], traces: list[Trace], report: ProgressFn) -> list[list]:
-    """Embed the chunk texts of several files in batches sorted by length; the vectors come back per file.
+    """Embed the chunk texts of one or several files in batches sorted by length; the vectors come back per file.
 
-    Each file's trace gets an ``embed`` step with its own chunk count, the batch's size in files
-    and chunks, and the batch's embedding time (shared, not divided).
+    Each file's trace gets an ``embed`` step that lasts the whole embedding (the file waited that
+    long), with its own chunk count, the batch's size in files and chunks, and one ``model_call``
+    with its own number of texts.
     """
     flat = [(len(t), f, i) for f, file_texts in enumerate(texts) for i, t in enumerate(file_texts)]
     order = sorted(flat)
     out: list[list] = [[None] * len(file_texts) for file_texts in texts]
-    t0 = time.perf_counter()
-    for start in range(0, len(order), _EMBED_STEP):
-        report("embedding", start, len(order))
-        step = order[start : start + _EMBED_STEP]
-        vectors = rt.gateway.embed([texts[f][i] for _, f, i in step])
-        for (_, f, i), vector in zip(step, vectors, strict=True):
-            out[f][i] = vector
-    batch_ms = round((time.perf_counter() - t0) * 1000, 3)
     model = rt.gateway.embedder.model
-    for file_texts, trace in zip(texts, traces, strict=True):
-        with trace.step("embed", count=len(file_texts), model=model, batch_files=len(texts), batch_chunks=len(order),
-                        batch_ms=batch_ms):  # fmt: skip
-            trace.add("model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, batch_ms, items=len(file_texts))))
+    with contextlib.ExitStack() as steps:
+        for file_texts, trace in zip(texts, traces, strict=True):
+            steps.enter_context(trace.step("embed", count=len(file_texts), model=model, batch_files=len(texts),
+                                           batch_chunks=len(order)))  # fmt: skip
+        t0 = time.perf_counter()
+        for start in range(0, len(order), _EMBED_STEP):
+            report("embedding", start, len(order))
+            step = order[start : start + _EMBED_STEP]
+            vectors = rt.gateway.embed([texts[f][i] for _, f, i in step])
+            for (_, f, i), vector in zip(step, vectors, strict=True):
+                out[f][i] = vector
+        took_ms = round((time.perf_counter() - t0) * 1000, 3)
+        for file_texts, trace in zip(texts, traces, strict=True):
+            if file_texts:
+                trace.add("model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, took_ms, items=len(file_texts))))
     return out
 
 

@@ -152,11 +152,10 @@ def start_processing(store: MetadataStore, document_id: str, job_id: str) -> Doc
     Raises:
         SupersededError: when the job's version was replaced or the document deleted.
     """
-    with store.session() as s:
-        row = _current(_locked(s, document_id), job_id)
-        _move(row, _S.PROCESSING)
-        s.add(row)
-        return row
+    row = start_many(store, [(document_id, job_id)])[job_id]
+    if isinstance(row, str):
+        raise SupersededError(row)
+    return row
 
 
 def start_many(store: MetadataStore, pairs: list[tuple[str, str]]) -> dict[str, DocumentRow | str]:
