@@ -29,7 +29,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.topics.topics import get_topic
-from ragtopics.tracing.trace import Trace
+from ragtopics.tracing.trace import Trace, TraceEvent
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
@@ -165,9 +165,26 @@ class _Draft:
     read_warnings: list[str]
 
 
+@dataclass
+class _Chunked:
+    """A document version read and chunked, its chunks not yet capped to the embedder's window (see :func:`_draft`)."""
+
+    result: ReadResult
+    descriptions: list[str]
+    pieces: list[Piece]
+    read_warnings: list[str]
+    chunk_event: TraceEvent
+
+
 def _draft(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace,
            report: ProgressFn) -> _Draft:  # fmt: skip
     """Read, describe pictures, chunk, cap to the embedder's window and write context lines: all before embedding."""
+    return _finish_draft(rt, doc, _read_and_chunk(rt, doc, blob_path, cfg, prompts, trace, report), cfg, prompts, trace, report)
+
+
+def _read_and_chunk(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace,
+                    report: ProgressFn) -> _Chunked:  # fmt: skip
+    """The first half of :func:`_draft`: read, describe pictures, chunk."""
     report("reading", 0, 1)
     with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
         result = read_file(rt.blobs.read(blob_path), file_name=doc.file_name,
@@ -179,14 +196,42 @@ def _draft(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings,
     report("chunking", 0, 1)
     with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
         pieces = _chunk(rt, result, cfg, trace, doc.file_name, prompts.narrate, descriptions)
-        capped = _cap_to_window(rt, pieces, cfg, doc.file_name)
-        pieces = capped.pieces
-        ev.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
-    contexts = _context_lines(rt, result.text, pieces, cfg, trace, report, prompts.context_line)
+    return _Chunked(result, descriptions, pieces, read_warnings, ev)
+
+
+def _finish_draft(rt: Runtime, doc: DocumentRow, chunked: _Chunked, cfg: RagTopicSettings, prompts, trace: Trace,
+                  report: ProgressFn, token_counts: list[int] | None = None) -> _Draft:  # fmt: skip
+    """The second half of :func:`_draft`: cap the chunks to the embedder's window (``token_counts``: each chunk's
+    tokens, when counted already), write context lines."""
+    capped = _cap_to_window(rt, chunked.pieces, cfg, doc.file_name, token_counts)
+    pieces = capped.pieces
+    chunked.chunk_event.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
+    contexts = _context_lines(rt, chunked.result.text, pieces, cfg, trace, report, prompts.context_line)
     contexts = _fit_context_lines(rt, contexts)  # the context line is embedded with its chunk: it counts
     # A SEMANTIC chunk is embedded together with its context line.
     embed_texts = [f"{c}\n{p.text}" if c else p.text for p, c in zip(pieces, contexts, strict=True)]
-    return _Draft(result, descriptions, pieces, capped, contexts, embed_texts, read_warnings)
+    return _Draft(chunked.result, chunked.descriptions, pieces, capped, contexts, embed_texts, chunked.read_warnings)
+
+
+def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[int] | None]:
+    """Each file's chunk lengths in the embedder's tokens, counted in one call for the batch (the tokenizer
+    runs on every core for a list); ``None`` for each file when the embedder has no window or counting failed
+    (each file then counts its own, and fails alone)."""
+    embedder = rt.gateway.embedder
+    texts = [p.text for c in chunked for p in c.pieces]
+    counts = None
+    if embedder.max_tokens and texts:
+        try:
+            counts = embedder.count_tokens(texts)
+        except Exception as exc:  # noqa: BLE001 - each file counts again, and fails with its own message
+            log.debug("counting the batch's tokens failed: %s", exc)
+    if not counts or len(counts) != len(texts):
+        return [None] * len(chunked)
+    out, at = [], 0
+    for c in chunked:
+        out.append(list(counts[at : at + len(c.pieces)]))
+        at += len(c.pieces)
+    return out
 
 
 def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace,
@@ -321,6 +366,7 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
     quiet: ProgressFn = lambda phase, done, total: None  # noqa: E731 - per file, the batch reports
     with document_locks(rt.redis, [document_id for document_id, _, _ in items], wait_s=WORKER_LOCK_WAIT_S):
         started = documents.start_many(rt.metadata, [(document_id, job_id) for document_id, job_id, _ in items])
+    chunked: list[tuple[DocumentRow, str, Trace, _Chunked]] = []
     for n, (document_id, job_id, blob_path) in enumerate(items):
         report("reading", n, len(items))
         doc = started[job_id]
@@ -329,7 +375,13 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
             continue
         trace = Trace("upload", doc.file_name, topic.settings.role_models)
         try:
-            drafts.append((doc, job_id, trace, _draft(rt, doc, blob_path or doc.pending_blob_path, cfg, prompts, trace, quiet)))
+            chunked.append((doc, job_id, trace, _read_and_chunk(rt, doc, blob_path or doc.pending_blob_path, cfg, prompts, trace, quiet)))
+        except Exception as exc:
+            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
+    counts = _count_tokens_together(rt, [c for *_, c in chunked])
+    for (doc, job_id, trace, part), token_counts in zip(chunked, counts, strict=True):
+        try:
+            drafts.append((doc, job_id, trace, _finish_draft(rt, doc, part, cfg, prompts, trace, quiet, token_counts)))
         except Exception as exc:
             results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
     try:
@@ -649,8 +701,10 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
     return [Piece(text=t, start=0, end=len(t), records=n) for t, n in packed]
 
 
-def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file_name: str) -> CappedChunks:
-    """Split chunks longer than the embedder's window (see :mod:`ragtopics.ingest.token_cap`).
+def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file_name: str,
+                   token_counts: list[int] | None = None) -> CappedChunks:  # fmt: skip
+    """Split chunks longer than the embedder's window (see :mod:`ragtopics.ingest.token_cap`); ``token_counts``:
+    each chunk's tokens when counted already.
 
     Under SEMANTIC, :data:`CONTEXT_LINE_TOKENS` stay free for the context line embedded with each chunk.
 
@@ -660,7 +714,8 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
     embedder = rt.gateway.embedder
     reserve = CONTEXT_LINE_TOKENS if cfg.chunking_strategy == "SEMANTIC" else 0
     counter = embedder.count_tokens if embedder.max_tokens else None
-    capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve)
+    capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve,
+                        counts=token_counts)  # fmt: skip
     if capped.split_chunks:
         log.info("%s: %s", file_name, capped.note())
         _check_chunk_count(file_name, len(capped.pieces), rt.settings.max_chunks_per_document, cfg)

@@ -68,7 +68,7 @@ class CappedChunks:
 
 
 def cap_tokens(pieces: list[Piece], *, max_tokens: int | None, count_tokens: TokenCounter | None,
-               reserve_tokens: int = 0) -> CappedChunks:  # fmt: skip
+               reserve_tokens: int = 0, counts: list[int] | None = None) -> CappedChunks:  # fmt: skip
     """Split each chunk that exceeds the embedder's window into parts that fit.
 
     Args:
@@ -76,6 +76,8 @@ def cap_tokens(pieces: list[Piece], *, max_tokens: int | None, count_tokens: Tok
         max_tokens: the embedder's window in tokens; None: unknown, return the chunks unchanged.
         count_tokens: the embedder's token counter; None: unknown, unchanged.
         reserve_tokens: tokens to keep free in each chunk's window (the SEMANTIC context line).
+        counts: each chunk's tokens, when the caller counted them already (one call for many
+            files); None: counted here.
 
     Returns:
         The capped chunks; a split part keeps the chunk's ``is_code``, ``records``, ``pages``
@@ -92,7 +94,9 @@ def cap_tokens(pieces: list[Piece], *, max_tokens: int | None, count_tokens: Tok
         raise ValueError(f"a window of {max_tokens} tokens less {reserve_tokens} reserved leaves no room for a chunk")
     out: list[Piece] = []
     split = 0
-    for piece, tokens in zip(pieces, count_tokens([p.text for p in pieces]), strict=True):
+    if counts is None or len(counts) != len(pieces):
+        counts = count_tokens([p.text for p in pieces])
+    for piece, tokens in zip(pieces, counts, strict=True):
         if tokens <= budget:
             out.append(piece)
             continue

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,8 @@ class Trace:
 
     def to_list(self) -> list[dict[str, Any]]:
         """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""
-        return [clip(asdict(e)) for e in self.events]
+        return [{"step": e.step, "started_at": e.started_at, "duration_ms": e.duration_ms, "data": clip(e.data),
+                 "error": clip(e.error), "id": e.id, "parent": e.parent} for e in self.events]  # fmt: skip
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -129,7 +130,8 @@ def summary_line(data: dict[str, Any]) -> str:
 
 
 def clip(value: Any, max_chars: int = MAX_VALUE_CHARS, max_items: int | None = None) -> Any:
-    """A JSON-ready copy of ``value`` with strings cut to ``max_chars`` and lists to ``max_items`` (marked where cut)."""
+    """A JSON-ready copy of ``value`` with strings cut to ``max_chars`` and lists to ``max_items`` (marked where cut);
+    a dataclass instance becomes its dict."""
     if isinstance(value, str) and len(value) > max_chars:
         return value[:max_chars] + f"… [{len(value) - max_chars} more characters]"
     if isinstance(value, dict):
@@ -138,4 +140,6 @@ def clip(value: Any, max_chars: int = MAX_VALUE_CHARS, max_items: int | None = N
         kept = value if max_items is None else value[:max_items]
         more = [f"… [{len(value) - len(kept)} more items]"] if len(kept) < len(value) else []
         return [clip(v, max_chars, max_items) for v in kept] + more
+    if is_dataclass(value) and not isinstance(value, type):
+        return clip(asdict(value), max_chars, max_items)
     return value

@@ -248,3 +248,28 @@ def test_the_bars_say_how_many_files_they_leave_out(rt, run_jobs):
     run_jobs()
     bars = jobs_html(rt, jobs)
     assert "25 indexed" in bars and "20 of 25 files shown" in bars and "n24.txt" in bars  # the newest finished ones
+
+
+def test_a_chunk_over_the_embedders_window_is_split_in_a_batch_as_it_is_alone(rt, run_jobs):
+    """The batch counts every file's tokens in one call; the split must be the one a file alone gets."""
+    sentence = "Compressor C-{} on line {} was serviced after the pressure alarm tripped twice. "
+    long = "".join(sentence.format(n, n % 7) for n in range(40))  # one paragraph of about 700 word pieces
+    files = {"long.txt": long, **FACTS}
+    settings = {"chunk_size": 4000, "chunk_overlap": 0}
+    alone = create_topic(rt, "Alone", settings=settings)
+    together = create_topic(rt, "Together", settings=settings)
+    single = upload_file(rt, alone, "long.txt", long.encode())
+    batched = upload_all(rt, together, files)
+    run_jobs()
+    window = rt.gateway.embedder.max_tokens
+    split = [c["text"].decode() for c in sorted(stored(rt, together.id, batched["long.txt"].id), key=lambda c: int(c["position"]))]
+    assert len(split) >= 3 and max(rt.gateway.embedder.count_tokens(split)) <= window
+    assert split == [c["text"].decode() for c in sorted(stored(rt, alone.id, single.id), key=lambda c: int(c["position"]))]
+    doc = get_document(rt, batched["long.txt"].id)
+    assert doc.chunk_count == len(split) and doc.indexed_with["chunks_split_to_fit"] == 1
+    assert doc.indexed_with["token_cap"] == get_document(rt, single.id).indexed_with["token_cap"]
+    assert f"{window}-token window" in doc.indexed_with["token_cap"]
+    for name in FACTS:  # the short files of the same batch are not split
+        assert get_document(rt, batched[name].id).chunk_count == len(stored(rt, together.id, batched[name].id))
+    [chunk_step] = [e for e in load_trace(rt.metadata, f"document:{batched['long.txt'].id}") if e["step"] == "chunk"]
+    assert chunk_step["data"]["count"] == len(split) and chunk_step["data"]["split_to_fit"] == 1
