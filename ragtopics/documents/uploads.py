@@ -6,6 +6,7 @@ import hashlib
 import logging
 import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -38,6 +39,9 @@ class DocumentInfo:
         id, file_name, status, chunk_count, size_bytes, error, warning: as stored.
         indexed_with: the settings the searchable version was indexed with.
         job_id: the RQ job of the latest upload.
+        content_sha256: SHA-256 (hex) of the searchable version ("" while none is).
+        pending_sha256: SHA-256 (hex) of the version uploaded last (the one queued or processing, if any).
+        updated_at: when the row last changed (UTC, naive), or None.
     """
 
     id: str
@@ -49,6 +53,9 @@ class DocumentInfo:
     warning: str
     job_id: str
     indexed_with: dict[str, Any] = field(default_factory=dict)
+    content_sha256: str = ""
+    pending_sha256: str = ""
+    updated_at: datetime | None = None
 
 
 def clean_file_name(raw: str) -> str:
@@ -359,7 +366,7 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
     rows = document_store.topic_documents(rt.metadata, topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
-                     dict(r.indexed_with or {}))  # fmt: skip
+                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)  # fmt: skip
         for r in rows
     ]
 

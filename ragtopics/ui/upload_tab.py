@@ -22,9 +22,20 @@ MAX_TRACKED_JOBS = 2000
 STOPPED = ("superseded", "cancelled")
 MAX_BARS = 20
 
-DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)"]
+DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)", "Version", "Updated (UTC)"]
 #: Relative column widths; the long cells (message, indexed with) wrap instead of widening the page.
-DOC_COLUMN_WIDTHS = ["16%", "11%", "6%", "23%", "28%", "10%", "6%"]
+DOC_COLUMN_WIDTHS = ["14%", "10%", "5%", "20%", "24%", "8%", "5%", "6%", "8%"]
+#: Hex digits of a version's SHA-256 shown in the list (as ``git`` shows short commit ids).
+VERSION_DIGITS = 8
+
+
+def version_text(content_sha256: str, pending_sha256: str, status: str) -> str:
+    """The Version cell: the searchable version's short content hash, and ``→ <new>`` while a different one
+    is queued or processing (``—`` when no version is searchable yet)."""
+    current = content_sha256[:VERSION_DIGITS] or "—"
+    if status in ("queued", "processing") and pending_sha256 and pending_sha256 != content_sha256:
+        return f"{current} → {pending_sha256[:VERSION_DIGITS]}"
+    return current
 
 
 def indexed_with_text(w: dict) -> str:
@@ -61,22 +72,36 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
             status = "failed · previous version searchable"
         rows.append([short_name(d.file_name), status, d.chunk_count, d.error or d.warning, indexed_with_text(w),
                      ", ".join(f"{k} {v}" for k, v in w.get("model_calls", {}).items()),
-                     round(d.size_bytes / 1024, 2)])  # fmt: skip
+                     round(d.size_bytes / 1024, 2), version_text(d.content_sha256, d.pending_sha256, d.status),
+                     d.updated_at.strftime("%Y-%m-%d %H:%M:%S") if d.updated_at else ""])  # fmt: skip
     return rows
 
 
-def jobs_html(rt: Runtime, jobs: list[tuple[str, str]]) -> str:
-    """Progress bars for ``(job_id, file_name)`` pairs (newest upload batch)."""
+def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
+    """Progress bars for the session's uploads: ``(job_id, file_name)`` or ``(job_id, file_name, document_id)``
+    each, oldest first.
+
+    A file uploaded again in the session (the same document) counts once, with its newest job;
+    the summary says how many uploads were such repeats.
+    """
     if not jobs:
         return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
-    progress = list(zip((name for _, name in jobs), job_progresses(rt, [job_id for job_id, _ in jobs]), strict=True))
+    newest: dict[str, tuple[str, ...]] = {}
+    for job in jobs:  # the last upload of each file wins, in the place of that upload
+        key = job[2] if len(job) > 2 else job[1]
+        newest.pop(key, None)
+        newest[key] = job
+    again = len(jobs) - len(newest)
+    jobs = list(newest.values())
+    progress = list(zip((job[1] for job in jobs), job_progresses(rt, [job[0] for job in jobs]), strict=True))
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
     failed = sum(p.is_final and p.status != "finished" for _, p in progress)
     counts = (f"{finished - empty - stopped} indexed · " + (f"{empty} empty (no readable text) · " if empty else "")
               + (f"{stopped} replaced or deleted before indexing finished · " if stopped else ""))  # fmt: skip
-    summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session", (finished + failed) / len(jobs),
+    repeats = f", {plural(again, 're-upload')}" if again else ""
+    summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session{repeats}", (finished + failed) / len(jobs),
                            f"{counts}{failed} failed · {len(jobs) - finished - failed} waiting or running",
                            "failed" if failed else ("done" if finished == len(jobs) else ""))  # fmt: skip
     # Running jobs first (the oldest queued run first), then failed ones, then waiting ones, then the newest finished.
@@ -150,7 +175,7 @@ def build(rt: Runtime) -> dict:
                 name = Path(path).name
                 try:
                     doc = uploads.add(name, Path(path).read_bytes())
-                    new_jobs.append((doc.job_id, doc.file_name))
+                    new_jobs.append((doc.job_id, doc.file_name, doc.id))
                 except RagTopicsError as exc:
                     lines.append(f"- **Refused:** {exc}")
         failed = {row.job_id for row, _ in uploads.not_queued}

@@ -273,3 +273,38 @@ def test_a_chunk_over_the_embedders_window_is_split_in_a_batch_as_it_is_alone(rt
         assert get_document(rt, batched[name].id).chunk_count == len(stored(rt, together.id, batched[name].id))
     [chunk_step] = [e for e in load_trace(rt.metadata, f"document:{batched['long.txt'].id}") if e["step"] == "chunk"]
     assert chunk_step["data"]["count"] == len(split) and chunk_step["data"]["split_to_fit"] == 1
+
+
+def test_the_session_counts_a_reuploaded_file_once_and_the_list_shows_its_version(rt, run_jobs):
+    """Upload tab: the bars show each file's newest upload; the Indexed Documents list names the searchable
+    version (short SHA-256), the one being indexed while it is, and when the row last changed."""
+    import hashlib
+    from datetime import datetime
+
+    from ragtopics.ui.upload_tab import DOC_HEADERS, documents_table
+
+    topic = create_topic(rt, "Plant", settings=SMALL)
+    first = upload_all(rt, topic, FACTS)
+    run_jobs()
+    new_text = FACTS["pumps.txt"] + " Since May it is inspected every 60 days."
+    again = upload_all(rt, topic, {"pumps.txt": new_text})["pumps.txt"]
+    assert again.id == first["pumps.txt"].id and again.job_id != first["pumps.txt"].job_id
+    session = [(row.job_id, name, row.id) for name, row in first.items()] + [(again.job_id, "pumps.txt", again.id)]
+    old_sha = hashlib.sha256(FACTS["pumps.txt"].encode()).hexdigest()
+    new_sha = hashlib.sha256(new_text.encode()).hexdigest()
+
+    rows = {row[0]: dict(zip(DOC_HEADERS, row, strict=True)) for row in documents_table(rt, topic.name)}
+    assert rows["pumps.txt"]["Status"] == "queued" and rows["pumps.txt"]["Version"] == f"{old_sha[:8]} → {new_sha[:8]}"
+    bars = jobs_html(rt, session)
+    assert "4 file(s) uploaded in this session, 1 re-upload" in bars and "3 indexed" in bars and "1 waiting or running" in bars
+    assert bars.count(">pumps.txt<") == 1
+
+    run_jobs()
+    bars = jobs_html(rt, session)
+    assert "4 file(s) uploaded in this session, 1 re-upload" in bars and "4 indexed" in bars and "replaced" not in bars
+    rows = {row[0]: dict(zip(DOC_HEADERS, row, strict=True)) for row in documents_table(rt, topic.name)}
+    assert rows["pumps.txt"]["Version"] == new_sha[:8] and rows["valves.md"]["Version"] == hashlib.sha256(FACTS["valves.md"].encode()).hexdigest()[:8]
+    updated = {name: datetime.strptime(row["Updated (UTC)"], "%Y-%m-%d %H:%M:%S") for name, row in rows.items()}
+    assert updated["pumps.txt"] >= updated["valves.md"]
+    # without document ids (older sessions) the file name groups the uploads
+    assert "4 file(s) uploaded in this session, 1 re-upload" in jobs_html(rt, [job[:2] for job in session])
