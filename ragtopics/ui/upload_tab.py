@@ -24,7 +24,7 @@ MAX_BARS = 20
 
 DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)", "Version", "Updated (UTC)"]
 #: Relative column widths; the long cells (message, indexed with) wrap instead of widening the page.
-DOC_COLUMN_WIDTHS = ["14%", "10%", "5%", "20%", "24%", "8%", "5%", "6%", "8%"]
+DOC_COLUMN_WIDTHS = ["12%", "9%", "7%", "15%", "22%", "8%", "6%", "10%", "11%"]
 #: Hex digits of a version's SHA-256 shown in the list (as ``git`` shows short commit ids).
 VERSION_DIGITS = 8
 
