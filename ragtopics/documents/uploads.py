@@ -40,7 +40,7 @@ class DocumentInfo:
         indexed_with: the settings the searchable version was indexed with.
         job_id: the RQ job of the latest upload.
         content_sha256: SHA-256 (hex) of the searchable version ("" while none is).
-        pending_sha256: SHA-256 (hex) of the version uploaded last (the one queued or processing, if any).
+        pending_sha256: SHA-256 (hex) of the version queued or processing ("" when none is).
         updated_at: when the row last changed (UTC, naive), or None.
     """
 

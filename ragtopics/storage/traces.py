@@ -49,8 +49,8 @@ def save_trace(store: MetadataStore, *, kind: str, owner: str, subject: str, eve
 def save_traces(store: MetadataStore, traces: list[tuple[str, str, str, list[dict[str, Any]], str]]) -> list[int]:
     """:func:`save_trace` for several traces in one transaction: ``(kind, owner, subject, events, topic_id)`` each.
 
-    One multi-row ``INSERT ... RETURNING`` (a batch of small uploads stores a trace per file:
-    ORM objects flushed one by one cost more than the rest of storing them).
+    One Core ``INSERT ... RETURNING`` call for all of them (a batch of small uploads stores a trace
+    per file: ORM objects flushed one by one cost more than the rest of storing them).
 
     Returns:
         The stored traces' ids, in order.

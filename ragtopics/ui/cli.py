@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+from datetime import timezone
 from pathlib import Path
 
 from ragtopics.errors import RagTopicsError
@@ -227,6 +228,11 @@ def _cmd_topic(args) -> int:
     return 0
 
 
+def _utc_iso(moment) -> str:
+    """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
+    return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
+
+
 def _removed_text(removed: dict[str, int]) -> str:
     """``{"chunks": 12, "files": 3}`` → ``12 chunks, 3 files`` (kinds with nothing removed left out)."""
     return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in removed.items() if n) or "nothing was stored"
@@ -368,7 +374,7 @@ def _cmd_docs(args) -> int:
         return 0
     docs = list_documents(rt, topic)
     if args.json:
-        print(json.dumps([asdict(d) for d in docs], indent=2))
+        print(json.dumps([{**asdict(d), "updated_at": _utc_iso(d.updated_at)} for d in docs], indent=2))
     else:
         for d in docs:
             print(f"{d.file_name}\t{d.status}\t{d.chunk_count} chunks\t{d.error or d.warning}")

@@ -308,3 +308,17 @@ def test_the_session_counts_a_reuploaded_file_once_and_the_list_shows_its_versio
     assert updated["pumps.txt"] >= updated["valves.md"]
     # without document ids (older sessions) the file name groups the uploads
     assert "4 file(s) uploaded in this session, 1 re-upload" in jobs_html(rt, [job[:2] for job in session])
+
+
+def test_a_file_whose_split_chunks_exceed_the_limit_fails_alone_and_its_trace_says_why(rt, reconfigure, run_jobs):
+    """The window cap runs after the batch's one token count; its refusal is the chunk step's error."""
+    reconfigure(MAX_CHUNKS_PER_DOCUMENT=2)
+    long = "".join(f"Compressor C-{n} was serviced after the pressure alarm tripped twice. " for n in range(40))
+    rows = upload_all(rt, create_topic(rt, "Limits", settings={"chunk_size": 4000, "chunk_overlap": 0}),
+                      {"long.txt": long, "pumps.txt": FACTS["pumps.txt"]})  # fmt: skip
+    run_jobs()
+    failed, fine = get_document(rt, rows["long.txt"].id), get_document(rt, rows["pumps.txt"].id)
+    assert (failed.status, fine.status, fine.chunk_count) == ("failed", "indexed", 1)
+    assert "MAX_CHUNKS_PER_DOCUMENT" in failed.error
+    [chunk_step] = [e for e in load_trace(rt.metadata, f"document:{rows['long.txt'].id}") if e["step"] == "chunk"]
+    assert chunk_step["error"].startswith("RefusedFileError: ") and "MAX_CHUNKS_PER_DOCUMENT" in chunk_step["error"]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,8 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     assert main(["docs", "Fleet", "--json"]) == 0
     docs = {d["file_name"]: d for d in json.loads(capsys.readouterr().out)}
     assert docs["pumps.txt"]["status"] == "indexed" and docs["trucks.md"]["chunk_count"] == 1
+    assert len(docs["pumps.txt"]["content_sha256"]) == 64 and docs["pumps.txt"]["pending_sha256"] == ""
+    assert datetime.fromisoformat(docs["pumps.txt"]["updated_at"]).utcoffset() == timedelta(0)
 
 
 def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsys):
