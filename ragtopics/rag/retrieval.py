@@ -137,8 +137,9 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
         return Retrieval(kept[:candidates], dense, [], {}, links)
     keyword = index.search_keywords(query_keywords(question), depth)
     fused, ranks = fuse_rrf({"dense": passed, "keyword": keyword}, k=rrf_k)
+    normalised = {h.chunk_id: h.score for h in fused}
     for cid, entry in ranks.items():
-        entry["rrf_normalised"] = next((h.score for h in fused if h.chunk_id == cid), None)
+        entry["rrf_normalised"] = normalised.get(cid)
     pool = fused[: max(candidates, depth)] if mentions else fused[:candidates]
     cosine = {h.chunk_id: h.score for h in dense}
     missing = [h.chunk_id for h in pool if h.chunk_id not in cosine]
