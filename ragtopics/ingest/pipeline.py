@@ -203,17 +203,10 @@ def _finish_draft(rt: Runtime, doc: DocumentRow, chunked: _Chunked, cfg: RagTopi
                   report: ProgressFn, token_counts: list[int] | None = None) -> _Draft:  # fmt: skip
     """The second half of :func:`_draft`: cap the chunks to the embedder's window (``token_counts``: each chunk's
     tokens, when counted already), write context lines."""
-    event = chunked.chunk_event  # fitting the chunks to the window is part of the chunk step: its time and its failure
-    t0 = time.perf_counter()
-    try:
+    with trace.resume(chunked.chunk_event) as event:  # fitting the chunks to the window is part of the chunk step
         capped = _cap_to_window(rt, chunked.pieces, cfg, doc.file_name, token_counts)
-    except Exception as exc:
-        event.error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        event.duration_ms = round(event.duration_ms + (time.perf_counter() - t0) * 1000, 3)
-    pieces = capped.pieces
-    event.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
+        pieces = capped.pieces
+        event.data.update(count=len(pieces), chunks=[p.text for p in pieces], split_to_fit=capped.split_chunks)
     contexts = _context_lines(rt, chunked.result.text, pieces, cfg, trace, report, prompts.context_line)
     contexts = _fit_context_lines(rt, contexts)  # the context line is embedded with its chunk: it counts
     # A SEMANTIC chunk is embedded together with its context line.

@@ -75,10 +75,24 @@ class Trace:
         event = TraceEvent(step=name, started_at=time.time(), data=dict(data), id=len(self.events) + 1,
                            parent=self._open[-1] if self._open else None)  # fmt: skip
         self.events.append(event)
+        with self._running(event):
+            yield event
+
+    @contextmanager
+    def resume(self, event: TraceEvent) -> Iterator[TraceEvent]:
+        """Continue a step that ended, as :meth:`step` runs it: its time grows by this part, steps opened
+        meanwhile become its children, an exception is recorded on it and re-raised (a batch of files
+        chunks each, counts all their tokens at once, then fits each file's chunks within its chunk step)."""
+        with self._running(event):
+            yield event
+
+    @contextmanager
+    def _running(self, event: TraceEvent) -> Iterator[None]:
+        """Time ``event`` (adding to its duration) while it is the open step; record an exception on it."""
         self._open.append(event.id)
         t0 = time.perf_counter()
         try:
-            yield event
+            yield
         except GeneratorExit:
             event.data["stopped"] = True  # the reader closed the stream (Stop): not an error
             raise
@@ -86,10 +100,10 @@ class Trace:
             event.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            event.duration_ms = round((time.perf_counter() - t0) * 1000, 3)
+            event.duration_ms = round(event.duration_ms + (time.perf_counter() - t0) * 1000, 3)
             if event.id in self._open:
                 self._open.remove(event.id)
-            log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], name, event.duration_ms,
+            log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], event.step, event.duration_ms,
                      summary_line(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
 
     def add(self, name: str, **data: Any) -> TraceEvent:
