@@ -249,7 +249,8 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
 
-    Runs inside the document's lock, right after the chunk swap.
+    Runs inside the document's lock, right before the chunk swap (a failure here leaves the chunks and the row
+    at the previous version).
 
     Returns:
         What the removal of the dropped chunks removed and kept.

@@ -1,10 +1,11 @@
 """Phase A orchestrator: read → (describe pictures) → chunk → embed → link pictures → store, for one uploaded document.
 
 Thin by design: each step is a function elsewhere; this module calls them in order,
-reports progress, traces each step, and writes once at the end (new picture blobs,
-then the chunk swap in a single Redis transaction, then one SQL update that also
-swaps the picture rows), so a failure leaves the previous version of the file
-searchable, with its pictures.
+reports progress, traces each step, and writes once at the end: new picture blobs,
+then one SQL transaction that makes the version the searchable one (and swaps the
+picture rows) with the chunk swap, a single Redis transaction, run inside it right
+before it commits. A failure anywhere before that commit leaves the previous version
+of the file searchable, with its pictures, its row and its file.
 """
 
 from __future__ import annotations
@@ -305,19 +306,23 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
                 index = rt.chunk_index(topic.id)
-                old_ids = index.document_chunk_ids(doc.id) if graph is not None else []
-                replaced = index.replace_document(doc.id, records)
-                ev.data["replaced"] = replaced
-                if graph is not None:
+                if graph is not None:  # the graph first: if it fails, the chunks and the row still show the old version
                     from ragtopics.graph.ingest import apply_graph
                     from ragtopics.graph.lifecycle import mark_recompute_due
 
-                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, old_ids, images)
+                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images)
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
-            _mark_done(rt, doc.id, job_id, status, len(records), warning, indexed_with, trace, version.pictures)
+
+                def swap() -> None:  # inside the row's transaction: the chunks and the row change together
+                    ev.data["replaced"] = index.replace_document(doc.id, records)
+
+                _, obsolete = documents.finish(rt.metadata, doc.id, job_id, status=status, chunk_count=len(records),
+                                               warning=warning, indexed_with=indexed_with, pictures=version.pictures,
+                                               before_commit=swap)  # fmt: skip
+        _after_finish(rt, [(trace, doc, obsolete)])
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
-        return IngestResult(doc.id, status.value, len(records), replaced, trace.to_list())
+        return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 
     return _guarded(rt, doc.id, job_id, trace, new_blobs, store)
 
@@ -427,6 +432,7 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
     results: dict[str, IngestResult] = {}
     live: list[tuple[DocumentRow, str, Trace, PreparedVersion]] = []
     new_blobs: dict[str, list[str]] = {doc.id: [] for doc, *_ in batch}
+    replaced: dict[str, int] = {}
     try:
         with document_locks(rt.redis, [doc.id for doc, *_ in batch], wait_s=WORKER_LOCK_WAIT_S):
             stale = documents.current_jobs(rt.metadata, [(doc.id, job_id) for doc, job_id, _, _ in batch])
@@ -439,30 +445,58 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
                 return results
             for doc, _, _, version in live:
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs[doc.id])
-            t0 = time.perf_counter()
-            replaced = rt.chunk_index(topic.id).replace_documents({doc.id: version.records for doc, _, _, version in live})
-            swap_ms = round((time.perf_counter() - t0) * 1000, 3)
             outcomes = []
-            for doc, job_id, trace, version in live:
-                trace.add("store", chunks=len(version.records), pictures=len(version.pictures), replaced=replaced[doc.id],
-                          batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
+            for doc, job_id, _, version in live:
                 status = documents.DocumentStatus.INDEXED if version.records else documents.DocumentStatus.EMPTY
                 warning = _warning(version.records, version.read_warnings, doc, topic.name)
                 outcomes.append(documents.Outcome(doc.id, job_id, status, len(version.records), warning,
                                                   version.indexed_with, version.pictures))  # fmt: skip
-            finished = documents.finish_many(rt.metadata, outcomes)
-            events = [trace.to_list() for _, _, trace, _ in live]
-            record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for doc, _, trace, _ in live],
-                          events)  # fmt: skip
-    except Exception as exc:
-        for doc, job_id, trace, _ in live:
-            results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
+
+            def swap() -> None:  # inside the rows' transaction: the chunks and the rows change together
+                t0 = time.perf_counter()
+                replaced.update(rt.chunk_index(topic.id).replace_documents({doc.id: v.records for doc, _, _, v in live}))
+                swap_ms = round((time.perf_counter() - t0) * 1000, 3)
+                for doc, _, trace, version in live:
+                    trace.add("store", chunks=len(version.records), pictures=len(version.pictures),
+                              replaced=replaced[doc.id], batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
+
+            finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
+    except Exception as exc:  # nothing was swapped or committed: each file not settled yet fails (or stops) alone
+        for doc, job_id, trace, _ in batch:
+            if job_id not in results:
+                results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
         return results
-    for (doc, job_id, _, version), outcome, (_, obsolete), listed in zip(live, outcomes, finished, events, strict=True):
-        for path in obsolete:
-            rt.blobs.remove(path)
+    events = _after_finish(rt, [(trace, doc, obsolete) for (doc, _, trace, _), (_, obsolete) in zip(live, finished, strict=True)])
+    for (doc, job_id, _, version), outcome, listed in zip(live, outcomes, events, strict=True):
         results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], listed)
     return results
+
+
+def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]]) -> list[list[dict]]:
+    """After versions became searchable: store their traces and remove the files no longer used.
+
+    Neither may fail the upload, which is done: a failure is logged (the traces are then missing
+    from the Logs tab; an obsolete file is left behind, unused).
+
+    Args:
+        done: ``(trace, document row, obsolete blob paths)`` per stored version.
+
+    Returns:
+        Each trace's events (:meth:`~ragtopics.tracing.trace.Trace.to_list`), in order.
+    """
+    events = [trace.to_list() for trace, _, _ in done]
+    try:
+        record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for trace, doc, _ in done],
+                      events)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the versions are stored; only their traces are lost
+        log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
+    for _, doc, obsolete in done:
+        for path in obsolete:
+            try:
+                rt.blobs.remove(path)
+            except OSError as exc:
+                log.warning("an old file of %s was not removed: %s", doc.file_name, exc)
+    return events
 
 
 def _alone(rt: Runtime, document_id: str, job_id: str, blob_path: str) -> IngestResult:
@@ -825,15 +859,6 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
             out = [index_keywords(file_name, p.text) for p in pieces]
         ev.data["keywords"] = out[:50]
     return out
-
-
-def _mark_done(rt: Runtime, document_id: str, job_id: str, status: documents.DocumentStatus, count: int, warning: str,
-               indexed_with: dict, trace: Trace, pictures: list[PictureRow]) -> None:  # fmt: skip
-    doc, obsolete = documents.finish(rt.metadata, document_id, job_id, status=status, chunk_count=count, warning=warning,
-                                     indexed_with=indexed_with, pictures=pictures)  # fmt: skip
-    record_trace(rt, trace, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, topic_id=doc.topic_id)
-    for path in obsolete:
-        rt.blobs.remove(path)
 
 
 def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:

@@ -301,10 +301,15 @@ class ChunkIndex:
         Returns:
             ``{document id: old chunks removed}``.
 
+        A swap that only removes chunks needs no embedder check: a Topic's files can still be deleted
+        after its embedding model changed.
+
         Raises:
             ValueError: when an embedding does not have ``dims`` float32 values (nothing is written).
+            EmbeddingMismatchError: when new chunks would join an index built with another embedder.
         """
-        self.ensure()
+        if any(swaps.values()):
+            self.ensure()
         mappings = [(self.key(c.chunk_id), self._mapping(c)) for chunks in swaps.values() for c in chunks]
         old = self._stored_chunks(list(swaps))
         pipe = self.client.pipeline(transaction=True)

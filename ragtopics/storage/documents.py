@@ -25,6 +25,7 @@ the caller to remove after the change is committed.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -191,8 +192,11 @@ def check_current(store: MetadataStore, document_id: str, job_id: str) -> None:
 
 
 def finish(store: MetadataStore, document_id: str, job_id: str, *, status: DocumentStatus, chunk_count: int, warning: str,
-           indexed_with: dict[str, Any], pictures: list[PictureRow]) -> tuple[DocumentRow, list[str]]:  # fmt: skip
+           indexed_with: dict[str, Any], pictures: list[PictureRow],
+           before_commit: Callable[[], None] | None = None) -> tuple[DocumentRow, list[str]]:  # fmt: skip
     """Make the job's pending version the searchable one (``indexed`` or ``empty``) and replace its pictures.
+
+    ``before_commit``: as in :func:`finish_many` (the chunk swap, run inside the transaction).
 
     Returns:
         The row, and the blob paths no longer used (the previous file, its pictures not kept).
@@ -201,7 +205,7 @@ def finish(store: MetadataStore, document_id: str, job_id: str, *, status: Docum
         SupersededError: when the job's version was replaced or the document deleted (nothing changes).
     """
     outcome = Outcome(document_id, job_id, status, chunk_count, warning, indexed_with, pictures)
-    return finish_many(store, [outcome])[0]
+    return finish_many(store, [outcome], before_commit)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +221,22 @@ class Outcome:
     pictures: list[PictureRow]
 
 
-def finish_many(store: MetadataStore, outcomes: list[Outcome]) -> list[tuple[DocumentRow, list[str]]]:
+def finish_many(store: MetadataStore, outcomes: list[Outcome],
+                before_commit: Callable[[], None] | None = None) -> list[tuple[DocumentRow, list[str]]]:  # fmt: skip
     """:func:`finish` for several documents in one transaction (a batch of uploads); all or none change.
+
+    Args:
+        before_commit: called once the rows are written to the open transaction (and any SQL error
+            has surfaced), right before it commits: the chunk swap that makes these versions
+            searchable. If it raises, the transaction rolls back, so the rows and the index change
+            together or not at all (only a failing commit itself, after the swap, can split them).
 
     Returns:
         Per outcome, in order: the row and the blob paths no longer used.
 
     Raises:
         SupersededError: when one of the versions was replaced or its document deleted (nothing changes).
+        Whatever ``before_commit`` raises (nothing changes in SQL).
     """
     out = []
     with store.session() as s:
@@ -252,6 +264,9 @@ def finish_many(store: MetadataStore, outcomes: list[Outcome]) -> list[tuple[Doc
             obsolete = [old_blob] if old_blob and old_blob != doc.blob_path else []
             obsolete += [row.blob_path for row in old_pictures if row.blob_path not in kept]
             out.append((doc, obsolete))
+        if before_commit is not None:
+            s.flush()  # constraint and lock errors surface here, before the swap
+            before_commit()
     return out
 
 

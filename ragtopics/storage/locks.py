@@ -1,7 +1,7 @@
 """Per-document locks in Redis, so that the steps that change what is searchable never interleave.
 
 Three things change a document's searchable state: a job making its version the
-searchable one (chunk swap in Redis, then the SQL row), a new upload staging a newer
+searchable one (the chunk swap in Redis, inside the SQL transaction of its row), a new upload staging a newer
 version (which supersedes that job and may remove its file), and a delete. Each runs
 under :func:`document_lock`, so a reader sees one version everywhere: the chunks, the
 row and the file its link serves.
@@ -9,6 +9,8 @@ row and the file its link serves.
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +19,11 @@ import redis
 
 from ragtopics.errors import StoreUnavailableError
 
-#: A lock not released within this many seconds expires (a killed holder cannot block the document for ever).
+log = logging.getLogger(__name__)
+
+#: A lock lives this many seconds past its holder's last sign of life: while a block holds it, its time
+#: is renewed every third of this (see :class:`_Renewal`), so a killed holder cannot block the document
+#: for longer, and a long hold (a GraphRAG file's graph, a batch of 128 files) never loses it.
 LOCK_TTL_S = 120
 #: How long a caller waits for the lock before giving up, in seconds.
 LOCK_WAIT_S = 60
@@ -42,7 +48,8 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
     if not lock.acquire():
         raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); try again")
     try:
-        yield
+        with _Renewal(client, [lock]):
+            yield
     finally:
         try:
             lock.release()
@@ -68,7 +75,7 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
     tokens = [uuid.uuid4().hex.encode() for _ in ids]
     pipe = client.pipeline(transaction=False)
     for lock, token in zip(locks, tokens, strict=True):
-        pipe.set(lock.name, token, nx=True, px=LOCK_TTL_S * 1000)
+        pipe.set(lock.name, token, nx=True, px=int(LOCK_TTL_S * 1000))
     taken = []
     for lock, token, ok in zip(locks, tokens, pipe.execute(), strict=True):
         if ok:
@@ -86,9 +93,49 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
             _release_all(client, taken)
             raise
     try:
-        yield
+        with _Renewal(client, taken):
+            yield
     finally:
         _release_all(client, taken)
+
+
+class _Renewal:
+    """While its block runs, renew held locks' time to live every ``LOCK_TTL_S / 3`` seconds.
+
+    A daemon thread sends one pipeline of redis-py's token-checking re-acquire script for all the
+    locks (the tokens are passed in: a ``Lock`` keeps its token thread-local). A lock found no longer
+    ours (it expired while this process was stalled past its TTL) is logged and not renewed again.
+    """
+
+    def __init__(self, client: redis.Redis, locks: list):
+        self.client = client
+        self.held = [(lock, lock.local.token) for lock in locks]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lock-renewal", daemon=True)
+
+    def __enter__(self) -> None:
+        if self.held:
+            self.thread.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _run(self) -> None:
+        while self.held and not self.stop.wait(LOCK_TTL_S / 3):
+            pipe = self.client.pipeline(transaction=False)
+            for lock, token in self.held:
+                lock.lua_reacquire(keys=[lock.name], args=[token, int(LOCK_TTL_S * 1000)], client=pipe)
+            try:
+                renewed = pipe.execute(raise_on_error=False)
+            except redis.exceptions.RedisError as exc:  # Redis is away: the holder's own next step will fail too
+                log.warning("could not renew %d document lock(s): %s", len(self.held), exc)
+                continue
+            lost = [lock.name for (lock, _), ok in zip(self.held, renewed, strict=True) if ok != 1]
+            if lost:
+                log.warning("document lock(s) expired while held: %s", ", ".join(map(str, lost)))
+                self.held = [(lock, token) for lock, token in self.held if lock.name not in lost]
 
 
 def _release_all(client: redis.Redis, locks: list) -> None:

@@ -4,6 +4,7 @@ keeping its own job id, progress, status, failure and trace; run through the rea
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from rq.job import Job
 
 from ragtopics.documents.delete import delete_document
@@ -322,3 +323,61 @@ def test_a_file_whose_split_chunks_exceed_the_limit_fails_alone_and_its_trace_sa
     assert "MAX_CHUNKS_PER_DOCUMENT" in failed.error
     [chunk_step] = [e for e in load_trace(rt.metadata, f"document:{rows['long.txt'].id}") if e["step"] == "chunk"]
     assert chunk_step["error"].startswith("RefusedFileError: ") and "MAX_CHUNKS_PER_DOCUMENT" in chunk_step["error"]
+
+
+def _refuse_to_finish(rt, file_name: str, message: str) -> None:
+    """A real SQL failure when a version of ``file_name`` is made searchable (a trigger that aborts the update)."""
+    with rt.metadata.engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER refuse_finish BEFORE UPDATE OF content_sha256 ON document "
+            f"WHEN NEW.file_name = '{file_name}' AND NEW.content_sha256 != OLD.content_sha256 "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END"
+        )
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batch", "alone"])
+def test_when_the_rows_cannot_be_written_no_chunk_is_swapped_and_the_previous_versions_stay_whole(rt, run_jobs, batched):
+    """The chunk swap runs inside the rows' transaction: a failing SQL write leaves the old chunks, rows and files."""
+    topic = create_topic(rt, "Plant", settings=SMALL)
+    first = upload_all(rt, topic, FACTS)
+    run_jobs()
+    before = {name: (get_document(rt, row.id), stored(rt, topic.id, row.id)) for name, row in first.items()}
+    _refuse_to_finish(rt, "valves.md", "disk quota exceeded")
+    edited = {name: text.replace("every", "each") + " Revised." for name, text in FACTS.items()}
+    if batched:
+        second = upload_all(rt, topic, edited)
+    else:
+        second = {name: upload_file(rt, topic, name, text.encode()) for name, text in edited.items()}
+    run_jobs()
+    failed = {name for name, row in second.items() if get_document(rt, row.id).status == "failed"}
+    assert failed == (set(FACTS) if batched else {"valves.md"})  # a batch's rows are written in one transaction
+    for name in failed:
+        doc, chunks = get_document(rt, second[name].id), stored(rt, topic.id, second[name].id)
+        old_doc, old_chunks = before[name]
+        assert "disk quota exceeded" in doc.error and "previous version is still searchable" in doc.error
+        assert chunks == old_chunks and "Revised" not in "".join(c["text"].decode() for c in chunks)
+        assert (doc.content_sha256, doc.blob_path, doc.chunk_count) == (old_doc.content_sha256, old_doc.blob_path, old_doc.chunk_count)
+        assert rt.blobs.path(doc.blob_path).read_bytes() == FACTS[name].encode() and not doc.pending_blob_path
+    for name in set(FACTS) - failed:
+        doc = get_document(rt, second[name].id)
+        assert doc.status == "indexed" and "Revised" in "".join(c["text"].decode() for c in stored(rt, topic.id, doc.id))
+        assert rt.blobs.path(doc.blob_path).read_bytes() == edited[name].encode()
+
+
+def test_an_upload_whose_trace_cannot_be_stored_is_still_indexed(rt, run_jobs, caplog):
+    """The trace is written after the version is searchable; losing it must not fail the upload or keep old files."""
+    topic = create_topic(rt, "Plant", settings=SMALL)
+    first = upload_all(rt, topic, FACTS)
+    run_jobs()
+    old_blobs = {name: get_document(rt, row.id).blob_path for name, row in first.items()}
+    with rt.metadata.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TRIGGER refuse_traces BEFORE INSERT ON trace BEGIN SELECT RAISE(ABORT, 'trace table full'); END")
+    second = upload_all(rt, topic, {name: text + " Revised." for name, text in FACTS.items()})
+    run_jobs()
+    for name, row in second.items():
+        doc = get_document(rt, row.id)
+        assert doc.status == "indexed" and not doc.error
+        assert "Revised" in "".join(c["text"].decode() for c in stored(rt, topic.id, row.id))
+        assert not rt.blobs.path(old_blobs[name]).exists()  # the previous file is still cleaned up
+        assert job_progress(rt, row.job_id).result["status"] == "indexed"
+    assert "upload traces of 4 file(s) not stored: " in caplog.text and "trace table full" in caplog.text

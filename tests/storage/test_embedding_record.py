@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragtopics.documents.uploads import enqueue_document, get_document, upload_file
-from ragtopics.errors import EmbeddingMismatchError
+from ragtopics.errors import EmbeddingMismatchError, NotFoundError
 from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from ragtopics.topics.topics import create_topic, reembed_topic
 
@@ -66,3 +66,24 @@ def test_reembed_topic_rebuilds_the_index_with_the_configured_model(rt, run_jobs
     assert row.status == "indexed" and row.chunk_count >= 1 and row.blob_path and not row.pending_blob_path
     assert index.built_with() == (rt.gateway.embedder.model, rt.gateway.embedder.dims)
     assert index.search_vector(rt.gateway.embed(["valve service"])[0], 1)
+
+
+def test_files_can_be_deleted_after_the_embedding_model_changed(rt, run_jobs):
+    """Removing chunks needs no embedder check: the mismatch message's advice (delete and upload again) works."""
+    from ragtopics.documents.delete import delete_document
+
+    topic = create_topic(rt, "Manuals", settings={"chunk_size": 200, "chunk_overlap": 20})
+    kept = upload_file(rt, topic, "pumps.md", b"Pump 3 runs dry every spring.")
+    gone = upload_file(rt, topic, "valves.md", b"Valve 7 is serviced every nine months.")
+    run_jobs()
+    index = rt.chunk_index(topic.id)
+    rt.redis.hset(index.record_key, "embedding_model", "text-embedding-3-small")  # as if built by another model
+    removed = delete_document(rt, topic, "valves.md")
+    assert removed["chunks"] == 1
+    with pytest.raises(NotFoundError):
+        get_document(rt, gone.id)
+    assert index.document_chunk_ids(gone.id) == [] and len(index.document_chunk_ids(kept.id)) == 1
+    assert index.built_with() == ("text-embedding-3-small", index.dims)  # the record is not rewritten by a delete
+    with pytest.raises(EmbeddingMismatchError):  # adding chunks is still refused
+        index.replace_document(kept.id, [ChunkRecord(chunk_id="c", document_id=kept.id, file_name="pumps.md", position=0,
+                                                     text="x", embedding=np.ones(index.dims, dtype=np.float32))])  # fmt: skip

@@ -62,3 +62,25 @@ def test_a_lock_that_expired_while_held_is_not_released_from_its_new_holder(rt):
     with document_locks(rt.redis, ["doc-a", "doc-b"]):
         rt.redis.set(lock_key("doc-a"), b"someone-else")  # it expired and another holder took it
     assert rt.redis.get(lock_key("doc-a")) == b"someone-else" and held(rt, "doc-b") == [False]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_lock_held_longer_than_its_time_to_live_is_renewed_and_then_released(rt, monkeypatch, batch):
+    """A long hold (a GraphRAG file's graph, a batch of 128 files) keeps its lock; a killed holder's lock still expires."""
+    from ragtopics.storage import locks
+
+    monkeypatch.setattr(locks, "LOCK_TTL_S", 0.6)
+    hold = document_locks(rt.redis, ["doc-a", "doc-b"]) if batch else document_lock(rt.redis, "doc-a")
+    with hold:
+        time.sleep(1.5)  # two and a half lifetimes
+        assert held(rt, "doc-a") == [True] and 0 < rt.redis.pttl(lock_key("doc-a")) <= 600
+        with pytest.raises(StoreUnavailableError, match="doc-a is busy"):
+            with document_lock(rt.redis, "doc-a", wait_s=0.1):
+                pass
+    assert held(rt, "doc-a", "doc-b") == [False, False]
+    time.sleep(0.3)  # the renewal stopped with the block: nothing sets the key again
+    assert held(rt, "doc-a", "doc-b") == [False, False]
+    rt.redis.set(lock_key("doc-c"), b"a killed holder's token", px=600)
+    time.sleep(0.8)
+    with document_lock(rt.redis, "doc-c", wait_s=0.1):  # expired: nobody renews another process's lock
+        pass
