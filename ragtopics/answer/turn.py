@@ -78,6 +78,8 @@ class ChatUpdate:
         status: the search's own words for what it is doing ("reading 8 summaries"), "" when none.
         note: why the search found nothing, or why its way changed ("no community summaries yet: …"), "" when none.
         timings_ms: per-step durations in milliseconds and ``total`` (final update only).
+        retrieved: the files the search found, in rank order (final update only; empty when the
+            turn did not search). ``sources`` are those the answer used; evaluation ranks these.
     """
 
     text: str
@@ -94,6 +96,12 @@ class ChatUpdate:
     status: str = ""
     note: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    retrieved: list[str] = field(default_factory=list)
+
+
+def ranked_files(context: Context) -> list[str]:
+    """The distinct files of a search's chunks, in rank order (community summaries have none)."""
+    return list(dict.fromkeys(p.file_name for item in context.items if item.kind == "chunk" for p in item.provenance))
 
 
 class _Used(BaseModel):
@@ -211,6 +219,7 @@ class _Turn:
         self.method = ""
         self.entities: tuple[str, ...] = ()
         self.note = ""
+        self.retrieved: list[str] = []
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -320,6 +329,7 @@ class _Turn:
         """Run the way's search and take the way it answered by (a graph way may fall back: PATH without
         a chain, HYBRID whose planning failed), with its note in the route reason."""
         context = yield from self.retrieve()
+        self.retrieved = ranked_files(context)
         if context.route != self.route:
             self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
             self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
@@ -528,7 +538,8 @@ class _Turn:
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, session_id=self.session_id, turn_id=turn_id,
-                          no_answer=no_answer, phase="done", note=self.note, timings_ms=timings)  # fmt: skip
+                          no_answer=no_answer, phase="done", note=self.note, timings_ms=timings,
+                          retrieved=self.retrieved)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

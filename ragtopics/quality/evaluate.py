@@ -6,8 +6,10 @@ A question file is a JSON list of items::
 
 where only ``question`` is required. Each question goes through the product's own path:
 :func:`~ragtopics.answer.turn.search_only` with ``retrieval_only`` (routing and search, no
-model answer), else :func:`~ragtopics.answer.turn.ask` without saving. The files the way
-returned, in rank order, are compared with the gold sources.
+model answer), else :func:`~ragtopics.answer.turn.ask` without saving. The files the way's
+search returned, in rank order, are compared with the gold sources (with an answer, the files
+it cited are kept apart, as ``cited``). A question that fails (an unreachable model, say) is
+recorded with its error and scores as finding nothing; the run goes on.
 
 Metrics (means over the questions that have gold sources, or answers, or ways):
 
@@ -22,8 +24,9 @@ Metrics (means over the questions that have gold sources, or answers, or ways):
   ``JUDGE_BASE_URL`` / ``JUDGE_MODEL``, else the Language Model's endpoint; never the bundled
   model) grades correct against ``answer``.
 
-A file counts as a gold source when its name matches, ignoring case and everything but letters
-and digits (so ``Lilu (mythology)`` matches ``Lilu_mythology.txt``).
+A file counts as a gold source when its name matches, ignoring case, accents, a file-type
+ending the product reads (``.txt``, ``.pdf``, ...) and everything but letters and digits of any
+script (so ``Lilu (mythology)`` matches ``Lilu_mythology.md`` and ``Zurich`` matches ``Zürich.txt``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 import re
 import string
 import time
+import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,6 +45,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, RagTopicsError
+from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
 from ragtopics.topics.topics import Topic
@@ -66,7 +71,11 @@ class EvalQuestion:
 
 @dataclass(slots=True)
 class QuestionResult:
-    """What one question got: the way, the files in rank order, the answer, the metrics and the timings (ms)."""
+    """What one question got: the way, the files in rank order, the answer, the metrics and the timings (ms).
+
+    ``files`` are the search's files in rank order (what the retrieval metrics score), ``cited`` the
+    files the answer used; ``error`` says why the question failed ("" when it did not).
+    """
 
     question: str
     way: str
@@ -79,6 +88,8 @@ class QuestionResult:
     judge_reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    cited: list[str] = field(default_factory=list)
+    error: str = ""
 
 
 def load_questions(path: Path) -> list[EvalQuestion]:
@@ -103,9 +114,11 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
         source: how error messages name it (a path, or "the pasted questions").
 
     Raises:
-        RagTopicsError: when it is not JSON, not a list, or an item lacks a question or has bad
-            ``gold_sources``; the message names the item.
+        RagTopicsError: when it is not JSON, not a list, or an item lacks a question, has one longer
+            than a chat accepts, or has bad ``gold_sources``; the message names the item.
     """
+    from ragtopics.answer.turn import MAX_QUESTION_CHARS
+
     try:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -118,9 +131,12 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
     for n, item in enumerate(items, start=1):
         if not isinstance(item, dict) or not str(item.get("question") or "").strip():
             raise RagTopicsError(f"{source}: item {n} has no question")
+        if len(str(item["question"]).strip()) > MAX_QUESTION_CHARS:
+            raise RagTopicsError(f"{source}: item {n}: the question is {len(str(item['question']).strip())} characters "
+                                 f"long; the limit is {MAX_QUESTION_CHARS}")  # fmt: skip
         gold = item.get("gold_sources") or []
-        if not isinstance(gold, list) or not all(isinstance(g, str) for g in gold):
-            raise RagTopicsError(f"{source}: item {n}: gold_sources must be a list of file names")
+        if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
+            raise RagTopicsError(f"{source}: item {n}: gold_sources must be a list of file names (none empty)")
         out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold),
                                 str(item.get("expected_way") or "").upper(), str(item.get("type") or "")))  # fmt: skip
     if not out:
@@ -140,23 +156,43 @@ def with_settings(topic: Topic, changes: dict[str, Any]) -> Topic:
     return replace(topic, settings=settings)
 
 
-def file_key(name: str) -> str:
-    """A file or source name reduced for matching: lower-case letters and digits, a ``.txt`` ending dropped."""
-    return re.sub(r"[^0-9a-z]+", "", name.lower().removesuffix(".txt"))
+def file_keys(name: str) -> frozenset[str]:
+    """A file or source name reduced for matching (see the module docstring): the whole name's key and,
+    when it ends in a file type the product reads, its stem's key. Two names match when they share one.
+
+    A key is what is left after removing accents (Unicode NFKD) and everything but letters and digits
+    of any script, case-folded. A name with no letter or digit (``"--"``) keeps its case-folded text,
+    so two such names never match by both becoming ``""``. Keeping both keys matters for titles with
+    a dot: ``Node.js.txt`` is the gold ``Node.js`` (keys ``nodejs``), not the gold ``Node``.
+    """
+    def key(text: str) -> str:
+        folded = unicodedata.normalize("NFKD", text.strip()).casefold()
+        return "".join(ch for ch in folded if ch.isalnum()) or folded
+
+    stem, dot, ending = name.strip().rpartition(".")
+    if dot and stem.strip() and ending.lower() in SUPPORTED_EXTENSIONS:
+        if not any(ch.isalnum() for ch in stem):  # "--.txt": the ending alone must not make a key
+            return frozenset((key(stem),))
+        return frozenset((key(name), key(stem)))
+    return frozenset((key(name),))
 
 
 def retrieval_metrics(files: list[str], gold: list[str]) -> dict[str, float]:
-    """recall@k, any_gold@k (k in :data:`KS`) and MRR of ranked ``files`` against ``gold`` file names; {} without gold."""
-    wanted = {file_key(g) for g in gold}
+    """recall@k, any_gold@k (k in :data:`KS`) and MRR of ranked ``files`` against ``gold`` file names; {} without gold.
+
+    ``files`` are counted once each, in their first place; gold names that match each other count once.
+    """
+    wanted = list(dict.fromkeys(file_keys(g) for g in gold))
     if not wanted:
         return {}
-    ranked = list(dict.fromkeys(file_key(f) for f in files))
+    ranked = list(dict.fromkeys(file_keys(f) for f in files))
+    places = [next((i for i, keys in enumerate(ranked, start=1) if keys & want), None) for want in wanted]
     out: dict[str, float] = {}
     for k in KS:
-        found = wanted & set(ranked[:k])
-        out[f"recall@{k}"] = len(found) / len(wanted)
+        found = sum(1 for place in places if place is not None and place <= k)
+        out[f"recall@{k}"] = found / len(wanted)
         out[f"any_gold@{k}"] = 1.0 if found else 0.0
-    first = next((i for i, f in enumerate(ranked, start=1) if f in wanted), None)
+    first = min((place for place in places if place is not None), default=None)
     out["mrr"] = 1.0 / first if first else 0.0
     return out
 
@@ -175,7 +211,10 @@ def answer_metrics(answer: str, expected: str) -> dict[str, float]:
         return {}
     got, want = normalize_answer(answer).split(), normalize_answer(expected).split()
     common = sum((Counter(got) & Counter(want)).values())
-    f1 = 0.0 if common == 0 else 2 * common / (len(got) + len(want))
+    if not got or not want:  # as the SQuAD script: F1 is 1 when both are empty after normalising, else 0
+        f1 = float(got == want)
+    else:
+        f1 = 0.0 if common == 0 else 2 * common / (len(got) + len(want))
     return {"exact_match": float(got == want), "f1": f1}
 
 
@@ -239,13 +278,16 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
 
     Returns:
         ``(summary, results)``: the summary holds ``n`` and the mean of each metric over the questions
-        that have it (``way_accuracy`` over those with an expected way), plus ``ms_per_question``.
+        that have it (``way_accuracy`` over those with an expected way), plus ``ms_per_question``, and
+        ``errors`` when questions failed (each scores as finding nothing; its result says why).
 
     Raises:
         ConfigurationError: ``judge`` with ``retrieval_only`` (nothing to judge), or with the bundled model
             as the judge (see :func:`check_judge`).
+        RagTopicsError: when every question failed (the first question's error: an unreachable model,
+            a way the Topic does not have); nothing would be worth writing.
     """
-    from ragtopics.answer.turn import ask, search_only
+    from ragtopics.answer.turn import ask, ranked_files, search_only
 
     if judge:
         if retrieval_only:
@@ -253,23 +295,27 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         check_judge(rt)
 
     results: list[QuestionResult] = []
+    failures: list[RagTopicsError] = []
     started = time.perf_counter()
     for n, q in enumerate(questions, start=1):
-        if retrieval_only:
-            found = search_only(rt, topic, q.question, route=route)
-            files = [p.file_name for item in found.context.items if item.kind == "chunk" for p in item.provenance]
-            result = QuestionResult(q.question, found.route, found.route_confidence, list(dict.fromkeys(files)),
-                                    list(q.gold_sources), timings_ms=found.timings_ms)  # fmt: skip
-        else:
-            *_, final = ask(rt, topic, q.question, save=False, route=route)
-            files = list(dict.fromkeys(s.file for s in final.sources))
-            result = QuestionResult(q.question, final.route, final.route_confidence, files, list(q.gold_sources),
-                                    answer=final.text, timings_ms=final.timings_ms)  # fmt: skip
+        try:
+            if retrieval_only:
+                found = search_only(rt, topic, q.question, route=route)
+                result = QuestionResult(q.question, found.route, found.route_confidence, ranked_files(found.context),
+                                        list(q.gold_sources), timings_ms=found.timings_ms)  # fmt: skip
+            else:
+                *_, final = ask(rt, topic, q.question, save=False, route=route)
+                result = QuestionResult(q.question, final.route, final.route_confidence, list(final.retrieved),
+                                        list(q.gold_sources), answer=final.text, timings_ms=final.timings_ms,
+                                        cited=list(dict.fromkeys(s.file for s in final.sources)))  # fmt: skip
+        except RagTopicsError as exc:  # this question failed; the others still count
+            failures.append(exc)
+            result = QuestionResult(q.question, "", None, [], list(q.gold_sources), error=str(exc))
         result.expected_answer, result.expected_way = q.answer, q.expected_way
         result.metrics = retrieval_metrics(result.files, result.gold_sources)
         if not retrieval_only:
             result.metrics |= answer_metrics(result.answer, q.answer)
-        if judge and q.answer:
+        if judge and q.answer and not result.error:
             t0 = time.perf_counter()
             verdict = judge_answer(rt, q.question, q.answer, result.answer)
             result.metrics["judged_correct"] = float(verdict.correct)
@@ -280,6 +326,8 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         results.append(result)
         if progress is not None:
             progress(n, len(questions))
+    if failures and len(failures) == len(questions):
+        raise failures[0]
     return summarize(results, time.perf_counter() - started), results
 
 
@@ -290,8 +338,12 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
     for key in keys:
         values = [r.metrics[key] for r in results if key in r.metrics]
         summary["way_accuracy" if key == "way_correct" else key] = round(sum(values) / len(values), 4)
-    summary["ways"] = dict(Counter(r.way for r in results))
+    summary["ways"] = dict(Counter(r.way or "failed" for r in results))
     summary["ms_per_question"] = round(seconds * 1000 / max(len(results), 1), 1)
+    failed = [r for r in results if r.error]
+    if failed:
+        summary["errors"] = len(failed)
+        summary["first_error"] = failed[0].error
     return summary
 
 
@@ -307,23 +359,28 @@ def write_results(folder: Path, summary: dict[str, Any], results: list[QuestionR
     metric_keys = list(dict.fromkeys(k for r in results for k in r.metrics))
     with paths[2].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["question", "way", "confidence", "files", "gold_sources", "answer", *metric_keys, "total_ms"])
+        writer.writerow(["question", "way", "confidence", "files", "gold_sources", "answer", "cited", *metric_keys,
+                         "total_ms", "error"])  # fmt: skip
         for r in results:
             row = [r.question, r.way, "" if r.confidence is None else r.confidence, " | ".join(r.files),
-                   " | ".join(r.gold_sources), r.answer, *[r.metrics.get(k, "") for k in metric_keys],
-                   r.timings_ms.get("total", "")]  # fmt: skip
+                   " | ".join(r.gold_sources), r.answer, " | ".join(r.cited), *[r.metrics.get(k, "") for k in metric_keys],
+                   r.timings_ms.get("total", ""), r.error]  # fmt: skip
             writer.writerow([_cell(v) for v in row])
     return paths
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float, float, float]]:
-    """``(metric, a, b, b - a)`` for every numeric metric of two summaries (``summary.json``), in ``a``'s order."""
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None, float | None]]:
+    """``(metric, a, b, b - a)`` for every numeric metric of two summaries (``summary.json``): ``a``'s metrics
+    in its order, then those only ``b`` has. A metric one run lacks (answer metrics of a retrieval-only
+    run, say) is ``None`` there, and so is its change."""
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     out = []
-    for key, value in a.items():
-        other = b.get(key)
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, other))
-        if numeric and key != "n":
-            out.append((key, float(value), float(other), round(float(other) - float(value), 4)))
+    for key in dict.fromkeys([*a, *b]):
+        x, y = number(a.get(key)), number(b.get(key))
+        if key != "n" and (x is not None or y is not None):
+            out.append((key, x, y, None if x is None or y is None else round(y - x, 4)))
     return out
 
 
@@ -335,7 +392,8 @@ def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
     """The questions whose way, recall@5, MRR, judged correctness or answer differ between two runs.
 
     Args:
-        a, b: the per-question results of two runs (their ``questions.json``), matched by question text.
+        a, b: the per-question results of two runs (their ``questions.json``), matched by question text;
+            a question asked twice in a run is matched by its occurrence (first with first).
 
     Returns:
         One item per changed question, in ``a``'s order: ``{"question", "changes": {key: [in A, in B]}}``
@@ -347,17 +405,25 @@ def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
         return {"way": r.get("way", ""), "recall@5": metrics.get("recall@5"), "mrr": metrics.get("mrr"),
                 "judged_correct": metrics.get("judged_correct"), "answer": r.get("answer", "")}  # fmt: skip
 
-    by_question = {r["question"]: values(r) for r in b}
+    def keyed(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, int], dict[str, Any]]]:
+        seen: Counter = Counter()
+        out = []
+        for r in rows:
+            seen[r["question"]] += 1
+            out.append(((r["question"], seen[r["question"]]), r))
+        return out
+
+    by_question = {key: values(r) for key, r in keyed(b)}
     out: list[dict[str, Any]] = []
-    for r in a:
-        if r["question"] not in by_question:
+    for key, r in keyed(a):
+        if key not in by_question:
             out.append({"question": r["question"], "only_in": "A"})
             continue
-        x, y = values(r), by_question.pop(r["question"])
+        x, y = values(r), by_question.pop(key)
         changes = {k: [x[k], y[k]] for k in CHANGE_KEYS if x[k] != y[k]}
         if changes:
             out.append({"question": r["question"], "changes": changes})
-    out.extend({"question": q, "only_in": "B"} for q in by_question)
+    out.extend({"question": question, "only_in": "B"} for question, _ in by_question)
     return out
 
 

@@ -585,8 +585,11 @@ def _cmd_eval(args) -> int:
                               "changed_questions": changes}, ensure_ascii=False))  # fmt: skip
         else:
             print(f"{'metric':<18} {'A':>9} {'B':>9} {'B - A':>9}")
+            def cell(value: float | None, sign: str = "") -> str:
+                return f"{'-':>9}" if value is None else f"{value:>{sign}9.3f}"
+
             for metric, x, y, change in rows:
-                print(f"{metric:<18} {x:>9.3f} {y:>9.3f} {change:>+9.3f}")
+                print(f"{metric:<18} {cell(x)} {cell(y)} {cell(change, '+')}")
             print()
             print(ev.format_changes(changes) if changes is not None else
                   "(questions not compared: give both runs' --out folders, which hold questions.json)")

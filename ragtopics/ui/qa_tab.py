@@ -40,6 +40,9 @@ def summary_html(info) -> str:
     cells = [(m, info.summary[m]) for m in SUMMARY_METRICS if m in info.summary]
     ways = ", ".join(f"{html.escape(w)} {n}" for w, n in (info.summary.get("ways") or {}).items())
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td style='text-align:right'>{_number(v)}</td></tr>" for m, v in cells)
+    if info.summary.get("errors"):  # each failed question scored as finding nothing
+        rows += (f"<tr><td>failed questions</td><td class='rt-eval-errors'>{info.summary['errors']} "
+                 f"(first: {html.escape(str(info.summary.get('first_error', '')))}); they count as finding nothing</td></tr>")
     return f"{head}<table class='rt-eval-summary'>{rows}<tr><td>ways taken</td><td>{ways}</td></tr></table>"
 
 
@@ -48,7 +51,7 @@ def question_rows(questions: list[dict[str, Any]]) -> list[list]:
     rows = []
     for q in questions:
         m = q.get("metrics") or {}
-        answer = q.get("answer") or ""
+        answer = q.get("answer") or (f"failed: {q['error']}" if q.get("error") else "")
         rows.append([q["question"], q.get("way", ""), "" if q.get("confidence") is None else round(q["confidence"], 3),
                      m.get("recall@5", ""), "" if "mrr" not in m else round(m["mrr"], 3), " | ".join(q.get("files", [])[:5]),
                      " | ".join(q.get("gold_sources", [])), answer if len(answer) <= 300 else answer[:297] + "...",
@@ -60,13 +63,15 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
     """Two finished runs side by side: each metric with its change, then the questions that changed."""
     if a.summary is None or b.summary is None:
         return "<p>Both runs must have finished to be compared.</p>"
-    def colour(metric: str, change: float) -> str:
+    def colour(metric: str, change: float | None) -> str:
+        if change is None:
+            return "inherit"
         better = -change if metric.startswith("ms") else change  # less time is better, more of the rest
         return "#2e8b57" if better > 0 else "#d9534f" if better < 0 else "inherit"
 
     metric_rows = "".join(
         f"<tr><td>{html.escape(m)}</td><td>{_number(x)}</td><td>{_number(y)}</td>"
-        f"<td style='color:{colour(m, d)}'>{d:+.3f}</td></tr>"
+        f"<td style='color:{colour(m, d)}'>{'—' if d is None else f'{d:+.3f}'}</td></tr>"
         for m, x, y, d in compare(a.summary, b.summary)
     )
     changes = changed_questions(a_questions, b_questions)
@@ -86,6 +91,8 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
 
 
 def _number(value: Any) -> str:
+    if value is None:
+        return "—"  # the run has no such metric
     return f"{value:.3f}" if isinstance(value, float) else html.escape(str(value))
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from ragtopics.quality.evaluate import answer_metrics, retrieval_metrics
+from ragtopics.errors import RagTopicsError
+from ragtopics.quality.evaluate import answer_metrics, changed_questions, compare, parse_questions, retrieval_metrics
 from ragtopics.ui.cli import main
 from tests.quality.conftest import QUESTIONS
 
@@ -17,6 +18,34 @@ def test_retrieval_metrics_follow_their_definitions():
     assert (m["recall@1"], m["recall@5"], m["any_gold@1"], m["any_gold@5"], m["mrr"]) == (0.0, 1.0, 0.0, 1.0, 0.5)
     assert retrieval_metrics(["Lilu_mythology.txt"], ["Lilu (mythology).txt"])["recall@1"] == 1.0
     assert retrieval_metrics([], ["a.txt"])["mrr"] == 0.0 and retrieval_metrics(["a.txt"], []) == {}
+    assert retrieval_metrics(["c.txt", "a.txt", "c.txt", "b.txt"], ["a", "b"])["recall@5"] == 1.0
+    assert retrieval_metrics(["c.txt", "c.txt", "a.txt"], ["a.txt"])["mrr"] == 0.5  # a file counts once, first place
+
+
+@pytest.mark.parametrize(("files", "gold", "found"), [
+    (["Report.pdf"], ["Report"], True),  # any file type the product reads, not only .txt
+    (["Lilu_mythology.md"], ["Lilu (mythology)"], True),
+    (["Zürich.txt"], ["Zurich"], True),  # accents
+    (["東京.txt"], ["東京"], True),  # letters of any script
+    (["東京.txt"], ["大阪.txt"], False),  # ... which are not all the same empty key
+    (["--.txt"], ["++.txt"], False),
+    (["Node.js.txt"], ["Node.js"], True),  # a dotted title keeps its dot part
+    (["Node.js.txt"], ["Node"], False),
+    (["St. Louis.txt"], ["St. Louis"], True),
+])  # fmt: skip
+def test_gold_names_match_file_names_loosely_but_not_wrongly(files, gold, found):
+    assert retrieval_metrics(files, gold)["recall@1"] == float(found)
+
+
+@pytest.mark.parametrize("gold", [[""], ["a.txt", "  "], "a.txt", [3]])
+def test_a_question_file_with_bad_gold_sources_is_refused_naming_the_item(gold):
+    with pytest.raises(RagTopicsError, match="item 2: gold_sources must be a list of file names"):
+        parse_questions(json.dumps([{"question": "ok?"}, {"question": "Which?", "gold_sources": gold}]))
+
+
+def test_a_question_too_long_to_ask_is_refused_before_the_run():
+    with pytest.raises(RagTopicsError, match="item 1: the question is 8001 characters long; the limit is 8000"):
+        parse_questions(json.dumps([{"question": "x" * 8001}]))
 
 
 def test_answer_metrics_are_squad_exact_match_and_token_f1():
@@ -25,6 +54,8 @@ def test_answer_metrics_are_squad_exact_match_and_token_f1():
     assert partial["exact_match"] == 0.0 and partial["f1"] == pytest.approx(2 * 3 / (5 + 3))
     assert answer_metrics("anything", "") == {}
     assert answer_metrics("Every 90 days [pumps.txt].", "every 90 days")["exact_match"] == 1.0
+    assert answer_metrics("The", "the") == {"exact_match": 1.0, "f1": 1.0}  # both empty once normalised, as SQuAD
+    assert answer_metrics("", "Paris") == {"exact_match": 0.0, "f1": 0.0}
 
 
 def test_retrieval_only_eval_prints_the_summary_and_writes_each_question(rt, fleet, tmp_path, capsys):
@@ -113,3 +144,44 @@ def test_the_bundled_model_is_refused_as_a_judge(rt, fleet, reconfigure, capsys)
     reconfigure(LLM_BASE_URL=None, LLM_MODEL="SmolLM2-135M-Instruct")
     assert main(["eval", "Fleet", str(fleet), "--judge"]) == 2
     assert "--judge needs a real model" in capsys.readouterr().err
+
+
+def test_with_answers_recall_scores_the_search_not_the_files_the_answer_cited(rt, fleet, scripted_llm, tmp_path, capsys):
+    """An answer cites what it used; recall@k ranks what the search found (the same as a retrieval-only run)."""
+    scripted_llm.replies["answer"] = "I do not know."
+    scripted_llm.replies["source_check"] = json.dumps({"used": False})
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--out", str(tmp_path / "search")]) == 0
+    assert main(["eval", "Fleet", str(fleet), "--json", "--out", str(tmp_path / "answers")]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    searched = json.loads((tmp_path / "search" / "questions.json").read_text())
+    answered = json.loads((tmp_path / "answers" / "questions.json").read_text())
+    assert [q["files"] for q in answered] == [q["files"] for q in searched] and all(q["files"] for q in answered)
+    assert [q["cited"] for q in answered] == [[], [], []]  # nothing was used, so nothing is cited
+    assert summary["recall@10"] == 1.0 and summary["exact_match"] == 0.0
+    rows = list(csv.reader((tmp_path / "answers" / "questions.csv").open()))
+    assert "cited" in rows[0] and rows[0][-1] == "error"
+
+
+def test_a_question_that_fails_is_recorded_and_the_run_goes_on(rt, fleet, scripted_llm, tmp_path, capsys):
+    scripted_llm.replies["answer"] = "Every 90 days [S1]."
+    scripted_llm.replies["source_check"] = json.dumps({"used": True})
+    scripted_llm.fail_next(1, 400)  # the first question's answer request is refused
+    assert main(["eval", "Fleet", str(fleet), "--json", "--out", str(tmp_path / "run")]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    per_question = json.loads((tmp_path / "run" / "questions.json").read_text())
+    assert summary["n"] == 3 and summary["errors"] == 1 and "400" in summary["first_error"]
+    assert per_question[0]["error"] and per_question[0]["files"] == [] and per_question[0]["metrics"]["recall@10"] == 0.0
+    assert [q["error"] for q in per_question[1:]] == ["", ""] and per_question[1]["metrics"]["recall@10"] == 1.0
+    assert summary["ways"]["failed"] == 1
+
+    assert main(["eval", "Fleet", str(fleet), "--route", "LOCAL", "--retrieval-only"]) == 2  # every question fails
+    assert "LOCAL" in capsys.readouterr().err
+
+
+def test_compare_keeps_metrics_of_one_run_and_matches_repeated_questions_in_order():
+    rows = compare({"n": 2, "recall@5": 0.5, "f1": 0.4}, {"n": 2, "recall@5": 0.7, "errors": 1})
+    assert rows == [("recall@5", 0.5, 0.7, 0.2), ("f1", 0.4, None, None), ("errors", None, 1.0, None)]
+    a = [{"question": "Who?", "way": "SEARCH"}, {"question": "Who?", "way": "DIRECT"}]
+    assert changed_questions(a, a) == []
+    assert changed_questions(a, a[:1]) == [{"question": "Who?", "only_in": "A"}]
+    assert changed_questions(a, [a[0], {**a[1], "way": "SEARCH"}]) == [{"question": "Who?", "changes": {"way": ["DIRECT", "SEARCH"]}}]
