@@ -40,12 +40,18 @@ def test_a_run_is_queued_saved_and_reopened(rt, fleet, run_jobs):
     assert [r.run_id for r in list_runs(rt)] == [run_id]
 
 
-def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt, fleet, run_jobs):
+def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt, fleet, run_jobs, scripted_llm):
     a = start_run(rt, "Fleet", TEXT)
     b = start_run(rt, "Fleet", TEXT, route="direct")
     run_jobs()
     page = compare_html(*load_run(rt, a), *load_run(rt, b))
     assert "3 question(s) changed" in page and "way: SEARCH → DIRECT" in page and "-1.000" in page
+    scripted_llm.replies["answer"] = "Every 90 days [S1]."
+    scripted_llm.replies["source_check"] = json.dumps({"used": True})
+    answered = start_run(rt, "Fleet", TEXT, retrieval_only=False)
+    run_jobs()
+    page = compare_html(*load_run(rt, a), *load_run(rt, answered))  # answer metrics exist in run B only
+    assert re.search(r"<td>exact_match</td><td>—</td><td>[0-9.]+</td><td[^>]*>—</td>", page)
 
 
 @pytest.mark.parametrize(("kwargs", "text", "message"), [
