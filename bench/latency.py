@@ -126,7 +126,7 @@ def wait_for_indexing(index: SearchIndex, timeout_s: float = 900.0) -> float:
 
 def flat_index(rt: Runtime, index: ChunkIndex) -> SearchIndex:
     """A second index over the same chunk hashes with the FLAT (exact) vector algorithm."""
-    schema = ChunkIndex.schema(index.topic_id, index.dims)
+    schema = ChunkIndex.schema(index.topic_id, index.dims, index.datatype())
     schema["index"]["name"] += "-flat"
     schema["fields"] = [{**f, "attrs": {**f["attrs"], "algorithm": "flat"}} for f in schema["fields"] if f["type"] == "vector"]
     flat = SearchIndex.from_dict(schema, redis_client=rt.redis)
@@ -134,9 +134,9 @@ def flat_index(rt: Runtime, index: ChunkIndex) -> SearchIndex:
     return flat
 
 
-def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None) -> list[str]:
-    """Chunk ids of a KNN query on ``index`` (ids only, as the product's search fetches few fields)."""
-    query = VectorQuery(vector=vector.astype(np.float32).tobytes(), vector_field_name="embedding",
+def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None, datatype: str) -> list[str]:
+    """Chunk ids of a KNN query on ``index`` (ids only), the query vector in the index's ``datatype``."""
+    query = VectorQuery(vector=vector.astype(datatype).tobytes(), vector_field_name="embedding", dtype=datatype,
                         return_fields=["chunk_id"], num_results=k, ef_runtime=ef)  # fmt: skip
     return [row["chunk_id"] for row in index.query(query)]
 
@@ -180,9 +180,9 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         exact_ids = [[ids[i] for i in row] for row in exact]
         rows = {"brute force (numpy, exact)": percentiles(brute_s)}
         for ef in EF_VALUES:
-            found, took = timed(lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef), n)
+            found, took = timed(lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype()), n)
             rows[f"KNN HNSW EF_RUNTIME={ef}"] = percentiles(took, recall_at_k(found, exact_ids))
-        found, took = timed(lambda i: knn(flat, qvecs[i], TOP_K, None), n)
+        found, took = timed(lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype()), n)
         rows["KNN FLAT (RediSearch, exact)"] = percentiles(took, recall_at_k(found, exact_ids))
         found, took = timed(lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)], n)
         rows["product search_vector"] = percentiles(took, recall_at_k(found, exact_ids))

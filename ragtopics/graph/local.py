@@ -40,7 +40,7 @@ from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
-from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, parse_pages
+from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, decode_vector, parse_pages
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ def fetch_chunks(index: ChunkIndex, chunk_ids: list[str], vector: np.ndarray) ->
         if values[0] is None or values[-1] is None:
             continue
         row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(_FIELDS[:-1], values[:-1])}
-        score = float(np.dot(np.frombuffer(values[-1], dtype=np.float32), vector))
+        score = float(np.dot(decode_vector(values[-1], index.dims), vector))
         found[row["chunk_id"]] = ChunkHit(row["chunk_id"], row["document_id"], row["file_name"], int(row["position"] or 0),
                                           row["text"], round(score, 6), row["context"], row["pictures"],
                                           parse_pages(row["pages"]), row["version"])  # fmt: skip

@@ -11,6 +11,7 @@ from ragtopics.documents.uploads import get_document, list_documents, receive_up
 from ragtopics.llm.embedding import OpenAIEmbedder
 from ragtopics.errors import RefusedFileError
 from ragtopics.topics.topics import create_topic
+from ragtopics.storage.chunk_index import decode_vector
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.worker.queue import job_progress
 
@@ -39,7 +40,8 @@ def test_ingest_writes_chunks_with_embeddings_through_the_worker(rt, run_jobs):
     assert row.status == "indexed" and row.chunk_count == len(chunks) > 1
     assert all(len(c["text"].decode()) <= 200 for c in chunks)
     assert "Paragraph 0 explains" in chunks[0]["text"].decode()
-    vector = np.frombuffer(chunks[0]["embedding"], dtype=np.float32)
+    assert len(chunks[0]["embedding"]) == 2 * 384  # stored in half precision (VECTOR_DATATYPE)
+    vector = decode_vector(chunks[0]["embedding"], 384)
     assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1) < 1e-3
     assert row.indexed_with["chunk_size"] == 200
     steps = [e["step"] for e in document_trace(rt, row.id)]

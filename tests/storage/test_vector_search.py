@@ -30,7 +30,69 @@ def test_hnsw_search_finds_the_exact_nearest_chunks(rt):
     assert recall_at_k(found, exact) >= 0.98, f"recall@10 {recall_at_k(found, exact):.3f} at EF_RUNTIME {HNSW_EF_RUNTIME}"
     scores = [h.score for h in index.search_vector(queries[0], 10)]
     assert scores == sorted(scores, reverse=True)
-    assert np.isclose(scores[0], float(vectors[exact_top_k(vectors, queries[0], 1)[0]] @ queries[0]), atol=1e-5)
+    # half-precision vectors (VECTOR_DATATYPE): about three decimal digits of the cosine similarity
+    assert np.isclose(scores[0], float(vectors[exact_top_k(vectors, queries[0], 1)[0]] @ queries[0]), atol=2e-3)
+
+
+def _records(vectors: np.ndarray, document_id: str = "doc-1") -> list[ChunkRecord]:
+    return [ChunkRecord(chunk_id=f"chunk-{n}", document_id=document_id, file_name="a.txt", position=n, text=f"row {n}",
+                        embedding=v) for n, v in enumerate(vectors)]  # fmt: skip
+
+
+def _field_type(rt, index: ChunkIndex) -> str:
+    """The vector type RediSearch itself reports for the index (``FT.INFO``)."""
+    info = rt.redis.execute_command("FT.INFO", index.index.name)
+    if isinstance(info, dict):  # RESP3
+        [vector] = [a for a in info[b"attributes"] if a[b"type"] == b"VECTOR"]
+        return vector[b"data_type"].decode()
+    attributes = dict(zip(info[::2], info[1::2]))[b"attributes"]
+    [vector] = [a for a in attributes if b"VECTOR" in a]
+    return vector[vector.index(b"data_type") + 1].decode()
+
+
+def test_a_new_index_stores_half_precision_vectors_and_reads_them_back_as_float32(rt):
+    vectors = _unit_rows(np.random.default_rng(3), 20, 16)
+    index = ChunkIndex(rt.redis, "topic-half", dims=16, embedding_model="m")
+    index.replace_document("doc-1", _records(vectors))
+    assert (index.datatype(), _field_type(rt, index)) == ("float16", "FLOAT16")
+    assert rt.redis.hget(index.record_key, "datatype") == b"float16"
+    assert len(rt.redis.hget(index.key("chunk-4"), "embedding")) == 2 * 16  # half of a float32 vector
+    stored = index.embeddings(["chunk-4", "chunk-missing"])
+    assert list(stored) == ["chunk-4"] and stored["chunk-4"].dtype == np.float32
+    assert np.allclose(stored["chunk-4"], vectors[4], atol=1e-3)
+    hits = index.search_vector(vectors[4], 3)
+    assert hits[0].chunk_id == "chunk-4" and hits[0].score <= 1.0 and np.isclose(hits[0].score, 1.0, atol=2e-3)
+    assert index.best_chunks(["doc-1"], vectors[7])["doc-1"].chunk_id == "chunk-7"
+
+
+def test_an_index_made_with_float32_vectors_keeps_them_and_a_rebuilt_one_gets_half_precision(rt, monkeypatch):
+    """Indexes created before FLOAT16 keep working as they are; the type is read per index, also by a process
+    that remembered the old type of an index made anew meanwhile (another process re-embedded the Topic)."""
+    from redisvl.index import SearchIndex
+
+    import ragtopics.storage.chunk_index as chunk_index
+
+    vectors = _unit_rows(np.random.default_rng(5), 20, 16)
+    old = SearchIndex.from_dict(ChunkIndex.schema("topic-old", 16, "float32"), redis_client=rt.redis)
+    old.create()
+    rt.redis.hset("rt:topic-old:index:chunks", mapping={"embedding_model": "m", "dims": 16})  # no type: as before
+    monkeypatch.setattr(chunk_index, "_DATATYPES", {})
+    index = ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m")
+    index.replace_document("doc-1", _records(vectors))
+    assert (index.datatype(), _field_type(rt, index)) == ("float32", "FLOAT32")
+    assert len(rt.redis.hget(index.key("chunk-4"), "embedding")) == 4 * 16
+    assert index.search_vector(vectors[4], 1)[0].chunk_id == "chunk-4" and index.count() == 20
+    assert np.array_equal(index.embeddings(["chunk-4"])["chunk-4"], vectors[4])
+
+    index.drop()  # re-embedding: the index is made anew, with the current type
+    ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m").replace_document("doc-1", _records(vectors))
+    chunk_index._DATATYPES[index.index.name] = "float32"  # what another process still remembers
+    stale = ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m")
+    assert stale.search_vector(vectors[9], 1)[0].chunk_id == "chunk-9"  # it notices and searches again
+    assert stale.datatype() == "float16" and _field_type(rt, stale) == "FLOAT16"
+    chunk_index._DATATYPES[index.index.name] = "float32"
+    stale.replace_document("doc-2", _records(vectors[:2], "doc-2"))  # a write reads the type first
+    assert len(rt.redis.hget(stale.key("chunk-1"), "embedding")) == 2 * 16 and stale.count() == 20
 
 
 def test_an_index_dropped_behind_its_record_answers_empty(rt):
