@@ -150,7 +150,8 @@ class ChunkHit:
     version: str = ""
 
 
-_RETURN_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version"]
+#: The fields a search reads per chunk; its id comes from the key (one field less for the server to read).
+_RETURN_FIELDS = ["document_id", "file_name", "position", "text", "context", "pictures", "pages", "version"]
 
 
 class ChunkIndex:
@@ -465,7 +466,7 @@ class ChunkIndex:
             return _unless_missing(_raiser(reply), [])
         # RediSearch's COSINE metric returns a distance: 1 - cosine similarity (clipped: half-precision
         # vectors put a chunk's similarity to itself a hair above 1).
-        return [_hit(row, min(1.0, 1.0 - float(row["vector_distance"]))) for row in _search_rows(reply)]
+        return [_hit(row, min(1.0, 1.0 - float(row["vector_distance"]))) for row in _search_rows(reply, self.prefix)]
 
     def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", datatype: str = "") -> tuple:
         """The ``FT.SEARCH`` KNN command for ``vector`` (the query redisvl's ``VectorQuery`` builds);
@@ -553,8 +554,8 @@ class ChunkIndex:
             "SCORER", "BM25STD",  # the order candidates are cut in; their scores are computed in Python
             "LIMIT", 0, int(limit), "DIALECT", 2,
         )  # fmt: skip
-        rows = _search_rows(reply)
-        return [(_hit({f: row.get(f, "") for f in _RETURN_FIELDS}, 0.0), row.get("keywords", "").split()) for row in rows]
+        rows = _search_rows(reply, self.prefix)
+        return [(_hit(row, 0.0), row.get("keywords", "").split()) for row in rows]
 
     def chunk_counts(self) -> dict[str, int]:
         """How many chunks the index holds per document (one aggregation): ``{document id: count}``."""
@@ -688,7 +689,7 @@ class ChunkIndex:
         for document_id, reply in zip(document_ids, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(reply, Exception):
                 continue
-            for row in _search_rows(reply):
+            for row in _search_rows(reply, self.prefix):
                 found[document_id] = _hit(row, min(1.0, 1.0 - float(row["vector_distance"])))
         return found
 
@@ -757,12 +758,13 @@ def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_
 
 
 def _hit(row: dict, score: float) -> ChunkHit:
+    """A search row (:func:`_search_rows`) as a hit; a field the row lacks is empty (position 0)."""
     return ChunkHit(
         chunk_id=row["chunk_id"],
-        document_id=row["document_id"],
-        file_name=row["file_name"],
-        position=int(row["position"]),
-        text=row["text"],
+        document_id=row.get("document_id", ""),
+        file_name=row.get("file_name", ""),
+        position=int(row.get("position") or 0),
+        text=row.get("text", ""),
         context=row.get("context", ""),
         pictures=row.get("pictures", "") or "",
         pages=parse_pages(row.get("pages", "") or ""),
@@ -791,23 +793,25 @@ def _record_built(record: Mapping) -> tuple[str, int]:
     return fields.get("embedding_model", ""), int(fields.get("dims", 0))
 
 
-def _search_rows(reply) -> list[dict[str, str]]:
+def _search_rows(reply, prefix: str = "") -> list[dict[str, str]]:
     """The documents of a raw ``FT.SEARCH`` reply as ``{field: value}``, in reply order.
 
-    Reads both protocols: RESP3 (a map with ``results``, each with ``extra_attributes``) and
-    RESP2 (``[total, id, [field, value, ...], id, [...], ...]``).
+    Reads both protocols: RESP3 (a map with ``results``, each with ``id`` and ``extra_attributes``)
+    and RESP2 (``[total, id, [field, value, ...], id, [...], ...]``). With ``prefix`` (the chunk key
+    prefix), each row's ``chunk_id`` is its key without ``prefix:``.
     """
     if isinstance(reply, dict):
-        results = reply.get(b"results", reply.get("results", []))
-        rows = []
-        for result in results:
-            attributes = result.get(b"extra_attributes", result.get("extra_attributes", {}))
-            rows.append({_decode(k): _decode(v) for k, v in attributes.items()})
-        return rows
-    rows = []
-    for fields in reply[2::2]:
-        rows.append({_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
-    return rows
+        pairs = [(result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
+                 for result in reply.get(b"results", reply.get("results", []))]  # fmt: skip
+        rows = [(key, {_decode(k): _decode(v) for k, v in attributes.items()}) for key, attributes in pairs]
+    else:
+        rows = [(key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
+                for key, fields in zip(reply[1::2], reply[2::2], strict=False)]  # fmt: skip
+    if prefix:
+        skip = len(prefix) + 1
+        for key, row in rows:
+            row["chunk_id"] = _decode(key)[skip:]
+    return [row for _, row in rows]
 
 
 def _search_total(reply) -> int:
