@@ -6,7 +6,8 @@ parsed by hiredis, read here: ``make bench`` measures what that saves next to re
 
 Each chunk is a Redis hash under ``rt:{topic_id}:chunk:{chunk_id}`` holding its
 text, keywords, document id, file name, offsets, the ids of its pictures and the
-pages it comes from (both stored, not indexed) and a float32 embedding. The index
+pages it comes from (both stored, not indexed) and its embedding (half precision in indexes
+made since :data:`VECTOR_DATATYPE`, single precision in older ones). The index
 serves vector KNN (cosine) and BM25 full-text search over text and keywords.
 """
 
@@ -323,7 +324,7 @@ class ChunkIndex:
             The number of old chunks removed.
 
         Raises:
-            ValueError: when an embedding does not have ``dims`` float32 values.
+            ValueError: when an embedding does not have ``dims`` values.
         """
         return self.replace_documents({document_id: chunks})[document_id]
 
@@ -343,7 +344,7 @@ class ChunkIndex:
         after its embedding model changed.
 
         Raises:
-            ValueError: when an embedding does not have ``dims`` float32 values (nothing is written).
+            ValueError: when an embedding does not have ``dims`` values (nothing is written).
             EmbeddingMismatchError: when new chunks would join an index built with another embedder.
         """
         if any(swaps.values()):
