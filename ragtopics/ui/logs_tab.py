@@ -58,7 +58,8 @@ def build(rt: Runtime) -> dict:
             refresh = gr.Button("Refresh", elem_id="logs-refresh")
         log = gr.HTML(elem_id="logs")
         gr.Markdown("#### Failed jobs\nJobs that failed for good (after the automatic recovery from crashed workers): "
-                    "fix the cause (an endpoint, a setting), then *Retry*.")  # fmt: skip
+                    "fix the cause (an endpoint, a setting), then *Retry*. A failed upload's file is not kept: "
+                    "upload it again instead.")  # fmt: skip
         dead = gr.Dataframe(headers=DEAD_HEADERS, interactive=False, wrap=True, elem_id="dead-letters")
         with gr.Row():
             job_id = gr.Textbox(label="Job id", elem_id="dead-letter-id")

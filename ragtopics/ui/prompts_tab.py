@@ -26,15 +26,22 @@ def prompt_text(rt: Runtime, topic_name: str | None, name: str) -> tuple[str, st
     return template.text, f"{template.description} Variables: {variables}."
 
 
-def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str) -> str:
-    """Store an edit (empty text resets to the default); returns a status line."""
+def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, reset: bool = False) -> str:
+    """Store an edit, or with ``reset`` go back to the shared text; returns a status line.
+
+    Empty text is refused, not taken as a reset: a text box not loaded yet (a page just opened)
+    would otherwise wipe a Topic's prompt with one click on Save.
+    """
     scope = _scope(rt, topic_name) if topic_name else SHARED
+    where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
+    if not reset and not (text or "").strip():
+        return (f"**Not saved:** the text is empty. Nothing changed for {where}; to go back to the shared text, "
+                "use *Reset to shared*.")  # fmt: skip
     try:
-        set_prompt(rt, scope, name, text)
+        set_prompt(rt, scope, name, "" if reset else text)
     except RagTopicsError as exc:
         return f"**Not saved:** {exc}"
-    where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
-    return f"Saved prompt `{name}` for {where}." if text.strip() else f"Prompt `{name}` reset for {where}."
+    return f"Prompt `{name}` reset for {where}." if reset else f"Saved prompt `{name}` for {where}."
 
 
 def build(rt: Runtime) -> dict:
@@ -43,7 +50,7 @@ def build(rt: Runtime) -> dict:
         topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=True, elem_id="prompts-topic")
         name = gr.Dropdown(PROMPT_NAMES, value="system", label="Prompt")
         about = gr.Markdown()
-        text = gr.Textbox(lines=8, label="Text (for this Topic; empty + Save resets to the shared text)")
+        text = gr.Textbox(lines=8, label="Text (for this Topic)")
         with gr.Row():
             save = gr.Button("Save", variant="primary")
             reset = gr.Button("Reset to shared")
@@ -69,9 +76,9 @@ def build(rt: Runtime) -> dict:
         return "Saved the no-answer response."
 
     private = {"api_visibility": "private"}
-    for trigger in (topic.change, name.change):
+    for trigger in (topic.change, name.change, tab.select):  # also when the tab is opened: a reloaded page keeps the choice
         trigger(load, [topic, name], [text, about, no_answer], **private)
     save.click(lambda t, n, x: save_prompt(rt, t, n, x), [topic, name, text], status, api_name="save_prompt", api_visibility="undocumented")
-    reset.click(lambda t, n: save_prompt(rt, t, n, ""), [topic, name], status, **private).then(load, [topic, name], [text, about, no_answer], **private)
+    reset.click(lambda t, n: save_prompt(rt, t, n, "", reset=True), [topic, name], status, **private).then(load, [topic, name], [text, about, no_answer], **private)
     save_no_answer.click(store_no_answer, [topic, no_answer], status, **private)
     return {"topic": topic, "tab": tab}

@@ -262,14 +262,44 @@ def dead_letters(rt: Runtime, limit: int = 100) -> list[DeadLetter]:
 def retry_dead_letter(rt: Runtime, job_id: str) -> None:
     """Queue a failed job again, as it was.
 
+    An upload job is queued again only while one of its files still waits for it (a file left
+    ``processing`` when the store went away). A file whose indexing failed is marked ``failed``
+    and its uploaded copy dropped, so there is nothing left to index: it must be uploaded again.
+
     Raises:
         NotFoundError: no failed job has that id.
+        RagTopicsError: an upload job none of whose files waits for it any more (names them, and why they failed).
     """
     from rq.registry import FailedJobRegistry
 
-    from ragtopics.errors import NotFoundError
+    from ragtopics.errors import NotFoundError, RagTopicsError
+    from ragtopics.storage import documents
 
     registry = FailedJobRegistry(queue=queue_for(rt))
     if job_id not in registry.get_job_ids():
         raise NotFoundError(f"no failed job {job_id!r} (it may have been retried already)")
+    versions = _upload_versions(Job.fetch(job_id, connection=rt.redis))
+    if versions:
+        rows = [documents.get_document(rt.metadata, document_id) for document_id, _ in versions]
+        waiting = [row for row, (_, version_job) in zip(rows, versions, strict=True) if row is not None
+                   and row.job_id == version_job and row.status in (documents.DocumentStatus.QUEUED,
+                                                                    documents.DocumentStatus.PROCESSING)]  # fmt: skip
+        if not waiting:
+            failed = [row for row in rows if row is not None]
+            why = f" ({failed[0].file_name}: {failed[0].error})" if failed and failed[0].error else ""
+            names = ", ".join(row.file_name for row in failed[:3]) or "its files"
+            verb = "waits" if len(failed) == 1 else "wait"
+            raise RagTopicsError(f"this upload cannot be retried: {names} no longer {verb} for it{why}. A file whose "
+                                 "indexing failed is not kept; fix the cause, then upload the file again.")  # fmt: skip
     registry.requeue(job_id)
+
+
+def _upload_versions(job: Job) -> list[tuple[str, str]]:
+    """``(document id, job id)`` of each file version an upload job indexes; ``[]`` for other jobs."""
+    name = (job.func_name or "").rsplit(".", 1)[-1]
+    args = list(job.args or ())
+    if name == "ingest_batch" and len(args) >= 2:
+        return [(document_id, version_job) for document_id, version_job, _ in args[1]]
+    if name in ("ingest", "extract_batch", "finish_graph") and len(args) >= 2:
+        return [(args[1], (args[2] if len(args) > 2 and args[2] else job.id))]
+    return []

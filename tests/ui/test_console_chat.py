@@ -13,6 +13,7 @@ from gradio_client import Client, handle_file
 from ragtopics.answer.turn import ask
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.topics.topics import create_topic, get_topic
+from ragtopics.ui.prompts_tab import save_prompt
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
 from ragtopics.ui.app import launch_console
@@ -58,7 +59,10 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     scripted_llm.replies["answer"] = "Aye [S1]."
     *_, final = ask(rt, manuals, "When is the boiler descaled?")
     assert scripted_llm.prompts("answer")[-1]["messages"][0]["content"].startswith("Captain of Manuals here.")
-    client.predict("Manuals", "system", "", api_name="/save_prompt")
+    status = client.predict("Manuals", "system", "", api_name="/save_prompt")  # a text box not loaded yet
+    assert "Not saved" in status and "Reset to shared" in status
+    assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of Manuals here.")  # nothing was wiped
+    assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
     assert resolve_prompts(rt, manuals.id)["system"].text == resolve_prompts(rt, None)["system"].text
 
 

@@ -45,3 +45,20 @@ def test_a_job_that_failed_for_good_is_listed_and_retried(rt, run_jobs):
     assert retry_job(rt, job_id) == f"Queued `{job_id}` again."
     run_jobs()
     assert dead_table(rt) == [] and load_run(rt, run_id)[0].summary["n"] == 1  # the run finished
+
+
+def test_a_failed_upload_is_not_queued_again_but_says_to_upload_the_file_again(rt, reconfigure, run_jobs):
+    """Its file was dropped when it failed: a Retry would fail at once, so it is refused with what to do."""
+    from ragtopics.documents.uploads import get_document, upload_file
+    from ragtopics.ui.logs_tab import dead_table, retry_job
+
+    rt = reconfigure(MAX_CHUNKS_PER_DOCUMENT=1)
+    topic = create_topic(rt, "Plant", settings={"chunk_size": 100, "chunk_overlap": 0})
+    row = upload_file(rt, topic, "pumps.txt", ("Pump P-7 is inspected every 90 days by the night shift. " * 20).encode())
+    run_jobs()
+    assert get_document(rt, row.id).status == "failed"
+    [dead] = dead_table(rt)
+    status = retry_job(rt, dead[0]).replace("\\", "")
+    assert status.startswith("**Not retried:** this upload cannot be retried: pumps.txt no longer waits for it (pumps.txt: ")
+    assert "MAX_CHUNKS_PER_DOCUMENT" in status and "upload the file again" in status
+    assert dead_table(rt) == [dead]  # still listed, nothing queued
