@@ -11,6 +11,9 @@ search returned, in rank order, are compared with the gold sources (with an answ
 it cited are kept apart, as ``cited``). A question that fails (an unreachable model, say) is
 recorded with its error and scores as finding nothing; the run goes on.
 
+Gold names that match no file of the Topic are listed in the summary (``missing_gold_files``): a
+typo there would otherwise look like a retrieval failure.
+
 Metrics (means over the questions that have gold sources, or answers, or ways):
 
 * **recall@k** (k = 1, 5, 10): the share of a question's gold sources among its first k
@@ -100,29 +103,31 @@ def load_questions(path: Path) -> list[EvalQuestion]:
             the message names the item.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as Windows Notepad writes, is fine
     except (OSError, UnicodeDecodeError) as exc:
         raise RagTopicsError(f"cannot read the question file {path}: {exc}") from exc
-    return parse_questions(text, str(path))
+    return parse_questions(text, f"the question file {path}")
 
 
 def parse_questions(text: str, source: str = "the questions") -> list[EvalQuestion]:
     """Parse questions given as JSON: a list of items (module docstring), or ``{"questions": [...]}``.
 
     Args:
-        text: the JSON text.
-        source: how error messages name it (a path, or "the pasted questions").
+        text: the JSON text (a leading byte-order mark is ignored).
+        source: how error messages name it ("the question file q.json", "the questions").
 
     Raises:
         RagTopicsError: when it is not JSON, not a list, or an item lacks a question, has one longer
-            than a chat accepts, or has bad ``gold_sources``; the message names the item.
+            than a chat accepts, bad ``gold_sources`` or an ``expected_way`` that is no way; the message
+            names the item.
     """
+    from ragtopics.answer.routing import Route
     from ragtopics.answer.turn import MAX_QUESTION_CHARS
 
     try:
-        items = json.loads(text)
+        items = json.loads(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
-        raise RagTopicsError(f"cannot read the question file {source}: {exc}") from exc
+        raise RagTopicsError(f"cannot read {source} as JSON: {exc}") from exc
     if isinstance(items, dict) and isinstance(items.get("questions"), list):
         items = items["questions"]
     if not isinstance(items, list):
@@ -137,8 +142,12 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
         gold = item.get("gold_sources") or []
         if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
             raise RagTopicsError(f"{source}: item {n}: gold_sources must be a list of file names (none empty)")
-        out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold),
-                                str(item.get("expected_way") or "").upper(), str(item.get("type") or "")))  # fmt: skip
+        way = str(item.get("expected_way") or "").strip().upper()
+        if way and way not in {r.value for r in Route}:
+            raise RagTopicsError(f"{source}: item {n}: expected_way {item['expected_way']!r} is not a way; the ways are "
+                                 f"{', '.join(r.value for r in Route)}")  # fmt: skip
+        out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold), way,
+                                str(item.get("type") or "")))  # fmt: skip
     if not out:
         raise RagTopicsError(f"{source}: the question file holds no questions")
     return out
@@ -328,7 +337,18 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
             progress(n, len(questions))
     if failures and len(failures) == len(questions):
         raise failures[0]
-    return summarize(results, time.perf_counter() - started), results
+    summary = summarize(results, time.perf_counter() - started)
+    missing = missing_gold(rt, topic, questions)
+    if missing:
+        summary["missing_gold_files"] = missing
+    return summary, results
+
+
+def missing_gold(rt: Runtime, topic: Topic, questions: list[EvalQuestion]) -> list[str]:
+    """Gold source names that match no file of the Topic (a typo scores like a retrieval failure), sorted."""
+    names = rt.chunk_index(topic.id).file_names().values()
+    known = {key for name in names for key in file_keys(name)}
+    return sorted({g for q in questions for g in q.gold_sources if not file_keys(g) & known})
 
 
 def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
@@ -345,6 +365,23 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
         summary["errors"] = len(failed)
         summary["first_error"] = failed[0].error
     return summary
+
+
+def check_out_folder(folder: Path) -> None:
+    """Make sure results can be written into ``folder`` (created when missing), before a run starts.
+
+    Raises:
+        RagTopicsError: when ``folder`` is a file, cannot be created, or cannot be written to.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise RagTopicsError(f"--out {folder} is a file; give a folder for the results")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-check-{time.time_ns()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RagTopicsError(f"--out {folder}: results cannot be written there: {exc.strerror or exc}") from exc
 
 
 def write_results(folder: Path, summary: dict[str, Any], results: list[QuestionResult]) -> list[Path]:
@@ -427,6 +464,11 @@ def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
     return out
 
 
+def shared_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
+    """How many questions two runs' per-question results have in common (by text)."""
+    return len({r["question"] for r in a} & {r["question"] for r in b})
+
+
 def short_value(value: Any, limit: int = 60) -> str:
     """A metric or answer in a change list: a float to three decimals, text on one line cut to ``limit``."""
     if isinstance(value, float):
@@ -462,6 +504,8 @@ def format_table(summary: dict[str, Any]) -> str:
     for key, value in summary.items():
         if key in ("n", "ways"):
             continue
+        if isinstance(value, list):
+            value = ", ".join(map(str, value))
         lines.append(f"{key:<18} {value:.3f}" if isinstance(value, float) else f"{key:<18} {value}")
     lines.append(f"{'ways':<18} " + ", ".join(f"{w} {c}" for w, c in summary["ways"].items()))
     return "\n".join(lines)

@@ -25,6 +25,8 @@ from ragtopics.topics.topics import get_topic
 
 #: Most questions one console run takes (a bigger file belongs to ``ragtopics eval``).
 MAX_QUESTIONS = 2000
+#: The file a failed run leaves in its folder: ``{"error": message}``.
+ERROR_FILE = "error.json"
 _RUN_ID = re.compile(r"^eval-\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
@@ -41,6 +43,7 @@ class RunInfo:
         retrieval_only: whether answers were skipped.
         settings_changed: ``{key: value}`` changed for this run only.
         summary: the summary once finished, else None.
+        error: why the run failed ("" unless it did).
     """
 
     run_id: str
@@ -51,13 +54,15 @@ class RunInfo:
     retrieval_only: bool
     settings_changed: dict[str, str]
     summary: dict[str, Any] | None
+    error: str = ""
 
     @property
     def label(self) -> str:
         """One line naming the run in a dropdown."""
         changed = ", ".join(f"{k}={v}" for k, v in self.settings_changed.items())
         mode = "retrieval only" if self.retrieval_only else "answers"
-        return f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''} · {self.run_id}"
+        failed = " · failed" if self.error else ""
+        return f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''}{failed} · {self.run_id}"
 
 
 def runs_folder(rt: Runtime) -> Path:
@@ -124,14 +129,28 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
 def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
     """Run a saved request (the worker's job) and write its results into the run's folder; returns the summary.
 
+    A run that fails keeps its error in the folder (``error.json``), so the QA page shows why
+    also after the job's record has expired; a retried run starts without it.
+
     Raises:
         NotFoundError: when the run or its Topic is gone.
+        Whatever stopped the evaluation (every question failing, say; see :func:`~ragtopics.quality.evaluate.evaluate`).
     """
     folder = run_folder(rt, run_id)
     try:
         request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
     except OSError as exc:
         raise NotFoundError(f"no evaluation run {run_id!r}") from exc
+    (folder / ERROR_FILE).unlink(missing_ok=True)
+    try:
+        return _execute(rt, folder, run_id, request, progress)
+    except Exception as exc:
+        (folder / ERROR_FILE).write_text(json.dumps({"error": str(exc)}, ensure_ascii=False), encoding="utf-8")
+        raise
+
+
+def _execute(rt: Runtime, folder: Path, run_id: str, request: dict[str, Any], progress) -> dict[str, Any]:
+    """:func:`execute_run` once its request is read."""
     topic = ev.with_settings(get_topic(rt, request["topic"]), request["settings_changed"])
     questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"])
                  for q in request["questions"]]  # fmt: skip
@@ -182,5 +201,8 @@ def _info(folder: Path) -> RunInfo:
     request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
     summary_path = folder / "summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    error_path = folder / ERROR_FILE
+    error = json.loads(error_path.read_text(encoding="utf-8")).get("error", "failed") if summary is None and error_path.is_file() else ""
     return RunInfo(request["run_id"], request["topic"], request["created"], len(request["questions"]),
-                   request["route"] or "routed", bool(request["retrieval_only"]), request["settings_changed"], summary)  # fmt: skip
+                   request["route"] or "routed", bool(request["retrieval_only"]), request["settings_changed"], summary,
+                   error)  # fmt: skip

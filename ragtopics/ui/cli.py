@@ -580,6 +580,8 @@ def _cmd_eval(args) -> int:
         rows = ev.compare(a, b)
         per_question = [_questions_of(path) for path in args.compare]
         changes = ev.changed_questions(*per_question) if all(q is not None for q in per_question) else None
+        if changes is not None and per_question[0] and not ev.shared_questions(*per_question):
+            print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
         if args.json:
             print(json.dumps({**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows},
                               "changed_questions": changes}, ensure_ascii=False))  # fmt: skip
@@ -601,21 +603,33 @@ def _cmd_eval(args) -> int:
     from ragtopics.topics.topics import get_topic
 
     questions = ev.load_questions(args.questions)
+    if args.out is not None:
+        ev.check_out_folder(args.out)  # before the run, not after minutes of answers
     rt = get_runtime()
     rt.check_store()
     topic = ev.with_settings(get_topic(rt, args.topic), parse_assignments(args.assignments))
 
     def progress(done: int, total: int) -> None:
-        print(f"\r{done}/{total} questions", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():  # a counter in place; into a file (with the table, maybe), only the end
+            print(f"\r{done}/{total} questions", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif done == total:
+            print(f"{done}/{total} questions", file=sys.stderr, flush=True)
 
     summary, results = ev.evaluate(rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only,
                                    judge=args.judge, progress=progress)  # fmt: skip
     summary = ev.run_summary(summary, topic=topic.name, route=args.route, retrieval_only=args.retrieval_only,
                              settings_changed=parse_assignments(args.assignments))  # fmt: skip
+    print(json.dumps(summary, ensure_ascii=False) if args.json else ev.format_table(summary), flush=True)
+    if summary.get("missing_gold_files"):
+        print(f"warning: {len(summary['missing_gold_files'])} gold source(s) match no file of Topic {topic.name!r} "
+              f"(a typo scores as a retrieval failure): {', '.join(summary['missing_gold_files'][:10])}", file=sys.stderr)
     if args.out is not None:
-        for path in ev.write_results(args.out, summary, results):
-            print(f"wrote {path}", file=sys.stderr)
-    print(json.dumps(summary, ensure_ascii=False) if args.json else ev.format_table(summary))
+        try:
+            for path in ev.write_results(args.out, summary, results):
+                print(f"wrote {path}", file=sys.stderr)
+        except OSError as exc:
+            print(f"error: the results above were not written to {args.out}: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -623,17 +637,26 @@ def _questions_of(path: Path) -> list[dict] | None:
     """A run's per-question results (``questions.json`` beside its summary), or None when there is none."""
     file = (path if path.is_dir() else path.parent) / "questions.json"
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        rows = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+    return rows if isinstance(rows, list) and all(isinstance(r, dict) and "question" in r for r in rows) else None
 
 
 def _summary_of(path: Path) -> dict:
+    """A run's ``summary.json`` (``path`` is it, or the run's ``--out`` folder).
+
+    Raises:
+        RagTopicsError: when it cannot be read or is not an evaluation summary (a question file, say).
+    """
     file = path / "summary.json" if path.is_dir() else path
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        summary = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RagTopicsError(f"cannot read the evaluation summary {file}: {exc}") from exc
+    if not isinstance(summary, dict) or not isinstance(summary.get("n"), int):
+        raise RagTopicsError(f"{file} is not an evaluation summary: give the --out folder of a run, or its summary.json")
+    return summary
 
 
 _COMMANDS = {

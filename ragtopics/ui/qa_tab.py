@@ -8,15 +8,17 @@ files to download, and compares two runs metric by metric and question by questi
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from typing import Any
 
 import gradio as gr
 
-from ragtopics.answer.routing import Route
+from ragtopics.answer.routing import Route, routes_for
 from ragtopics.errors import RagTopicsError
-from ragtopics.quality.evaluate import changed_questions, compare, short_value
+from ragtopics.quality.evaluate import changed_questions, compare, shared_questions, short_value
 from ragtopics.quality.runs import list_runs, load_run, result_files, start_run
 from ragtopics.runtime import Runtime
+from ragtopics.topics.topics import get_topic
 from ragtopics.ui.common import progress_bar, topic_choices
 from ragtopics.worker.queue import job_progress, phase_text
 
@@ -36,10 +38,16 @@ def summary_html(info) -> str:
             f"{'retrieval only' if info.retrieval_only else 'with answers'}"
             f"{' · settings for this run: ' + changed if changed else ''} · <code>{html.escape(info.run_id)}</code></p>")  # fmt: skip
     if info.summary is None:
+        if info.error:
+            return head + f"<p class='rt-eval-failed'><b>Failed:</b> {html.escape(info.error)}</p>"
         return head + "<p>Not finished yet.</p>"
     cells = [(m, info.summary[m]) for m in SUMMARY_METRICS if m in info.summary]
     ways = ", ".join(f"{html.escape(w)} {n}" for w, n in (info.summary.get("ways") or {}).items())
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td style='text-align:right'>{_number(v)}</td></tr>" for m, v in cells)
+    if info.summary.get("missing_gold_files"):
+        names = info.summary["missing_gold_files"]
+        rows += (f"<tr><td>gold sources not in the Topic</td><td class='rt-eval-errors'>{len(names)}: "
+                 f"{html.escape(', '.join(names[:10]))} (a typo scores as a retrieval failure)</td></tr>")
     if info.summary.get("errors"):  # each failed question scored as finding nothing
         rows += (f"<tr><td>failed questions</td><td class='rt-eval-errors'>{info.summary['errors']} "
                  f"(first: {html.escape(str(info.summary.get('first_error', '')))}); they count as finding nothing</td></tr>")
@@ -84,7 +92,9 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
                                for k, (x, y) in c["changes"].items())  # fmt: skip
         items.append(f"<li class='rt-eval-changed'><b>{html.escape(short_value(c['question'], 120))}</b><br>{detail}</li>")
     more = f"<p>… and {len(changes) - 100} more.</p>" if len(changes) > 100 else ""
-    return (f"<p>A: <code>{html.escape(a.run_id)}</code> · B: <code>{html.escape(b.run_id)}</code></p>"
+    apart = ("<p class='rt-eval-warning'><b>The two runs share no question:</b> their metrics are not comparable.</p>"
+             if a_questions and b_questions and not shared_questions(a_questions, b_questions) else "")
+    return (f"<p>A: <code>{html.escape(a.run_id)}</code> · B: <code>{html.escape(b.run_id)}</code></p>{apart}"
             f"<table class='rt-eval-compare'><tr><th>metric</th><th>A</th><th>B</th><th>B − A</th></tr>{metric_rows}</table>"
             f"<p><b>{len(changes)} question(s) changed</b> (way, recall@5, MRR, judged correctness or answer)</p>"
             f"<ul>{''.join(items)}</ul>{more}")  # fmt: skip
@@ -137,9 +147,11 @@ def build(rt: Runtime) -> dict:
     def on_start(topic_name, way_name, only, path, text, settings):
         if not topic_name:
             return "Choose a Topic first.", None
+        ignored = ""
         try:
             if path:
-                with open(path, encoding="utf-8") as handle:
+                ignored = " (from the uploaded file; the pasted questions were not used)" if (text or "").strip() else ""
+                with open(path, encoding="utf-8-sig") as handle:  # a byte-order mark, as Notepad writes, is fine
                     text = handle.read()
             if not (text or "").strip():
                 return "Upload a question file or paste the questions first.", None
@@ -148,7 +160,7 @@ def build(rt: Runtime) -> dict:
                                retrieval_only=bool(only))  # fmt: skip
         except (RagTopicsError, OSError, UnicodeDecodeError) as exc:
             return f"**Not started:** {html.escape(str(exc))}", None
-        return f"Queued run `{run_id}`.", run_id
+        return f"Queued run `{run_id}`{ignored}.", run_id
 
     def tick(run_id):
         """The running run's bar; once it has finished, its results too (a run that finishes between two
@@ -170,12 +182,28 @@ def build(rt: Runtime) -> dict:
             info, questions = load_run(rt, run_id)
         except RagTopicsError as exc:
             return f"<p>{html.escape(str(exc))}</p>", [], None
+        if info.summary is None and not info.error:  # a worker that died mid-run left no error file
+            p = job_progress(rt, run_id)
+            if p.is_final and p.status != "finished":
+                info = replace(info, error=p.error or p.status)
         files = [str(path) for path in result_files(rt, run_id)]
         return summary_html(info), question_rows(questions), files or None
 
     def refresh_runs(selected=None):
         choices = run_choices(rt)
         return gr.Dropdown(choices=choices, value=selected), gr.Dropdown(choices=choices), gr.Dropdown(choices=choices)
+
+    def list_runs_again():  # the runs saved since the page was built, every list keeping its choice
+        choices = run_choices(rt)
+        return (gr.Dropdown(choices=choices),) * 3
+
+    def ways_of(topic_name):
+        """The ways the chosen Topic's kind has (a RAG Topic has no graph ways)."""
+        try:
+            kind = get_topic(rt, topic_name).kind if topic_name else None
+        except RagTopicsError:
+            kind = None
+        return gr.Dropdown(choices=[ROUTED, *(r.value for r in (routes_for(kind) if kind else Route))], value=ROUTED)
 
     def on_compare(a_id, b_id):
         if not a_id or not b_id:
@@ -192,6 +220,8 @@ def build(rt: Runtime) -> dict:
     timer.tick(tick, current, [progress, current, summary, table, downloads], show_progress="hidden",
                api_visibility="private")  # fmt: skip
     run_choice.change(show, run_choice, [summary, table, downloads], api_name="evaluation_run", api_visibility="undocumented")
-    run_choice.focus(lambda selected: refresh_runs(selected), run_choice, [run_choice, run_a, run_b], api_visibility="private")
+    for trigger in (tab.select, run_choice.focus, run_a.focus, run_b.focus):
+        trigger(list_runs_again, None, [run_choice, run_a, run_b], api_visibility="private")
+    topic.change(ways_of, topic, way, api_visibility="private")
     compare_button.click(on_compare, [run_a, run_b], comparison, api_name="compare_evaluations", api_visibility="undocumented")
     return {"topic": topic, "tab": tab}

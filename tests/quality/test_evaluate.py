@@ -185,3 +185,37 @@ def test_compare_keeps_metrics_of_one_run_and_matches_repeated_questions_in_orde
     assert changed_questions(a, a) == []
     assert changed_questions(a, a[:1]) == [{"question": "Who?", "only_in": "A"}]
     assert changed_questions(a, [a[0], {**a[1], "way": "SEARCH"}]) == [{"question": "Who?", "changes": {"way": ["DIRECT", "SEARCH"]}}]
+
+
+def test_an_out_path_that_cannot_take_the_results_is_refused_before_the_run(rt, fleet, tmp_path, scripted_llm, capsys):
+    (tmp_path / "a-file").write_text("x")
+    assert main(["eval", "Fleet", str(fleet), "--out", str(tmp_path / "a-file")]) == 2
+    assert "--out" in capsys.readouterr().err and scripted_llm.prompts("answer") == []  # nothing was asked
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--out", str(tmp_path / "a-file" / "run")]) == 2
+    assert "cannot be written there" in capsys.readouterr().err
+
+
+def test_compare_refuses_what_is_not_a_run_and_warns_when_runs_share_no_question(rt, fleet, tmp_path, capsys):
+    assert main(["eval", "--compare", str(fleet), str(fleet)]) == 2  # a question file, not a run
+    assert "is not an evaluation summary" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"question": "Who drives truck T-3?", "gold_sources": ["trucks.txt"]}]))
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--out", str(tmp_path / "a")]) == 0
+    assert main(["eval", "Fleet", str(other), "--retrieval-only", "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "share no question" in capsys.readouterr().err
+
+
+def test_question_files_with_a_byte_order_mark_unknown_ways_and_gold_names_the_topic_lacks(rt, fleet, tmp_path, capsys):
+    bom = tmp_path / "notepad.json"
+    bom.write_bytes("\ufeff".encode() + json.dumps([{"question": "How often is pump P-7 inspected?",
+                                                         "gold_sources": ["pumps.txt", "pump.txt"]}]).encode())  # fmt: skip
+    assert main(["eval", "Fleet", str(bom), "--retrieval-only", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.splitlines()[-1])["missing_gold_files"] == ["pump.txt"]
+    assert "1 gold source(s) match no file of Topic 'Fleet'" in err and "pump.txt" in err
+    with pytest.raises(RagTopicsError, match="item 1: expected_way 'BOGUS' is not a way; the ways are DIRECT"):
+        parse_questions(json.dumps([{"question": "Who?", "expected_way": "BOGUS"}]))
+    with pytest.raises(RagTopicsError, match="cannot read the questions as JSON"):
+        parse_questions("not json", "the questions")

@@ -55,7 +55,7 @@ def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt,
 
 
 @pytest.mark.parametrize(("kwargs", "text", "message"), [
-    ({}, "not json", "cannot read the question file the questions"),
+    ({}, "not json", "cannot read the questions as JSON"),
     ({}, json.dumps([{"answer": "x"}]), "item 1 has no question"),
     ({"assignments": ["top_k=3"]}, TEXT, "top_k: unknown setting"),
     ({"assignments": ["top_k_results=0"]}, TEXT, "top_k_results"),
@@ -92,3 +92,15 @@ def test_the_console_starts_a_run_and_shows_it(rt, fleet, run_jobs, tmp_path):
         assert "0 question(s) changed" in page
     finally:
         app.close()
+
+
+def test_a_run_that_failed_says_why_and_is_marked_in_the_list(rt, fleet, run_jobs):
+    from ragtopics.topics.delete import delete_topic
+
+    run_id = start_run(rt, "Fleet", TEXT)
+    delete_topic(rt, "Fleet")  # the Topic goes while its run waits
+    run_jobs()
+    info, _ = load_run(rt, run_id)
+    assert info.summary is None and "Fleet" in info.error and info.label.endswith(f"· failed · {run_id}")
+    page = summary_html(info)
+    assert "Failed:" in page and "Not finished yet" not in page
