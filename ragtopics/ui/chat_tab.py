@@ -169,6 +169,8 @@ def _message_text(content) -> str:
 STOPPED = "*⏹ stopped: this answer is not saved*"
 #: Shown in place of the answer until its first words arrive (a cold local model can take a while).
 THINKING = "… searching the documents and writing the answer"
+#: Said after a refused attachment, which is taken off the message.
+ATTACHMENT_REMOVED = "The attachment was removed: attach another file, or send the question without it."
 #: Shown while a turn is in a phase that has no answer text yet.
 PHASES = {"routing": "… choosing how to answer", "searching": "… searching the documents", "writing": "… writing the answer",
           "answering": THINKING}
@@ -209,7 +211,12 @@ def build(rt: Runtime) -> dict:
             yield history, gr.skip(), session_id, gr.skip(), attachment_path
         try:
             topic_obj = get_topic(rt, topic_name)
-            attachment = _read(topic_obj, attachment_path)
+            try:
+                attachment = _read(topic_obj, attachment_path)
+            except RagTopicsError as exc:  # a refused file is taken off: kept, it would refuse every later message
+                history[-1] = {"role": "assistant", "content": f"⚠️ {exc}\n\n{ATTACHMENT_REMOVED}"}
+                yield history, "", session_id, message, None
+                return
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
                 shown_text = update.text or (f"… {update.status}" if update.status else PHASES.get(update.phase, THINKING))
                 history[-1] = {"role": "assistant", "content": shown_text + (sources_line(update) if update.done else "")}

@@ -61,7 +61,7 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     assert scripted_llm.prompts("answer")[-1]["messages"][0]["content"].startswith("Captain of Manuals here.")
     status = client.predict("Manuals", "system", "", api_name="/save_prompt")  # a text box not loaded yet
     assert "Not saved" in status and "Reset to shared" in status
-    assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of Manuals here.")  # nothing was wiped
+    assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")  # nothing was wiped
     assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
     assert resolve_prompts(rt, manuals.id)["system"].text == resolve_prompts(rt, None)["system"].text
 
@@ -84,8 +84,10 @@ def test_a_text_attachment_is_sent_with_the_question_and_a_refused_one_explains(
     assert "Night shift: the pump was noisy." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
     archive = tmp_path / "data.zip"
     archive.write_bytes(b"PK\x03\x04")
-    history, *_ = client.predict("Manuals", "And this?", [], handle_file(str(archive)), api_name="/ask")
+    history, _, kept_question, attached = client.predict("Manuals", "And this?", [], handle_file(str(archive)), api_name="/ask")
     assert "data.zip can't be attached" in history[-1]["content"][0]["text"]
+    assert "The attachment was removed" in history[-1]["content"][0]["text"]
+    assert attached is None and kept_question == "And this?"  # taken off, so the next message is not refused again
 
 
 def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
