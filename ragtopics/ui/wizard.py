@@ -98,12 +98,9 @@ def field_component(kind: str, key: str, *, visible: bool = True) -> gr.componen
     if isinstance(default, bool):
         return gr.Checkbox(value=default, **common)
     if isinstance(default, (int, float)):
-        bounds = {}
-        for item in info.metadata:
-            for name, target in (("ge", "minimum"), ("gt", "minimum"), ("le", "maximum"), ("lt", "maximum")):
-                if getattr(item, name, None) is not None:
-                    bounds[target] = getattr(item, name)
-        return gr.Number(value=default, precision=0 if isinstance(default, int) else None, **bounds, **common)
+        # No minimum/maximum on the component: Gradio would refuse a value out of range with a message that
+        # names no field. The settings model refuses it instead, naming the field and its range.
+        return gr.Number(value=default, precision=0 if isinstance(default, int) else None, **common)
     if isinstance(default, BaseModel):
         return gr.Textbox(value=default.model_dump_json(), **common)
     if isinstance(default, dict):

@@ -35,3 +35,13 @@ def test_wizard_values_become_settings_and_errors_name_the_field(rt):
     bad_json = wizard.create_from_wizard(rt, "GraphRAG", "Graph", "", "", [["pdf"], [], [], []], {"docling_settings": "{ocr"})
     assert bad_json.replace("\\", "").startswith("**Not created:** Docling Settings (JSON) (docling_settings): not valid JSON")
     assert wizard.create_from_wizard(rt, "Other", "X", "", "", [], {}) == "**Not created:** Kind must be one of RAG, GraphRAG."
+
+
+def test_an_out_of_range_number_reaches_the_check_that_names_its_field(rt):
+    """A number field has no bounds of its own: Gradio would refuse -5 with a message naming no field."""
+    import gradio as gr
+
+    numbers = [wizard.field_component(kind, key) for kind in ("rag", "graphrag") for key in ("chunk_size", "max_file_size_mb")]
+    assert all(isinstance(c, gr.Number) and c.minimum is None and c.maximum is None for c in numbers)
+    refused = wizard.create_from_wizard(rt, "RAG", "Other", "", "", [["pdf"], [], [], []], {"chunk_size": -5.0})
+    assert refused.replace("\\", "").startswith("**Not created:** invalid Topic settings: chunk_size: -5 is outside")
