@@ -12,6 +12,7 @@ from datetime import timezone
 from pathlib import Path
 
 from ragtopics.errors import RagTopicsError
+from ragtopics.ui.words import removed_text
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def _cmd_topic(args) -> int:
             return 2
         rt.check_store()
         deletion = delete_topic(rt, args.name)
-        print(f"deleted Topic {deletion.topic.name!r}: " + _removed_text(deletion.removed))
+        print(f"deleted Topic {deletion.topic.name!r}: " + removed_text(deletion.removed))
         for note in deletion.notes:
             print(f"note: {note}", file=sys.stderr)
     else:
@@ -231,11 +232,6 @@ def _cmd_topic(args) -> int:
 def _utc_iso(moment) -> str:
     """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
     return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
-
-
-def _removed_text(removed: dict[str, int]) -> str:
-    """``{"chunks": 12, "files": 3}`` → ``12 chunks, 3 files`` (kinds with nothing removed left out)."""
-    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in removed.items() if n) or "nothing was stored"
 
 
 def _cmd_ingest(args) -> int:
@@ -370,7 +366,7 @@ def _cmd_docs(args) -> int:
 
         rt.check_store()
         removed = delete_document(rt, topic, args.delete)
-        print(f"deleted {args.delete} from Topic {topic.name!r}: {_removed_text(removed)}")
+        print(f"deleted {args.delete} from Topic {topic.name!r}: {removed_text(removed)}")
         return 0
     docs = list_documents(rt, topic)
     if args.json:

@@ -56,11 +56,6 @@ def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> s
     )
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 chunk``, ``2 chunks``, ``0 chunks``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
 #: Characters Markdown gives a meaning to; a name shown in a Markdown message has them backslash-escaped.
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 

@@ -18,7 +18,8 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import list_topics
-from ragtopics.ui.common import find_topic, plural
+from ragtopics.ui.common import find_topic
+from ragtopics.ui.words import plural
 
 #: Community colours (Okabe-Ito, readable for colour-blind people), then grey for entities in none.
 PALETTE = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"]
@@ -126,7 +127,7 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     svg = neighbourhood_svg(list(around.entities), list(around.relationships), community_of, centre.id)
     names = {e.id: e.name for e in around.entities}
     ties = [r for r in around.relationships if centre.id in (r.source_id, r.target_id)]
-    around_text = plural(len(around.entities) - 1, "entity").replace("entitys", "entities")
+    around_text = plural(len(around.entities) - 1, "entity", "entities")
     lines = [f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(len(centre.chunk_ids), 'chunk')} "
              f"{'mentions' if len(centre.chunk_ids) == 1 else 'mention'} it", "", centre.description or "", ""]  # fmt: skip
     if centre.aliases:

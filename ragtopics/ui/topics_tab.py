@@ -11,6 +11,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.ui import wizard
 from ragtopics.ui.common import find_topic, md_text
+from ragtopics.ui.words import removed_text
 from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.env import ROLES
 from ragtopics.settings.topic import RagTopicSettings, phase_of
@@ -146,7 +147,7 @@ def _delete_panel(rt: Runtime, table) -> dict:
             deletion = delete_topic(rt, topic_name)
         except RagTopicsError as exc:
             return f"**Not deleted:** {html.escape(str(exc))}", gr.skip(), gr.skip()
-        what = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in deletion.removed.items() if n)
+        what = removed_text(deletion.removed)
         notes = "".join(f"<br>{html.escape(note)}" for note in deletion.notes)
         return f"Deleted Topic **{md_text(topic_name)}** ({what}).{notes}", topics_table(rt), ""
 

@@ -14,7 +14,8 @@ from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
-from ragtopics.ui.common import find_topic, md_text, plural, progress_bar, refresh_dropdown, short_name, topic_choices
+from ragtopics.ui.common import find_topic, md_text, progress_bar, refresh_dropdown, short_name, topic_choices
+from ragtopics.ui.words import plural, removed_text
 from ragtopics.worker.queue import job_progresses, phase_text
 
 MAX_TRACKED_JOBS = 2000
@@ -226,7 +227,7 @@ def build(rt: Runtime) -> dict:
             removed = delete_document(rt, get_topic(rt, topic_name), file_name)
         except RagTopicsError as exc:
             return gr.Group(visible=False), f"**Not deleted:** {html.escape(str(exc))}", documents_table(rt, topic_name), gr.skip()
-        what = ", ".join(f"{n} {kind}" for kind, n in removed.items() if n)
+        what = removed_text(removed)
         return (gr.Group(visible=False), f"Deleted **{html.escape(file_name)}** ({what}).", documents_table(rt, topic_name),
                 document_names(topic_name))  # fmt: skip
 

@@ -64,7 +64,7 @@ def test_topic_delete_on_the_command_line_needs_yes(rt, run_jobs, capsys):
     assert [t.name for t in list_topics(rt)] == ["Scratch"]
     assert main(["topic", "delete", "Scratch", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("deleted Topic 'Scratch': ") and "1 files" in out and "1 document" in out
+    assert out.startswith("deleted Topic 'Scratch': ") and "1 file," in out and "1 document," in out
     assert list_topics(rt) == []
     assert main(["topic", "delete", "Scratch", "--yes"]) == 2
     assert "no Topic called 'Scratch'" in capsys.readouterr().err
@@ -76,7 +76,7 @@ def test_document_delete_on_the_command_line(rt, run_jobs, capsys):
     upload_file(rt, topic, "b.md", b"Beta notes.")
     run_jobs()
     assert main(["docs", "Docs", "--delete", "a.md"]) == 0
-    assert capsys.readouterr().out.startswith("deleted a.md from Topic 'Docs': 1 chunks")
+    assert capsys.readouterr().out.startswith("deleted a.md from Topic 'Docs': 1 chunk,")
     assert main(["docs", "Docs"]) == 0
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["b.md"]
     assert main(["docs", "Docs", "--delete", "a.md"]) == 2
