@@ -56,7 +56,9 @@ def test_fifty_concurrent_chats_during_an_ingest(rt, settings, scripted_llm):
     worker = start_worker(settings, scripted_llm.base_url)
 
     def chat(n: int) -> tuple[int, str, float]:
-        client = Client(url, verbose=False)
+        # A browser waits for the page as long as it takes; gradio_client's own 5 s would fail the page load of
+        # 50 clients arriving at once on two busy cores before a single chat is asked.
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 60})
         t0 = time.perf_counter()
         history, *_ = client.predict("Load", f"How often is pump P-{n} inspected?", [], None, api_name="/ask")
         return n, history[-1]["content"][0]["text"], time.perf_counter() - t0
