@@ -310,6 +310,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                     from ragtopics.graph.ingest import apply_graph
                     from ragtopics.graph.lifecycle import mark_recompute_due
 
+                    if records:
+                        index.ensure()  # an index built by another embedder refuses the chunks before the graph changes
                     removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images)
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
@@ -317,10 +319,11 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                 def swap() -> None:  # inside the row's transaction: the chunks and the row change together
                     ev.data["replaced"] = index.replace_document(doc.id, records)
 
-                _, obsolete = documents.finish(rt.metadata, doc.id, job_id, status=status, chunk_count=len(records),
-                                               warning=warning, indexed_with=indexed_with, pictures=version.pictures,
-                                               before_commit=swap)  # fmt: skip
-        _after_finish(rt, [(trace, doc, obsolete)])
+                with _swap_then_commit(lambda: "replaced" in ev.data):
+                    _, obsolete = documents.finish(rt.metadata, doc.id, job_id, status=status, chunk_count=len(records),
+                                                   warning=warning, indexed_with=indexed_with, pictures=version.pictures,
+                                                   before_commit=swap)  # fmt: skip
+            _after_finish(rt, [(trace, doc, obsolete)])  # under the lock: a re-upload of the old file waits for its removal
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
         return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 
@@ -460,16 +463,36 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
                     trace.add("store", chunks=len(version.records), pictures=len(version.pictures),
                               replaced=replaced[doc.id], batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
 
-            finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
-    except Exception as exc:  # nothing was swapped or committed: each file not settled yet fails (or stops) alone
+            with _swap_then_commit(lambda: bool(replaced)):
+                finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
+            events = _after_finish(rt, [(trace, doc, obsolete) for (doc, _, trace, _), (_, obsolete) in zip(live, finished, strict=True)])
+    except Exception as exc:  # nothing was swapped and committed: each file not settled yet fails (or stops) alone
         for doc, job_id, trace, _ in batch:
             if job_id not in results:
                 results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
         return results
-    events = _after_finish(rt, [(trace, doc, obsolete) for (doc, _, trace, _), (_, obsolete) in zip(live, finished, strict=True)])
     for (doc, job_id, _, version), outcome, listed in zip(live, outcomes, events, strict=True):
         results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], listed)
     return results
+
+
+@contextlib.contextmanager
+def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
+    """Around a finish whose ``before_commit`` swaps the chunks: an error after the swap (the commit itself
+    failed) becomes :class:`StoreUnavailableError`.
+
+    The new chunks are then searchable while the rows still name the previous version; failing the files
+    would drop the new files those chunks come from. As after a store outage, the files stay
+    ``processing`` with everything kept, and the worker's next start indexes them again, which swaps in
+    the same chunks and writes the rows.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if swapped() and not isinstance(exc, StoreUnavailableError):
+            raise StoreUnavailableError(f"the new version is searchable but its row could not be written ({exc}); "
+                                        "it is indexed again when the worker restarts") from exc  # fmt: skip
+        raise
 
 
 def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]]) -> list[list[dict]]:

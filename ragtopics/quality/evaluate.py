@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import re
 import string
 import time
@@ -52,6 +53,8 @@ from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
 from ragtopics.topics.topics import Topic
+
+log = logging.getLogger(__name__)
 
 #: What :func:`write_results` writes into a run's folder, in this order.
 RESULT_FILES = ("summary.json", "questions.json", "questions.csv")
@@ -165,37 +168,47 @@ def with_settings(topic: Topic, changes: dict[str, Any]) -> Topic:
     return replace(topic, settings=settings)
 
 
-def file_keys(name: str) -> frozenset[str]:
-    """A file or source name reduced for matching (see the module docstring): the whole name's key and,
-    when it ends in a file type the product reads, its stem's key. Two names match when they share one.
+def name_keys(name: str) -> tuple[str, str]:
+    """A file or source name reduced for matching (see the module docstring): ``(whole, stem)``.
 
-    A key is what is left after removing accents (Unicode NFKD) and everything but letters and digits
-    of any script, case-folded. A name with no letter or digit (``"--"``) keeps its case-folded text,
-    so two such names never match by both becoming ``""``. Keeping both keys matters for titles with
-    a dot: ``Node.js.txt`` is the gold ``Node.js`` (keys ``nodejs``), not the gold ``Node``.
+    ``whole`` is the name's key; ``stem`` the key without a file-type ending the product reads
+    (``whole`` again when there is none). A key is what is left after removing accents (Unicode
+    NFKD) and everything but letters and digits of any script, case-folded; a name with no letter
+    or digit (``"--"``) keeps its case-folded text, so two such names never both become ``""``.
     """
     def key(text: str) -> str:
         folded = unicodedata.normalize("NFKD", text.strip()).casefold()
         return "".join(ch for ch in folded if ch.isalnum()) or folded
 
     stem, dot, ending = name.strip().rpartition(".")
-    if dot and stem.strip() and ending.lower() in SUPPORTED_EXTENSIONS:
-        if not any(ch.isalnum() for ch in stem):  # "--.txt": the ending alone must not make a key
-            return frozenset((key(stem),))
-        return frozenset((key(name), key(stem)))
-    return frozenset((key(name),))
+    whole = key(name)
+    if dot and any(ch.isalnum() for ch in stem) and ending.lower() in SUPPORTED_EXTENSIONS:
+        return whole, key(stem)
+    if dot and stem.strip() and ending.lower() in SUPPORTED_EXTENSIONS:  # "--.txt": the ending alone is no name
+        return key(stem), key(stem)
+    return whole, whole
+
+
+def same_file(gold: tuple[str, str], file: tuple[str, str]) -> bool:
+    """Whether a gold name and a file name (both :func:`name_keys`) name the same file.
+
+    The whole names match, or one side names the other without its ending: gold ``Report`` is
+    ``Report.pdf``, gold ``Node.js`` is ``Node.js.txt``. Two names that differ in their endings do
+    not (``Report.pdf`` is not ``Report.docx``; ``Node.txt`` is not the gold ``Node.js``).
+    """
+    return gold[0] == file[0] or gold[0] == file[1] or gold[1] == file[0]
 
 
 def retrieval_metrics(files: list[str], gold: list[str]) -> dict[str, float]:
     """recall@k, any_gold@k (k in :data:`KS`) and MRR of ranked ``files`` against ``gold`` file names; {} without gold.
 
-    ``files`` are counted once each, in their first place; gold names that match each other count once.
+    ``files`` are counted once each, in their first place; gold names written alike count once.
     """
-    wanted = list(dict.fromkeys(file_keys(g) for g in gold))
+    wanted = list(dict.fromkeys(name_keys(g) for g in gold))
     if not wanted:
         return {}
-    ranked = list(dict.fromkeys(file_keys(f) for f in files))
-    places = [next((i for i, keys in enumerate(ranked, start=1) if keys & want), None) for want in wanted]
+    ranked = list({keys[0]: keys for keys in map(name_keys, files)}.values())  # first place of each file
+    places = [next((i for i, keys in enumerate(ranked, start=1) if same_file(want, keys)), None) for want in wanted]
     out: dict[str, float] = {}
     for k in KS:
         found = sum(1 for place in places if place is not None and place <= k)
@@ -323,8 +336,11 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         result.expected_answer, result.expected_way = q.answer, q.expected_way
         result.metrics = retrieval_metrics(result.files, result.gold_sources)
         if not retrieval_only:
-            result.metrics |= answer_metrics(result.answer, q.answer)
-        if judge and q.answer and not result.error:
+            result.metrics |= answer_metrics(result.answer, q.answer) if not result.error else (
+                {"exact_match": 0.0, "f1": 0.0} if q.answer else {})  # a failed question answered nothing right
+        if judge and q.answer and result.error:
+            result.metrics["judged_correct"] = 0.0
+        elif judge and q.answer:
             t0 = time.perf_counter()
             verdict = judge_answer(rt, q.question, q.answer, result.answer)
             result.metrics["judged_correct"] = float(verdict.correct)
@@ -346,9 +362,12 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
 
 def missing_gold(rt: Runtime, topic: Topic, questions: list[EvalQuestion]) -> list[str]:
     """Gold source names that match no file of the Topic (a typo scores like a retrieval failure), sorted."""
-    names = rt.chunk_index(topic.id).file_names().values()
-    known = {key for name in names for key in file_keys(name)}
-    return sorted({g for q in questions for g in q.gold_sources if not file_keys(g) & known})
+    try:
+        known = [name_keys(name) for name in rt.chunk_index(topic.id).file_names().values()]
+    except Exception as exc:  # noqa: BLE001 - a warning only: it must not lose a finished run
+        log.warning("gold names not checked against the files of %s: %s", topic.name, exc)
+        return []
+    return sorted({g for q in questions for g in q.gold_sources if not any(same_file(name_keys(g), f) for f in known)})
 
 
 def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:

@@ -428,7 +428,7 @@ class ChunkIndex:
             "embedding": self.encode(vector),
         }
 
-    def search_vector(self, vector: np.ndarray, k: int) -> list[ChunkHit]:
+    def search_vector(self, vector: np.ndarray, k: int, *, _again: bool = False) -> list[ChunkHit]:
         """Return the ``k`` chunks nearest to ``vector`` by cosine similarity, best first.
 
         One round trip: the embedder record and the KNN query (HNSW at ``EF_RUNTIME``
@@ -450,9 +450,10 @@ class ChunkIndex:
         record, reply = pipe.execute(raise_on_error=False)
         if isinstance(record, Exception):
             raise record
-        if record and _decode(record.get(b"datatype", b"float32")) != datatype:  # the index was made anew meanwhile
+        recorded = record.get(b"datatype") if record else None
+        if recorded and _decode(recorded) != datatype and not _again:  # the index was made anew meanwhile
             _DATATYPES.pop(self.index.name, None)
-            return self.search_vector(vector, k)
+            return self.search_vector(vector, k, _again=True)
         if not record:  # no index, or one from before the record was kept: the slower path decides
             built = self.built_with()
             if built is None:

@@ -81,14 +81,18 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
         if ok:
             lock.local.token = token  # as the lock's own acquire keeps it, for the release
             taken.append(lock)
+    renewal = _Renewal(client, [])
     if len(taken) < len(locks):  # one is busy: let go, then wait for each in order
         _release_all(client, taken)
         taken = []
         try:
-            for document_id, lock in zip(ids, locks, strict=True):
-                if not lock.acquire():
-                    raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); try again")
-                taken.append(lock)
+            with renewal:  # those taken stay ours while a later one is waited for (up to wait_s each)
+                for document_id, lock in zip(ids, locks, strict=True):
+                    if not lock.acquire():
+                        raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); "
+                                                    "try again")  # fmt: skip
+                    taken.append(lock)
+                    renewal.add(lock)
         except BaseException:
             _release_all(client, taken)
             raise
@@ -113,17 +117,21 @@ class _Renewal:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="lock-renewal", daemon=True)
 
+    def add(self, lock) -> None:
+        """Renew ``lock`` too (just taken by this thread) from the next round on."""
+        self.held = [*self.held, (lock, lock.local.token)]
+
     def __enter__(self) -> None:
-        if self.held:
-            self.thread.start()
+        self.thread.start()
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
+        self.thread.join()
 
     def _run(self) -> None:
-        while self.held and not self.stop.wait(LOCK_TTL_S / 3):
+        while not self.stop.wait(LOCK_TTL_S / 3):
+            if not self.held:
+                continue
             pipe = self.client.pipeline(transaction=False)
             for lock, token in self.held:
                 lock.lua_reacquire(keys=[lock.name], args=[token, int(LOCK_TTL_S * 1000)], client=pipe)

@@ -184,7 +184,7 @@ def build(rt: Runtime) -> dict:
             return f"<p>{html.escape(str(exc))}</p>", [], None
         if info.summary is None and not info.error:  # a worker that died mid-run left no error file
             p = job_progress(rt, run_id)
-            if p.is_final and p.status != "finished":
+            if p.status in ("failed", "stopped", "canceled"):  # not "missing": a run being queued has no job yet
                 info = replace(info, error=p.error or p.status)
         files = [str(path) for path in result_files(rt, run_id)]
         return summary_html(info), question_rows(questions), files or None

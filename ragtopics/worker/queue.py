@@ -285,12 +285,16 @@ def retry_dead_letter(rt: Runtime, job_id: str) -> None:
                    and row.job_id == version_job and row.status in (documents.DocumentStatus.QUEUED,
                                                                     documents.DocumentStatus.PROCESSING)]  # fmt: skip
         if not waiting:
-            failed = [row for row in rows if row is not None]
-            why = f" ({failed[0].file_name}: {failed[0].error})" if failed and failed[0].error else ""
-            names = ", ".join(row.file_name for row in failed[:3]) or "its files"
+            failed = [row for row, (_, version_job) in zip(rows, versions, strict=True) if row is not None
+                      and row.job_id == version_job and row.status == documents.DocumentStatus.FAILED]  # fmt: skip
+            if not failed:
+                raise RagTopicsError("this upload job has nothing left to do: its files were indexed, uploaded again "
+                                     "or deleted since")  # fmt: skip
+            names = ", ".join(row.file_name for row in failed[:3])
             verb = "waits" if len(failed) == 1 else "wait"
-            raise RagTopicsError(f"this upload cannot be retried: {names} no longer {verb} for it{why}. A file whose "
-                                 "indexing failed is not kept; fix the cause, then upload the file again.")  # fmt: skip
+            raise RagTopicsError(f"this upload cannot be retried: {names} no longer {verb} for it "
+                                 f"({failed[0].file_name}: {failed[0].error}). A file whose indexing failed is not "
+                                 "kept; fix the cause, then upload the file again.")  # fmt: skip
     registry.requeue(job_id)
 
 

@@ -382,3 +382,42 @@ def test_an_upload_whose_trace_cannot_be_stored_is_still_indexed(rt, run_jobs, c
         assert not rt.blobs.path(old_blobs[name]).exists()  # the previous file is still cleaned up
         assert job_progress(rt, row.job_id).result["status"] == "indexed"
     assert "upload traces of 4 file(s) not stored: " in caplog.text and "trace table full" in caplog.text
+
+
+def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_worker_start_finishes_them(rt, run_jobs,
+                                                                                                        monkeypatch):
+    """The new chunks are searchable once swapped; failing the files would drop the files they come from."""
+    import sqlalchemy.exc
+
+    from ragtopics.errors import StoreUnavailableError
+    from ragtopics.ingest import pipeline
+
+    topic = create_topic(rt, "Plant", settings=SMALL)
+    upload_all(rt, topic, FACTS)
+    run_jobs()
+    edited = {name: text + " Revised." for name, text in FACTS.items()}
+    rows = upload_all(rt, topic, edited)
+    [batch] = queue_for(rt).get_job_ids()
+    queue_for(rt).remove(batch)
+    finish_many = document_store.finish_many
+
+    def swap_then_fail(store, outcomes, before_commit=None):
+        def swap():
+            before_commit()
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("disk I/O error"))  # as a failing commit
+        return finish_many(store, outcomes, swap)
+
+    monkeypatch.setattr(pipeline.documents, "finish_many", swap_then_fail)
+    items = [(row.id, row.job_id, get_document(rt, row.id).pending_blob_path) for row in rows.values()]
+    with pytest.raises(StoreUnavailableError, match="searchable but its row could not be written"):
+        ingest_documents(rt, topic.id, items)
+    for name, row in rows.items():
+        doc = get_document(rt, row.id)
+        assert doc.status == "processing" and rt.blobs.path(doc.pending_blob_path).read_bytes() == edited[name].encode()
+        assert "Revised" in "".join(c["text"].decode() for c in stored(rt, topic.id, row.id))
+    monkeypatch.undo()
+    assert {r.action for r in recover_stranded(rt)} == {"requeued"}  # as the next worker start does
+    run_jobs()
+    for name, row in rows.items():
+        doc = get_document(rt, row.id)
+        assert doc.status == "indexed" and rt.blobs.path(doc.blob_path).read_bytes() == edited[name].encode()

@@ -31,6 +31,8 @@ def test_retrieval_metrics_follow_their_definitions():
     (["--.txt"], ["++.txt"], False),
     (["Node.js.txt"], ["Node.js"], True),  # a dotted title keeps its dot part
     (["Node.js.txt"], ["Node"], False),
+    (["Node.txt"], ["Node.js"], False),  # two names that differ in their endings are two files
+    (["Report.docx"], ["Report.pdf"], False),
     (["St. Louis.txt"], ["St. Louis"], True),
 ])  # fmt: skip
 def test_gold_names_match_file_names_loosely_but_not_wrongly(files, gold, found):

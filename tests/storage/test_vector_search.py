@@ -105,3 +105,10 @@ def test_an_index_dropped_behind_its_record_answers_empty(rt):
     assert index.built_with() == ("m", 4)
     assert index.search_vector(np.array([1, 0, 0, 0], dtype=np.float32), 3) == []
     assert index.search_keywords(["pump"], 3) == [] and index.count() == 0
+
+
+def test_a_record_from_before_the_type_was_kept_whose_index_is_gone_answers_empty(rt):
+    """The record outlived its index (a Topic delete stopped half way): no index, nothing found, no loop."""
+    rt.redis.hset("rt:topic-half-gone:index:chunks", mapping={"embedding_model": "m", "dims": 16})
+    index = ChunkIndex(rt.redis, "topic-half-gone", dims=16, embedding_model="m")
+    assert index.search_vector(_unit_rows(np.random.default_rng(1), 1, 16)[0], 3) == []
