@@ -162,6 +162,7 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
     topic = create_topic(rt, "bench-latency", settings={"top_k_results": TOP_K})
     index = rt.chunk_index(topic.id)
     index.ensure()
+    baseline = int(rt.redis.info("memory")["used_memory"])
     flat = flat_index(rt, index)
     written, out = 0, {}
     for size in SIZES:
@@ -173,6 +174,9 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         figure("chunks in index", index.count())
         figure("write + index time", time.perf_counter() - t0, "s")
         figure("of which waiting for indexing", waited, "s")
+        # both vector copies (hash and HNSW graph), the text, the keyword index, and the FLAT index of this bench
+        figure(f"Redis memory per chunk ({index.datatype()} vectors, with the bench's FLAT index)",
+               (int(rt.redis.info("memory")["used_memory"]) - baseline) / size, "bytes")
         matrix = all_vectors[:size]
         ids = [f"chunk-lat{n:06d}" for n in range(size)]
         n = len(questions)
