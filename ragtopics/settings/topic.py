@@ -259,6 +259,15 @@ class ChatSettings(BaseModel):
             raise ValueError("at least one file type must be accepted")
         return value
 
+    @field_validator("chat_attachment_types")
+    @classmethod
+    def _attachable_types(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - SUPPORTED_EXTENSIONS)
+        if unknown:
+            raise ValueError(f"unsupported attachment type(s) {', '.join(unknown)}; a chat message can attach the file "
+                             f"types an upload reads: {', '.join(sorted(SUPPORTED_EXTENSIONS))} (empty: no attachments)")
+        return value
+
     @field_validator("role_models", mode="before")
     @classmethod
     def _parse_role_models(cls, value: Any) -> Any:
@@ -448,13 +457,22 @@ def validate_settings(kind: str, values: dict[str, Any]) -> TopicSettings:
 def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
     """Validate settings read back from storage, dropping keys of :data:`REMOVED_KEYS`.
 
+    Chat attachment types stored before they were checked are kept only when supported.
+
     Raises:
         InvalidSettingError: as :func:`validate_settings`, for any other problem.
     """
     legacy = sorted(set(stored) & set(REMOVED_KEYS))
     if legacy:
         log.info("ignoring removed Topic setting(s) %s", ", ".join(legacy))
-    return validate_settings(kind, {k: v for k, v in stored.items() if k not in REMOVED_KEYS})
+    values = {k: v for k, v in stored.items() if k not in REMOVED_KEYS}
+    types = values.get("chat_attachment_types")
+    if isinstance(types, list):  # stored before attachment types were checked: unknown ones are dropped, not fatal
+        kept = [t for t in types if str(t).strip().lower().lstrip(".") in SUPPORTED_EXTENSIONS]
+        if len(kept) < len(types):
+            log.warning("ignoring unsupported chat attachment type(s) %s", ", ".join(map(str, sorted(set(types) - set(kept)))))
+            values["chat_attachment_types"] = kept
+    return validate_settings(kind, values)
 
 
 def phase_of(model: type[BaseModel], key: str) -> str:

@@ -75,6 +75,19 @@ def test_stored_topic_with_removed_keys_still_loads(rt):
     assert load_settings("rag", {"language_model": "x"}) == RagTopicSettings()
 
 
+def test_chat_attachment_types_must_be_types_the_product_reads_and_old_stored_ones_still_load(rt):
+    with pytest.raises(InvalidSettingError, match=r"chat_attachment_types: .*unsupported attachment type\(s\) /x, exe"):
+        validate_settings("rag", {"chat_attachment_types": "exe, ../x"})
+    assert validate_settings("rag", {"chat_attachment_types": "TXT, .md"}).chat_attachment_types == ["md", "txt"]
+    assert validate_settings("rag", {"chat_attachment_types": ""}).chat_attachment_types == []  # no attachments
+    create_topic(rt, "Older")
+    with rt.metadata.session() as s:  # as a release without the check stored it
+        row = s.get(TopicRow, get_topic(rt, "Older").id)
+        row.settings = {**row.settings, "chat_attachment_types": ["/x", "exe", "txt"]}
+        s.add(row)
+    assert get_topic(rt, "Older").settings.chat_attachment_types == ["txt"]
+
+
 def test_graphrag_topic_is_created_and_read_with_its_own_model(rt):
     topic = create_topic(rt, "Graph", kind="graphrag", settings={"path_max_hops": 6})
     assert isinstance(topic.settings, GraphRagTopicSettings) and topic.kind == "graphrag"
