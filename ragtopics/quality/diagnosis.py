@@ -167,9 +167,14 @@ def diagnose_document(rt: Runtime, document_id: str) -> Diagnosis:
         raise NotFoundError(f"no document {document_id}")
     topic = get_topic(rt, doc.topic_id)
     events = load_trace(rt.metadata, f"document:{doc.id}")
-    read = (_step(events, "read") or {}).get("data") or {}
-    facts = [f"Read by the {read.get('reader', '?')} reader: {read.get('chars', 0)} characters, "
-             f"{read.get('pictures', 0)} picture(s)."] if read else ["The trace holds no read step."]  # fmt: skip
+    step = _step(events, "read") or {}
+    read = step.get("data") or {}
+    if step.get("error"):  # refused or unreadable: there is no reader to name
+        facts = [f"Reading stopped: {step['error']}"]
+    elif read.get("reader"):
+        facts = [f"Read by the {read['reader']} reader: {read.get('chars', 0)} characters, {read.get('pictures', 0)} picture(s)."]
+    else:
+        facts = ["The trace holds no finished read step."]
     if doc.status == "failed":
         return _remedy(topic.kind, "file_failed", topic.settings, [f"{doc.file_name} failed: {doc.error}", *facts])
     graph = (doc.indexed_with or {}).get("graph") or {}

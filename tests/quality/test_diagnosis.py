@@ -67,3 +67,13 @@ def test_a_file_that_yields_nothing_points_at_ocr(rt, run_jobs):
     good, _ = upload(rt, topic, "kettles.txt", KETTLE)
     run_jobs()
     assert diagnose_document(rt, good.id).symptom == "fine"
+
+
+def test_a_file_refused_while_reading_says_why_and_names_no_reader(rt, run_jobs):
+    topic = create_topic(rt, "Odd")
+    doc, _ = upload(rt, topic, "binary.txt", b"\x00\x01\x02 not text \xff\xfe" * 50)
+    run_jobs()
+    assert get_document(rt, doc.id).status == "failed"
+    found = diagnose_document(rt, doc.id)
+    assert found.symptom == "file_failed" and any(f.startswith("Reading stopped: ") for f in found.findings)
+    assert not any("? reader" in f for f in found.findings)
