@@ -57,7 +57,7 @@ def build(rt: Runtime) -> dict:
             kind = gr.Dropdown(list(KINDS), value="All", label="Show", elem_id="logs-kind")
             refresh = gr.Button("Refresh", elem_id="logs-refresh")
         log = gr.HTML(elem_id="logs")
-        gr.Markdown("#### Failed jobs\nJobs that failed for good (after the automatic recovery from crashed workers): "
+        gr.Markdown("#### Failed jobs (all Topics)\nJobs that failed for good (after the automatic recovery from crashed workers): "
                     "fix the cause (an endpoint, a setting), then *Retry*. A failed upload's file is not kept: "
                     "upload it again instead.")  # fmt: skip
         dead = gr.Dataframe(headers=DEAD_HEADERS, interactive=False, wrap=True, elem_id="dead-letters")
