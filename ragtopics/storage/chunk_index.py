@@ -443,7 +443,7 @@ class ChunkIndex:
         Raises:
             EmbeddingMismatchError: the index was built with another embedder.
         """
-        datatype = _DATATYPES.get(self.index.name) or self.datatype()
+        datatype = self.datatype()  # remembered for the process after the first read
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.record_key)
         pipe.execute_command(*self._knn_command(vector, k, datatype=datatype))
