@@ -17,6 +17,10 @@ from ragtopics.errors import PromptTemplateError
 #: What a DIRECT or ATTACHMENT answer says when it needs the documents after all.
 NEEDS_DOCUMENTS = "NEEDS_DOCUMENTS"
 
+#: Longest prompt text an operator may store, in characters (about 5,000 tokens: a prompt is sent with
+#: every question, so a pasted document here would crowd out the retrieved chunks).
+MAX_PROMPT_CHARS = 20_000
+
 
 @dataclass(frozen=True, slots=True)
 class PromptTemplate:
@@ -56,8 +60,13 @@ class PromptTemplate:
         """This prompt with another text that uses exactly the same variables.
 
         Raises:
-            PromptTemplateError: when ``text`` adds or drops a variable, or has a stray ``$``.
+            PromptTemplateError: when ``text`` adds or drops a variable, has a stray ``$``, or is longer
+                than :data:`MAX_PROMPT_CHARS`.
         """
+        if len(text) > MAX_PROMPT_CHARS:
+            raise PromptTemplateError(
+                f"prompt {self.name!r} is {len(text):,} characters long; at most {MAX_PROMPT_CHARS:,} are allowed "
+                "(every question sends it to the model)")
         candidate = PromptTemplate(self.name, text, self.description)
         try:
             Template(text).substitute({v: "" for v in candidate.variables()})

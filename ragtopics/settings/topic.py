@@ -32,6 +32,10 @@ from ragtopics.settings.env import ROLES
 log = logging.getLogger(__name__)
 
 DEFAULT_NO_ANSWER = "I could not find this in the documents of this Topic."
+#: Longest no-answer response, in characters (it is a fixed sentence, shown as the whole reply).
+MAX_NO_ANSWER_CHARS = 2_000
+#: Longest Custom System Prompt, in characters (sent with every question).
+MAX_CUSTOM_PROMPT_CHARS = 20_000
 
 Phase = Literal["upload", "chat", "upload+chat", "communities"]
 
@@ -200,7 +204,7 @@ class ChatSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=True, validate_assignment=True, allow_inf_nan=False)
 
     custom_system_prompt: str = setting(
-        "", phase="chat", description="Text added to the shared system prompt; changes the wording and tone, not what is found.")
+        "", phase="chat", max_length=MAX_CUSTOM_PROMPT_CHARS, description="Text added to the shared system prompt; changes the wording and tone, not what is found.")
     file_types: list[str] = setting(
         phase="upload", default_factory=lambda: sorted(SUPPORTED_EXTENSIONS), default_text="every supported type",
         description="File extensions the Topic accepts; any other file is refused at upload.")
@@ -225,7 +229,7 @@ class ChatSettings(BaseModel):
     largest_chat_attachment_mb: float = setting(
         10.0, phase="chat", gt=0, description="Largest file a chat message may attach, in MB.")
     no_answer_response: str = setting(
-        DEFAULT_NO_ANSWER, phase="chat", min_length=1,
+        DEFAULT_NO_ANSWER, phase="chat", min_length=1, max_length=MAX_NO_ANSWER_CHARS,
         description="Fixed reply shown when no document and no connected Topic contributed to the answer.")
     route_before_retrieval: bool = setting(
         False, phase="chat",

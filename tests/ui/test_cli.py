@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ragtopics.errors import NotFoundError
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui.cli import main
 
@@ -143,6 +144,10 @@ def test_json_lists_and_an_empty_no_answer_response(rt, capsys):
     assert get_topic(rt, "Lists").settings.file_types == ["md", "txt"]
     assert main(["topic", "create", "Blank", "--set", "no_answer_response="]) == 2
     assert "no_answer_response: String should have at least 1 character" in capsys.readouterr().err
+    assert main(["topic", "create", "Long", "--set", "no_answer_response=" + "Not found. " * 300]) == 2
+    assert "no_answer_response: String should have at most 2000 characters" in capsys.readouterr().err
+    with pytest.raises(NotFoundError):
+        get_topic(rt, "Long")  # nothing stored
 
 
 def test_ingest_keeps_waiting_through_a_store_outage(rt, run_jobs, tmp_path, capsys, monkeypatch):

@@ -62,6 +62,10 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     status = client.predict("Manuals", "system", "", api_name="/save_prompt")  # a text box not loaded yet
     assert "Not saved" in status and "Reset to shared" in status
     assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")  # nothing was wiped
+    pasted = "Captain of $topic_name here. $custom_system_prompt " + "Arr. " * 5000
+    status = client.predict("Manuals", "system", pasted, api_name="/save_prompt")
+    assert "Not saved" in status and "25,051 characters long; at most 20,000" in status
+    assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")
     assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
     assert resolve_prompts(rt, manuals.id)["system"].text == resolve_prompts(rt, None)["system"].text
 
