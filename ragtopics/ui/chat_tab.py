@@ -214,7 +214,7 @@ def build(rt: Runtime) -> dict:
             try:
                 attachment = _read(topic_obj, attachment_path)
             except RagTopicsError as exc:  # a refused file is taken off: kept, it would refuse every later message
-                history[-1] = {"role": "assistant", "content": f"⚠️ {exc}\n\n{ATTACHMENT_REMOVED}"}
+                history[-1] = {"role": "assistant", "content": f"⚠️ {md_text(str(exc))}\n\n{ATTACHMENT_REMOVED}"}
                 yield history, "", session_id, message, None
                 return
             for update in ask(rt, topic_obj, message, session_id=session_id, attachment=attachment):
@@ -227,7 +227,7 @@ def build(rt: Runtime) -> dict:
             outage = is_store_outage(exc)
             if not (outage or isinstance(exc, RagTopicsError)):
                 raise
-            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE if outage else exc}"}
+            history[-1] = {"role": "assistant", "content": f"⚠️ {STORE_DOWN_MESSAGE if outage else md_text(str(exc))}"}
             yield history, "", session_id, message, attachment_path
 
     def _read(topic_obj, path):

@@ -79,7 +79,7 @@ def register_api(rt: Runtime) -> None:
             return f"Not created: settings_json is not valid JSON ({exc.msg})"
         except RagTopicsError as exc:
             return f"Not created: {exc}"
-        return f"Created Topic **{topic.name}** ({topic.kind})."
+        return f"Created Topic **{md_text(topic.name)}** ({topic.kind})."
 
     gr.api(create_topic_api, api_name="create_topic", api_visibility="undocumented")
 

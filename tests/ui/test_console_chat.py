@@ -86,10 +86,10 @@ def test_a_text_attachment_is_sent_with_the_question_and_a_refused_one_explains(
     history, *_ = client.predict("Manuals", "What does the note say about the boiler?", [], handle_file(str(note)), api_name="/ask")
     assert history[-1]["content"][0]["text"].startswith("The note mentions a noisy pump [boiler.txt].\n\n<sub>Sources: "), history
     assert "Night shift: the pump was noisy." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
-    archive = tmp_path / "data.zip"
+    archive = tmp_path / "__data__.zip"  # a name Markdown would make bold: shown as typed
     archive.write_bytes(b"PK\x03\x04")
     history, _, kept_question, attached = client.predict("Manuals", "And this?", [], handle_file(str(archive)), api_name="/ask")
-    assert "data.zip can't be attached" in history[-1]["content"][0]["text"]
+    assert r"\_\_data\_\_\.zip can't be attached" in history[-1]["content"][0]["text"]
     assert "The attachment was removed" in history[-1]["content"][0]["text"]
     assert attached is None and kept_question == "And this?"  # taken off, so the next message is not refused again
 
