@@ -23,7 +23,9 @@ over real ones), and their texts have real term statistics for BM25.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from redisvl.index import SearchIndex
@@ -38,7 +40,7 @@ SIZES = (10_000, 100_000)
 TOP_K = 10
 EF_VALUES = (10, 20, 60, 100, 200)
 STORE_BATCH = 1_000
-ROUNDS = 3
+ROUNDS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +48,9 @@ class Timing:
     """Latencies of one kind of search over one index size.
 
     Attributes:
-        p50_ms / p95_ms: percentiles over every query of every round, in milliseconds.
-        recall: mean share of the exact top-k found (1.0 for exact searches).
+        p50_ms / p95_ms: the median over the rounds of each round's percentile, in milliseconds.
+        recall: mean share of the exact top-k found (1.0 for exact searches and for HYBRID, whose
+            fused list is not a nearest-neighbour list).
     """
 
     p50_ms: float
@@ -80,25 +83,40 @@ def exact_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top])]
 
 
-def timed(fn, count: int, rounds: int = ROUNDS) -> tuple[list, list[float]]:
-    """Run ``fn(i)`` for each query number ``i < count``, ``rounds`` times; returns the first round's results
-    and every duration (s)."""
-    fn(0)  # warm-up
-    results, durations = [], []
+def timed_rounds(searches: dict[str, Callable[[int], Any]], count: int, rounds: int = ROUNDS) -> dict[str, tuple[list, Timing]]:
+    """Time several searches over the same ``count`` queries, interleaved round by round.
+
+    Each round runs every search over every query, one search after the other, so a slow
+    spell of a shared machine falls on all of them alike rather than on whichever ran then.
+    Each search's p50 and p95 are taken per round and the median over the rounds is kept
+    (``make bench`` reports each figure as a median of several runs).
+
+    Args:
+        searches: ``{name: fn}``; ``fn(i)`` searches for query ``i`` and returns what it found.
+        count: number of queries.
+        rounds: rounds (each search is warmed up once before the first).
+
+    Returns:
+        ``{name: (first round's results, Timing)}`` (recall is filled in by the caller).
+    """
+    for fn in searches.values():
+        fn(0)  # warm-up
+    results: dict[str, list] = {name: [] for name in searches}
+    per_round: dict[str, list[tuple[float, float]]] = {name: [] for name in searches}
     for r in range(rounds):
-        for i in range(count):
-            t0 = time.perf_counter()
-            out = fn(i)
-            durations.append(time.perf_counter() - t0)
-            if r == 0:
-                results.append(out)
-    return results, durations
-
-
-def percentiles(durations: list[float], recall: float = 1.0) -> Timing:
-    """p50 / p95 of durations in seconds, as a :class:`Timing` in milliseconds."""
-    ms = np.asarray(durations) * 1000.0
-    return Timing(float(np.percentile(ms, 50)), float(np.percentile(ms, 95)), recall)
+        for name, fn in searches.items():
+            durations = []
+            for i in range(count):
+                t0 = time.perf_counter()
+                out = fn(i)
+                durations.append(time.perf_counter() - t0)
+                if r == 0:
+                    results[name].append(out)
+            ms = np.asarray(durations) * 1000.0
+            per_round[name].append((float(np.percentile(ms, 50)), float(np.percentile(ms, 95))))
+    return {name: (results[name], Timing(float(np.median([p for p, _ in per_round[name]])),
+                                         float(np.median([p for _, p in per_round[name]]))))
+            for name in searches}  # fmt: skip
 
 
 def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) -> None:
@@ -179,22 +197,22 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
                (int(rt.redis.info("memory")["used_memory"]) - baseline) / size, "bytes")
         matrix = all_vectors[:size]
         ids = [f"chunk-lat{n:06d}" for n in range(size)]
-        n = len(questions)
-        exact, brute_s = timed(lambda i: exact_top_k(matrix, qvecs[i], TOP_K), n)
-        exact_ids = [[ids[i] for i in row] for row in exact]
-        rows = {"brute force (numpy, exact)": percentiles(brute_s)}
+        brute_name, product_name = "brute force (numpy, exact)", "product search_vector"
+        searches = {brute_name: lambda i: exact_top_k(matrix, qvecs[i], TOP_K)}
         for ef in EF_VALUES:
-            found, took = timed(lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype()), n)
-            rows[f"KNN HNSW EF_RUNTIME={ef}"] = percentiles(took, recall_at_k(found, exact_ids))
-        found, took = timed(lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype()), n)
-        rows["KNN FLAT (RediSearch, exact)"] = percentiles(took, recall_at_k(found, exact_ids))
-        found, took = timed(lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)], n)
-        rows["product search_vector"] = percentiles(took, recall_at_k(found, exact_ids))
-        found, took = timed(lambda i: retrieve(index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K,
-                                             min_score=0.0, candidates=TOP_K).hits, n)
-        rows["product HYBRID (KNN + BM25 + RRF)"] = percentiles(took)
+            searches[f"KNN HNSW EF_RUNTIME={ef}"] = lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype())
+        searches["KNN FLAT (RediSearch, exact)"] = lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype())
+        searches[product_name] = lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)]
+        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: retrieve(
+            index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits
+        timings = timed_rounds(searches, len(questions))
+        exact_ids = [[ids[i] for i in row] for row in timings[brute_name][0]]
+        rows = {}
+        for name, (found, timing) in timings.items():
+            exact_search = name == brute_name or name.startswith("product HYBRID")
+            rows[name] = timing if exact_search else replace(timing, recall=recall_at_k(found, exact_ids))
         print(f"  {'search':<36} {'p50 ms':>8} {'p95 ms':>8} {'recall@10':>10} {'vs brute p95':>13}", flush=True)
-        brute = rows["brute force (numpy, exact)"]
+        brute = rows[brute_name]
         for name, t in rows.items():
             speedup = brute.p95_ms / t.p95_ms if t.p95_ms else 0.0
             print(f"  {name:<36} {t.p50_ms:>8.2f} {t.p95_ms:>8.2f} {t.recall:>10.3f} {speedup:>12.1f}x", flush=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 
 from bench import report
-from bench.latency import derive, exact_top_k, recall_at_k
+from bench.latency import derive, exact_top_k, recall_at_k, timed_rounds
 
 
 def test_ratios_are_better_than_reference_above_one_and_saved(tmp_path, capsys):
@@ -35,3 +36,22 @@ def test_derived_vectors_are_unit_mixes_of_real_ones_and_exact_top_k_is_exact():
     top = exact_top_k(vectors, query, 5)
     assert top[0] == 7 and list(top) == list(np.argsort(-(vectors @ query))[:5])
     assert recall_at_k([["a", "b"], ["c", "x"]], [["a", "b"], ["c", "d"]]) == 0.75
+
+
+def test_searches_are_timed_round_by_round_and_keep_the_first_rounds_results():
+    calls = []
+
+    def search(name):
+        def run(i):
+            calls.append((name, i))
+            if name == "slow":
+                time.sleep(0.002)
+            return f"{name}-{i}-{len(calls)}"
+        return run
+
+    timings = timed_rounds({"fast": search("fast"), "slow": search("slow")}, count=4, rounds=3)
+    # one warm-up each, then per round all of "fast" before all of "slow": interleaved, not one search's rounds in a row
+    assert calls[:2] == [("fast", 0), ("slow", 0)] and [n for n, _ in calls[2:14]] == ["fast"] * 4 + ["slow"] * 4 + ["fast"] * 4
+    fast, slow = timings["fast"], timings["slow"]
+    assert fast[0] == ["fast-0-3", "fast-1-4", "fast-2-5", "fast-3-6"] and len(slow[0]) == 4  # the first round's answers
+    assert 0 < fast[1].p50_ms <= fast[1].p95_ms < slow[1].p50_ms and slow[1].p50_ms >= 2.0
