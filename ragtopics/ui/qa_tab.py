@@ -23,6 +23,8 @@ from ragtopics.ui.common import progress_bar, topic_choices
 from ragtopics.worker.queue import job_progress, phase_text
 
 QUESTION_HEADERS = ["Question", "Way", "Confidence", "recall@5", "MRR", "Files (best first)", "Gold", "Answer", "ms"]
+#: Relative column widths: the numbers keep their headers on one line, the texts wrap.
+QUESTION_COLUMN_WIDTHS = ["20%", "7%", "9%", "8%", "6%", "17%", "12%", "15%", "6%"]
 #: Metrics shown in the summary, in this order, when the run has them.
 SUMMARY_METRICS = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr", "exact_match", "f1", "judged_correct",
                    "way_accuracy", "ms_per_question")  # fmt: skip
@@ -132,7 +134,8 @@ def build(rt: Runtime) -> dict:
         gr.Markdown("#### Saved runs")
         run_choice = gr.Dropdown(run_choices(rt), label="Run", allow_custom_value=True, elem_id="qa-run-choice")
         summary = gr.HTML(elem_id="qa-summary")
-        table = gr.Dataframe(headers=QUESTION_HEADERS, interactive=False, wrap=True, elem_id="qa-table")
+        table = gr.Dataframe(headers=QUESTION_HEADERS, interactive=False, wrap=True, elem_id="qa-table",
+                             column_widths=QUESTION_COLUMN_WIDTHS)  # fmt: skip
         downloads = gr.File(label="Download (summary.json, questions.json, questions.csv)", file_count="multiple",
                             interactive=False, elem_id="qa-downloads")  # fmt: skip
         gr.Markdown("#### Compare two runs")
