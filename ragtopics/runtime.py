@@ -28,7 +28,10 @@ class Runtime:
 
     def __init__(self, settings: Settings | None = None):
         self.settings = settings or get_settings()
-        self.redis = redis.Redis.from_url(self.settings.effective_redis_url, socket_connect_timeout=3)
+        # RESP2: a search reply is read as flat lists, not one dict per document. Measured on the bench's
+        # 100,000 chunks (EF_RUNTIME 60), the product's KNN took 0.67 / 0.95 ms p50 / p95 with it and
+        # 0.82 / 1.40 ms with redis-py's default RESP3 (hiredis parser both times).
+        self.redis = redis.Redis.from_url(self.settings.effective_redis_url, socket_connect_timeout=3, protocol=2)
         self.metadata = MetadataStore(self.settings.effective_database_url)
         self.blobs = BlobStore(self.settings.data_dir / "files")
         self._gateway: ModelGateway | None = None

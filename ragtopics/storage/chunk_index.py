@@ -57,14 +57,21 @@ REDISEARCH_STOP_WORDS = frozenset(
 BM25_K1 = 1.2
 BM25_B = 0.75
 #: HNSW graph parameters of the vector index (M: links per node, RediSearch's default 16;
-#: EF_CONSTRUCTION, its default) and the candidate list searched per query (EF_RUNTIME; RediSearch's
-#: default is 10). Chosen by measurement (``make bench``, ``bench.latency``: recall@10 against exact
-#: search and p95 latency at 10,000 and 100,000 chunks of real MiniLM embeddings): at 100,000 chunks
-#: M 16 needs EF_RUNTIME 100 for recall 0.986 (the server spends 0.47 ms per query), M 32 reaches
-#: 0.985 at EF_RUNTIME 60 in 0.39 ms. An index keeps the M it was created with.
+#: EF_CONSTRUCTION: candidates kept while linking a new node, RediSearch's default 200) and the
+#: candidate list searched per query (EF_RUNTIME; RediSearch's default is 10). Chosen by measurement
+#: (``bench.latency`` and a sweep over the same 100,000 chunks of MiniLM embeddings, recall@10 against
+#: exact search): M 16 needs EF_RUNTIME 100 for recall 0.986; M 32 with EF_CONSTRUCTION 200 reaches
+#: 0.985 at EF_RUNTIME 60, and built with EF_CONSTRUCTION 400 it reaches 0.992 at EF_RUNTIME 30 and
+#: 0.993 at 40, for about 1.5 times the build time (117 against 79 s for 100,000 chunks). 40, not 30:
+#: on structureless data (random unit vectors in 32 dimensions, the hardest case for a graph) 30
+#: finds 0.97 of the exact top 10 and 40 at least 0.98; it costs 0.04 ms a search at 100,000 chunks.
+#: An index keeps the graph it was created with and records the EF_RUNTIME its graph needs.
 HNSW_M = 32
-HNSW_EF_CONSTRUCTION = 200
-HNSW_EF_RUNTIME = 60
+HNSW_EF_CONSTRUCTION = 400
+HNSW_EF_RUNTIME = 40
+#: The EF_RUNTIME of an index whose record does not name one: made with EF_CONSTRUCTION 200, its
+#: graph needs 60 for the same recall.
+EF_RUNTIME_BEFORE = 60
 #: How a new index stores vectors (in each chunk's hash and in the HNSW graph). FLOAT16 halves
 #: both copies (768 instead of 1,536 bytes per MiniLM vector, each) and, measured at 100,000 chunks
 #: (``make bench``), cut the server's HNSW search by about a fifth at the same recall@10 (0.985).
@@ -72,9 +79,10 @@ HNSW_EF_RUNTIME = 60
 #: An index keeps the type it was created with (older indexes: FLOAT32); readers follow each index.
 VECTOR_DATATYPE = "float16"
 _NUMPY_TYPES = {"float16": np.float16, "float32": np.float32}
-#: ``{index name: vector type}`` of the indexes this process has seen (a search needs it to encode
-#: its query before the one round trip that also reads the index's record, which confirms it).
-_DATATYPES: dict[str, str] = {}
+#: ``{index name: (vector type, EF_RUNTIME)}`` of the indexes this process has seen (a search needs
+#: both to write its query before the one round trip that also reads the index's record, which
+#: confirms them).
+_PROFILES: dict[str, tuple[str, int]] = {}
 
 
 
@@ -212,7 +220,7 @@ class ChunkIndex:
         if self.index.exists():
             try:
                 self.check_embedder()
-                _DATATYPES.pop(self.index.name, None)  # read again before writing: another process may have made it anew
+                _PROFILES.pop(self.index.name, None)  # read again before writing: another process may have made it anew
                 return
             except EmbeddingMismatchError:
                 if self.count():
@@ -220,8 +228,8 @@ class ChunkIndex:
                 self.index.delete(drop=True)
         self.index.create(overwrite=False)
         self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims,
-                                                   "datatype": VECTOR_DATATYPE})  # fmt: skip
-        _DATATYPES[self.index.name] = VECTOR_DATATYPE
+                                                   "datatype": VECTOR_DATATYPE, "ef_runtime": HNSW_EF_RUNTIME})  # fmt: skip
+        _PROFILES[self.index.name] = (VECTOR_DATATYPE, HNSW_EF_RUNTIME)
         log.info("created chunk index %s (%s, %d dims)", self.index.name, self.embedding_model or "model unknown", self.dims)
 
     def built_with(self) -> tuple[str, int] | None:
@@ -276,19 +284,29 @@ class ChunkIndex:
         Read from the index's record (an index created before the type was recorded: from its
         schema); remembered for the process. :data:`VECTOR_DATATYPE` when there is no index yet.
         """
-        known = _DATATYPES.get(self.index.name)
+        return self._profile()[0]
+
+    def ef_runtime(self) -> int:
+        """The EF_RUNTIME this index is searched with: its record's (:data:`HNSW_EF_RUNTIME` when it was
+        made), :data:`EF_RUNTIME_BEFORE` for an index made before it was recorded."""
+        return self._profile()[1]
+
+    def _profile(self) -> tuple[str, int]:
+        """``(vector type, EF_RUNTIME)`` of the index, remembered for the process once read."""
+        known = _PROFILES.get(self.index.name)
         if known:
             return known
-        recorded = self.client.hget(self.record_key, "datatype")
-        if recorded:
-            datatype = _decode(recorded)
+        datatype, ef = self.client.hmget(self.record_key, ["datatype", "ef_runtime"])
+        if datatype:
+            datatype = _decode(datatype)
         elif self.index.exists():
             existing = SearchIndex.from_existing(self.index.name, redis_client=self.client)
             datatype = str(existing.schema.fields["embedding"].attrs.datatype.value).lower()
         else:
-            return VECTOR_DATATYPE
-        _DATATYPES[self.index.name] = datatype
-        return datatype
+            return VECTOR_DATATYPE, HNSW_EF_RUNTIME
+        profile = (datatype, int(ef) if ef else EF_RUNTIME_BEFORE)
+        _PROFILES[self.index.name] = profile
+        return profile
 
     def encode(self, vector: np.ndarray) -> bytes:
         """A vector as the index stores and searches it (its :meth:`datatype`)."""
@@ -431,8 +449,8 @@ class ChunkIndex:
     def search_vector(self, vector: np.ndarray, k: int, *, _again: bool = False) -> list[ChunkHit]:
         """Return the ``k`` chunks nearest to ``vector`` by cosine similarity, best first.
 
-        One round trip: the embedder record and the KNN query (HNSW at ``EF_RUNTIME``
-        :data:`HNSW_EF_RUNTIME`) go in one pipeline, and the reply is read here rather than
+        One round trip: the embedder record and the KNN query (HNSW at the index's
+        :meth:`ef_runtime`) go in one pipeline, and the reply is read here rather than
         through redisvl's result processing (``make bench`` measured 0.35 ms of the 0.95 ms a
         search took at 20,000 chunks in the second round trip and the generic parsing).
 
@@ -443,16 +461,15 @@ class ChunkIndex:
         Raises:
             EmbeddingMismatchError: the index was built with another embedder.
         """
-        datatype = self.datatype()  # remembered for the process after the first read
+        profile = self._profile()  # remembered for the process after the first read
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.record_key)
-        pipe.execute_command(*self._knn_command(vector, k, datatype=datatype))
+        pipe.execute_command(*self._knn_command(vector, k, profile=profile))
         record, reply = pipe.execute(raise_on_error=False)
         if isinstance(record, Exception):
             raise record
-        recorded = record.get(b"datatype") if record else None
-        if recorded and _decode(recorded) != datatype and not _again:  # the index was made anew meanwhile
-            _DATATYPES.pop(self.index.name, None)
+        if record and record.get(b"datatype") and _record_profile(record) != profile and not _again:
+            _PROFILES.pop(self.index.name, None)  # the index was made anew meanwhile
             return self.search_vector(vector, k, _again=True)
         if not record:  # no index, or one from before the record was kept: the slower path decides
             built = self.built_with()
@@ -466,20 +483,21 @@ class ChunkIndex:
             self._check_built(_record_built(record))
         if isinstance(reply, Exception):
             return _unless_missing(_raiser(reply), [])
-        # RediSearch's COSINE metric returns a distance: 1 - cosine similarity (clipped: half-precision
-        # vectors put a chunk's similarity to itself a hair above 1).
-        return [_hit(row, min(1.0, 1.0 - float(row["vector_distance"]))) for row in _search_rows(reply, self.prefix)]
+        return _vector_hits(reply, self.prefix)
 
-    def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", datatype: str = "") -> tuple:
-        """The ``FT.SEARCH`` KNN command for ``vector`` (the query redisvl's ``VectorQuery`` builds);
-        ``within``: only the chunks of that document; ``datatype``: the index's, when the caller knows it."""
+    def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", profile: tuple[str, int] | None = None) -> tuple:
+        """The ``FT.SEARCH`` KNN command for ``vector`` (the query redisvl's ``VectorQuery`` builds, less its
+        ``SORTBY``: the reply holds the k nearest in any order and :func:`_vector_hits` sorts them, which
+        spares the server a sorter, 0.03 of its 0.4 ms at 100,000 chunks); ``within``: only the chunks of
+        that document; ``profile``: the index's ``(vector type, EF_RUNTIME)`` when the caller has it."""
         fields = (*_RETURN_FIELDS, "vector_distance")
         scope = f"@document_id:{{{_escape_term(within)}}}" if within else "*"
-        blob = np.asarray(vector, dtype=_NUMPY_TYPES[datatype]).tobytes() if datatype else self.encode(vector)
+        datatype, ef = profile or self._profile()
+        blob = np.asarray(vector, dtype=_NUMPY_TYPES[datatype]).tobytes()
         return (
             "FT.SEARCH", self.index.name, f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
-            "PARAMS", 4, "vector", blob, "ef", max(HNSW_EF_RUNTIME, int(k)),
-            "SORTBY", "vector_distance", "ASC", "RETURN", len(fields), *fields, "LIMIT", 0, int(k), "DIALECT", 2,
+            "PARAMS", 4, "vector", blob, "ef", max(ef, int(k)),
+            "RETURN", len(fields), *fields, "LIMIT", 0, int(k), "DIALECT", 2,
         )  # fmt: skip
 
     def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT) -> list[ChunkHit]:
@@ -589,7 +607,7 @@ class ChunkIndex:
         if self.index.exists():
             self.index.delete(drop=True)
         self.client.delete(self.record_key, self.files_key, self.names_key)
-        _DATATYPES.pop(self.index.name, None)
+        _PROFILES.pop(self.index.name, None)
 
     def files_generation(self) -> str:
         """A token that changes whenever a file gains its first chunks, loses its last or is renamed.
@@ -691,8 +709,8 @@ class ChunkIndex:
         for document_id, reply in zip(document_ids, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(reply, Exception):
                 continue
-            for row in _search_rows(reply, self.prefix):
-                found[document_id] = _hit(row, min(1.0, 1.0 - float(row["vector_distance"])))
+            for hit in _vector_hits(reply, self.prefix)[:1]:
+                found[document_id] = hit
         return found
 
 
@@ -775,6 +793,33 @@ def _hit(row: dict, score: float) -> ChunkHit:
     )
 
 
+def _vector_hits(reply, prefix: str) -> list[ChunkHit]:
+    """The hits of a KNN reply (:meth:`ChunkIndex._knn_command`), nearest first.
+
+    RediSearch's COSINE metric returns a distance, 1 - cosine similarity; the score is the
+    similarity, clipped at 1 (half-precision vectors put a chunk's similarity to itself a hair
+    above 1). A RESP2 reply is read directly (the product's client; 20 of the 50 microseconds the
+    general :func:`_search_rows` and :func:`_hit` take for ten hits), a RESP3 one through them.
+    """
+    if isinstance(reply, dict):
+        hits = [_hit(row, min(1.0, 1.0 - float(row["vector_distance"]))) for row in _search_rows(reply, prefix)]
+    else:
+        skip = len(prefix) + 1
+        hits = []
+        for key, values in zip(reply[1::2], reply[2::2], strict=False):
+            get = dict(zip(values[::2], values[1::2], strict=False)).get
+            pages = get(b"pages")
+            hits.append(ChunkHit(
+                chunk_id=key[skip:].decode(), document_id=get(b"document_id", b"").decode(),
+                file_name=get(b"file_name", b"").decode(), position=int(get(b"position") or 0),
+                text=get(b"text", b"").decode(), score=min(1.0, 1.0 - float(get(b"vector_distance"))),
+                context=get(b"context", b"").decode(), pictures=get(b"pictures", b"").decode(),
+                pages=parse_pages(pages.decode()) if pages else (), version=get(b"version", b"").decode(),
+            ))  # fmt: skip
+    hits.sort(key=lambda hit: -hit.score)  # stable: equal scores keep the server's order
+    return hits
+
+
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:
     """A stored embedding as a float32 array of shape ``(dims,)``, whichever type its index stores
     (told apart by size: 2 bytes a value for FLOAT16, 4 for FLOAT32).
@@ -787,6 +832,12 @@ def decode_vector(raw: bytes, dims: int) -> np.ndarray:
     if len(raw) == 4 * dims:
         return np.frombuffer(raw, dtype=np.float32)
     raise ValueError(f"a stored embedding of {len(raw)} bytes is not {dims} float16 or float32 values")
+
+
+def _record_profile(record: Mapping) -> tuple[str, int]:
+    """``(vector type, EF_RUNTIME)`` from an index record as HGETALL returns it (bytes keys and values)."""
+    ef = record.get(b"ef_runtime")
+    return _decode(record.get(b"datatype", b"")), int(ef) if ef else EF_RUNTIME_BEFORE
 
 
 def _record_built(record: Mapping) -> tuple[str, int]:

@@ -46,12 +46,13 @@ def test_searches_are_timed_round_by_round_and_keep_the_first_rounds_results():
             calls.append((name, i))
             if name == "slow":
                 time.sleep(0.002)
-            return f"{name}-{i}-{len(calls)}"
+            return f"{name}-{i}-{len(calls) - 1}"
         return run
 
-    timings = timed_rounds({"fast": search("fast"), "slow": search("slow")}, count=4, rounds=3)
-    # one warm-up each, then per round all of "fast" before all of "slow": interleaved, not one search's rounds in a row
-    assert calls[:2] == [("fast", 0), ("slow", 0)] and [n for n, _ in calls[2:14]] == ["fast"] * 4 + ["slow"] * 4 + ["fast"] * 4
+    timings = timed_rounds({"fast": search("fast"), "slow": search("slow")}, count=4, rounds=3, warm_up=range(4, 6))
+    # per round: "fast" warmed up on other queries (4, 5), then timed on 0..3; then "slow" the same way
+    block = lambda name: [(name, 4), (name, 5)] + [(name, i) for i in range(4)]  # noqa: E731
+    assert calls == (block("fast") + block("slow")) * 3
     fast, slow = timings["fast"], timings["slow"]
-    assert fast[0] == ["fast-0-3", "fast-1-4", "fast-2-5", "fast-3-6"] and len(slow[0]) == 4  # the first round's answers
+    assert fast[0] == ["fast-0-2", "fast-1-3", "fast-2-4", "fast-3-5"] and len(slow[0]) == 4  # the first round's timed answers
     assert 0 < fast[1].p50_ms <= fast[1].p95_ms < slow[1].p50_ms and slow[1].p50_ms >= 2.0

@@ -76,7 +76,7 @@ def test_an_index_made_with_float32_vectors_keeps_them_and_a_rebuilt_one_gets_ha
     old = SearchIndex.from_dict(ChunkIndex.schema("topic-old", 16, "float32"), redis_client=rt.redis)
     old.create()
     rt.redis.hset("rt:topic-old:index:chunks", mapping={"embedding_model": "m", "dims": 16})  # no type: as before
-    monkeypatch.setattr(chunk_index, "_DATATYPES", {})
+    monkeypatch.setattr(chunk_index, "_PROFILES", {})
     index = ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m")
     index.replace_document("doc-1", _records(vectors))
     assert (index.datatype(), _field_type(rt, index)) == ("float32", "FLOAT32")
@@ -86,11 +86,11 @@ def test_an_index_made_with_float32_vectors_keeps_them_and_a_rebuilt_one_gets_ha
 
     index.drop()  # re-embedding: the index is made anew, with the current type
     ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m").replace_document("doc-1", _records(vectors))
-    chunk_index._DATATYPES[index.index.name] = "float32"  # what another process still remembers
+    chunk_index._PROFILES[index.index.name] = ("float32", chunk_index.EF_RUNTIME_BEFORE)  # what another process still remembers
     stale = ChunkIndex(rt.redis, "topic-old", dims=16, embedding_model="m")
     assert stale.search_vector(vectors[9], 1)[0].chunk_id == "chunk-9"  # it notices and searches again
     assert stale.datatype() == "float16" and _field_type(rt, stale) == "FLOAT16"
-    chunk_index._DATATYPES[index.index.name] = "float32"
+    chunk_index._PROFILES[index.index.name] = ("float32", chunk_index.EF_RUNTIME_BEFORE)
     stale.replace_document("doc-2", _records(vectors[:2], "doc-2"))  # a write reads the type first
     assert len(rt.redis.hget(stale.key("chunk-1"), "embedding")) == 2 * 16 and stale.count() == 20
 
@@ -112,3 +112,58 @@ def test_a_record_from_before_the_type_was_kept_whose_index_is_gone_answers_empt
     rt.redis.hset("rt:topic-half-gone:index:chunks", mapping={"embedding_model": "m", "dims": 16})
     index = ChunkIndex(rt.redis, "topic-half-gone", dims=16, embedding_model="m")
     assert index.search_vector(_unit_rows(np.random.default_rng(1), 1, 16)[0], 3) == []
+
+
+def _knn_ef(rt, index: ChunkIndex, vector: np.ndarray, monkeypatch) -> int:
+    """The EF_RUNTIME a vector search sends (read off the command as it goes out)."""
+    sent = []
+    real = index._knn_command
+    monkeypatch.setattr(index, "_knn_command", lambda *a, **kw: sent.append(real(*a, **kw)) or sent[-1])
+    index.search_vector(vector, 3)
+    command = sent[-1]
+    return command[command.index("ef") + 1]
+
+
+def test_each_index_is_searched_with_the_ef_runtime_its_graph_was_built_for(rt, monkeypatch):
+    """A new index records EF_RUNTIME 40 (its graph: EF_CONSTRUCTION 400); one made before the record said
+    so keeps the 60 its graph needs, also in a process that remembered the new one (the Topic was re-embedded)."""
+    import ragtopics.storage.chunk_index as chunk_index
+
+    vectors = _unit_rows(np.random.default_rng(11), 20, 16)
+    new = ChunkIndex(rt.redis, "topic-ef-new", dims=16, embedding_model="m")
+    new.replace_document("doc-1", _records(vectors))
+    assert rt.redis.hget(new.record_key, "ef_runtime") == b"40" and new.ef_runtime() == chunk_index.HNSW_EF_RUNTIME == 40
+    assert _knn_ef(rt, new, vectors[2], monkeypatch) == 40
+
+    monkeypatch.setattr(chunk_index, "_PROFILES", {})
+    old = ChunkIndex(rt.redis, "topic-ef-old", dims=16, embedding_model="m")
+    old.replace_document("doc-1", _records(vectors))
+    rt.redis.hdel(old.record_key, "ef_runtime")  # as an index made with EF_CONSTRUCTION 200 records itself
+    chunk_index._PROFILES[old.index.name] = ("float16", 40)  # what this process still remembers
+    assert old.search_vector(vectors[5], 1)[0].chunk_id == "chunk-5"  # it notices the record and searches again
+    assert old.ef_runtime() == chunk_index.EF_RUNTIME_BEFORE == 60 and _knn_ef(rt, old, vectors[2], monkeypatch) == 60
+
+
+def test_both_redis_protocols_read_the_same_hits_nearest_first(rt):
+    """The product's client speaks RESP2 (flat replies, read directly); a RESP3 client gets the same hits."""
+    import redis
+
+    vectors = _unit_rows(np.random.default_rng(13), 40, 16)
+    records = [ChunkRecord(chunk_id=f"chunk-{n}", document_id="doc-1", file_name="pumps.txt", position=n,
+                           text=f"row {n} ünïcode", embedding=v, context=f"ctx {n}" if n % 2 else "",
+                           pictures="pic-1" if n == 3 else "", pages=(2, 3) if n % 3 == 0 else (), version="v1")
+               for n, v in enumerate(vectors)]  # fmt: skip
+    ChunkIndex(rt.redis, "topic-resp", dims=16, embedding_model="m").replace_document("doc-1", records)
+    kwargs = rt.redis.connection_pool.connection_kwargs
+    assert kwargs["protocol"] == 2
+    resp3 = redis.Redis(host=kwargs["host"], port=kwargs["port"], protocol=3)
+    query = vectors[3] + 0.3 * vectors[7]
+    hits2 = ChunkIndex(rt.redis, "topic-resp", dims=16, embedding_model="m").search_vector(query, 8)
+    hits3 = ChunkIndex(resp3, "topic-resp", dims=16, embedding_model="m").search_vector(query, 8)
+    assert hits2 == hits3 and len(hits2) == 8
+    assert [h.score for h in hits2] == sorted((h.score for h in hits2), reverse=True)
+    exact = [f"chunk-{i}" for i in exact_top_k(vectors, query / np.linalg.norm(query), 8)]
+    assert [h.chunk_id for h in hits2] == exact  # nearest first, though the server no longer sorts
+    top = hits2[0]
+    assert (top.chunk_id, top.text, top.context, top.pictures, top.pages, top.version, top.file_name) == (
+        "chunk-3", "row 3 ünïcode", "ctx 3", "pic-1", (2, 3), "v1", "pumps.txt")
