@@ -65,7 +65,7 @@ def check_modules(client: redis.Redis) -> None:
     Raises:
         RedisStartError: naming each missing module.
     """
-    loaded = {_text(m.get(b"name", m.get("name", b""))) for m in client.execute_command("MODULE", "LIST")}
+    loaded = {_text(m.get(b"name", m.get("name", b""))) for m in client.module_list()}  # dicts in RESP2 and RESP3
     missing = [f"{label} ('{name}')" for name, label in REQUIRED_MODULES.items() if name not in loaded]
     if missing:
         raise RedisStartError(
