@@ -131,7 +131,7 @@ def graph_client(rt: Runtime, name: str) -> redis.Redis:
                                     "or change the Topic's Graph Database")  # fmt: skip
     with _clients_lock:
         if url not in _clients:
-            _clients[url] = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
+            _clients[url] = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5, protocol=2)  # as the runtime's
         return _clients[url]
 
 

@@ -36,6 +36,8 @@ DEFAULT_NO_ANSWER = "I could not find this in the documents of this Topic."
 MAX_NO_ANSWER_CHARS = 2_000
 #: Longest Custom System Prompt, in characters (sent with every question).
 MAX_CUSTOM_PROMPT_CHARS = 20_000
+#: Text settings whose length is limited, with their limits (see :func:`load_settings`).
+STORED_TEXT_LIMITS = {"custom_system_prompt": MAX_CUSTOM_PROMPT_CHARS, "no_answer_response": MAX_NO_ANSWER_CHARS}
 
 Phase = Literal["upload", "chat", "upload+chat", "communities"]
 
@@ -461,7 +463,9 @@ def validate_settings(kind: str, values: dict[str, Any]) -> TopicSettings:
 def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
     """Validate settings read back from storage, dropping keys of :data:`REMOVED_KEYS`.
 
-    Chat attachment types stored before they were checked are kept only when supported.
+    Chat attachment types stored before they were checked are kept only when supported, and texts
+    stored before their length was limited (:data:`STORED_TEXT_LIMITS`) are cut to the limit, each
+    with a warning in the log: a Topic saved by an older version always opens.
 
     Raises:
         InvalidSettingError: as :func:`validate_settings`, for any other problem.
@@ -476,6 +480,12 @@ def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
         if len(kept) < len(types):
             log.warning("ignoring unsupported chat attachment type(s) %s", ", ".join(map(str, sorted(set(types) - set(kept)))))
             values["chat_attachment_types"] = kept
+    for key, limit in STORED_TEXT_LIMITS.items():
+        text = values.get(key)
+        if isinstance(text, str) and len(text) > limit:
+            log.warning("Topic setting %s was %d characters long, over the limit of %d; using its first %d",
+                        key, len(text), limit, limit)  # fmt: skip
+            values[key] = text[:limit]
     return validate_settings(kind, values)
 
 

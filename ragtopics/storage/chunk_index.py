@@ -690,7 +690,7 @@ class ChunkIndex:
                    if not isinstance(reply, Exception) and _search_total(reply) <= limit}  # fmt: skip
         return set(phrases) - counted
 
-    def best_chunks(self, document_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
+    def best_chunks(self, document_ids: list[str], vector: np.ndarray, *, _again: bool = False) -> dict[str, ChunkHit]:
         """Each document's chunk most similar to ``vector`` (exact: a KNN query restricted to the document).
 
         Args:
@@ -705,8 +705,12 @@ class ChunkIndex:
         pipe = self.client.pipeline(transaction=False)
         for document_id in document_ids:
             pipe.execute_command(*self._knn_command(vector, 1, within=document_id))
+        replies = pipe.execute(raise_on_error=False)
+        if not _again and self.index.name in _PROFILES and all(isinstance(r, Exception) for r in replies):
+            _PROFILES.pop(self.index.name, None)  # the index may have been made anew with another vector type
+            return self.best_chunks(document_ids, vector, _again=True)
         found = {}
-        for document_id, reply in zip(document_ids, pipe.execute(raise_on_error=False), strict=True):
+        for document_id, reply in zip(document_ids, replies, strict=True):
             if isinstance(reply, Exception):
                 continue
             for hit in _vector_hits(reply, self.prefix)[:1]:
@@ -798,26 +802,29 @@ def _vector_hits(reply, prefix: str) -> list[ChunkHit]:
 
     RediSearch's COSINE metric returns a distance, 1 - cosine similarity; the score is the
     similarity, clipped at 1 (half-precision vectors put a chunk's similarity to itself a hair
-    above 1). A RESP2 reply is read directly (the product's client; 20 of the 50 microseconds the
+    above 1). Hits are ordered by the unclipped distance, then chunk id, so the order never depends
+    on the reply's (unsorted) order. A RESP2 reply is read directly (the product's client; 20 of the 50 microseconds the
     general :func:`_search_rows` and :func:`_hit` take for ten hits), a RESP3 one through them.
     """
+    ranked: list[tuple[float, str, ChunkHit]] = []  # (distance, chunk id, hit): ties broken by id, not reply order
     if isinstance(reply, dict):
-        hits = [_hit(row, min(1.0, 1.0 - float(row["vector_distance"]))) for row in _search_rows(reply, prefix)]
+        for row in _search_rows(reply, prefix):
+            distance = float(row["vector_distance"])
+            ranked.append((distance, row["chunk_id"], _hit(row, min(1.0, 1.0 - distance))))
     else:
         skip = len(prefix) + 1
-        hits = []
         for key, values in zip(reply[1::2], reply[2::2], strict=False):
             get = dict(zip(values[::2], values[1::2], strict=False)).get
-            pages = get(b"pages")
-            hits.append(ChunkHit(
-                chunk_id=key[skip:].decode(), document_id=get(b"document_id", b"").decode(),
+            distance, chunk_id, pages = float(get(b"vector_distance")), key[skip:].decode(), get(b"pages")
+            ranked.append((distance, chunk_id, ChunkHit(
+                chunk_id=chunk_id, document_id=get(b"document_id", b"").decode(),
                 file_name=get(b"file_name", b"").decode(), position=int(get(b"position") or 0),
-                text=get(b"text", b"").decode(), score=min(1.0, 1.0 - float(get(b"vector_distance"))),
+                text=get(b"text", b"").decode(), score=min(1.0, 1.0 - distance),
                 context=get(b"context", b"").decode(), pictures=get(b"pictures", b"").decode(),
                 pages=parse_pages(pages.decode()) if pages else (), version=get(b"version", b"").decode(),
-            ))  # fmt: skip
-    hits.sort(key=lambda hit: -hit.score)  # stable: equal scores keep the server's order
-    return hits
+            )))  # fmt: skip
+    ranked.sort(key=lambda item: item[:2])
+    return [hit for *_, hit in ranked]
 
 
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:

@@ -78,7 +78,7 @@ def register_api(rt: Runtime) -> None:
         except json.JSONDecodeError as exc:
             return f"Not created: settings_json is not valid JSON ({exc.msg})"
         except RagTopicsError as exc:
-            return f"Not created: {exc}"
+            return f"Not created: {md_text(str(exc))}"
         return f"Created Topic **{md_text(topic.name)}** ({topic.kind})."
 
     gr.api(create_topic_api, api_name="create_topic", api_visibility="undocumented")

@@ -18,8 +18,8 @@ from ragtopics.graph.store import MAX_DESCRIPTION_CHARS, GraphStore, RemovalRepo
 
 @pytest.fixture
 def client(redis_server) -> redis.Redis:
-    """A client like the runtime's (bytes replies) on a flushed embedded Redis with FalkorDB."""
-    client = redis.Redis.from_url(redis_server.url, socket_connect_timeout=3)
+    """A client like the runtime's (bytes replies, RESP2) on a flushed embedded Redis with FalkorDB."""
+    client = redis.Redis.from_url(redis_server.url, socket_connect_timeout=3, protocol=2)
     client.flushall()
     return client
 

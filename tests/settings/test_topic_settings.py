@@ -88,6 +88,19 @@ def test_chat_attachment_types_must_be_types_the_product_reads_and_old_stored_on
     assert get_topic(rt, "Older").settings.chat_attachment_types == ["txt"]
 
 
+def test_texts_stored_before_their_length_was_limited_load_cut_to_the_limit(rt, caplog):
+    create_topic(rt, "Long ago")
+    with rt.metadata.session() as s:  # as a release without the limits stored them
+        row = s.get(TopicRow, get_topic(rt, "Long ago").id)
+        row.settings = {**row.settings, "no_answer_response": "Not found. " * 300, "custom_system_prompt": "Be brief. " * 3000}
+        s.add(row)
+    settings = get_topic(rt, "Long ago").settings
+    assert settings.no_answer_response == ("Not found. " * 300)[:2000] and len(settings.custom_system_prompt) == 20_000
+    assert "no_answer_response was 3300 characters long, over the limit of 2000" in caplog.text
+    assert [t.name for t in list_topics(rt)] == ["Long ago"]
+    assert update_settings(rt, "Long ago", {"memory": 3}).settings.memory == 3  # and it can be changed again
+
+
 def test_graphrag_topic_is_created_and_read_with_its_own_model(rt):
     topic = create_topic(rt, "Graph", kind="graphrag", settings={"path_max_hops": 6})
     assert isinstance(topic.settings, GraphRagTopicSettings) and topic.kind == "graphrag"

@@ -125,8 +125,8 @@ def _knn_ef(rt, index: ChunkIndex, vector: np.ndarray, monkeypatch) -> int:
 
 
 def test_each_index_is_searched_with_the_ef_runtime_its_graph_was_built_for(rt, monkeypatch):
-    """A new index records EF_RUNTIME 40 (its graph: EF_CONSTRUCTION 400); one made before the record said
-    so keeps the 60 its graph needs, also in a process that remembered the new one (the Topic was re-embedded)."""
+    """A new index records EF_RUNTIME 40 (its graph: EF_CONSTRUCTION 400, as FT.INFO reports); one whose record
+    names none (made before) keeps the 60 its graph needs, also in a process that wrongly remembers 40."""
     import ragtopics.storage.chunk_index as chunk_index
 
     vectors = _unit_rows(np.random.default_rng(11), 20, 16)
@@ -134,6 +134,9 @@ def test_each_index_is_searched_with_the_ef_runtime_its_graph_was_built_for(rt, 
     new.replace_document("doc-1", _records(vectors))
     assert rt.redis.hget(new.record_key, "ef_runtime") == b"40" and new.ef_runtime() == chunk_index.HNSW_EF_RUNTIME == 40
     assert _knn_ef(rt, new, vectors[2], monkeypatch) == 40
+    info = rt.redis.ft(new.index.name).info()
+    [field] = [a for a in info["attributes"] if b"VECTOR" in a]
+    assert field[field.index(b"M") + 1] == 32 and field[field.index(b"ef_construction") + 1] == 400
 
     monkeypatch.setattr(chunk_index, "_PROFILES", {})
     old = ChunkIndex(rt.redis, "topic-ef-old", dims=16, embedding_model="m")
@@ -167,3 +170,19 @@ def test_both_redis_protocols_read_the_same_hits_nearest_first(rt):
     top = hits2[0]
     assert (top.chunk_id, top.text, top.context, top.pictures, top.pages, top.version, top.file_name) == (
         "chunk-3", "row 3 ünïcode", "ctx 3", "pic-1", (2, 3), "v1", "pumps.txt")
+
+
+def test_knn_hits_are_ordered_by_distance_then_id_whatever_the_reply_order():
+    """The KNN query leaves sorting to the client: a shuffled RESP2 reply with a tie and two near-duplicates
+    whose similarity rounds above 1 comes out nearest first, ties by chunk id, scores clipped at 1."""
+    from ragtopics.storage.chunk_index import _vector_hits
+
+    def row(distance: str) -> list[bytes]:
+        return [b"document_id", b"doc-1", b"file_name", b"a.txt", b"position", b"0", b"text", b"t", b"vector_distance",
+                distance.encode()]  # fmt: skip
+
+    reply = [5, b"rt:t:chunk:chunk-c", row("0.25"), b"rt:t:chunk:chunk-z", row("-0.0004"), b"rt:t:chunk:chunk-b", row("0.25"),
+             b"rt:t:chunk:chunk-y", row("-0.0009"), b"rt:t:chunk:chunk-a", row("0.5")]  # fmt: skip
+    hits = _vector_hits(reply, "rt:t:chunk")
+    assert [h.chunk_id for h in hits] == ["chunk-y", "chunk-z", "chunk-b", "chunk-c", "chunk-a"]
+    assert [h.score for h in hits] == [1.0, 1.0, 0.75, 0.75, 0.5]
