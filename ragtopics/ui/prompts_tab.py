@@ -9,6 +9,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.prompts.resolve import SHARED, resolve_prompts, set_prompt
 from ragtopics.prompts.templates import DEFAULTS
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import MAX_NO_ANSWER_CHARS
 from ragtopics.topics.topics import get_topic, update_settings
 from ragtopics.ui.common import md_text, topic_choices
 
@@ -44,6 +45,23 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, re
     return f"Prompt `{name}` reset for {where}." if reset else f"Saved prompt `{name}` for {where}."
 
 
+def save_no_answer(rt: Runtime, topic_name: str | None, value: str) -> str:
+    """Store a Topic's no-answer response; returns a status line (an empty or over-long text is refused)."""
+    if not topic_name:
+        return "**Not saved:** choose a Topic first."
+    value = value or ""
+    if not value.strip():
+        return "**Not saved:** the no-answer response cannot be empty (it is what the chat shows when nothing is found)."
+    if len(value) > MAX_NO_ANSWER_CHARS:
+        return (f"**Not saved:** the no-answer response is {len(value):,} characters long; at most "
+                f"{MAX_NO_ANSWER_CHARS:,} are allowed (it is shown as the whole reply).")  # fmt: skip
+    try:
+        update_settings(rt, topic_name, {"no_answer_response": value})
+    except RagTopicsError as exc:
+        return f"**Not saved:** {exc}"
+    return "Saved the no-answer response."
+
+
 def build(rt: Runtime) -> dict:
     """Lay out the Prompts tab; returns its Topic dropdown and the tab."""
     with gr.Tab("Prompts", id="prompts") as tab:
@@ -56,7 +74,7 @@ def build(rt: Runtime) -> dict:
             reset = gr.Button("Reset to shared")
         status = gr.Markdown()
         no_answer = gr.Textbox(label="No-answer response")
-        save_no_answer = gr.Button("Save no-answer response")
+        save_answer = gr.Button("Save no-answer response")
 
     def load(topic_name, prompt_name):
         if not topic_name:
@@ -64,21 +82,10 @@ def build(rt: Runtime) -> dict:
         body, desc = prompt_text(rt, topic_name, prompt_name)
         return body, desc, get_topic(rt, topic_name).settings.no_answer_response
 
-    def store_no_answer(topic_name, value):
-        if not topic_name:
-            return "**Not saved:** choose a Topic first."
-        if not (value or "").strip():
-            return "**Not saved:** the no-answer response cannot be empty (it is what the chat shows when nothing is found)."
-        try:
-            update_settings(rt, topic_name, {"no_answer_response": value})
-        except RagTopicsError as exc:
-            return f"**Not saved:** {exc}"
-        return "Saved the no-answer response."
-
     private = {"api_visibility": "private"}
     for trigger in (topic.change, name.change, tab.select):  # also when the tab is opened: a reloaded page keeps the choice
         trigger(load, [topic, name], [text, about, no_answer], **private)
     save.click(lambda t, n, x: save_prompt(rt, t, n, x), [topic, name, text], status, api_name="save_prompt", api_visibility="undocumented")
     reset.click(lambda t, n: save_prompt(rt, t, n, "", reset=True), [topic, name], status, **private).then(load, [topic, name], [text, about, no_answer], **private)
-    save_no_answer.click(store_no_answer, [topic, no_answer], status, **private)
+    save_answer.click(lambda t, v: save_no_answer(rt, t, v), [topic, no_answer], status, **private)
     return {"topic": topic, "tab": tab}

@@ -13,7 +13,7 @@ from gradio_client import Client, handle_file
 from ragtopics.answer.turn import ask
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.topics.topics import create_topic, get_topic
-from ragtopics.ui.prompts_tab import save_prompt
+from ragtopics.ui.prompts_tab import save_no_answer, save_prompt
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
 from ragtopics.ui.app import launch_console
@@ -66,6 +66,11 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     status = client.predict("Manuals", "system", pasted, api_name="/save_prompt")
     assert "Not saved" in status and "25,051 characters long; at most 20,000" in status
     assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")
+    long_reply = "Not in these manuals. " * 100
+    assert save_no_answer(rt, "Manuals", long_reply) == (
+        "**Not saved:** the no-answer response is 2,200 characters long; at most 2,000 are allowed (it is shown as the whole reply).")
+    assert save_no_answer(rt, "Manuals", "Not in these manuals.") == "Saved the no-answer response."
+    assert get_topic(rt, "Manuals").settings.no_answer_response == "Not in these manuals."
     assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
     assert resolve_prompts(rt, manuals.id)["system"].text == resolve_prompts(rt, None)["system"].text
 
