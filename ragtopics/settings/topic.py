@@ -548,5 +548,7 @@ def _describe(exc: ValidationError, model: type[BaseModel] | None = None) -> str
         elif err["type"] in _BOUND_ERRORS and model is not None and key in model.model_fields:
             span = allowed_range(model.model_fields[key])
             message = f"{err.get('input')} is outside the allowed range {span}" if span else message
+        elif err["type"] == "string_too_long":
+            message = f"{len(err.get('input', '')):,} characters long; at most {err['ctx']['max_length']:,} are allowed"
         parts.append(f"{key}: {message}" if key else message)  # a rule across settings names them itself
     return "invalid Topic settings: " + "; ".join(parts)

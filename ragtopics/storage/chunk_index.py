@@ -802,29 +802,11 @@ def _vector_hits(reply, prefix: str) -> list[ChunkHit]:
 
     RediSearch's COSINE metric returns a distance, 1 - cosine similarity; the score is the
     similarity, clipped at 1 (half-precision vectors put a chunk's similarity to itself a hair
-    above 1). Hits are ordered by the unclipped distance, then chunk id, so the order never depends
-    on the reply's (unsorted) order. A RESP2 reply is read directly (the product's client; 20 of the 50 microseconds the
-    general :func:`_search_rows` and :func:`_hit` take for ten hits), a RESP3 one through them.
+    above 1). Hits are ordered by the unclipped distance, then chunk id, so the order never
+    depends on the reply's (unsorted) order.
     """
-    ranked: list[tuple[float, str, ChunkHit]] = []  # (distance, chunk id, hit): ties broken by id, not reply order
-    if isinstance(reply, dict):
-        for row in _search_rows(reply, prefix):
-            distance = float(row["vector_distance"])
-            ranked.append((distance, row["chunk_id"], _hit(row, min(1.0, 1.0 - distance))))
-    else:
-        skip = len(prefix) + 1
-        for key, values in zip(reply[1::2], reply[2::2], strict=False):
-            get = dict(zip(values[::2], values[1::2], strict=False)).get
-            distance, chunk_id, pages = float(get(b"vector_distance")), key[skip:].decode(), get(b"pages")
-            ranked.append((distance, chunk_id, ChunkHit(
-                chunk_id=chunk_id, document_id=get(b"document_id", b"").decode(),
-                file_name=get(b"file_name", b"").decode(), position=int(get(b"position") or 0),
-                text=get(b"text", b"").decode(), score=min(1.0, 1.0 - distance),
-                context=get(b"context", b"").decode(), pictures=get(b"pictures", b"").decode(),
-                pages=parse_pages(pages.decode()) if pages else (), version=get(b"version", b"").decode(),
-            )))  # fmt: skip
-    ranked.sort(key=lambda item: item[:2])
-    return [hit for *_, hit in ranked]
+    ranked = sorted((float(row["vector_distance"]), row["chunk_id"], row) for row in _search_rows(reply, prefix))
+    return [_hit(row, min(1.0, 1.0 - distance)) for distance, _, row in ranked]
 
 
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:

@@ -9,7 +9,6 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.prompts.resolve import SHARED, resolve_prompts, set_prompt
 from ragtopics.prompts.templates import DEFAULTS
 from ragtopics.runtime import Runtime
-from ragtopics.settings.topic import MAX_NO_ANSWER_CHARS
 from ragtopics.topics.topics import get_topic, update_settings
 from ragtopics.ui.common import md_text, topic_choices
 
@@ -46,15 +45,13 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, re
 
 
 def save_no_answer(rt: Runtime, topic_name: str | None, value: str) -> str:
-    """Store a Topic's no-answer response; returns a status line (an empty or over-long text is refused)."""
+    """Store a Topic's no-answer response; returns a status line (an empty text is refused here, an
+    over-long one by the settings' own check)."""
     if not topic_name:
         return "**Not saved:** choose a Topic first."
     value = value or ""
     if not value.strip():
         return "**Not saved:** the no-answer response cannot be empty (it is what the chat shows when nothing is found)."
-    if len(value) > MAX_NO_ANSWER_CHARS:
-        return (f"**Not saved:** the no-answer response is {len(value):,} characters long; at most "
-                f"{MAX_NO_ANSWER_CHARS:,} are allowed (it is shown as the whole reply).")  # fmt: skip
     try:
         update_settings(rt, topic_name, {"no_answer_response": value})
     except RagTopicsError as exc:

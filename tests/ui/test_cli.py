@@ -145,7 +145,7 @@ def test_json_lists_and_an_empty_no_answer_response(rt, capsys):
     assert main(["topic", "create", "Blank", "--set", "no_answer_response="]) == 2
     assert "no_answer_response: String should have at least 1 character" in capsys.readouterr().err
     assert main(["topic", "create", "Long", "--set", "no_answer_response=" + "Not found. " * 300]) == 2
-    assert "no_answer_response: String should have at most 2000 characters" in capsys.readouterr().err
+    assert "no_answer_response: 3,299 characters long; at most 2,000 are allowed" in capsys.readouterr().err  # the trailing space is trimmed
     with pytest.raises(NotFoundError):
         get_topic(rt, "Long")  # nothing stored
 

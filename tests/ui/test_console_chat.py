@@ -68,7 +68,7 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")
     long_reply = "Not in these manuals. " * 100
     assert save_no_answer(rt, "Manuals", long_reply) == (
-        "**Not saved:** the no-answer response is 2,200 characters long; at most 2,000 are allowed (it is shown as the whole reply).")
+        "**Not saved:** invalid Topic settings: no_answer_response: 2,200 characters long; at most 2,000 are allowed")
     assert save_no_answer(rt, "Manuals", "Not in these manuals.") == "Saved the no-answer response."
     assert get_topic(rt, "Manuals").settings.no_answer_response == "Not in these manuals."
     assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
