@@ -15,7 +15,10 @@ Steps (each one traced):
    seed entities and (weakly) at each chunk by its cosine to the question, as HippoRAG 2 does
    (Gutiérrez et al., "From RAG to Memory", ICML 2025: passage nodes joined to their
    entities, reset weight 0.05 for passages, damping 0.5). The PageRank order and the cosine
-   order are then fused by reciprocal rank fusion; the Max Cited Chunks best are kept.
+   order are then fused by reciprocal rank fusion.
+5. **File mentions** (Follow File Mentions): a file named in one of the first chunks brings its
+   chunk most similar to the question in right after it (:mod:`ragtopics.rag.mentions`, the same
+   second hop a RAG Topic takes). The Max Cited Chunks best are kept.
 
 Scores: a chunk item's ``score`` is its cosine similarity to the question; an entity or
 relationship item's is the best cosine among the candidate chunks it rests on.
@@ -26,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import igraph
 import numpy as np
@@ -36,6 +39,7 @@ from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore, Subgraph
 from ragtopics.ingest.keywords import is_searchable, query_keywords
+from ragtopics.rag.mentions import follow_mentions
 from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
@@ -145,10 +149,14 @@ class LocalRetriever:
         with trace.step("rank_chunks", damping=PPR_DAMPING, passage_weight=PASSAGE_NODE_WEIGHT) as ev:
             cosine = {cid: h.score for cid, h in chunks.items()}
             ppr = personalized_pagerank(sub, _links(sub, chunks), seeds.weights, cosine)
-            order = rank_chunks(ppr, cosine)
-            kept = order[: cfg.max_cited_chunks]
-            ev.data["top"] = [{"chunk_id": cid, "file": chunks[cid].file_name, "ppr": round(ppr.get(cid, 0.0), 6),
-                               "cosine": round(cosine[cid], 4), "kept": cid in kept} for cid in order[:20]]  # fmt: skip
+            ranked = [chunks[cid] for cid in rank_chunks(ppr, cosine)]
+            if cfg.follow_file_mentions:
+                ranked, links = follow_mentions(index, ranked, vector)
+                chunks.update((h.chunk_id, h) for h in ranked if h.chunk_id not in chunks)
+                ev.data["links"] = [asdict(link) for link in links]
+            kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]
+            ev.data["top"] = [{"chunk_id": h.chunk_id, "file": h.file_name, "ppr": round(ppr.get(h.chunk_id, 0.0), 6),
+                               "cosine": round(h.score, 4), "kept": h.chunk_id in kept} for h in ranked[:20]]  # fmt: skip
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
         items += graph_items(sub, ppr, chunks)
         return items

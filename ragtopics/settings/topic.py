@@ -407,6 +407,10 @@ class GraphRagTopicSettings(ChatSettings):
         5, phase="chat", ge=0, le=50, description="Chunks searched to find starting entities (CHUNKS and FUSED).")
     top_k_unlinked_chunks: int = setting(
         3, phase="chat", ge=0, le=50, description="Extra chunks that no entity carries, e.g. tables the extraction missed.")
+    follow_file_mentions: bool = setting(
+        True, phase="chat",
+        description="LOCAL: a file named in one of the first 3 chunks ranked (e.g. \"Leland, North Carolina\" for "
+                    "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.")
     top_k_reports: int = setting(
         5, phase="chat", ge=1, le=50, description="Community reports read by GLOBAL and HYBRID; each costs one model call.")
     max_follow_up_rounds: int = setting(

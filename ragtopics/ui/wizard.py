@@ -54,7 +54,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
         ("Search and answers", ["route_before_retrieval", "router_method", "confidence_threshold", "direct_confidence_threshold",
                                 "answer_without_searching", "path_max_hops", "seed_strategy", "top_k_nodes", "min_similarity_score",
                                 "hop_depth", "max_subgraph_nodes", "max_cited_chunks", "top_k_seed_chunks", "top_k_unlinked_chunks",
-                                "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "memory", "no_answer_response",
+                                "follow_file_mentions",                                 "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "memory", "no_answer_response",
                                 "chat_attachment_types", "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],
 }  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ragtopics.answer.context import RetrievalQuery
+from ragtopics.graph.local import LocalRetriever
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.rag import mentions
 from ragtopics.rag.mentions import FileNames, follow_mentions, words_of
@@ -141,3 +142,27 @@ def test_a_name_that_many_chunks_contain_is_not_a_reference(rt, run_jobs):
     phrases = {"small town": [ids["Small Town.txt"]], "the ember orchard": [ids["The Ember Orchard.txt"]]}
     assert index.common_phrases(phrases, at_least=10, share=0.01) == {"small town"}
     assert "Small Town.txt" not in _files(rt, topic)
+
+
+def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs):
+    topic = create_topic(rt, "Films graph", kind="graphrag", settings={"max_cited_chunks": 3, "min_similarity_score": 0.0,
+                                                                           "graph_extraction_method": "NLP"})
+    for file_name, text in [TOWN, FILM, *DISTRACTORS]:
+        upload(rt, topic, file_name, text.encode())
+    run_jobs()
+
+    def search(follow: bool) -> tuple[list[str], dict]:
+        cfg = topic.settings.model_copy(update={"follow_file_mentions": follow})
+        trace = Trace("chat", QUESTION)
+        context = LocalRetriever(rt, topic, cfg).retrieve(RetrievalQuery(QUESTION), trace)
+        ranked = next(e.data for e in trace.events if e.step == "rank_chunks")
+        return [item.provenance[0].file_name for item in context.items if item.kind == "chunk"], ranked
+
+    followed, ranked = search(True)
+    town = followed.index("Quillmoor, North Vale.txt")
+    assert followed[town + 1] == "The Ember Orchard.txt", followed
+    assert len(followed) == 3
+    [link] = [link for link in ranked["links"] if link["name"] == "the ember orchard"]
+    assert [row["file"] for row in ranked["top"] if row["chunk_id"] == link["chunk"]] == ["The Ember Orchard.txt"]
+    plain, ranked = search(False)
+    assert "links" not in ranked and len(plain) == 3
