@@ -95,11 +95,14 @@ class Context:
         items: evidence, best first; empty when nothing passed the way's filters.
         route: the way that produced it (``SEARCH``, ``PATH``, ...).
         note: why the context is empty or how the way fell back ("" when nothing to say).
+        rerank: how the items were reranked, in words ("reranked by the Language Model"), "" when
+            no rerank was asked for.
     """
 
     items: tuple[Evidence, ...]
     route: str
     note: str = ""
+    rerank: str = ""
 
 
 @dataclass(frozen=True, slots=True)

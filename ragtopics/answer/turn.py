@@ -77,6 +77,8 @@ class ChatUpdate:
             answer written whole before it is shown), ``answering``, ``done``).
         status: the search's own words for what it is doing ("reading 8 summaries"), "" when none.
         note: why the search found nothing, or why its way changed ("no community summaries yet: …"), "" when none.
+        rerank: how the search's results were reranked, in words ("reranked by the Language Model"), "" when
+            no rerank was asked for.
         timings_ms: per-step durations in milliseconds and ``total`` (final update only).
         retrieved: the files the search found, in rank order (final update only; empty when the
             turn did not search). ``sources`` are those the answer used; evaluation ranks these.
@@ -95,6 +97,7 @@ class ChatUpdate:
     phase: str = "answering"
     status: str = ""
     note: str = ""
+    rerank: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
     retrieved: list[str] = field(default_factory=list)
 
@@ -219,6 +222,7 @@ class _Turn:
         self.method = ""
         self.entities: tuple[str, ...] = ()
         self.note = ""
+        self.rerank = ""
         self.retrieved: list[str] = []
 
     # -- the pipeline -------------------------------------------------------------------
@@ -330,6 +334,9 @@ class _Turn:
         a chain, HYBRID whose planning failed), with its note in the route reason."""
         context = yield from self.retrieve()
         self.retrieved = ranked_files(context)
+        if context.rerank:  # said under the answer, and kept with the turn in its route reason
+            self.rerank = context.rerank
+            self.reason = f"{self.reason}; {context.rerank}" if self.reason else context.rerank
         if context.route != self.route:
             self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
             self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
@@ -538,7 +545,7 @@ class _Turn:
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, session_id=self.session_id, turn_id=turn_id,
-                          no_answer=no_answer, phase="done", note=self.note, timings_ms=timings,
+                          no_answer=no_answer, phase="done", note=self.note, rerank=self.rerank, timings_ms=timings,
                           retrieved=self.retrieved)  # fmt: skip
 
 

@@ -71,11 +71,12 @@ class ChunkRetriever:
             hits = self._search(text, candidates, trace)
             if hits:
                 break
+        how = ""
         if rerank_llm and hits:
-            hits = rerank(self.rt.gateway, self.rerank_prompt, query.question, hits, top_k=cfg.top_k_results, trace=trace)
+            hits, how = rerank(self.rt.gateway, self.rerank_prompt, query.question, hits, top_k=cfg.top_k_results, trace=trace)
         hits = hits[: cfg.top_k_results]
         note = "" if hits else "no chunk passed Min. Similarity Score"
-        return Context(tuple(chunk_evidence(h) for h in hits), self.route, note)
+        return Context(tuple(chunk_evidence(h) for h in hits), self.route, note, rerank=how)
 
     def _search(self, text: str, candidates: int, trace: Trace) -> list[ChunkHit]:
         cfg = self.settings

@@ -347,7 +347,8 @@ class RagTopicSettings(ChatSettings):
                     "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.")
     reranking_strategy: RerankingStrategy = setting(
         RerankingStrategy.NONE, phase="chat",
-        description="NONE keeps the search order; LLM lets a model sort about 3x Top-K candidates (one call).")
+        description="NONE keeps the search order; LLM lets a model sort about 3x Top-K candidates (one call; "
+                    "not made while the bundled model serves the Language Model role).")
     router_confidence_threshold: float = setting(
         0.9, phase="chat", ge=0.0, le=1.0,
         description="Router confidence needed to skip the search; below it the question is searched.")

@@ -39,12 +39,15 @@ _METHODS = {"embedding": "embedding router (bundled model)", "llm": "Router Mode
 
 
 def route_line(update: ChatUpdate) -> str:
-    """``route LOCAL · confidence 0.79 · embedding router (bundled model)``, the router's reason on hover."""
+    """``route SEARCH · confidence 0.79 · embedding router (bundled model) · reranked by the Language Model``,
+    the router's reason on hover."""
     parts = [f"route {update.route}"]
     if update.route_confidence is not None:
         parts.append(f"confidence {update.route_confidence:.2f}")
     if update.route_method:
         parts.append(_METHODS.get(update.route_method, update.route_method))
+    if update.rerank:
+        parts.append(html.escape(update.rerank))
     reason = html.escape(update.route_reason or "how the question was handled", quote=True)
     return f"<small class='rt-route' title='{reason}'>{' · '.join(parts)}</small>"
 

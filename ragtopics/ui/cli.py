@@ -414,6 +414,7 @@ def _cmd_ask(args) -> int:
             "route_method": final.route_method,
             "no_answer": final.no_answer,
             "note": final.note,
+            "rerank": final.rerank,
             "session_id": final.session_id,
             "timings_ms": final.timings_ms,
         }, ensure_ascii=False))  # fmt: skip

@@ -12,8 +12,11 @@ from ragtopics.answer.attachments import read_attachment
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.turn import ask
 from ragtopics.errors import ConfigurationError
+from ragtopics.rag.rerank import KEPT_BUNDLED, KEPT_FAILED, RERANKED
+from ragtopics.settings.env import LOCAL_MODEL_NAME
 from ragtopics.topics.topics import create_topic
 from ragtopics.storage.links import LinkError
+from ragtopics.ui.chat_tab import route_line
 from tests.ingest.test_ingest import upload
 
 ROUTER = "router"
@@ -152,10 +155,30 @@ def test_llm_rerank_reorders_candidates_and_falls_back_on_a_bad_reply(rt, run_jo
     rerank_event = event(rt, result, "rerank")["data"]
     assert len(rerank_event["candidates"]) == 3  # 3 x Top-K candidates
     assert result.sources[0].chunk_id == rerank_event["candidates"][2]
+    assert result.rerank == RERANKED and RERANKED in route_line(result) and RERANKED in result.route_reason
     scripted_llm.replies["rerank"] = "[[not json"
     fallback = final(ask(rt, topic, "Tell me about cats"))
     data = event(rt, fallback, "rerank")["data"]
     assert "retrieval order kept" in data["fallback"] and fallback.sources[0].chunk_id == data["candidates"][0]
+    assert fallback.rerank == KEPT_FAILED
+
+
+def test_llm_rerank_with_the_bundled_model_keeps_the_retrieval_order_and_says_so(rt, run_jobs, scripted_llm, reconfigure):
+    topic = create_topic(rt, "Rerank bundled", settings={"reranking_strategy": "LLM", "top_k_results": 1,
+                                                          "min_similarity_score": 0.0, "retrieval_strategy": "DENSE"})  # fmt: skip
+    for name, text in [("a.txt", "Cats sleep a lot."), ("b.txt", "Cats purr when happy."), ("c.txt", "Dogs bark at cats.")]:
+        upload(rt, topic, name, text.encode())
+    run_jobs()
+    reconfigure(LLM_MODEL=LOCAL_MODEL_NAME)  # the bundled model behind the Language Model role
+    scripted_llm.replies["answer"] = "Answer [S1]."
+    scripted_llm.replies["rerank"] = json.dumps({"order": [3, 1, 2]})
+    result = final(ask(rt, topic, "Tell me about cats"))
+    data = event(rt, result, "rerank")["data"]
+    assert data["skipped"] == KEPT_BUNDLED and scripted_llm.prompts("rerank") == []
+    assert result.sources[0].chunk_id == data["candidates"][0]  # the retrieval order, not the scripted one
+    assert result.rerank == KEPT_BUNDLED and "the bundled model cannot rerank" in route_line(result)
+    [turn] = session_turns(rt, result.session_id)
+    assert KEPT_BUNDLED in turn.route_reason  # kept with the saved turn
 
 
 def test_source_check_drops_an_uncited_document_and_links_expire(rt, run_jobs, scripted_llm):
