@@ -38,6 +38,12 @@ MAX_NO_ANSWER_CHARS = 2_000
 MAX_CUSTOM_PROMPT_CHARS = 20_000
 #: Text settings whose length is limited, with their limits (see :func:`load_settings`).
 STORED_TEXT_LIMITS = {"custom_system_prompt": MAX_CUSTOM_PROMPT_CHARS, "no_answer_response": MAX_NO_ANSWER_CHARS}
+#: Largest upload limit a Topic may set, in MB (100 GB: an upload is read whole, so larger means no limit).
+MAX_FILE_SIZE_MB = 100_000.0
+#: Largest chat attachment limit, in MB (an attachment is read whole into the turn).
+MAX_CHAT_ATTACHMENT_MB = 1_000.0
+#: Size settings with their upper bounds (see :func:`load_settings`).
+STORED_SIZE_LIMITS = {"max_file_size_mb": MAX_FILE_SIZE_MB, "largest_chat_attachment_mb": MAX_CHAT_ATTACHMENT_MB}
 
 Phase = Literal["upload", "chat", "upload+chat", "communities"]
 
@@ -210,7 +216,8 @@ class ChatSettings(BaseModel):
     file_types: list[str] = setting(
         phase="upload", default_factory=lambda: sorted(SUPPORTED_EXTENSIONS), default_text="every supported type",
         description="File extensions the Topic accepts; any other file is refused at upload.")
-    max_file_size_mb: float = setting(100.0, phase="upload", gt=0, description="Largest file accepted at upload, in MB.")
+    max_file_size_mb: float = setting(
+        100.0, phase="upload", gt=0, le=MAX_FILE_SIZE_MB, description="Largest file accepted at upload, in MB.")
     chunk_size: int = setting(
         1000, phase="upload", ge=100, le=8000,
         description="Most characters per chunk; smaller chunks give more exact sources, larger ones fewer chunks.")
@@ -229,7 +236,7 @@ class ChatSettings(BaseModel):
         phase="chat", default_factory=_default_attachment_types,
         description="File extensions a chat message may attach (text is read, pictures go to the model).")
     largest_chat_attachment_mb: float = setting(
-        10.0, phase="chat", gt=0, description="Largest file a chat message may attach, in MB.")
+        10.0, phase="chat", gt=0, le=MAX_CHAT_ATTACHMENT_MB, description="Largest file a chat message may attach, in MB.")
     no_answer_response: str = setting(
         DEFAULT_NO_ANSWER, phase="chat", min_length=1, max_length=MAX_NO_ANSWER_CHARS,
         description="Fixed reply shown when no document and no connected Topic contributed to the answer.")
@@ -468,9 +475,10 @@ def validate_settings(kind: str, values: dict[str, Any]) -> TopicSettings:
 def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
     """Validate settings read back from storage, dropping keys of :data:`REMOVED_KEYS`.
 
-    Chat attachment types stored before they were checked are kept only when supported, and texts
-    stored before their length was limited (:data:`STORED_TEXT_LIMITS`) are cut to the limit, each
-    with a warning in the log: a Topic saved by an older version always opens.
+    Chat attachment types stored before they were checked are kept only when supported, texts
+    stored before their length was limited (:data:`STORED_TEXT_LIMITS`) are cut to the limit, and
+    sizes stored before their bound (:data:`STORED_SIZE_LIMITS`) are lowered to it, each with a
+    warning in the log: a Topic saved by an older version always opens.
 
     Raises:
         InvalidSettingError: as :func:`validate_settings`, for any other problem.
@@ -491,6 +499,11 @@ def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
             log.warning("Topic setting %s was %d characters long, over the limit of %d; using its first %d",
                         key, len(text), limit, limit)  # fmt: skip
             values[key] = text[:limit]
+    for key, bound in STORED_SIZE_LIMITS.items():
+        size = values.get(key)
+        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > bound:  # stored before the bound
+            log.warning("Topic setting %s was %g MB, over the limit of %g MB; using %g", key, size, bound, bound)
+            values[key] = bound
     return validate_settings(kind, values)
 
 

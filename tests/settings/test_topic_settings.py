@@ -153,6 +153,29 @@ def get_topic_ocr(rt, name):
     return get_topic(rt, name).settings.docling_settings.ocr
 
 
+@pytest.mark.parametrize("value", ["1e308", "100001"])
+def test_sizes_past_their_bound_are_refused_and_old_stored_ones_load_lowered(rt, value, caplog, run_jobs):
+    from ragtopics.documents.uploads import receive_upload
+    from ragtopics.topics.topics import create_topic, get_topic, update_settings
+
+    topic = create_topic(rt, "Sizes")
+    with pytest.raises(InvalidSettingError, match="max_file_size_mb: .*100000"):
+        update_settings(rt, topic.name, {"max_file_size_mb": value})
+    with pytest.raises(InvalidSettingError, match="largest_chat_attachment_mb"):
+        update_settings(rt, topic.name, {"largest_chat_attachment_mb": value})
+    assert get_topic(rt, topic.name).settings_version == 1
+    with rt.metadata.session() as s:  # as a release without the bound stored it
+        row = s.get(TopicRow, topic.id)
+        row.settings = {**row.settings, "max_file_size_mb": float(value), "largest_chat_attachment_mb": float(value)}
+        s.add(row)
+    loaded = get_topic(rt, topic.name)
+    assert (loaded.settings.max_file_size_mb, loaded.settings.largest_chat_attachment_mb) == (100_000, 1_000)
+    assert "max_file_size_mb was" in caplog.text and "over the limit of 100000 MB" in caplog.text
+    row = receive_upload(rt, loaded, "notes.txt", b"Uploads still work.")  # the bound is a number an upload can compare
+    run_jobs()
+    assert get_topic(rt, topic.name).settings.max_file_size_mb == 100_000 and row.file_name == "notes.txt"
+
+
 @pytest.mark.parametrize("value", ["inf", "infinity", "-inf", "nan"])
 def test_infinite_numbers_are_refused_and_nothing_is_stored(rt, value):
     from ragtopics.topics.topics import create_topic, get_topic, list_topics, update_settings
