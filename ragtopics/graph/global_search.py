@@ -84,8 +84,10 @@ class GlobalRetriever:
             return Context((), self.route, "no community summaries yet: run Recompute Communities Now")
         with trace.step("global_select", top_k=cfg.top_k_reports, min_score=cfg.min_similarity_score) as ev:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
-            dense = [h for h in index.search_vector(vector, cfg.top_k_reports) if h.score >= cfg.min_similarity_score]
+            nearest = index.search_vector(vector, cfg.top_k_reports)
+            dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
             hits = dense
+            ev.data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
             if getattr(cfg, "global_keyword_search", False) and dense:
                 keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
                 similar = {h.community_id for h in dense}

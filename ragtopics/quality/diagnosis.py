@@ -118,14 +118,18 @@ def diagnose_turn(rt: Runtime, turn_id: int) -> Diagnosis:
     events = load_trace(rt.metadata, f"turn:{turn_id}")
     way = f"way {turn.route}" + (f" (confidence {turn.route_confidence:.2f})" if turn.route_confidence is not None else "")
     reason = f": {turn.route_reason}" if turn.route_reason else ""
-    if not turn.sources and turn.route in NO_SEARCH_WAYS | ({"GLOBAL"} if kind == "graphrag" else set()):
-        threshold = getattr(cfg, "router_confidence_threshold", None) or getattr(cfg, "direct_confidence_threshold", None)
-        findings = [f"The router chose {way}{reason}, so no document was searched."]
+    no_answer = turn.answer.strip() == cfg.no_answer_response.strip()
+    summaries = kind == "graphrag" and turn.route == "GLOBAL"
+    if not turn.sources and (turn.route in NO_SEARCH_WAYS or (summaries and not no_answer)):
+        what = ("; GLOBAL answers from community summaries, which cite no file" if summaries
+                else ", so no document was searched")  # fmt: skip
+        findings = [f"The router chose {way}{reason}{what}."]
+        threshold = _route_threshold(cfg, kind, turn.route)
         if threshold is not None and turn.route_confidence is not None:
             findings.append(f"Its confidence {turn.route_confidence:.2f} was at or above the threshold {threshold:.2f}.")
         return _remedy(kind, "no_sources", cfg, findings)
     search = _search_findings(events, cfg)
-    if not turn.sources or turn.answer.strip() == cfg.no_answer_response.strip():
+    if not turn.sources or no_answer:
         return _remedy(kind, "no_answer", cfg, [f"The question was searched ({way}){reason}.", *search,
                                                  "No source was cited, so the no-answer response was given."])  # fmt: skip
     top = [e for e in events if e.get("parent") is None]
@@ -139,8 +143,19 @@ def diagnose_turn(rt: Runtime, turn_id: int) -> Diagnosis:
                                             "If a source does not belong, the threshold let it in."])  # fmt: skip
 
 
+def _route_threshold(cfg, kind: str, route: str) -> float | None:
+    """The confidence the router needed for ``route``: a RAG Topic's Router Confidence Threshold; a GraphRAG
+    Topic's DIRECT Confidence Threshold for DIRECT, its Confidence Threshold for any other way."""
+    if kind == "rag":
+        return getattr(cfg, "router_confidence_threshold", None)
+    return getattr(cfg, "direct_confidence_threshold" if route == "DIRECT" else "confidence_threshold", None)
+
+
 def _search_findings(events: list[dict], cfg) -> list[str]:
     """What the search step shows: candidates, what was kept, the best scores against Min. Similarity Score."""
+    select = _step(events, "global_select")
+    if select is not None:
+        return _summary_findings(select.get("data") or {}, cfg)
     retrieve = _step(events, "retrieve") or next((e for e in events if "min_score" in (e.get("data") or {})), None)
     if retrieve is None:
         return ["The trace holds no search step."]
@@ -152,6 +167,19 @@ def _search_findings(events: list[dict], cfg) -> list[str]:
              f"kept {len(data.get('kept') or [])} (Top-K {data.get('top_k', '?')}, Min. Similarity Score {min_score})."]  # fmt: skip
     if best:
         lines.append("Best similarity scores: " + ", ".join(f"{b:.2f}" for b in best) + ".")
+    return lines
+
+
+def _summary_findings(data: dict, cfg) -> list[str]:
+    """What GLOBAL's selection of community summaries shows (its ``global_select`` step)."""
+    if data.get("reason"):
+        return [f"GLOBAL searched community summaries and found none: {data['reason']} (run Recompute Communities Now)."]
+    kept, best = data.get("reports") or [], data.get("best") or []
+    min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
+    lines = [f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
+             f"{data.get('top_k', '?')}, Min. Similarity Score {min_score})."]  # fmt: skip
+    if best:
+        lines.append("Best similarity scores: " + ", ".join(f"{float(b.get('score') or 0):.2f}" for b in best) + ".")
     return lines
 
 

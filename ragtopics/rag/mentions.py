@@ -18,7 +18,9 @@ How it works, per search:
    refers to.
 2. The text of each of the first :data:`MENTION_SEEDS` hits is read as words; every run of up
    to :data:`MAX_NAME_WORDS` consecutive words that equals a name key is a mention of that file
-   (the hit's own file excepted). A name that more than :data:`COMMON_NAME_CHUNKS` chunks and
+   (the hit's own file excepted), when it is written as a name: with a capital letter or a digit
+   ("People", "Route 66"), in a script without capitals, or followed by the file's extension
+   ("people.csv"). "the people of the city" names no file called ``people.csv``. A name that more than :data:`COMMON_NAME_CHUNKS` chunks and
    :data:`COMMON_NAME_SHARE` of the Topic's chunks contain, the named file's own chunks not
    counted, is a common phrase, not a reference ("Introduction", "Notes"), and is ignored.
 3. For each mentioned file, its chunk most similar to the question (a KNN query restricted to
@@ -65,6 +67,12 @@ def words_of(text: str) -> list[str]:
     return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
+def written_as_name(words: list[str]) -> bool:
+    """Whether words as written in a text read as a name: one of them holds a capital letter or a digit,
+    or they are of a script without capitals (every letter its own upper case)."""
+    return any(c.isupper() or c.isdigit() for w in words for c in w) or all(c.upper() == c.lower() for w in words for c in w)
+
+
 @dataclass(frozen=True)
 class FileNames:
     """The name keys of a Topic's files, for finding mentions in a text.
@@ -74,35 +82,48 @@ class FileNames:
     Attributes:
         by_key: name key → ids of the documents with that name (two files may share a stem).
         longest: most words in any key (at most :data:`MAX_NAME_WORDS`).
+        extensions: name key → the extensions (case-folded) of the files with that name.
     """
 
     by_key: dict[str, tuple[str, ...]] = field(default_factory=dict)
     longest: int = 0
+    extensions: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, file_names: dict[str, str]) -> FileNames:
         """Build from ``{document id: file name}``; names too short or without a letter are left out."""
         by_key: dict[str, list[str]] = {}
+        extensions: dict[str, set[str]] = {}
         for document_id, file_name in file_names.items():
-            words = words_of(file_stem(file_name))
+            stem = file_stem(file_name)
+            words = words_of(stem)
             key = " ".join(words)
             if (len(key) >= MIN_NAME_CHARS and any(c.isalpha() for c in key) and len(words) <= MAX_NAME_WORDS
                     and not all(w in STOP_WORDS for w in words)):  # "This.txt", "With.txt" name nothing
                 by_key.setdefault(key, []).append(document_id)
+                if stem != file_name:
+                    extensions.setdefault(key, set()).add(file_name[len(stem) + 1 :].casefold())
         longest = max((k.count(" ") + 1 for k in by_key), default=0)
-        return cls({k: tuple(v) for k, v in by_key.items()}, longest)
+        return cls({k: tuple(v) for k, v in by_key.items()}, longest, {k: frozenset(v) for k, v in extensions.items()})
 
     def mentioned_in(self, text: str) -> list[tuple[str, str]]:
-        """``(name key, document id)`` of every file named in ``text``, in order of first mention, without repeats."""
+        """``(name key, document id)`` of every file named in ``text`` (see :func:`written_as_name`), in order
+        of first mention, without repeats."""
         if not self.by_key:
             return []
-        words = words_of(text)
+        written = _WORD.findall(unicodedata.normalize("NFKC", text))
+        words = [w.casefold() for w in written]
         found: dict[tuple[str, str], None] = {}
         for start in range(len(words)):
             for width in range(1, min(self.longest, len(words) - start) + 1):
                 key = " ".join(words[start : start + width])
-                for document_id in self.by_key.get(key, ()):
-                    found.setdefault((key, document_id), None)
+                ids = self.by_key.get(key, ())
+                if not ids:
+                    continue
+                after = words[start + width] if start + width < len(words) else ""
+                if written_as_name(written[start : start + width]) or after in self.extensions.get(key, ()):
+                    for document_id in ids:
+                        found.setdefault((key, document_id), None)
         return list(found)
 
 

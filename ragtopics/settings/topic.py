@@ -347,7 +347,8 @@ class RagTopicSettings(ChatSettings):
         5, phase="chat", ge=1, le=50, description="Most chunks given to the model; higher: fuller but slower, noisier answers.")
     min_similarity_score: float = setting(
         0.25, phase="chat", ge=0.0, le=1.0,
-        description="Chunks below this cosine similarity are dropped; higher: closer matches, more no-answers.")
+        description="Vector hits below this cosine similarity are dropped (HYBRID keyword hits and followed file mentions "
+                    "qualify by their match); higher: closer matches, more no-answers.")
     follow_file_mentions: bool = setting(
         True, phase="chat",
         description="A file named in one of the first 3 chunks found (e.g. \"Leland, North Carolina\" for "
@@ -405,7 +406,8 @@ class GraphRagTopicSettings(ChatSettings):
     top_k_nodes: int = setting(10, phase="chat", ge=1, le=100, description="How many starting entities a LOCAL search takes.")
     min_similarity_score: float = setting(
         0.25, phase="chat", ge=0.0, le=1.0,
-        description="Entities, chunks and reports below this cosine similarity are dropped.")
+        description="Seed entities, seed chunks and community reports below this cosine similarity are dropped (chunks "
+                    "reached through the graph or a file mention qualify by that link).")
     hop_depth: int = setting(1, phase="chat", ge=0, le=4, description="Relationship steps followed from the starting entities.")
     max_subgraph_nodes: int = setting(
         60, phase="chat", ge=1, le=500, description="Most entities collected around the starting entities.")

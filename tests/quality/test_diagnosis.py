@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import get_document
 from ragtopics.quality import diagnosis
@@ -77,3 +79,29 @@ def test_a_file_refused_while_reading_says_why_and_names_no_reader(rt, run_jobs)
     found = diagnose_document(rt, doc.id)
     assert found.symptom == "file_failed" and any(f.startswith("Reading stopped: ") for f in found.findings)
     assert not any("? reader" in f for f in found.findings)
+
+
+def test_global_without_an_answer_shows_the_summaries_scores_and_with_one_says_summaries_cite_no_file(rt, run_jobs, scripted_llm):
+    from ragtopics.graph.refresh import run_rebuild
+    from ragtopics.topics.topics import update_settings
+    from tests.graph.test_global_search import QUESTION, built_topic
+
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Overview")
+    run_rebuild(rt, topic.id)
+    strict = update_settings(rt, topic.id, {"min_similarity_score": 0.99})
+    final = asked(rt, strict, QUESTION, route="GLOBAL")
+    found = diagnose_turn(rt, final.turn_id)
+    assert final.no_answer and found.symptom == "no_answer"
+    assert any("GLOBAL searched community summaries, not documents, and kept 0" in f and "Min. Similarity Score 0.99" in f
+               for f in found.findings), found.findings  # fmt: skip
+    assert any(f.startswith("Best similarity scores: 0.") for f in found.findings)
+    assert "min_similarity_score = 0.99" in found.settings and "DIRECT" not in found.advice
+    scripted_llm.replies["global_map"] = json.dumps({"helpful": True, "points": ["Curie won the Nobel Prize."], "score": 90})
+    scripted_llm.replies["answer"] = "Physics prizes."
+    loose = update_settings(rt, topic.id, {"min_similarity_score": 0.0})
+    answered = asked(rt, loose, QUESTION, route="GLOBAL")
+    assert not answered.no_answer and not answered.sources
+    found = diagnose_turn(rt, answered.turn_id)
+    assert found.symptom == "no_sources" and "GLOBAL answers from community summaries, which cite no file" in found.findings[0]
+    assert not any("threshold" in f for f in found.findings[1:])  # a forced way had no router confidence
+

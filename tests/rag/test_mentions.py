@@ -60,6 +60,15 @@ def test_name_keys_are_the_words_of_a_file_stem():
     assert names.mentioned_in("Leland alone names nothing") == []
 
 
+def test_a_name_counts_only_where_it_is_written_as_one():
+    names = FileNames.of({"d1": "people.csv", "d2": "Route 66.md", "d3": "東京都庁舎.txt"})
+    assert names.mentioned_in("The people of the city speak Akkadian.") == []  # a word, not a file
+    assert names.mentioned_in("People magazine listed it.") == [("people", "d1")]
+    assert names.mentioned_in("the table in people.csv lists them") == [("people", "d1")]
+    assert names.mentioned_in("drive route 66 or Route 66") == [("route 66", "d2")]
+    assert names.mentioned_in("東京都庁舎 is large") == [("東京都庁舎", "d3")]  # a script without capitals
+
+
 def test_names_are_normalised_and_stop_words_name_nothing():
     names = FileNames.of({"d1": "Zu\u0308rich.txt", "d2": "This.txt", "d3": "With.md"})  # "Zürich" typed decomposed
     assert set(names.by_key) == {"zürich"}
