@@ -28,6 +28,7 @@ REASON_QUOTED = "quoted"
 REASON_CONFIRMED = "confirmed by model check"
 REASON_NOT_USED = "not used"
 REASON_CHECK_FAILED = "model check failed"
+REASON_NO_CHECK = "no model check"
 REASON_EVIDENCE = "kept on evidence"
 REASON_SAME_FILE = "same file"
 
@@ -100,7 +101,8 @@ def check_sources(answer: str, candidates: Sequence[S], confirm: Confirm | None 
         candidates: the chunks the prompt showed, each with ``code``, ``file`` and ``text``.
         confirm: ``confirm(answer, file, text) -> bool``, asked once per remaining file
             (its chunks' text joined by blank lines), and only when the answer cites no
-            code of a candidate. None means no model check: those files are dropped.
+            code of a candidate. None means no model check (the bundled model cannot judge
+            sources): those files are decided on evidence, as after a failed check.
 
     Returns:
         A :class:`SourceCheck`; ``reasons`` has one entry per distinct file.
@@ -129,7 +131,7 @@ def check_sources(answer: str, candidates: Sequence[S], confirm: Confirm | None 
         reasons.update({f: REASON_NOT_USED for f in remaining})
     else:
         checked = _ask_model(answer, candidates, remaining, confirm)
-        if any(why.startswith(REASON_CHECK_FAILED) for why in checked.values()):
+        if any(why.startswith(REASON_CHECK_FAILED) or why == REASON_NO_CHECK for why in checked.values()):
             checked, fallback = _decide_on_evidence(answer, candidates, remaining, checked, has_evidence=bool(reasons))
             chunk_reasons |= {code: REASON_EVIDENCE for code in _figure_chunks(answer, candidates, checked)}
         reasons.update(checked)
@@ -157,7 +159,7 @@ def _is_kept(why: str) -> bool:
 
 def _decide_on_evidence(answer: str, candidates: Sequence[S], files: list[str], checked: dict[str, str], *,
                         has_evidence: bool) -> tuple[dict[str, str], str]:  # fmt: skip
-    """Decide the unclear files when a model check failed, from what the answer shows.
+    """Decide the unclear files when a model check failed or none could be made, from what the answer shows.
 
     A failed check cannot tell a used file from an unused one, and the checks that did
     answer are not comparable with it, so all unclear files are decided the same way:
@@ -182,7 +184,10 @@ def _decide_on_evidence(answer: str, candidates: Sequence[S], files: list[str], 
         best = next(c.file for c in candidates if c.file in files)
         decided[best] = f"{REASON_EVIDENCE}: best retrieved"
     failed = [f for f in files if checked[f].startswith(REASON_CHECK_FAILED)]
-    return decided, f"model check failed for {', '.join(failed)}; decided on the answer's figures and the retrieval order"
+    unchecked = [f for f in files if checked[f] == REASON_NO_CHECK]
+    why = [f"model check failed for {', '.join(failed)}"] if failed else []
+    why += [f"no model check for {', '.join(unchecked)}"] if unchecked else []
+    return decided, f"{'; '.join(why)}; decided on the answer's figures and the retrieval order"
 
 
 def _figure_chunks(answer: str, candidates: Sequence[S], reasons: dict[str, str]) -> list[str]:
@@ -226,7 +231,7 @@ def _word_runs(text: str, length: int) -> set[tuple[str, ...]]:
 def _ask_model(answer: str, candidates: Sequence[S], files: list[str], confirm: Confirm | None) -> dict[str, str]:
     """Reason per file from the model check; failures drop the file and say why."""
     if confirm is None:
-        return {f: f"{REASON_CHECK_FAILED}: no model check available" for f in files}
+        return {f: REASON_NO_CHECK for f in files}
     reasons: dict[str, str] = {}
     for file in files:
         text = "\n\n".join(c.text for c in candidates if c.file == file)

@@ -55,6 +55,8 @@ PROGRESS_POLL_S = 0.1
 #: Tokens allowed for the typed attribution check's reply (``{"used": true}`` plus the
 #: whitespace and reasoning a model may put around it; 20 cut real replies off).
 SOURCE_CHECK_MAX_TOKENS = 96
+#: How the trace names the source check made without a model call (the bundled model behind the Language Model role).
+NO_SOURCE_CHECK = "evidence: the bundled model cannot judge sources"
 
 
 @dataclass(slots=True)
@@ -472,10 +474,15 @@ class _Turn:
     # -- after the answer ---------------------------------------------------------------
 
     def attribute(self, raw: str, coded: dict[str, Evidence]) -> list[Source]:
-        """The sources the answer used: per used file, the chunks it cited or quoted first, then the file's others."""
+        """The sources the answer used: per used file, the chunks it cited or quoted first, then the file's others.
+
+        Files neither cited nor quoted are confirmed by a model call per file, except while the Language
+        Model role is the bundled model: it would confirm any file, so they are decided on evidence
+        (figures the answer shares with them, else the best retrieved file)."""
         candidates = [_Candidate(code, name, item.text) for code, item in coded.items() for name in item.file_names]
-        with self.trace.step("source_check") as ev:
-            check = check_sources(raw, candidates, self.confirm_use)
+        bundled = self.rt.gateway.endpoint("language_model").is_local  # it says "used" to any file: no call
+        with self.trace.step("source_check", method=NO_SOURCE_CHECK if bundled else "model") as ev:
+            check = check_sources(raw, candidates, None if bundled else self.confirm_use)
             ev.data.update(reasons=check.reasons, chunk_reasons=check.chunk_reasons, answer_before=raw)
             if check.fallback:
                 ev.data["fallback"] = check.fallback

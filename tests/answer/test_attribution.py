@@ -105,7 +105,8 @@ def test_model_check_that_raises_falls_back_to_the_best_retrieved_file_and_says_
 def test_no_model_check_available_falls_back_to_evidence():
     result = check_sources("Some answer without codes.", CANDIDATES, None)
     assert result.used == [ALPHA_1, ALPHA_2]
-    assert result.reasons["beta.txt"] == "not used (model check failed: no model check available)"
+    assert result.reasons["beta.txt"] == "not used (no model check)"
+    assert result.fallback.startswith("no model check for alpha.txt, beta.txt, gamma.txt; decided on")
 
 
 POLICY = Source("S1", "policy.txt", "Hotel cap: 140 EUR per night. Daily meal allowance: 60 EUR.")

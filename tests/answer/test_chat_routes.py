@@ -10,7 +10,7 @@ from PIL import Image
 
 from ragtopics.answer.attachments import read_attachment
 from ragtopics.answer.history import session_turns, turn_trace
-from ragtopics.answer.turn import ask
+from ragtopics.answer.turn import NO_SOURCE_CHECK, ask
 from ragtopics.errors import ConfigurationError
 from ragtopics.rag.rerank import KEPT_BUNDLED, KEPT_FAILED, RERANKED
 from ragtopics.settings.env import LOCAL_MODEL_NAME
@@ -224,3 +224,21 @@ def test_connected_topics_need_a_tool_capable_model(rt, run_jobs):
     main = create_topic(rt, "Needs tools", settings={"mcp_interfaces": "Other"})
     with pytest.raises(ConfigurationError, match="tool-capable language model"):
         final(ask(rt, main, "Anything?"))
+
+
+def test_with_the_bundled_model_the_source_check_decides_on_evidence_without_a_model_call(rt, run_jobs, scripted_llm, reconfigure):
+    topic = create_topic(rt, "Check bundled", settings={"min_similarity_score": 0.0, "retrieval_strategy": "DENSE",
+                                                         "route_before_retrieval": False})  # fmt: skip
+    upload(rt, topic, "boats.txt", b"Boats float on water; the harbour fee is 40 EUR a night.")
+    upload(rt, topic, "ships.txt", b"Ships float on water too, and cargo ships carry containers.")
+    upload(rt, topic, "cakes.txt", b"Cakes need flour, eggs and sugar.")
+    run_jobs()
+    reconfigure(LLM_MODEL=LOCAL_MODEL_NAME)
+    scripted_llm.replies["answer"] = "They float, and a night costs 40 EUR."  # cites nothing, quotes nothing
+    scripted_llm.replies["source_check"] = json.dumps({"used": True})  # what the bundled model says to any file
+    result = final(ask(rt, topic, "Do ships float on water?"))
+    data = event(rt, result, "source_check")["data"]
+    assert scripted_llm.prompts("source_check") == [] and data["method"] == NO_SOURCE_CHECK
+    assert [s.file for s in result.sources] == ["boats.txt"]  # shares the figure 40 with the answer
+    assert data["reasons"]["boats.txt"] == "kept on evidence: shares 40 with the answer"
+    assert data["reasons"]["cakes.txt"] == "not used (no model check)" and "no model check for" in data["fallback"]
