@@ -72,6 +72,8 @@ class ChatUpdate:
         route_confidence: the router's confidence (None when no router decided).
         route_reason: why that way was taken ("" when none was given).
         route_method: ``embedding``, ``llm``, ``forced`` or "" (no routing).
+        route_planned: the way the router chose when the search fell back to ``route`` (PATH without a
+            chain answers by LOCAL; ``note`` says why), "" when the chosen way answered.
         session_id: the chat session.
         turn_id: the saved turn's id (final update, when saved).
         no_answer: the configured no-answer response was shown.
@@ -93,6 +95,7 @@ class ChatUpdate:
     route_confidence: float | None = None
     route_reason: str = ""
     route_method: str = ""
+    route_planned: str = ""
     session_id: str = ""
     turn_id: int | None = None
     no_answer: bool = False
@@ -225,6 +228,7 @@ class _Turn:
         self.entities: tuple[str, ...] = ()
         self.note = ""
         self.rerank = ""
+        self.planned = ""
         self.retrieved: list[str] = []
 
     # -- the pipeline -------------------------------------------------------------------
@@ -342,7 +346,7 @@ class _Turn:
         if context.route != self.route:
             self.trace.add("route_fallback", planned=self.route, taken=context.route, note=context.note)
             self.reason = f"{self.reason}; {context.note}" if self.reason else context.note
-            self.route, self.note = context.route, context.note
+            self.planned, self.route, self.note = self.route, context.route, context.note
         return context
 
     def retrieve(self) -> Generator[ChatUpdate, None, Context]:
@@ -551,7 +555,8 @@ class _Turn:
                                 route_reason=self.reason, route_method=self.method)  # fmt: skip
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
-                          route_reason=self.reason, route_method=self.method, session_id=self.session_id, turn_id=turn_id,
+                          route_reason=self.reason, route_method=self.method, route_planned=self.planned,
+                          session_id=self.session_id, turn_id=turn_id,
                           no_answer=no_answer, phase="done", note=self.note, rerank=self.rerank, timings_ms=timings,
                           retrieved=self.retrieved)  # fmt: skip
 

@@ -42,8 +42,11 @@ def route_line(update: ChatUpdate) -> str:
     """``route SEARCH · confidence 0.79 · embedding router (bundled model) · reranked by the Language Model``,
     the router's reason on hover."""
     parts = [f"route {update.route}"]
+    fell_back = update.route_planned and update.route_planned != update.route
+    if fell_back:  # the router's way found nothing to answer by: say so where it shows, not only on hover
+        parts.append(html.escape(f"{update.route_planned} fell back" + (f": {update.note}" if update.note else "")))
     if update.route_confidence is not None:
-        parts.append(f"confidence {update.route_confidence:.2f}")
+        parts.append(f"confidence {update.route_confidence:.2f}" + (f" for {update.route_planned}" if fell_back else ""))
     if update.route_method:
         parts.append(_METHODS.get(update.route_method, update.route_method))
     if update.rerank:

@@ -412,6 +412,7 @@ def _cmd_ask(args) -> int:
             "route_confidence": final.route_confidence,
             "route_reason": final.route_reason,
             "route_method": final.route_method,
+            "route_planned": final.route_planned,
             "no_answer": final.no_answer,
             "note": final.note,
             "rerank": final.rerank,
