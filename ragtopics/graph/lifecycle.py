@@ -33,14 +33,24 @@ def due_key(topic_id: str) -> str:
 
 
 def mark_recompute_due(rt: Runtime, topic_id: str, reason: str) -> None:
-    """Record that the communities of a Topic no longer match its graph (shown in the console and ``graph --stats``)."""
-    rt.redis.hset(due_key(topic_id), mapping={"reason": reason, "since": f"{time.time():.0f}"})
+    """Record that the communities of a Topic no longer match its graph (shown in the console and ``graph --stats``):
+    the latest change's ``reason``, how many changes since the last run, and since when."""
+    pipe = rt.redis.pipeline(transaction=True)
+    pipe.hset(due_key(topic_id), "reason", reason)
+    pipe.hsetnx(due_key(topic_id), "since", f"{time.time():.0f}")
+    pipe.hincrby(due_key(topic_id), "changes", 1)
+    pipe.execute()
 
 
 def recompute_due(rt: Runtime, topic_id: str) -> str:
-    """Why a recompute is due, or "" when the communities are up to date."""
-    reason = rt.redis.hget(due_key(topic_id), "reason")
-    return reason.decode() if isinstance(reason, bytes) else (reason or "")
+    """Why a recompute is due (``curie.txt was uploaded``, ``curie.txt was uploaded and 11 other changes``),
+    or "" when the communities are up to date."""
+    reason, changes = rt.redis.hmget(due_key(topic_id), ["reason", "changes"])
+    if not reason:
+        return ""
+    text = reason.decode() if isinstance(reason, bytes) else reason
+    others = int(changes or 1) - 1
+    return f"{text} and {others} other change{'' if others == 1 else 's'}" if others > 0 else text
 
 
 def clear_recompute_due(rt: Runtime, topic_id: str) -> None:

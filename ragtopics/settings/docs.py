@@ -60,7 +60,10 @@ def settings_rows(settings: BaseModel) -> list[SettingRow]:
 
 
 def display_value(value: Any) -> str:
-    """A setting's value as the operator types it: lists comma-separated, objects as JSON, enums by value."""
+    """A setting's value as the operator types it: lists comma-separated, objects as JSON, enums by value,
+    switches ``on`` / ``off`` (as their defaults are shown)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     if isinstance(value, Enum):

@@ -373,7 +373,7 @@ def _cmd_docs(args) -> int:
         print(json.dumps([{**asdict(d), "updated_at": _utc_iso(d.updated_at)} for d in docs], indent=2))
     else:
         for d in docs:
-            print(f"{d.file_name}\t{d.status}\t{d.chunk_count} chunks\t{d.error or d.warning}")
+            print(f"{d.file_name}\t{d.status}\t{_chunks(d.chunk_count)}\t{d.error or d.warning}")
     return 0
 
 

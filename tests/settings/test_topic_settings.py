@@ -196,3 +196,14 @@ def test_connected_topics_must_exist_and_not_be_the_topic_itself(rt):
     main = create_topic(rt, "Main", settings={"mcp_interfaces": "HR"})
     with pytest.raises(InvalidSettingError, match="cannot be connected to itself"):
         update_settings(rt, main.name, {"mcp_interfaces": "Main"})
+
+
+def test_a_duplicate_topic_name_is_refused_naming_the_topic_that_has_it(rt):
+    from ragtopics.topics.topics import create_topic, list_topics
+
+    create_topic(rt, "Hotpot RAG")
+    with pytest.raises(InvalidSettingError, match=r"^a Topic called 'Hotpot RAG' already exists$"):
+        create_topic(rt, "Hotpot RAG")
+    with pytest.raises(InvalidSettingError, match=r"'Hotpot RAG' \(names differ only in case\) already exists"):
+        create_topic(rt, "hotpot rag")
+    assert [t.name for t in list_topics(rt)] == ["Hotpot RAG"]
