@@ -84,12 +84,15 @@ def metrics(files: list[str], gold: list[str]) -> dict[str, float]:
 
 
 def ranking_variants(trace: Trace) -> dict[str, list[str]]:
-    """LOCAL's candidate chunks (the 20 its trace keeps) ordered by PageRank, by cosine and as kept; as file lists."""
-    top = next((e.data.get("top", []) for e in trace.events if e.step == "rank_chunks"), [])
+    """LOCAL's candidate chunks (the 20 best before file mentions, as its trace keeps them) ordered by PageRank,
+    by cosine and by their fusion, and the chunks kept after file mentions; as file lists."""
+    ranked = next((e.data for e in trace.events if e.step == "rank_chunks"), {})
+    top = ranked.get("top", [])
     by = {
         "ppr only": sorted(top, key=lambda r: -r["ppr"]),
         "cosine only": sorted(top, key=lambda r: -r["cosine"]),
-        "ppr+cosine (kept)": top,
+        "ppr+cosine": top,
+        "ppr+cosine, then file mentions (kept)": ranked.get("kept", []),
     }
     return {name: list(dict.fromkeys(r["file"] for r in rows)) for name, rows in by.items()}
 

@@ -150,13 +150,15 @@ class LocalRetriever:
             cosine = {cid: h.score for cid, h in chunks.items()}
             ppr = personalized_pagerank(sub, _links(sub, chunks), seeds.weights, cosine)
             ranked = [chunks[cid] for cid in rank_chunks(ppr, cosine)]
+            top = ranked[:20]
             if cfg.follow_file_mentions:
                 ranked, links = follow_mentions(index, ranked, vector)
                 chunks.update((h.chunk_id, h) for h in ranked if h.chunk_id not in chunks)
                 ev.data["links"] = [asdict(link) for link in links]
             kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]
             ev.data["top"] = [{"chunk_id": h.chunk_id, "file": h.file_name, "ppr": round(ppr.get(h.chunk_id, 0.0), 6),
-                               "cosine": round(h.score, 4), "kept": h.chunk_id in kept} for h in ranked[:20]]  # fmt: skip
+                               "cosine": round(h.score, 4), "kept": h.chunk_id in kept} for h in top]  # fmt: skip
+            ev.data["kept"] = [{"chunk_id": cid, "file": chunks[cid].file_name} for cid in kept]  # after file mentions
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
         items += graph_items(sub, ppr, chunks)
         return items

@@ -172,6 +172,6 @@ def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs
     assert followed[town + 1] == "The Ember Orchard.txt", followed
     assert len(followed) == 3
     [link] = [link for link in ranked["links"] if link["name"] == "the ember orchard"]
-    assert [row["file"] for row in ranked["top"] if row["chunk_id"] == link["chunk"]] == ["The Ember Orchard.txt"]
+    assert [row["file"] for row in ranked["kept"] if row["chunk_id"] == link["chunk"]] == ["The Ember Orchard.txt"]
     plain, ranked = search(False)
     assert "links" not in ranked and len(plain) == 3
