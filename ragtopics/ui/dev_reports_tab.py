@@ -132,7 +132,22 @@ def build(rt: Runtime) -> dict:
     for trigger in (refresh.click, topic.change, kind.change, period.change):
         trigger(lambda *f: reports_table(rt, *f), filters, table, **private)
     show.click(lambda i: open_report(rt, i), report_id, view, **private)
+
+    def on_pick(rows, evt: gr.SelectData):  # gradio passes the click's data by this annotation
+        return picked_report(rt, rows, evt)
+
+    table.select(on_pick, table, [report_id, view], **private)
     return {"tab": tab}
+
+
+def picked_report(rt: Runtime, rows, evt: gr.SelectData) -> tuple:
+    """A click on a row of the reports table (``rows``: the table as shown): its id into Report Id, and the report opened."""
+    try:
+        row = evt.row_value or list(rows.iloc[evt.index[0]])
+        report_id = int(row[0])
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return gr.skip(), gr.skip()
+    return report_id, open_report(rt, report_id)
 
 
 def add_report_route(api: FastAPI, rt: Runtime) -> None:

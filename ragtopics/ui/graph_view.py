@@ -27,6 +27,8 @@ NO_COMMUNITY = "#9ca3af"
 WIDTH, HEIGHT, MARGIN = 960, 560, 70
 #: Most entities drawn around the centre.
 MAX_SHOWN = 40
+#: Relative widths of the communities table: the member count keeps its header on one line, the texts wrap.
+COMMUNITY_COLUMN_WIDTHS = ["18%", "10%", "27%", "45%"]
 #: The picture's click handler: a click on an entity sends its name to the server as a select event.
 CLICK_JS = ("element.addEventListener('click', (e) => { const node = e.target.closest('[data-entity]');"
             " if (node) { trigger('select', {value: node.dataset.entity, index: 0}); } });")  # fmt: skip
@@ -170,7 +172,8 @@ def build(rt: Runtime) -> dict:
         details = gr.Markdown(elem_id="graph-details")
         note = gr.Markdown(elem_id="graph-communities-note")
         communities = gr.Dataframe(headers=["Community", "Members", "Key entities", "Summary"], interactive=False,
-                                   wrap=True, label="Communities", elem_id="graph-communities")  # fmt: skip
+                                   wrap=True, label="Communities", elem_id="graph-communities",
+                                   column_widths=COMMUNITY_COLUMN_WIDTHS)  # fmt: skip
 
     def on_click(topic_name, depth, evt: gr.SelectData):
         picked = str(evt.value or "")

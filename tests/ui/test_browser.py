@@ -326,9 +326,9 @@ def test_a_dev_report_appears_opens_and_downloads(browser_for, rt, run_jobs, scr
     page.locator("#dev-refresh").click()
     page.locator("#dev-reports").get_by_text("When does kettle K-2 switch off?").first.wait_for(state="attached", timeout=15000)
     report_id = reports.list_reports(rt, kind="chat")[0].id
-    page.locator("#dev-report-id input").fill(str(report_id))
-    page.locator("#dev-open").click()
+    page.locator("#dev-reports").get_by_text("When does kettle K-2 switch off?").filter(visible=True).first.click()  # opens it
     page.locator("#dev-report-view details[data-step='retrieve']").wait_for()
+    assert page.locator("#dev-report-id input").input_value() == str(report_id)  # the id, for Open report later
     page.locator("#dev-report-view details[data-step='prompt'] summary").click()
     shot(page, tmp_path, "dev-report.png")
     with page.expect_download() as download:
