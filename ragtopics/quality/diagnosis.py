@@ -165,9 +165,12 @@ def _search_findings(events: list[dict], cfg) -> list[str]:
     min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
     lines = [f"The search ({data.get('strategy', 'dense')}) found {len(found) if found else data.get('candidates', 0)} candidate chunk(s) and "
              f"kept {len(data.get('kept') or [])} (Top-K {data.get('top_k', '?')}, Min. Similarity Score {min_score})."]  # fmt: skip
-    if best:
-        lines.append("Best similarity scores: " + ", ".join(f"{b:.2f}" for b in best) + ".")
-    return lines
+    return lines + _best_scores(best)
+
+
+def _best_scores(scores: list[float]) -> list[str]:
+    """``["Best similarity scores: 0.41, 0.38."]``, or ``[]`` for no scores."""
+    return ["Best similarity scores: " + ", ".join(f"{b:.2f}" for b in scores) + "."] if scores else []
 
 
 def _summary_findings(data: dict, cfg) -> list[str]:
@@ -176,11 +179,9 @@ def _summary_findings(data: dict, cfg) -> list[str]:
         return [f"GLOBAL searched community summaries and found none: {data['reason']} (run Recompute Communities Now)."]
     kept, best = data.get("reports") or [], data.get("best") or []
     min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
-    lines = [f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
-             f"{data.get('top_k', '?')}, Min. Similarity Score {min_score})."]  # fmt: skip
-    if best:
-        lines.append("Best similarity scores: " + ", ".join(f"{float(b.get('score') or 0):.2f}" for b in best) + ".")
-    return lines
+    return [f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
+            f"{data.get('top_k', '?')}, Min. Similarity Score {min_score}).",
+            *_best_scores([float(b.get("score") or 0) for b in best])]  # fmt: skip
 
 
 def diagnose_document(rt: Runtime, document_id: str) -> Diagnosis:
