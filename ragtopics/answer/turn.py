@@ -246,7 +246,7 @@ class _Turn:
             fallback = default_route(self.topic.kind).value
             self.trace.add("fallback_to_search", reason=f"the {self.route} answer needed the documents; {fallback} taken")
             self.reason = f"{self.route} answer needed the documents; {fallback} taken"
-            self.route = fallback
+            self.planned, self.route = self.route, fallback
         yield from self.search_and_answer(allow_tools)
 
     def take_way(self, forced: Route | None) -> None:
@@ -484,7 +484,7 @@ class _Turn:
         Model role is the bundled model: it would confirm any file, so they are decided on evidence
         (figures the answer shares with them, else the best retrieved file)."""
         candidates = [_Candidate(code, name, item.text) for code, item in coded.items() for name in item.file_names]
-        bundled = self.rt.gateway.endpoint("language_model").is_local  # it says "used" to any file: no call
+        bundled = self.rt.gateway.endpoint("language_model", self.trace).is_local  # it says "used" to any file: no call
         with self.trace.step("source_check", method=NO_SOURCE_CHECK if bundled else "model") as ev:
             check = check_sources(raw, candidates, None if bundled else self.confirm_use)
             ev.data.update(reasons=check.reasons, chunk_reasons=check.chunk_reasons, answer_before=raw)

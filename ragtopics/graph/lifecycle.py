@@ -39,7 +39,15 @@ def mark_recompute_due(rt: Runtime, topic_id: str, reason: str) -> None:
     pipe.hset(due_key(topic_id), "reason", reason)
     pipe.hsetnx(due_key(topic_id), "since", f"{time.time():.0f}")
     pipe.hincrby(due_key(topic_id), "changes", 1)
+    pipe.hset(due_key(topic_id), "marked", f"{time.time_ns()}")  # new with every change: see due_marker
     pipe.execute()
+
+
+def due_marker(rt: Runtime, topic_id: str) -> bytes | None:
+    """What changes with every :func:`mark_recompute_due`: a rebuild clears the mark only when it is unchanged
+    after the run (no upload or delete while it ran). ``None`` when nothing is due."""
+    marked, changes = rt.redis.hmget(due_key(topic_id), ["marked", "changes"])
+    return None if marked is None and changes is None else (marked or b"") + b"/" + (changes or b"")
 
 
 def recompute_due(rt: Runtime, topic_id: str) -> str:

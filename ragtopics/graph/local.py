@@ -39,7 +39,7 @@ from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore, Subgraph
 from ragtopics.ingest.keywords import is_searchable, query_keywords
-from ragtopics.rag.mentions import follow_mentions
+from ragtopics.rag.mentions import follow_mentions_guarded
 from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
@@ -152,7 +152,7 @@ class LocalRetriever:
             ranked = [chunks[cid] for cid in rank_chunks(ppr, cosine)]
             top = ranked[:20]
             if cfg.follow_file_mentions:
-                ranked, links = follow_mentions(index, ranked, vector)
+                ranked, links = follow_mentions_guarded(index, ranked, vector)
                 chunks.update((h.chunk_id, h) for h in ranked if h.chunk_id not in chunks)
                 ev.data["links"] = [asdict(link) for link in links]
             kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]

@@ -31,7 +31,7 @@ from rq.job import Job
 from ragtopics.graph.communities import rebuild
 from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.ingest import graph_store
-from ragtopics.graph.lifecycle import clear_recompute_due, due_key
+from ragtopics.graph.lifecycle import clear_recompute_due, due_marker
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.runtime import Runtime
 from ragtopics.tracing.reports import record_trace
@@ -203,7 +203,7 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
     if not lock.acquire(token=_holder_token()) and not (break_dead_lock(rt, topic.id) and lock.acquire(token=_holder_token())):
         return {"status": "skipped", "reason": "another rebuild of this Topic is running"}
     try:
-        due_since = rt.redis.hget(due_key(topic.id), "since")
+        due_before = due_marker(rt, topic.id)
         store = graph_store(rt, topic)
         store.ensure()
         index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims, embedding_model=rt.gateway.embedder.model)
@@ -214,7 +214,7 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
         finally:
             record_trace(rt, trace, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
                          topic_id=topic.id)  # fmt: skip
-        if rt.redis.hget(due_key(topic.id), "since") == due_since:  # no upload or delete while it ran
+        if due_marker(rt, topic.id) == due_before:  # no upload or delete while it ran
             clear_recompute_due(rt, topic.id)
     finally:
         lock.release()

@@ -128,7 +128,7 @@ def diagnose_turn(rt: Runtime, turn_id: int) -> Diagnosis:
         if threshold is not None and turn.route_confidence is not None:
             findings.append(f"Its confidence {turn.route_confidence:.2f} was at or above the threshold {threshold:.2f}.")
         return _remedy(kind, "no_sources", cfg, findings)
-    search = _search_findings(events, cfg)
+    search = _search_findings(events, cfg, turn.route)
     if not turn.sources or no_answer:
         return _remedy(kind, "no_answer", cfg, [f"The question was searched ({way}){reason}.", *search,
                                                  "No source was cited, so the no-answer response was given."])  # fmt: skip
@@ -151,12 +151,14 @@ def _route_threshold(cfg, kind: str, route: str) -> float | None:
     return getattr(cfg, "direct_confidence_threshold" if route == "DIRECT" else "confidence_threshold", None)
 
 
-def _search_findings(events: list[dict], cfg) -> list[str]:
-    """What the search step shows: candidates, what was kept, the best scores against Min. Similarity Score."""
+def _search_findings(events: list[dict], cfg, route: str = "") -> list[str]:
+    """What the search step shows: candidates, what was kept, the best scores against Min. Similarity Score
+    (for GLOBAL: of the community summaries; HYBRID's summaries are only its start, its chunks come from LOCAL)."""
     select = _step(events, "global_select")
-    if select is not None:
+    if route == "GLOBAL" and select is not None:
         return _summary_findings(select.get("data") or {}, cfg)
-    retrieve = _step(events, "retrieve") or next((e for e in events if "min_score" in (e.get("data") or {})), None)
+    retrieve = _step(events, "retrieve") or next((e for e in events if "min_score" in (e.get("data") or {})
+                                                  and e.get("step") != "global_select"), None)  # fmt: skip
     if retrieve is None:
         return ["The trace holds no search step."]
     data = retrieve.get("data") or {}

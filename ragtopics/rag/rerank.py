@@ -43,13 +43,13 @@ def rerank(gateway: ModelGateway, template: PromptTemplate, question: str, hits:
 
     Returns:
         ``(hits, how)``: at most ``top_k`` hits, best first, and how they were ordered in words
-        (:data:`RERANKED`, :data:`KEPT_BUNDLED` or :data:`KEPT_FAILED`).
+        (:data:`RERANKED`, :data:`KEPT_BUNDLED` or :data:`KEPT_FAILED`; "" for one hit or none: no call).
     """
-    if gateway.endpoint("language_model").is_local:
+    if gateway.endpoint("language_model", trace).is_local:  # the Topic's LLM override counts
         trace.add("rerank", candidates=[h.chunk_id for h in hits], skipped=KEPT_BUNDLED)
         return hits[:top_k], KEPT_BUNDLED
     if len(hits) <= 1:
-        return hits[:top_k], RERANKED
+        return hits[:top_k], ""  # nothing to order, no call made
     passages = "\n\n".join(f"[{i}] {h.text[:PASSAGE_PREVIEW_CHARS]}" for i, h in enumerate(hits, start=1))
     messages = [{"role": "user", "content": template.render(question=question, passages=passages)}]
     with trace.step("rerank", candidates=[h.chunk_id for h in hits]) as ev:

@@ -15,18 +15,14 @@ What the score means:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import redis
 
 from ragtopics.ingest.keywords import is_searchable, query_keywords
-from ragtopics.rag.mentions import Link, follow_mentions
+from ragtopics.rag.mentions import Link, follow_mentions_guarded
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
-
-log = logging.getLogger(__name__)
 
 #: Reciprocal rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009: k = 60).
 DEFAULT_RRF_K = 60
@@ -133,7 +129,7 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
     dense = index.search_vector(query_vector, depth)
     passed = [h for h in dense if h.score >= min_score]
     if strategy != "HYBRID":
-        kept, links = _with_mentions(index, passed, query_vector) if mentions else (passed, [])
+        kept, links = follow_mentions_guarded(index, passed, query_vector) if mentions else (passed, [])
         return Retrieval(kept[:candidates], dense, [], {}, links)
     keyword = index.search_keywords(query_keywords(question), depth)
     fused, ranks = fuse_rrf({"dense": passed, "keyword": keyword}, k=rrf_k)
@@ -147,15 +143,6 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
         cosine[cid] = float(np.dot(vector, query_vector))
     # A hit's score is its cosine similarity under both strategies (see the module docstring).
     pool = [replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in pool]
-    kept, links = _with_mentions(index, pool, query_vector) if mentions else (pool, [])
+    kept, links = follow_mentions_guarded(index, pool, query_vector) if mentions else (pool, [])
     return Retrieval(kept[:candidates], dense, keyword, ranks, links)
 
-
-def _with_mentions(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.ndarray) -> tuple[list[ChunkHit], list[Link]]:
-    """:func:`~ragtopics.rag.mentions.follow_mentions`, or the hits unchanged when Redis fails it: the second
-    hop improves an answer, it must never cost one (the failure is logged)."""
-    try:
-        return follow_mentions(index, hits, query_vector)
-    except redis.RedisError as exc:
-        log.warning("file mentions not followed: %s", exc)
-        return hits, []

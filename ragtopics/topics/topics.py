@@ -68,7 +68,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
                                     settings=payload):  # fmt: skip
         existing = topic_store.find_topic(rt.metadata, topic_id)
-        same = f"{name!r}" if existing is None or existing.name == name else f"{existing.name!r} (names differ only in case)"
+        same = f"{name!r}" if existing is None or existing.name == name else f"{existing.name!r} (names are compared ignoring case)"
         raise InvalidSettingError(f"a Topic called {same} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
     topic = get_topic(rt, topic_id)

@@ -74,3 +74,25 @@ def test_nothing_above_the_min_similarity_score_finds_nothing(rt, run_jobs, scri
     strict = topic.settings.model_copy(update={"min_similarity_score": 0.99})
     context = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), Trace("chat", "q"))
     assert context.items == () and "Min. Similarity Score" in context.note
+
+
+def test_a_change_during_a_rebuild_keeps_the_recompute_due(rt, run_jobs, scripted_llm, monkeypatch):
+    from ragtopics.graph import refresh
+    from ragtopics.graph.lifecycle import mark_recompute_due, recompute_due
+
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Racing")
+    assert recompute_due(rt, topic.id) == "einstein.txt was uploaded and 1 other change"
+    run_rebuild(rt, topic.id)
+    assert recompute_due(rt, topic.id) == ""  # nothing changed while it ran: cleared
+    mark_recompute_due(rt, topic.id, "curie.txt was uploaded")
+    original = refresh.rebuild
+
+    def rebuild_with_an_upload(*args, **kwargs):
+        result = original(*args, **kwargs)
+        mark_recompute_due(rt, topic.id, "bohr.txt was uploaded")  # an upload indexed while the rebuild ran
+        return result
+
+    monkeypatch.setattr(refresh, "rebuild", rebuild_with_an_upload)
+    run_rebuild(rt, topic.id)
+    assert recompute_due(rt, topic.id) == "bohr.txt was uploaded and 1 other change"
+

@@ -9,6 +9,7 @@ question's words push the film's file out of the top 3 unless the town's file is
 from __future__ import annotations
 
 import pytest
+import redis
 
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.graph.local import LocalRetriever
@@ -17,7 +18,7 @@ from ragtopics.rag import mentions
 from ragtopics.rag.mentions import FileNames, follow_mentions, words_of
 from ragtopics.rag.retrieval import retrieve
 from ragtopics.rag.retriever import ChunkRetriever
-from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 from ragtopics.topics.topics import create_topic
 from ragtopics.tracing.trace import Trace
 from tests.ingest.test_ingest import upload
@@ -67,6 +68,8 @@ def test_a_name_counts_only_where_it_is_written_as_one():
     assert names.mentioned_in("the table in people.csv lists them") == [("people", "d1")]
     assert names.mentioned_in("drive route 66 or Route 66") == [("route 66", "d2")]
     assert names.mentioned_in("東京都庁舎 is large") == [("東京都庁舎", "d3")]  # a script without capitals
+    izmir = FileNames.of({"d4": "İzmir Bay.txt"})  # casefold("İ") adds a combining dot: a word of its own
+    assert izmir.mentioned_in("Ferries cross İzmir Bay daily.") == [(" ".join(words_of("İzmir Bay")), "d4")]
 
 
 def test_names_are_normalised_and_stop_words_name_nothing():
@@ -153,7 +156,7 @@ def test_a_name_that_many_chunks_contain_is_not_a_reference(rt, run_jobs):
     assert "Small Town.txt" not in _files(rt, topic)
 
 
-def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs):
+def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs, monkeypatch):
     topic = create_topic(rt, "Films graph", kind="graphrag", settings={"max_cited_chunks": 3, "min_similarity_score": 0.0,
                                                                            "graph_extraction_method": "NLP"})
     for file_name, text in [TOWN, FILM, *DISTRACTORS]:
@@ -175,3 +178,11 @@ def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs
     assert [row["file"] for row in ranked["kept"] if row["chunk_id"] == link["chunk"]] == ["The Ember Orchard.txt"]
     plain, ranked = search(False)
     assert "links" not in ranked and len(plain) == 3
+    assert plain[plain.index("Quillmoor, North Vale.txt") + 1] != "The Ember Orchard.txt", plain  # the hop did it
+
+    def broken(*_args, **_kwargs):
+        raise redis.ConnectionError("Redis went away")
+
+    monkeypatch.setattr(ChunkIndex, "files_generation", broken)  # the names cannot be read: LOCAL still answers
+    unlinked, ranked = search(True)
+    assert ranked["links"] == [] and len(unlinked) == 3

@@ -204,6 +204,6 @@ def test_a_duplicate_topic_name_is_refused_naming_the_topic_that_has_it(rt):
     create_topic(rt, "Hotpot RAG")
     with pytest.raises(InvalidSettingError, match=r"^a Topic called 'Hotpot RAG' already exists$"):
         create_topic(rt, "Hotpot RAG")
-    with pytest.raises(InvalidSettingError, match=r"'Hotpot RAG' \(names differ only in case\) already exists"):
+    with pytest.raises(InvalidSettingError, match=r"'Hotpot RAG' \(names are compared ignoring case\) already exists"):
         create_topic(rt, "hotpot rag")
     assert [t.name for t in list_topics(rt)] == ["Hotpot RAG"]
