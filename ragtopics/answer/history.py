@@ -33,6 +33,8 @@ class SavedTurn:
         sources: its sources with fresh links and a status (current, changed, removed).
         route, route_confidence, route_reason: how the question was handled.
         timings_ms: per-step durations in milliseconds.
+        route_method: how the router decided (``embedding``, ``llm``, ``forced`` or "").
+        route_planned: the router's way when the search fell back to ``route`` ("" otherwise).
     """
 
     id: int
@@ -43,6 +45,8 @@ class SavedTurn:
     route_confidence: float | None = None
     route_reason: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    route_method: str = ""
+    route_planned: str = ""
 
 
 def new_session_id() -> str:
@@ -119,10 +123,10 @@ def saved_turns(rt: Runtime, session_id: str) -> list[SavedTurn]:
     docs = chats.documents_by_id(rt.metadata, list({s.document_id for ss in stored.values() for s in ss if s.document_id}))
     out = []
     for r in rows:
-        route_step = next((e for e in turn_trace(rt, r.id) if e.get("step") == "route"), {})
+        route_step = {} if r.route_reason else next((e for e in turn_trace(rt, r.id) if e.get("step") == "route"), {})
         out.append(SavedTurn(r.id, r.question, r.answer, [_relinked(rt, s, docs) for s in stored[r.id]], r.route,
-                             r.route_confidence, route_step.get("data", {}).get("reason", ""),
-                             dict(r.timings or {})))  # fmt: skip
+                             r.route_confidence, r.route_reason or route_step.get("data", {}).get("reason", ""),
+                             dict(r.timings or {}), r.route_method, r.route_planned))  # fmt: skip
     return out
 
 
@@ -139,10 +143,10 @@ def _relinked(rt: Runtime, source: Source, docs: dict) -> Source:
 
 def save_turn(rt: Runtime, topic: Topic, *, session_id: str, question: str, answer: str, sources: list[Source], route: str,
               route_confidence: float | None, timings_ms: dict[str, float], route_reason: str = "",
-              route_method: str = "") -> int:  # fmt: skip
+              route_method: str = "", route_planned: str = "") -> int:  # fmt: skip
     """Save a turn (and its session with the first turn) with its way, the router's confidence, reason and
-    method; returns the turn's id."""
+    method, and the router's way when the search fell back; returns the turn's id."""
     return chats.add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title=question, question=question,
                           answer=answer, sources=[s.to_row() for s in sources], route=route,
                           route_confidence=route_confidence, timings_ms=timings_ms, route_reason=route_reason,
-                          route_method=route_method, owner=acting_username.get() or "")  # fmt: skip
+                          route_method=route_method, route_planned=route_planned, owner=acting_username.get() or "")  # fmt: skip

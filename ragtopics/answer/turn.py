@@ -552,7 +552,7 @@ class _Turn:
         if self.save:
             turn_id = save_turn(self.rt, self.topic, session_id=self.session_id, question=self.question, answer=answer,
                                 sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings,
-                                route_reason=self.reason, route_method=self.method)  # fmt: skip
+                                route_reason=self.reason, route_method=self.method, route_planned=self.planned)  # fmt: skip
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, route_planned=self.planned,

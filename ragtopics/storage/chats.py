@@ -34,7 +34,7 @@ def session_turns(store: MetadataStore, session_id: str, *, last: int | None = N
 
 def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str, question: str, answer: str,
              sources: list[dict[str, Any]], route: str, route_confidence: float | None, timings_ms: dict[str, float],
-             route_reason: str = "", route_method: str = "", owner: str = "") -> int:  # fmt: skip
+             route_reason: str = "", route_method: str = "", route_planned: str = "", owner: str = "") -> int:  # fmt: skip
     """Save a turn, creating its session (owned by ``owner``) with the first one; returns the turn's id."""
     with store.session() as s:
         if s.get(ChatSessionRow, session_id) is None:
@@ -42,7 +42,8 @@ def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str
             s.flush()
         row = ChatTurnRow(session_id=session_id, topic_id=topic_id, question=question, answer=answer,
                           sources=list(sources), route=route, route_confidence=route_confidence,
-                          route_reason=route_reason, route_method=route_method, timings=dict(timings_ms))  # fmt: skip
+                          route_reason=route_reason, route_method=route_method, route_planned=route_planned,
+                          timings=dict(timings_ms))  # fmt: skip
         s.add(row)
         s.flush()
         return row.id

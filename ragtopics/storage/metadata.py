@@ -131,6 +131,7 @@ class ChatTurnRow(SQLModel, table=True):
     route_confidence: float | None = None
     route_reason: str = Field(default="", sa_column_kwargs={"server_default": ""})
     route_method: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    route_planned: str = Field(default="", sa_column_kwargs={"server_default": ""})
     timings: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 

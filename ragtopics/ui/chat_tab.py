@@ -141,7 +141,7 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     last = None
     for turn in saved_turns(rt, session_id):
         last = ChatUpdate(text=turn.answer, done=True, sources=turn.sources, route=turn.route, route_confidence=turn.route_confidence,
-                          route_reason=turn.route_reason)  # fmt: skip
+                          route_reason=turn.route_reason, route_method=turn.route_method, route_planned=turn.route_planned)  # fmt: skip
         messages += [{"role": "user", "content": md_text(turn.question)},
                      {"role": "assistant", "content": turn.answer + sources_line(last)}]  # fmt: skip
     return messages, (sources_html(last) or route_note(last)) if last else ""

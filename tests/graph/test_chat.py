@@ -22,7 +22,7 @@ from ragtopics.graph.local import LocalRetriever
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.topics.topics import get_topic, update_settings
 from ragtopics.tracing.trace import Trace
-from ragtopics.ui.chat_tab import route_line
+from ragtopics.ui.chat_tab import load_session, route_line
 from tests.graph.test_global_search import QUESTION, built_topic
 from tests.graph.test_graph_ingestion import graph_topic, people
 from tests.graph.test_local_path import topic  # noqa: F401  (the small fixed graph, a fixture)
@@ -78,6 +78,9 @@ def test_path_without_a_chain_is_answered_by_local_and_the_reason_says_why(rt, t
     shown = route_line(result)  # the line under the answer says it, not only the hover text
     assert shown.startswith("<small") and "route LOCAL · PATH fell back: no chain of at most 4 hops" in shown
     assert "confidence 0.90 for PATH" in shown and result.route_planned == "PATH"
+    _, reopened = load_session(rt, result.session_id)  # the chat opened again says the same
+    assert "route LOCAL · PATH fell back" in reopened and "confidence 0.90 for PATH" in reopened
+    assert session_turns(rt, result.session_id)[0].route_planned == "PATH"
 
 
 def test_local_answers_with_the_subgraph_and_the_chunks_behind_it(rt, topic, answers):  # noqa: F811
