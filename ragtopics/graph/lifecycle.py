@@ -38,16 +38,15 @@ def mark_recompute_due(rt: Runtime, topic_id: str, reason: str) -> None:
     pipe = rt.redis.pipeline(transaction=True)
     pipe.hset(due_key(topic_id), "reason", reason)
     pipe.hsetnx(due_key(topic_id), "since", f"{time.time():.0f}")
-    pipe.hincrby(due_key(topic_id), "changes", 1)
-    pipe.hset(due_key(topic_id), "marked", f"{time.time_ns()}")  # new with every change: see due_marker
+    pipe.hincrby(due_key(topic_id), "changes", 1)  # grows with every change: see due_marker
     pipe.execute()
 
 
 def due_marker(rt: Runtime, topic_id: str) -> bytes | None:
-    """What changes with every :func:`mark_recompute_due`: a rebuild clears the mark only when it is unchanged
-    after the run (no upload or delete while it ran). ``None`` when nothing is due."""
-    marked, changes = rt.redis.hmget(due_key(topic_id), ["marked", "changes"])
-    return None if marked is None and changes is None else (marked or b"") + b"/" + (changes or b"")
+    """The count of changes since the last rebuild, which grows with every :func:`mark_recompute_due`: a rebuild
+    clears the mark only when it is unchanged after the run (no upload or delete while it ran). ``None`` when
+    no change was counted."""
+    return rt.redis.hget(due_key(topic_id), "changes")
 
 
 def recompute_due(rt: Runtime, topic_id: str) -> str:
