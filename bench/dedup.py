@@ -17,7 +17,14 @@ Figures, one per line, never asserted:
   subset and extrapolated quadratically, which the output says), the speed ratio, and
   whether both found the same groups;
 * peak memory of dedup: Python allocations (tracemalloc, a second run) and the process's
-  peak resident size.
+  peak resident size;
+* what an upload reads of the graph to deduplicate against it, at 10,000 and 50,000 stored
+  entities (the synthetic names, upserted into an embedded FalkorDB): the stored partners
+  looked up by blocking key (``GraphStore.dedup_partners``) against every stored entity
+  (``GraphStore.all_entities``, what an upload read before), for a file's worth of
+  :data:`UPLOAD_ENTITIES` names (half perturbed copies of stored names, half new): median
+  milliseconds over :data:`UPLOADS` uploads, entities read, and whether ``deduplicate`` made
+  the same merges and unclear pairs from both.
 
 ``python -m bench.dedup`` runs it (``--quick`` for the extrapolated naive loop).
 """
@@ -34,6 +41,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from rapidfuzz import fuzz
@@ -44,6 +52,10 @@ from ragtopics.graph.model import Entity, entity_id_for, normalize_name
 TYPE = "ENTITY"
 SYLLABLES = [c + v for c in "bdfghklmnprstvz" for v in "aeiou"] + ["ar", "en", "or", "ul", "is", "an"]
 NAIVE_SUBSET = 2_000
+#: Stored graph sizes of the partner look-up, names of one upload, uploads timed.
+STORED_SIZES = (10_000, 50_000)
+UPLOAD_ENTITIES = 30
+UPLOADS = 15
 
 
 def eval_dir() -> Path:
@@ -233,6 +245,69 @@ def hotpot_check(seed: int = 11) -> None:
         print(f"  merge: {m.merged!r} -> {m.kept!r} ({m.rule}, {m.score:.3f})")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_stored_partners(sizes: tuple[int, ...] = STORED_SIZES) -> dict[str, float]:
+    """The graph read of one upload's deduplication: key look-up of partners against reading every entity.
+
+    Returns:
+        ``{"partners_<n>_ms", "all_<n>_ms"}`` per size: medians over :data:`UPLOADS` uploads.
+    """
+    import statistics
+    import tempfile
+
+    import redis
+
+    from ragtopics.graph.dedup import partner_keys
+    from ragtopics.graph.store import GraphStore
+    from ragtopics.ops.redis_server import EmbeddedRedis
+
+    out: dict[str, float] = {}
+    names, _ = synthetic(max(sizes), seed=3)
+    rng = random.Random(9)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedRedis(Path(tmp) / "redis", _free_port()).start()
+        try:
+            store = GraphStore(redis.Redis.from_url(server.url, socket_timeout=300), "bench-partners")
+            stored = 0
+            for size in sizes:
+                t0 = time.perf_counter()
+                for start in range(stored, size, 2_000):
+                    part = names[start : min(start + 2_000, size)]
+                    store.upsert(f"doc-{start}", f"part-{start}.txt", [(f"c{start}", 0)],
+                                 [replace(e, chunk_ids=frozenset({f"c{start}"})) for e in entities(part)], [])  # fmt: skip
+                stored = size
+                print(f"stored {size:,} entities in {time.perf_counter() - t0:.1f} s", flush=True)
+                partner_ms, all_ms, read, same = [], [], [], True
+                for _ in range(UPLOADS):
+                    upload = [perturb(n, rng) for n in rng.sample(names[:size], UPLOAD_ENTITIES // 2)]
+                    upload += [random_name(rng) for _ in range(UPLOAD_ENTITIES - len(upload))]
+                    incoming = [Entity(entity_id_for(n, TYPE), n, TYPE, chunk_ids=frozenset({"new"})) for n in upload]
+                    t0 = time.perf_counter()
+                    partners = store.dedup_partners(partner_keys(incoming))
+                    partner_ms.append((time.perf_counter() - t0) * 1000)
+                    t0 = time.perf_counter()
+                    everything = list(store.all_entities())
+                    all_ms.append((time.perf_counter() - t0) * 1000)
+                    read.append(len(partners))
+                    a, b = deduplicate(incoming, partners), deduplicate(incoming, everything)
+                    same &= sorted(map(repr, a.merges)) == sorted(map(repr, b.merges)) and sorted(a.unclear) == sorted(b.unclear)
+                p, w = statistics.median(partner_ms), statistics.median(all_ms)
+                print(f"upload of {UPLOAD_ENTITIES} names against {size:,} stored: partners by key {p:.1f} ms "
+                      f"(median {statistics.median(read):.0f} entities read), every entity {w:.1f} ms ({size:,} read), "
+                      f"{w / p:.0f}x; same merges and unclear pairs: {same}", flush=True)  # fmt: skip
+                out[f"partners_{size}_ms"], out[f"all_{size}_ms"] = p, w
+        finally:
+            server.stop()
+    return out
+
+
 def main(argv: list[str]) -> dict[str, float]:
     """Run the dedup benchmark (``--quick``: the naive loop on a subset, extrapolated).
 
@@ -270,7 +345,8 @@ def main(argv: list[str]) -> dict[str, float]:
     print(f"peak Python memory of dedup (tracemalloc): 10,000 names {peak_memory(names10) / 2**20:.1f} MiB, "
           f"100,000 names {peak_memory(names100) / 2**20:.1f} MiB")  # fmt: skip
     print(f"peak resident size of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    return {"dedup_10k_s": dedup10[0], "naive_10k_s": naive_s, "dedup_100k_s": dedup100[0]}
+    partners = bench_stored_partners()
+    return {"dedup_10k_s": dedup10[0], "naive_10k_s": naive_s, "dedup_100k_s": dedup100[0], **partners}
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ Sections:
        NLP method, NLP extraction against embedding in chunks/s, extraction calls per chunk (LLM 1,
        NLP 0), an edited re-upload's extraction calls, community rebuild calls after a change, memory;
        the language model there is a scripted loopback server (``tests/scripted_llm.py``);
-    9. entity deduplication of 10,000 and 100,000 names against a naive all-pairs loop (``bench.dedup``);
+    9. entity deduplication of 10,000 and 100,000 names against a naive all-pairs loop, and an upload's
+       look-up of its stored partners against reading every entity (``bench.dedup``);
     10. Leiden on 10,000 and 100,000 entities, and rebuild model calls (``bench.communities``).
 """
 
@@ -554,6 +555,9 @@ def main() -> int:
     dedup = dedup_bench.main([])
     versus("dedup of 10,000 names", dedup["dedup_10k_s"], "s", "naive all-pairs loop", dedup["naive_10k_s"],
            higher_is_better=False)  # fmt: skip
+    for size in dedup_bench.STORED_SIZES:
+        versus(f"upload's graph read, {size:,} stored entities", dedup[f"partners_{size}_ms"], "ms",
+               "reading every entity", dedup[f"all_{size}_ms"], higher_is_better=False)  # fmt: skip
     section("10. communities (bench.communities)")
     communities_bench.main([])
     section("overall")

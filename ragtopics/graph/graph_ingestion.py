@@ -34,7 +34,7 @@ import redis
 from falkordb import FalkorDB
 
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
-from ragtopics.graph.dedup import ask_model, deduplicate
+from ragtopics.graph.dedup import ask_model, deduplicate, partner_keys
 from ragtopics.graph.ingest import GraphPlan, apply_graph, graph_store
 from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
@@ -473,7 +473,9 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     """
     store = graph_store(rt, topic)
     # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
-    existing = [e for e in store.all_entities() if not e.chunk_ids <= old_ids] if store.exists() else []
+    with trace.step("find_partners", incoming=len(entities)) as ev:
+        existing = [e for e in store.dedup_partners(partner_keys(entities)) if not e.chunk_ids <= old_ids]
+        ev.data["stored"] = len(existing)
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import redis
 
-from ragtopics.graph.dedup import ask_model, deduplicate
+from ragtopics.graph.dedup import ask_model, deduplicate, partner_keys
 from ragtopics.graph.extract import choose_method, extract_chunk, extraction_version, looks_like_toc_or_index
 from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
 from ragtopics.graph.store import GraphStore, RemovalReport
@@ -204,7 +204,9 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
         ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
     entities, relationships = _graph_items(per_chunk)
     store = graph_store(rt, topic)
-    existing = list(store.all_entities()) if store.exists() else []
+    with trace.step("find_partners", incoming=len(entities)) as ev:  # the stored entities a rule could pair with ours
+        existing = store.dedup_partners(partner_keys(entities))
+        ev.data["stored"] = len(existing)
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731

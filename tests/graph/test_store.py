@@ -12,6 +12,7 @@ from redisvl.index import SearchIndex
 from redisvl.query import VectorQuery
 
 from ragtopics.errors import EmbeddingMismatchError
+from ragtopics.graph.dedup import deduplicate, partner_keys
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
 from ragtopics.graph.store import MAX_DESCRIPTION_CHARS, GraphStore, RemovalReport
 
@@ -270,6 +271,59 @@ def test_all_entities_and_relationships_page(store):
     assert len(list(store.all_relationships(page_size=10))) == 24
 
 
+#: Stored names a deduplication rule pairs with one of INCOMING (typo, word order, alias, abbreviation both ways).
+PARTNERS = ["J. R. R. Tolkien", "Curie, Marie", "International Business Machines", "ECB", "British Columbia",
+            "Boston College", "Hewlett-Packard Company", "Leland Stanford University", "Pump P-12", "Wamboin",
+            "NRA", "Nordic Research Alliance"]
+INCOMING = ["J. R. R. Tolkein", "Marie Curie", "IBM", "European Central Bank", "BC", "Hewlett Packard Company",
+            "Leland Stanfrod Universty", "Pump P-13", "Wambion", "Nobody Anywhere",
+            "National Recovery Administration"]
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 4))).title()
+
+
+def test_dedup_partners_decide_as_the_whole_graph_would(store):
+    rng = random.Random(5)
+    others = sorted({f"{_word(rng)} {_word(rng)}" for _ in range(400)} - set(PARTNERS))
+    stored = [Entity(entity_id_for(n, "PERSON"), n, "PERSON", "", ("HP",) if n.startswith("Hewlett") else (),
+                     frozenset({f"c{i % 20}"})) for i, n in enumerate(PARTNERS + others)]  # fmt: skip
+    store.upsert("doc-1", "a.txt", [(f"c{i}", i) for i in range(20)], stored, [])
+    incoming = [Entity(entity_id_for(n, "PERSON"), n, "PERSON", "", (), frozenset({"c99"})) for n in INCOMING]
+    incoming.append(Entity(entity_id_for("H.P.", "PERSON"), "H.P.", "PERSON", "", ("HP",), frozenset({"c99"})))
+
+    partners = store.dedup_partners(partner_keys(incoming))
+
+    names = {e.name for e in partners}
+    assert set(PARTNERS) <= names  # every rule's partner is fetched ...
+    assert len(partners) < len(PARTNERS) + 40  # ... and the look-up is by key, not the whole graph (410 entities)
+    whole, part = deduplicate(incoming, list(store.all_entities())), deduplicate(incoming, partners)
+    assert sorted(map(repr, part.merges)) == sorted(map(repr, whole.merges))
+    assert sorted(part.unclear) == sorted(whole.unclear)
+    merged = {(m.kept, m.merged) for m in whole.merges}
+    assert {("J. R. R. Tolkien", "J. R. R. Tolkein"), ("Curie, Marie", "Marie Curie"), ("International Business Machines", "IBM"),
+            ("ECB", "European Central Bank"), ("Wamboin", "Wambion"), ("Hewlett-Packard Company", "H.P."),
+            ("Leland Stanford University", "Leland Stanfrod Universty")} <= merged  # fmt: skip
+    unclear = {u[:3] for u in whole.unclear}
+    assert ("British Columbia", "BC", "PERSON") in unclear  # several stored long forms: unclear
+    assert ("NRA", "National Recovery Administration", "PERSON") in unclear  # a stored abbreviation's other long form counts
+    assert not {m for m in merged if "Pump" in m[0]}  # P-12 is not P-13
+
+
+def test_entities_stored_without_block_keys_get_them_when_first_needed(store):
+    store.upsert("doc-1", "a.txt", [("c1", 0)], [ent("Marie Curie", "c1"), ent("Sorbonne", "c1")], [])
+    store.graph.query("MATCH (e:Entity) SET e.block_keys = NULL")  # as written by an earlier version
+    typo = Entity(entity_id_for("Marie Cruie", "PERSON"), "Marie Cruie", "PERSON", "", (), frozenset({"c2"}))
+
+    assert [e.name for e in store.dedup_partners(partner_keys([typo]))] == ["Marie Curie"]
+    assert store.fill_block_keys() == 0
+    store.client.delete(store._keys_marker)
+    assert store.fill_block_keys() == 0  # looked again: nothing left to fill
+    assert store._read("MATCH (e:Entity) WHERE e.block_keys IS NULL RETURN count(e)")[0][0] == 0
+    assert GraphStore(store.client, "topic-none").dedup_partners(partner_keys([typo])) == []
+
+
 def test_search_entities_returns_cosine_similarity(store):
     names = ["Same", "Diagonal", "Orthogonal", "Opposite"]
     store.upsert("doc-1", "a.txt", [("c1", 0)], [ent(n, "c1") for n in names], [])
@@ -301,12 +355,14 @@ def test_drop_leaves_no_key(store, client):
     store.set_embeddings([eid("Marie Curie")], np.ones((1, 8)))
     assert store.exists() and store.name == "rt-topic-1-graph"
     assert "rt-topic-1-graph" in [g.decode() for g in client.execute_command("GRAPH.LIST")]
+    store.fill_block_keys()
+    assert sorted(client.keys("rt-topic-1-graph*")) == [b"rt-topic-1-graph", b"rt-topic-1-graph:block-keys-filled"]
 
     store.drop()
     store.drop()
 
     assert not store.exists()
-    assert client.exists("rt-topic-1-graph") == 0
+    assert client.exists("rt-topic-1-graph") == 0 and client.keys("rt-topic-1-graph*") == []
     assert client.execute_command("GRAPH.LIST") == []
     assert store.stats() == {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0, "images": 0}
     assert store.entity_by_name("Marie Curie") is None and store.search_entities(np.ones(8), k=3) == []
