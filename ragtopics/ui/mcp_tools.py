@@ -32,12 +32,16 @@ def register(rt: Runtime) -> None:
         Returns:
             JSON text: {"answer": str, "sources": [{"file", "chunk_id", "score", "topic", "kind", "reason",
             "link", "status", "pages", "location"}], "route": str, "route_confidence": float | null,
-            "route_reason": str}; "pages" lists the 1-based pages of the source, "location" reads "p. 3".
+            "route_reason": str, "route_method": str, "route_planned": str, "rerank": str}; "pages" lists
+            the 1-based pages of the source, "location" reads "p. 3"; "route_method" says how the way was
+            chosen ("embedding", "llm", "forced" or ""), "route_planned" the way the router chose when the
+            search fell back to "route" ("" otherwise), "rerank" how the results were reranked ("" for none).
         """
         *_, final = ask(rt, topic_store.get_topic(rt, topic), question, save=False)
         return json.dumps({"answer": final.text, "route": final.route, "route_confidence": final.route_confidence,
-                           "route_reason": final.route_reason, "sources": [s.to_public() for s in final.sources]},
-                          ensure_ascii=False)  # fmt: skip
+                           "route_reason": final.route_reason, "route_method": final.route_method,
+                           "route_planned": final.route_planned, "rerank": final.rerank,
+                           "sources": [s.to_public() for s in final.sources]}, ensure_ascii=False)  # fmt: skip
 
     # queue=False: Gradio's MCP server then calls the function with the MCP request itself (whose API token
     # the access checks read) instead of through an unauthenticated loopback client.

@@ -118,6 +118,8 @@ def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
     names, answer = asyncio.run(call())
     assert sorted(names) == ["ask_topic", "list_topics"]  # the console's own callbacks are not offered as tools
     assert answer["answer"] == "Every spring [boiler.txt]." and answer["sources"][0]["file"] == "boiler.txt"
+    assert {k: answer[k] for k in ("route", "route_method", "route_planned", "rerank")} == {  # a RAG Topic: no router
+        "route": "SEARCH", "route_method": "", "route_planned": "", "rerank": ""}
 
 
 def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scripted_llm):
