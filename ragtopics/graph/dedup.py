@@ -327,8 +327,13 @@ def fuzzy_candidates(names: Sequence[str], probe: Sequence[bool] | None = None, 
     return [divmod(c, len(names)) for c in codes.tolist()]
 
 
-def _candidates(forms: list[str], probe: np.ndarray, min_score: float) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate pairs as sorted unique codes ``i * len(forms) + j`` with ``i < j``: all, and those of the same words."""
+def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
+                common: frozenset[str] = frozenset()) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Candidate pairs as sorted unique codes ``i * len(forms) + j`` with ``i < j``: all, and those of the same words.
+
+    ``common``: words whose block is known to be larger than :data:`MAX_WORD_BLOCK` (counted in the
+    graph, of which only a part is here): left out as such a block is.
+    """
     n = len(forms)
     found = [_pairs_in_blocks(*_deletion_hashes([f.replace(" ", "") for f in forms]), probe, n)]
     sorted_keys: list[int] = []
@@ -340,7 +345,7 @@ def _candidates(forms: list[str], probe: np.ndarray, min_score: float) -> tuple[
             split = form.split()
             sorted_keys.append(hash(" ".join(sorted(split))))
             sorted_owners.append(i)
-            keys = [hash(w) for w in set(split) if len(w) >= 3 and w not in SMALL_WORDS]
+            keys = [hash(w) for w in set(split) if len(w) >= 3 and w not in SMALL_WORDS and w not in common]
             word_keys += keys
             word_owners += [i] * len(keys)
     reordered = _pairs_in_blocks(np.array(sorted_keys, dtype=np.int64), np.array(sorted_owners, dtype=np.int64), probe, n)
@@ -456,17 +461,35 @@ class PartnerKeys:
         blocks: stored block keys (:func:`block_keys`) that make a stored entity a candidate:
             the incoming names' one-deletion keys and sorted words, and the initials key of each
             incoming abbreviation (a stored long form with those initials).
-        words: the incoming names' word keys; a word shared by more than
-            :data:`MAX_WORD_BLOCK` stored names is skipped, as :func:`fuzzy_candidates` skips it.
+        words: the incoming names' word keys, with their words; a word shared by more than
+            :data:`MAX_WORD_BLOCK` stored names is not looked up, and deduplication is told to
+            leave its block out (:class:`Partners`), as it leaves out such a block of the whole graph.
         name_keys: :func:`normalize_name` keys a stored entity's name may have: the incoming
             names', their aliases' (rule 3, alias) and their initials (a stored abbreviation).
         alias_keys: keys a stored entity's aliases may hold: the incoming names' (rule 3, alias).
     """
 
     blocks: list[int]
-    words: list[int]
+    words: dict[int, str]
     name_keys: list[str]
     alias_keys: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Partners:
+    """The stored entities an upload's entities may pair with (:meth:`GraphStore.dedup_partners`).
+
+    Pass both to :func:`deduplicate` (``existing=entities, common_words=common_words``): it then
+    decides as it would over every stored entity.
+
+    Attributes:
+        entities: the stored entities, by id.
+        common_words: words of the upload's names that more than :data:`MAX_WORD_BLOCK` stored
+            names share (their stored entities were not fetched for that word).
+    """
+
+    entities: list[Entity]
+    common_words: frozenset[str]
 
 
 def _stable_key(kind: str, text: str) -> int:
@@ -474,8 +497,9 @@ def _stable_key(kind: str, text: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{kind}\x00{text}".encode(), digest_size=8).digest(), "little", signed=True)
 
 
-def _word_keys(form: str) -> list[int]:
-    return [_stable_key("w", w) for w in sorted(set(form.split())) if len(w) >= 3 and w not in SMALL_WORDS]
+def _words(form: str) -> list[str]:
+    """The words of a :func:`name_form` that word blocks compare by (three letters or more, no small words)."""
+    return [w for w in sorted(set(form.split())) if len(w) >= 3 and w not in SMALL_WORDS]
 
 
 def block_keys(names: Sequence[str]) -> list[list[int]]:
@@ -494,7 +518,7 @@ def block_keys(names: Sequence[str]) -> list[list[int]]:
         keys[owner].add(h)
     for i, form in enumerate(forms):
         if " " in form:
-            keys[i].update(_word_keys(form))
+            keys[i].update(_stable_key("w", w) for w in _words(form))
             keys[i].add(_stable_key("s", " ".join(sorted(form.split()))))
             keys[i].update(_stable_key("i", k) for k in _initials(form))
     return [sorted(k) for k in keys]
@@ -520,27 +544,28 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
     forms = [name_form(n) for n in names]
     hashes, _ = _deletion_hashes([f.replace(" ", "") for f in forms])
     blocks = set(hashes.tolist())
-    words: set[int] = set()
+    words: dict[int, str] = {}
     name_keys: set[str] = set()
     for name, form in zip(names, forms):
         key = form.replace(" ", "")
         name_keys.add(key)
         if " " in form:
-            words.update(_word_keys(form))
+            words.update((_stable_key("w", w), w) for w in _words(form))
             blocks.add(_stable_key("s", " ".join(sorted(form.split()))))
             name_keys.update(_initials(form))
     blocks.update(long_form_keys(names))
     for entity in incoming:
         name_keys.update(normalize_name(a) for a in entity.aliases)
     alias_keys = {form.replace(" ", "") for form in forms}
-    return PartnerKeys(sorted(blocks), sorted(words), sorted(name_keys - {""}), sorted(alias_keys - {""}))
+    return PartnerKeys(sorted(blocks), dict(sorted(words.items())), sorted(name_keys - {""}), sorted(alias_keys - {""}))
 
 
 # ---------------------------------------------------------------------------- the steps
 
 
 def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed | None = None, model: DedupModel | None = None,
-                fuzzy_threshold: float = FUZZY_THRESHOLD, trace: Trace | None = None) -> DedupResult:  # fmt: skip
+                fuzzy_threshold: float = FUZZY_THRESHOLD, common_words: Iterable[str] = (),
+                trace: Trace | None = None) -> DedupResult:  # fmt: skip
     """Merge incoming entities into each other and into existing ones, rule by rule (see the module docstring).
 
     Args:
@@ -551,6 +576,9 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
         model: decides unclear pairs, several per call (:func:`ask_model` bound to a gateway).
             None: unclear pairs are not merged and are listed in ``unclear``.
         fuzzy_threshold: rule 4's merge threshold, 0-1 (:data:`FUZZY_THRESHOLD`).
+        common_words: words (as in :func:`name_form`) shared by more than :data:`MAX_WORD_BLOCK`
+            stored names when ``existing`` is only the part of the graph that may pair
+            (:class:`Partners`): their blocks are left out, as they would be over the whole graph.
         trace: the upload's trace; gets a ``deduplicate`` step with every decision.
 
     Returns:
@@ -559,7 +587,7 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
     with _step(trace, len(incoming), len(existing)) as event:
         nodes, node_of, apart = _group_by_name(incoming, existing)
         groups = _Groups(nodes)
-        edges = _rule_edges(nodes) + _fuzzy_edges(nodes, fuzzy_threshold, apart)
+        edges = _rule_edges(nodes) + _fuzzy_edges(nodes, fuzzy_threshold, apart, frozenset(common_words))
         if embed is not None:
             apart += _check_descriptions(nodes, edges, embed)
         for edge in sorted((e for e in edges if e.verdict == "merge"), key=lambda e: (_RANK[e.rule], -e.score, e.a, e.b)):
@@ -775,13 +803,13 @@ def _may_pair(nodes: list[_Node], i: int, j: int) -> bool:
     return i != j and nodes[i].type == nodes[j].type and not (nodes[i].existing and nodes[j].existing)
 
 
-def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart]) -> list[_Edge]:
+def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart], common: frozenset[str] = frozenset()) -> list[_Edge]:
     """Rule 4 over blocked candidates; a close pair of different types is noted as kept apart."""
     n = len(nodes)
     forms = [node.form for node in nodes]
     probe = np.fromiter((not node.existing for node in nodes), dtype=bool, count=n)
     cutoff = min(FUZZY_GREY_MIN, threshold) * 100
-    codes, reordered = _candidates(forms, probe, cutoff / 100)
+    codes, reordered = _candidates(forms, probe, cutoff / 100, common)
     first, second = np.divmod(codes, n)
     scores = process.cpdist([forms[i] for i in first.tolist()], [forms[j] for j in second.tolist()], scorer=fuzz.ratio,
                             score_cutoff=cutoff, workers=1)  # fmt: skip

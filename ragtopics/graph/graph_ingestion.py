@@ -474,13 +474,13 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     store = graph_store(rt, topic)
     # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
     with trace.step("find_partners", incoming=len(entities)) as ev:
-        existing = [e for e in store.dedup_partners(partner_keys(entities)) if not e.chunk_ids <= old_ids]
-        ev.data["stored"] = len(existing)
+        partners = store.dedup_partners(partner_keys(entities), leaving=old_ids)
+        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
-    result = deduplicate(entities, existing, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
-                         model=model, trace=trace)  # fmt: skip
+    result = deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
+                         model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
     ours = frozenset(cid for cid, _ in plan.chunks)
     plan.merges = list(result.merges)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]

@@ -205,13 +205,13 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     entities, relationships = _graph_items(per_chunk)
     store = graph_store(rt, topic)
     with trace.step("find_partners", incoming=len(entities)) as ev:  # the stored entities a rule could pair with ours
-        existing = store.dedup_partners(partner_keys(entities))
-        ev.data["stored"] = len(existing)
+        partners = store.dedup_partners(partner_keys(entities))
+        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
-    result = deduplicate(entities, existing, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
-                         model=model, trace=trace)  # fmt: skip
+    result = deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
+                         model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
     plan.merges = list(result.merges)
     # A merge with a stored entity unions provenance; the plan carries only this version's chunks
     # (the store unions them with what it holds, and the previous version's chunks are removed first).

@@ -40,7 +40,7 @@ import redis
 from falkordb import FalkorDB, Graph
 from redis.exceptions import ResponseError
 
-from ragtopics.graph.dedup import MAX_WORD_BLOCK, PartnerKeys, block_keys, long_form_keys
+from ragtopics.graph.dedup import MAX_WORD_BLOCK, PartnerKeys, Partners, block_keys, long_form_keys
 from ragtopics.graph.entity_index import EntityVectorIndex
 from ragtopics.graph.model import Entity, Relationship, normalize_name
 from ragtopics.storage.chunk_index import union_terms
@@ -277,7 +277,6 @@ class GraphStore:
         self.name = graph_name or f"rt-{topic_id}-graph"
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
-        self._keys_marker = f"{self.name}:block-keys-filled"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -306,7 +305,6 @@ class GraphStore:
         if self.exists():
             self.graph.delete()
             log.info("dropped graph %s", self.name)
-        self.client.delete(self._keys_marker)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -591,70 +589,79 @@ class GraphStore:
             counts[key] = int(rows[0][0]) if rows else 0
         return counts
 
-    def dedup_partners(self, keys: PartnerKeys) -> list[Entity]:
-        """The stored entities that share a look-up key with an upload's entities, by id: all that
+    def dedup_partners(self, keys: PartnerKeys, *, leaving: Iterable[str] = ()) -> Partners:
+        """The stored entities that share a look-up key with an upload's entities: all that
         :func:`~ragtopics.graph.dedup.deduplicate` could pair with them, without reading the whole graph.
 
         Index look-ups only (``block_keys``, ``name_key`` and ``alias_keys`` have range indexes), so the
         cost follows the number of partners, not of stored entities. A word shared by more than
-        :data:`~ragtopics.graph.dedup.MAX_WORD_BLOCK` stored names is left out, as deduplication leaves
-        such a block out. Entities stored before block keys existed get theirs first
+        :data:`~ragtopics.graph.dedup.MAX_WORD_BLOCK` stored entities is counted, not fetched, and
+        returned in ``common_words`` (deduplication leaves such a block out). A stored abbreviation
+        found brings its other stored long forms (with several, which one is meant is unclear).
+        Entities stored without block keys (by an earlier version) get theirs first
         (:meth:`fill_block_keys`).
 
         Args:
             keys: from :func:`~ragtopics.graph.dedup.partner_keys` of the upload's entities.
+            leaving: chunk ids about to be removed (a re-import's previous chunks): entities that only
+                they support are neither returned nor counted.
 
         Returns:
-            The entities, ordered by id; ``[]`` without a graph.
+            :class:`~ragtopics.graph.dedup.Partners`, entities ordered by id; none without a graph.
         """
         if not self.exists():
-            return []
+            return Partners([], frozenset())
         self.ensure()
         self.fill_block_keys()
+        params = {"old": sorted(set(leaving))}
+        staying = "(size($old) = 0 OR any(c IN e.chunk_ids WHERE NOT c IN $old))"
         found: set[str] = set()
         for query, values in [
-            ("UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys RETURN DISTINCT e.id", keys.blocks),
-            ("UNWIND $keys AS k MATCH (e:Entity {name_key: k}) RETURN DISTINCT e.id", keys.name_keys),
-            ("UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.alias_keys RETURN DISTINCT e.id", keys.alias_keys),
+            (f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id", keys.blocks),
+            (f"UNWIND $keys AS k MATCH (e:Entity {{name_key: k}}) WHERE {staying} RETURN DISTINCT e.id", keys.name_keys),
+            (f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.alias_keys AND {staying} RETURN DISTINCT e.id", keys.alias_keys),
         ]:  # fmt: skip
             if values:
-                found.update(row[0] for row in self._read(query, {"keys": values}))
+                found.update(row[0] for row in self._read(query, {**params, "keys": values}))
+        common: set[str] = set()
         if keys.words:
-            rows = self._read("UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys WITH k, collect(e.id) AS ids "
-                              "WHERE size(ids) <= $most RETURN ids", {"keys": keys.words, "most": MAX_WORD_BLOCK})  # fmt: skip
-            found.update(i for row in rows for i in row[0])
+            counts = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN k, count(e)",
+                                {**params, "keys": list(keys.words)})  # fmt: skip
+            common = {keys.words[k] for k, n in counts if n > MAX_WORD_BLOCK}
+            small = [k for k, n in counts if n <= MAX_WORD_BLOCK]
+            if small:
+                rows = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id",
+                                  {**params, "keys": small})  # fmt: skip
+                found.update(row[0] for row in rows)
         partners = self.entities(sorted(found))
-        # A stored abbreviation found needs its other stored long forms: with several, which one is meant is unclear.
         more = sorted(set(long_form_keys(e.name for e in partners)) - set(keys.blocks))
         if more:
-            extra = {row[0] for row in self._read("UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys "
-                                                  "RETURN DISTINCT e.id", {"keys": more})} - found  # fmt: skip
-            partners = sorted(partners + self.entities(extra), key=lambda e: e.id)
-        return partners
+            rows = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id",
+                              {**params, "keys": more})  # fmt: skip
+            partners = sorted(partners + self.entities({row[0] for row in rows} - found), key=lambda e: e.id)
+        return Partners(partners, frozenset(common))
 
     def fill_block_keys(self, batch: int = 200) -> int:
-        """Give every entity stored without ``block_keys`` (a graph from an earlier version) its keys.
+        """Give every entity stored without ``block_keys`` (by an earlier version, or another writer) its keys.
 
-        Idempotent and safe alongside other writers: the keys follow from the name alone. Measured on the
-        HotpotQA graph (10,884 entities): about 6 s once, the writes' parameters being Cypher text.
+        Idempotent and safe alongside other writers: the keys follow from the name alone. Looked for
+        at every upload (no marker that a restored or shared graph could contradict): a scan of the
+        entities, 12 ms at 50,000. Filling took about 6 s for the 10,884 entities of the HotpotQA graph
+        (the writes' parameters travel as Cypher text).
 
         Returns:
-            How many entities got keys (0 once all have them, which a marker key beside the graph
-            remembers: without it each upload would scan every entity).
+            How many entities got keys (0 once all have them).
         """
-        if self.client.exists(self._keys_marker):
-            return 0
         filled = 0
         while True:
             rows = self._read("MATCH (e:Entity) WHERE e.block_keys IS NULL RETURN e.id, e.name LIMIT $n", {"n": batch})
             if not rows:
-                self.client.set(self._keys_marker, 1)  # every entity written from now on gets its keys when created
                 return filled
             keys = block_keys([name or "" for _, name in rows])
             self.graph.query("UNWIND $rows AS r MATCH (e:Entity {id: r.id}) SET e.block_keys = r.keys",
                              {"rows": [{"id": eid, "keys": k} for (eid, _), k in zip(rows, keys)]})  # fmt: skip
             filled += len(rows)
-            log.info("graph %s: block keys stored for %d entities of an earlier version", self.name, filled)
+            log.info("graph %s: block keys stored for %d entities written without them", self.name, filled)
 
     def all_entities(self, page_size: int = _PAGE) -> Iterator[Entity]:
         """Every entity, by id, fetched ``page_size`` at a time (keyset paging: safe while the graph changes)."""
