@@ -345,7 +345,7 @@ def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
             split = form.split()
             sorted_keys.append(hash(" ".join(sorted(split))))
             sorted_owners.append(i)
-            keys = [hash(w) for w in set(split) if len(w) >= 3 and w not in SMALL_WORDS and w not in common]
+            keys = [hash(w) for w in _words(form) if w not in common]
             word_keys += keys
             word_owners += [i] * len(keys)
     reordered = _pairs_in_blocks(np.array(sorted_keys, dtype=np.int64), np.array(sorted_owners, dtype=np.int64), probe, n)
@@ -502,6 +502,11 @@ def _words(form: str) -> list[str]:
     return [w for w in sorted(set(form.split())) if len(w) >= 3 and w not in SMALL_WORDS]
 
 
+def _sorted_words_key(form: str) -> int:
+    """The stable key of a name's words in sorted order (the same words in another order share it)."""
+    return _stable_key("s", " ".join(sorted(form.split())))
+
+
 def block_keys(names: Sequence[str]) -> list[list[int]]:
     """The blocking keys stored on each entity, as signed 64-bit integers (one list per name, sorted, unique).
 
@@ -519,7 +524,7 @@ def block_keys(names: Sequence[str]) -> list[list[int]]:
     for i, form in enumerate(forms):
         if " " in form:
             keys[i].update(_stable_key("w", w) for w in _words(form))
-            keys[i].add(_stable_key("s", " ".join(sorted(form.split()))))
+            keys[i].add(_sorted_words_key(form))
             keys[i].update(_stable_key("i", k) for k in _initials(form))
     return [sorted(k) for k in keys]
 
@@ -551,7 +556,7 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
         name_keys.add(key)
         if " " in form:
             words.update((_stable_key("w", w), w) for w in _words(form))
-            blocks.add(_stable_key("s", " ".join(sorted(form.split()))))
+            blocks.add(_sorted_words_key(form))
             name_keys.update(_initials(form))
     blocks.update(long_form_keys(names))
     for entity in incoming:

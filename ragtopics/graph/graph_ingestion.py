@@ -34,8 +34,7 @@ import redis
 from falkordb import FalkorDB
 
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
-from ragtopics.graph.dedup import ask_model, deduplicate, partner_keys
-from ragtopics.graph.ingest import GraphPlan, apply_graph, graph_store
+from ragtopics.graph.ingest import GraphPlan, apply_graph, deduplicate_against_graph, graph_store
 from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime
@@ -471,16 +470,8 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     Returns:
         The pairs left unclear, and the indices of ``relationships`` whose ends became one entity.
     """
-    store = graph_store(rt, topic)
     # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
-    with trace.step("find_partners", incoming=len(entities)) as ev:
-        partners = store.dedup_partners(partner_keys(entities), leaving=old_ids)
-        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
-    model = None
-    if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
-        model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
-    result = deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
-                         model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
+    result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace, leaving=old_ids)
     ours = frozenset(cid for cid, _ in plan.chunks)
     plan.merges = list(result.merges)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]

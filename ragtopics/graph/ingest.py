@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
 
-from ragtopics.graph.dedup import ask_model, deduplicate, partner_keys
+from ragtopics.graph.dedup import DedupResult, ask_model, deduplicate, partner_keys
 from ragtopics.graph.extract import choose_method, extract_chunk, extraction_version, looks_like_toc_or_index
 from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
 from ragtopics.graph.store import GraphStore, RemovalReport
@@ -203,15 +203,7 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
             per_chunk.append((record.chunk_id, extraction))
         ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
     entities, relationships = _graph_items(per_chunk)
-    store = graph_store(rt, topic)
-    with trace.step("find_partners", incoming=len(entities)) as ev:  # the stored entities a rule could pair with ours
-        partners = store.dedup_partners(partner_keys(entities))
-        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
-    model = None
-    if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
-        model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
-    result = deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
-                         model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
+    result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace)
     plan.merges = list(result.merges)
     # A merge with a stored entity unions provenance; the plan carries only this version's chunks
     # (the store unions them with what it holds, and the previous version's chunks are removed first).
@@ -229,6 +221,28 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
                                                 purpose="entity embedding"))  # fmt: skip
             plan.embeddings = {e.id: v for e, v in zip(plan.entities, vectors, strict=True)}
     return plan
+
+
+def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Entity], trace: Trace, *,
+                              leaving: Iterable[str] = ()) -> DedupResult:  # fmt: skip
+    """Deduplicate an upload's entities among themselves and against the stored entities they may pair with.
+
+    The stored partners come from :meth:`GraphStore.dedup_partners` (a ``find_partners`` trace step);
+    unclear pairs go to the Deduplication model when a real endpoint serves that role.
+
+    Args:
+        entities: the upload's entities, in the order found.
+        leaving: chunk ids the upload is about to remove (a re-import's previous chunks): what only they
+            support is left out, so it cannot bring stale descriptions back.
+    """
+    with trace.step("find_partners", incoming=len(entities)) as ev:
+        partners = store.dedup_partners(partner_keys(entities), leaving=leaving)
+        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
+    model = None
+    if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
+        model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
+    return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
+                       model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
 
 
 def extraction_text(record: ChunkRecord) -> str:

@@ -615,30 +615,26 @@ class GraphStore:
         self.fill_block_keys()
         params = {"old": sorted(set(leaving))}
         staying = "(size($old) = 0 OR any(c IN e.chunk_ids WHERE NOT c IN $old))"
-        found: set[str] = set()
-        for query, values in [
-            (f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id", keys.blocks),
-            (f"UNWIND $keys AS k MATCH (e:Entity {{name_key: k}}) WHERE {staying} RETURN DISTINCT e.id", keys.name_keys),
-            (f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.alias_keys AND {staying} RETURN DISTINCT e.id", keys.alias_keys),
-        ]:  # fmt: skip
-            if values:
-                found.update(row[0] for row in self._read(query, {**params, "keys": values}))
+
+        def ids(match: str, values: list) -> set[str]:
+            if not values:
+                return set()
+            rows = self._read(f"UNWIND $keys AS k MATCH {match} AND {staying} RETURN DISTINCT e.id", {**params, "keys": values})
+            return {row[0] for row in rows}
+
+        by_block = "(e:Entity) WHERE k IN e.block_keys"
+        found = ids(by_block, keys.blocks) | ids("(e:Entity) WHERE e.name_key = k", keys.name_keys)
+        found |= ids("(e:Entity) WHERE k IN e.alias_keys", keys.alias_keys)
         common: set[str] = set()
         if keys.words:
-            counts = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN k, count(e)",
+            counts = self._read(f"UNWIND $keys AS k MATCH {by_block} AND {staying} RETURN k, count(e)",
                                 {**params, "keys": list(keys.words)})  # fmt: skip
             common = {keys.words[k] for k, n in counts if n > MAX_WORD_BLOCK}
-            small = [k for k, n in counts if n <= MAX_WORD_BLOCK]
-            if small:
-                rows = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id",
-                                  {**params, "keys": small})  # fmt: skip
-                found.update(row[0] for row in rows)
+            found |= ids(by_block, [k for k, n in counts if n <= MAX_WORD_BLOCK])
         partners = self.entities(sorted(found))
-        more = sorted(set(long_form_keys(e.name for e in partners)) - set(keys.blocks))
+        more = ids(by_block, sorted(set(long_form_keys(e.name for e in partners)) - set(keys.blocks))) - found
         if more:
-            rows = self._read(f"UNWIND $keys AS k MATCH (e:Entity) WHERE k IN e.block_keys AND {staying} RETURN DISTINCT e.id",
-                              {**params, "keys": more})  # fmt: skip
-            partners = sorted(partners + self.entities({row[0] for row in rows} - found), key=lambda e: e.id)
+            partners = sorted(partners + self.entities(more), key=lambda e: e.id)
         return Partners(partners, frozenset(common))
 
     def fill_block_keys(self, batch: int = 200) -> int:
