@@ -39,9 +39,18 @@ def figure(label: str, value: object, unit: str = "") -> None:
 
 
 def keep(label: str, value: object, unit: str = "") -> None:
-    """Keep a figure for ``bench/results.json`` without printing it (it is shown in a table)."""
+    """Keep a figure for ``bench/results.json`` without printing it (it is shown in a table).
+
+    A label kept twice in one section (the same measurement on other data) is kept as
+    ``label (2)``, ``label (3)``, ... in the order printed, so no figure overwrites another.
+    """
     kept = round(value, 4) if isinstance(value, float) else value if isinstance(value, int) else str(value)
-    _results["sections"].setdefault(_current[0], {})[label.strip()] = {"value": kept, "unit": unit}
+    figures = _results["sections"].setdefault(_current[0], {})
+    key, n = label.strip(), 1
+    while key in figures:
+        n += 1
+        key = f"{label.strip()} ({n})"
+    figures[key] = {"value": kept, "unit": unit}
 
 
 def versus(label: str, value: float, unit: str, reference: str, reference_value: float, *,

@@ -14,11 +14,15 @@ from bench.latency import derive, exact_top_k, recall_at_k, timed_rounds
 def test_ratios_are_better_than_reference_above_one_and_saved(tmp_path, capsys):
     report.section("test section")
     report.figure("chunks", 12)
+    report.figure("share of the time in embedding", 0.93)
+    report.figure("share of the time in embedding", 0.97)  # the same figure of a second run: kept beside the first
     assert report.versus("ingest", 45.0, "chunks/s", "raw embedding", 90.0, higher_is_better=True, goal=0.9) == 0.5
     assert report.versus("KNN p95", 0.5, "ms", "brute force p95", 4.0, higher_is_better=False) == 8.0
     assert "ingest" in capsys.readouterr().out
     saved = json.loads(report.write(tmp_path / "results.json").read_text())
     assert saved["machine"]["cores"] >= 1 and saved["sections"]["test section"]["chunks"] == {"value": 12, "unit": ""}
+    shares = {k: v["value"] for k, v in saved["sections"]["test section"].items() if k.startswith("share")}
+    assert shares == {"share of the time in embedding": 0.93, "share of the time in embedding (2)": 0.97}
     knn = next(r for r in saved["ratios"] if r["figure"] == "KNN p95")
     assert (knn["ratio"], knn["higher_is_better"], knn["reference_value"]) == (8.0, False, 4.0)
     table = report.markdown(tmp_path / "results.json")
