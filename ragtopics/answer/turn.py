@@ -23,7 +23,9 @@ from ragtopics.answer.attachments import Attachment, attachment_message_parts
 from ragtopics.answer.attribution import check_sources
 from ragtopics.answer.citations import code_files, format_sources, render_citations
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
+from ragtopics.answer.extractive import Passage, choose_quotes, compose_answer, lead_line, rank_sentences
 from ragtopics.answer.history import check_session, history_messages, new_session_id, save_turn
+from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard, trimmed
 from ragtopics.answer.routing import Route, choose_route, default_route, routes_for
 from ragtopics.errors import ConfigurationError, RagTopicsError
 from ragtopics.ingest.pictures import OfferedPicture, format_pictures, place_pictures
@@ -51,6 +53,18 @@ STREAMED_GRAPH_ROUTES = ("GLOBAL", "HYBRID")
 WORDS_PER_UPDATE = 3
 #: Seconds between checks for progress messages while a graph search runs in its thread.
 PROGRESS_POLL_S = 0.1
+
+#: The evidence an extractive answer quotes: passages and community summaries (entity and relationship
+#: descriptions are the graph's own words, quoted only when a way found nothing else).
+QUOTABLE_KINDS = ("chunk", "community_report")
+#: The line under an extractive answer while the Language Model role is the bundled model.
+EXTRACTIVE_NOTE_BUNDLED = ("*Quoted from the sources: no language model is configured, and the bundled one is too small "
+                           "to write answers. For written answers, an admin sets a Language Model endpoint in Admin → "
+                           "LLM Configuration (or LLM_BASE_URL in .env).*")  # fmt: skip
+#: The line under an extractive answer the Topic asked for (Answer Mode EXTRACTIVE) with a real model configured.
+EXTRACTIVE_NOTE_CHOSEN = "*Quoted from the sources (this Topic's Answer Mode is EXTRACTIVE).*"
+#: The lead line of an extractive answer quoting only community summaries (they have no file).
+SUMMARIES_LEAD = "From the community summaries of the graph:"
 
 #: Tokens allowed for the typed attribution check's reply (``{"used": true}`` plus the
 #: whitespace and reasoning a model may put around it; 20 cut real replies off).
@@ -316,13 +330,15 @@ class _Turn:
         coded = assign_codes(context.items)
         files = code_files(coded)
         offered = self.offer_pictures(context.items)
-        messages = self.answer_messages(coded, offered)
         tool_results: list[ToolResult] = []
-        if tools:
-            raw, tool_results = yield from self.answer_with_tools(messages, tools, tool_topics, files)
+        extractive = not tools and self.is_extractive()
+        if extractive:
+            raw = yield from self.quote(coded, offered, files)
+        elif tools:
+            raw, tool_results = yield from self.answer_with_tools(self.answer_messages(coded, offered), tools, tool_topics, files)
         else:
-            raw = yield from self.stream(messages, files)
-        sources = self.attribute(raw, coded)
+            raw = yield from self.stream(self.answer_messages(coded, offered), files)
+        sources = self.attribute(raw, coded, model_check=not extractive)
         # Community summaries have no source file: an answer written from them alone stands without sources.
         from_summaries = raw.strip() and any(not item.provenance for item in context.items)
         # The attached file is in the prompt too: an answer drawn from it has no document to cite.
@@ -394,18 +410,24 @@ class _Turn:
 
     def answer_without_search(self, route: Route) -> Generator[ChatUpdate, None, str | None]:
         """Stream a DIRECT or ATTACHMENT answer; returns None when the model says it needs the documents."""
+        if route == Route.ATTACHMENT and self.attachment is not None and self.attachment.kind == "text" and self.is_extractive():
+            return (yield from self.quote_attachment(self.attachment))
         template = self.prompts["direct" if route == Route.DIRECT else "attachment"]
         rendered = template.render(question=self.question_text() if route == Route.ATTACHMENT else self.question)
         messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(rendered)}]
         parts: list[str] = []
         with self.trace.step("answer", route=route.value) as ev:
-            for delta in self.answer_deltas(messages, template.name):
-                parts.append(delta)
+            deltas = self.answer_deltas(messages, template.name)
+            while True:
+                try:
+                    parts.append(next(deltas))
+                except StopIteration as done:
+                    raw = done.value.strip()
+                    break
                 text = "".join(parts).strip()
                 if NEEDS_DOCUMENTS.startswith(text) or NEEDS_DOCUMENTS in text:
                     continue  # hold back what may be the "needs documents" signal
                 yield self.update(text)
-            raw = "".join(parts).strip()
             ev.data["raw_answer"] = raw
         return None if NEEDS_DOCUMENTS in raw else raw
 
@@ -420,11 +442,37 @@ class _Turn:
             ev.data.update(messages=messages, history_messages=len(self.history))
         return messages
 
-    def answer_deltas(self, messages: list[dict], prompt_name: str, **kw) -> Iterator[str]:
-        """The language model's streamed answer; one cut at the token limit ends with :data:`TRUNCATED_NOTE`."""
-        finish = yield from self.rt.gateway.stream_chat("language_model", messages, prompt_name=prompt_name, trace=self.trace, **kw)
+    def answer_deltas(self, messages: list[dict], prompt_name: str, **kw) -> Generator[str, None, str]:
+        """The language model's streamed answer, piece by piece; returns the whole answer.
+
+        One cut at the token limit ends with :data:`TRUNCATED_NOTE`. A degenerate loop (see
+        :mod:`~ragtopics.answer.repetition`) ends the stream at once (the model call is closed): the
+        returned answer is cut back to before the loop and ends with :data:`STOPPED_NOTE`, so the
+        caller shows that instead of what streamed.
+        """
+        guard = RepetitionGuard()
+        parts: list[str] = []
+        stream = self.rt.gateway.stream_chat("language_model", messages, prompt_name=prompt_name, trace=self.trace, **kw)
+        while True:
+            try:
+                delta = next(stream)
+            except StopIteration as done:
+                finish = done.value
+                break
+            parts.append(delta)
+            yield delta
+            if guard.tripped("".join(parts)):
+                stream.close()  # stops the generation: the server is told by the closed connection
+                text = "".join(parts)
+                self.trace.add("repetition_stopped", at_char=guard.loop_start, streamed_chars=len(text),
+                               repeated=text[guard.loop_start:guard.cycle_end][:200])  # fmt: skip
+                return f"{trimmed(text, guard)} {STOPPED_NOTE}".strip()
+        text = "".join(parts)
         if finish == "length":  # say so rather than end mid-sentence without a word
-            yield TRUNCATED_NOTE.format(max_tokens=kw.get("max_tokens") or self.rt.settings.llm_max_tokens)
+            note = TRUNCATED_NOTE.format(max_tokens=kw.get("max_tokens") or self.rt.settings.llm_max_tokens)
+            yield note
+            text += note
+        return text
 
     def stream(self, messages: list[dict], files: dict[str, list[str]], **kw) -> Generator[ChatUpdate, None, str]:
         """The answer as the model writes it. A GraphRAG Topic's PATH and LOCAL answers are written
@@ -432,7 +480,13 @@ class _Turn:
         parts: list[str] = []
         whole_first = self.topic.kind == "graphrag" and self.route not in STREAMED_GRAPH_ROUTES
         with self.trace.step("answer", route=self.route, streamed=not whole_first) as ev:
-            for delta in self.answer_deltas(messages, "answer", **kw):
+            deltas = self.answer_deltas(messages, "answer", **kw)
+            while True:
+                try:
+                    delta = next(deltas)
+                except StopIteration as done:
+                    raw = done.value
+                    break
                 if not parts:
                     ev.data["first_token_ms"] = round((time.perf_counter() - self.started) * 1000, 3)
                     if whole_first:
@@ -440,12 +494,71 @@ class _Turn:
                 parts.append(delta)
                 if not whole_first:
                     yield self.update(render_citations("".join(parts), files))
-            ev.data["raw_answer"] = "".join(parts)
+            ev.data["raw_answer"] = raw
         if whole_first:
-            words = "".join(parts).split(" ")
-            for end in range(WORDS_PER_UPDATE, len(words) + WORDS_PER_UPDATE, WORDS_PER_UPDATE):
-                yield self.update(render_citations(" ".join(words[:end]), files))
-        return "".join(parts)
+            yield from self.show_words(raw, files)
+        return raw
+
+    def show_words(self, raw: str, files: dict[str, list[str]]) -> Iterator[ChatUpdate]:
+        """A written answer shown word by word (:data:`WORDS_PER_UPDATE` a step), citations as file names."""
+        words = raw.split(" ")
+        for end in range(WORDS_PER_UPDATE, len(words) + WORDS_PER_UPDATE, WORDS_PER_UPDATE):
+            yield self.update(render_citations(" ".join(words[:end]), files))
+
+    # -- extractive answers -------------------------------------------------------------
+
+    def is_extractive(self) -> bool:
+        """Whether answers are quoted rather than written: Answer Mode EXTRACTIVE, or AUTO while the Language
+        Model role (with the Topic's override) is the bundled model."""
+        mode = getattr(self.cfg, "answer_mode", "AUTO")
+        if mode == "AUTO":
+            return self.rt.gateway.endpoint("language_model", self.trace).is_local
+        return mode == "EXTRACTIVE"
+
+    def extractive_note(self) -> str:
+        """The line under a quoted answer: why it is quoted, and how to get written answers."""
+        bundled = self.rt.gateway.endpoint("language_model", self.trace).is_local
+        return EXTRACTIVE_NOTE_BUNDLED if bundled else EXTRACTIVE_NOTE_CHOSEN
+
+    def select_quotes(self, passages: list[Passage]) -> list:
+        """The sentences to quote, ranked by the embedding model (see :mod:`~ragtopics.answer.extractive`)."""
+        ranked = rank_sentences(self.question, passages,
+                                lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"))  # fmt: skip
+        return choose_quotes(ranked)
+
+    def quote(self, coded: dict[str, Evidence], offered: list[OfferedPicture],
+              files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:  # fmt: skip
+        """An extractive answer from the evidence, shown word by word; returns it with its citation codes.
+
+        The pictures linked to the quoted evidence are placed under the quotes. Returns "" when no
+        sentence of the evidence can be quoted (the no-answer response is then shown).
+        """
+        quotable = [code for code, item in coded.items() if item.kind in QUOTABLE_KINDS] or list(coded)
+        passages = [Passage(code, coded[code].text, rank) for rank, code in enumerate(quotable)]
+        with self.trace.step("answer", route=self.route, method="extractive") as ev:
+            quotes = self.select_quotes(passages)
+            lead = lead_line([(q.code, coded[q.code].file_names) for q in quotes], fallback=SUMMARIES_LEAD)
+            raw = compose_answer(quotes, lead=lead, note=self.extractive_note())
+            quoted = {pid for q in quotes for pid in coded[q.code].pictures}
+            pictures = " ".join(f"[{p.code}]" for p in offered if p.picture_id in quoted)
+            if raw and pictures:
+                head, _, note = raw.rpartition("\n\n")
+                raw = f"{head}\n\n{pictures}\n\n{note}"
+            ev.data.update(quotes=[{"code": q.code, "sentence": q.text, "score": round(q.score, 4)} for q in quotes],
+                           raw_answer=raw, first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
+        yield from self.show_words(raw, files)
+        return raw
+
+    def quote_attachment(self, attachment: Attachment) -> Generator[ChatUpdate, None, str | None]:
+        """An ATTACHMENT answer quoted from the attached text file; None when nothing in it can be quoted."""
+        with self.trace.step("answer", route=Route.ATTACHMENT.value, method="extractive") as ev:
+            quotes = self.select_quotes([Passage("", attachment.text, 0)])
+            raw = compose_answer(quotes, lead=f"From the attached file {attachment.file_name}:", note=self.extractive_note())
+            ev.data.update(quotes=[{"sentence": q.text, "score": round(q.score, 4)} for q in quotes], raw_answer=raw)
+        if not raw:
+            return None
+        yield from self.show_words(raw, {})
+        return raw
 
     def answer_with_tools(self, messages: list[dict], tools: list[dict], tool_topics: dict[str, Topic],
                           files: dict[str, list[str]]) -> Generator[ChatUpdate, None, tuple[str, list[ToolResult]]]:  # fmt: skip
@@ -477,14 +590,16 @@ class _Turn:
 
     # -- after the answer ---------------------------------------------------------------
 
-    def attribute(self, raw: str, coded: dict[str, Evidence]) -> list[Source]:
+    def attribute(self, raw: str, coded: dict[str, Evidence], *, model_check: bool = True) -> list[Source]:
         """The sources the answer used: per used file, the chunks it cited or quoted first, then the file's others.
 
         Files neither cited nor quoted are confirmed by a model call per file, except while the Language
         Model role is the bundled model: it would confirm any file, so they are decided on evidence
-        (figures the answer shares with them, else the best retrieved file)."""
+        (figures the answer shares with them, else the best retrieved file). ``model_check=False``
+        (an extractive answer, which cites exactly what it quotes) never asks the model either."""
         candidates = [_Candidate(code, name, item.text) for code, item in coded.items() for name in item.file_names]
-        bundled = self.rt.gateway.endpoint("language_model", self.trace).is_local  # it says "used" to any file: no call
+        # The bundled model says "used" to any file: no call.
+        bundled = not model_check or self.rt.gateway.endpoint("language_model", self.trace).is_local
         with self.trace.step("source_check", method=NO_SOURCE_CHECK if bundled else "model") as ev:
             check = check_sources(raw, candidates, None if bundled else self.confirm_use)
             ev.data.update(reasons=check.reasons, chunk_reasons=check.chunk_reasons, answer_before=raw)

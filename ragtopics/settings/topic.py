@@ -147,6 +147,21 @@ class RouterMethod(str, Enum):
     LLM = "LLM"
 
 
+class AnswerMode(str, Enum):
+    """How an answer is written from the evidence.
+
+    AUTO: EXTRACTIVE while the Language Model role is the bundled model (it cannot write
+        answers worth reading), GENERATIVE otherwise.
+    EXTRACTIVE: the sentences of the evidence that best answer the question, quoted with
+        their citations (ranked by the embedding model; no language-model call).
+    GENERATIVE: the Language Model writes the answer from the evidence.
+    """
+
+    AUTO = "AUTO"
+    EXTRACTIVE = "EXTRACTIVE"
+    GENERATIVE = "GENERATIVE"
+
+
 class GraphExtractionMethod(str, Enum):
     """How entities and relationships are found in each chunk (GraphRAG).
 
@@ -246,6 +261,10 @@ class ChatSettings(BaseModel):
     router_method: RouterMethod = setting(
         RouterMethod.AUTO, phase="chat",
         description="How the router decides: AUTO (EMBEDDING while the Router role is bundled, else LLM), EMBEDDING or LLM.")
+    answer_mode: AnswerMode = setting(
+        AnswerMode.AUTO, phase="chat",
+        description="How answers are written: AUTO (EXTRACTIVE while the Language Model role is bundled, else "
+        "GENERATIVE), EXTRACTIVE (quoted sentences, no model call) or GENERATIVE (the model writes).")
     mcp_interfaces: list[str] = setting(
         phase="chat", default_factory=list,
         description="Names of other Topics the model may ask as tools (needs a tool-capable Language Model).")

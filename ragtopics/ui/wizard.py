@@ -44,7 +44,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
         ("Graph", []),
         ("Search and answers", ["retrieval_strategy", "keyword_enrichment", "rrf_k", "top_k_results", "min_similarity_score",
                                 "follow_file_mentions", "reranking_strategy", "route_before_retrieval", "router_method", "router_confidence_threshold",
-                                "memory", "no_answer_response", "show_pictures", "chat_attachment_types",
+                                "answer_mode", "memory", "no_answer_response", "show_pictures", "chat_attachment_types",
                                 "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],
     "graphrag": [
@@ -54,7 +54,7 @@ STEPS: dict[str, list[tuple[str, list[str]]]] = {
         ("Search and answers", ["route_before_retrieval", "router_method", "confidence_threshold", "direct_confidence_threshold",
                                 "answer_without_searching", "path_max_hops", "seed_strategy", "top_k_nodes", "min_similarity_score",
                                 "hop_depth", "max_subgraph_nodes", "max_cited_chunks", "top_k_seed_chunks", "top_k_unlinked_chunks",
-                                "follow_file_mentions",                                 "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "memory", "no_answer_response",
+                                "follow_file_mentions",                                 "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "answer_mode", "memory", "no_answer_response",
                                 "chat_attachment_types", "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
     ],
 }  # fmt: skip

@@ -1,0 +1,262 @@
+"""Extractive answers: the sentences of the evidence that best answer the question, quoted with citations.
+
+While the Language Model role is served by the bundled 135M model, a written answer is
+not worth reading (it loops and invents). The design already routes with the embedding
+model and extracts the graph with an NLP library while that is so; this module does the
+same for answers. It is query-focused extractive summarisation in its simplest sound
+form: split the evidence into sentences, score each against the question with the
+embedding model (cosine similarity of unit vectors) plus the share of the question's
+content words and codes it contains (weighted by their rarity among the candidate
+sentences, as BM25's idf does), prefer the better-ranked evidence a little, keep the best
+few, and show them in the order they stand in their passages, each followed by its
+citation code.
+
+Pure functions; the only model used is the embedding function passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Most sentences an answer quotes, and most taken from one passage.
+MAX_QUOTES = 4
+MAX_QUOTES_PER_PASSAGE = 2
+#: A sentence is quoted only when its score is within this margin of the best sentence's.
+SCORE_MARGIN = 0.15
+#: Weight of the question-word overlap (0..1) next to cosine similarity (-1..1).
+KEYWORD_WEIGHT = 0.3
+#: Weight of the passage's retrieval rank: ``RANK_WEIGHT / (rank + 1)`` is added to its sentences' scores.
+RANK_WEIGHT = 0.1
+#: Sentences shorter than this (in words) are not quoted alone: headings, captions, list stubs.
+MIN_SENTENCE_WORDS = 4
+#: Longest quoted sentence, in characters (a table row or a run-on line is clipped at a word).
+MAX_SENTENCE_CHARS = 400
+#: Most sentences embedded per answer (the best-ranked passages' first); bounds the embedding cost.
+MAX_CANDIDATES = 160
+
+#: Words that carry no meaning of their own in a question (spaCy's English stop words, plus question words).
+_QUESTION_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "does", "did", "do", "is",
+                   "are", "was", "were", "much", "many", "often", "long"}  # fmt: skip
+_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
+#: A code: a word with a digit, or letters joined by a hyphen to digits ("K-2", "P-1", "ISO-9001", "v2").
+_CODE = re.compile(r"^(?=.*\d)[^\W_]+(?:-[^\W_]+)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A text an extractive answer may quote from.
+
+    Attributes:
+        code: its citation code (``S1``...); "" when it cannot be cited (an attached file).
+        text: the passage's text.
+        rank: its retrieval rank, 0 for the best.
+    """
+
+    code: str
+    text: str
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """One sentence chosen for the answer.
+
+    Attributes:
+        code: the citation code of its passage ("" when none).
+        text: the sentence, whitespace collapsed.
+        rank: its passage's retrieval rank.
+        position: the sentence's index in its passage.
+        score: cosine similarity + keyword and rank bonuses (see the module docstring).
+    """
+
+    code: str
+    text: str
+    rank: int
+    position: int
+    score: float
+
+
+_SPLITTER = None
+_SPLITTER_LOCK = threading.Lock()
+
+
+def _sentencizer():
+    """spaCy's rule-based sentence splitter on a blank English pipeline (no model to load), built once."""
+    global _SPLITTER
+    with _SPLITTER_LOCK:
+        if _SPLITTER is None:
+            import spacy
+
+            nlp = spacy.blank("en")
+            nlp.add_pipe("sentencizer")
+            _SPLITTER = nlp
+    return _SPLITTER
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a passage, in order.
+
+    Lines are grouped into paragraphs first (a blank line, a list item or a table row starts a new
+    one; Markdown headings are dropped: they name a section, they do not answer), then spaCy's
+    rule-based sentencizer splits each paragraph. Sentences of fewer than :data:`MIN_SENTENCE_WORDS`
+    words are dropped; longer than :data:`MAX_SENTENCE_CHARS` characters are clipped at a word with ``…``.
+    """
+    out: list[str] = []
+    nlp = _sentencizer()
+    for block in _paragraphs(text):
+        for sent in nlp(block).sents:
+            sentence = sent.text.strip()
+            if len(_WORD.findall(sentence)) < MIN_SENTENCE_WORDS:
+                continue
+            if len(sentence) > MAX_SENTENCE_CHARS:
+                sentence = sentence[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
+            out.append(sentence)
+    return out
+
+
+_ITEM = re.compile(r"^\s*(?:[-*•>|]+|\d+[.)])\s+")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Lines joined into paragraphs, whitespace collapsed, list markers removed, headings left out."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            blocks.append([])
+            continue
+        if _ITEM.match(line):
+            blocks.append([_ITEM.sub("", line)])
+            continue
+        blocks[-1].append(line)
+    return [joined for b in blocks if (joined := " ".join(" ".join(b).split()))]
+
+
+def question_terms(question: str) -> dict[str, float]:
+    """The question's content words and codes, lower-cased, each with its weight (codes count twice).
+
+    Stop words are spaCy's English list plus question words ("how", "often").
+    """
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    terms: dict[str, float] = {}
+    for word in _WORD.findall(question):
+        key = word.lower()
+        if key in STOP_WORDS or key in _QUESTION_WORDS or (len(key) < 2 and not key.isdigit()):
+            continue
+        terms[key] = 2.0 if _CODE.match(word) else 1.0
+    return terms
+
+
+def rank_sentences(question: str, passages: Sequence[Passage], embed: Callable[[list[str]], np.ndarray]) -> list[Quote]:
+    """Every sentence of the passages, scored against the question, best first.
+
+    Args:
+        question: the user's question.
+        passages: the evidence, best-ranked first.
+        embed: texts → unit vectors, shape ``(len(texts), dims)`` (the Topic's embedding model).
+
+    Returns:
+        One :class:`Quote` per sentence (at most :data:`MAX_CANDIDATES`), sorted by score, highest first.
+    """
+    found = [(p, n, s) for p in sorted(passages, key=lambda p: p.rank) for n, s in enumerate(split_sentences(p.text))]
+    found = found[:MAX_CANDIDATES]
+    if not found:
+        return []
+    vectors = embed([question, *(s for _, _, s in found)])
+    cosine = vectors[1:] @ vectors[0]
+    words = [{w.lower() for w in _WORD.findall(s)} for _, _, s in found]
+    overlap = _term_overlap(question_terms(question), words)
+    quotes = [Quote(p.code, s, p.rank, n, float(cosine[i]) + KEYWORD_WEIGHT * overlap[i] + RANK_WEIGHT / (p.rank + 1))
+              for i, (p, n, s) in enumerate(found)]  # fmt: skip
+    return sorted(quotes, key=lambda q: -q.score)
+
+
+def _term_overlap(terms: dict[str, float], sentences: list[set[str]]) -> list[float]:
+    """Per sentence, the idf-weighted share (0..1) of the question's terms it contains.
+
+    The idf is BM25's, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the candidate sentences
+    (Robertson and Zaragoza, 2009), so a word every sentence has counts for little.
+    """
+    if not terms:
+        return [0.0] * len(sentences)
+    n = len(sentences)
+    weight = {t: w * math.log(1 + (n - (df := sum(t in s for s in sentences)) + 0.5) / (df + 0.5)) for t, w in terms.items()}
+    total = sum(weight.values()) or 1.0
+    return [sum(w for t, w in weight.items() if t in s) / total for s in sentences]
+
+
+def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> list[Quote]:
+    """The quotes an answer shows, in reading order.
+
+    Takes the best sentences (at most :data:`MAX_QUOTES_PER_PASSAGE` from one passage, none
+    scoring more than :data:`SCORE_MARGIN` below the best), then orders them by passage rank
+    and by their place in the passage, so consecutive sentences read as they were written.
+
+    Args:
+        ranked: scored sentences, best first (:func:`rank_sentences`).
+        max_quotes: most sentences kept.
+    """
+    if not ranked:
+        return []
+    best = ranked[0].score
+    kept: list[Quote] = []
+    per_passage: dict[tuple[str, int], int] = {}
+    for q in ranked:
+        if len(kept) == max_quotes or q.score < best - SCORE_MARGIN:
+            break
+        key = (q.code, q.rank)
+        if per_passage.get(key, 0) < MAX_QUOTES_PER_PASSAGE:
+            kept.append(q)
+            per_passage[key] = per_passage.get(key, 0) + 1
+    first_seen = {key: n for n, key in enumerate(dict.fromkeys((q.code, q.rank) for q in kept))}
+    return sorted(kept, key=lambda q: (first_seen[(q.code, q.rank)], q.position))
+
+
+def compose_answer(quotes: Sequence[Quote], *, lead: str, note: str) -> str:
+    """The answer text: a lead line, the quotes (consecutive sentences of one passage joined), a note line.
+
+    Args:
+        quotes: the chosen sentences in reading order (:func:`choose_quotes`).
+        lead: the line above the quotes, e.g. ``From [S1] and [S3]:``.
+        note: the line under them saying why the answer is quoted ("" for none).
+
+    Returns:
+        Markdown: each group of sentences as a block quote ended by its citation code
+        (``[S1]``; none for a passage without a code); "" when there is no quote.
+    """
+    if not quotes:
+        return ""
+    groups: list[list[Quote]] = []
+    for q in quotes:
+        last = groups[-1][-1] if groups else None
+        if last is not None and (last.code, last.rank) == (q.code, q.rank) and q.position == last.position + 1:
+            groups[-1].append(q)
+        else:
+            groups.append([q])
+    blocks = [f"> {' '.join(q.text for q in g)}" + (f" [{g[0].code}]" if g[0].code else "") for g in groups]
+    return "\n\n".join([lead, *blocks, *([note] if note else [])])
+
+
+def lead_line(codes_files: Sequence[tuple[str, list[str]]], *, fallback: str) -> str:
+    """``From [S1] and [S3]:``: one citation per distinct file the quotes come from.
+
+    Args:
+        codes_files: ``(code, file names)`` of the quoted passages, in reading order.
+        fallback: the line when no quoted passage names a file (``From the community summaries:``).
+    """
+    seen: dict[str, str] = {}
+    for code, files in codes_files:
+        for name in files:
+            seen.setdefault(name, code)
+    codes = list(dict.fromkeys(seen.values()))
+    if not codes:
+        return fallback
+    cited = [f"[{c}]" for c in codes]
+    joined = cited[0] if len(cited) == 1 else ", ".join(cited[:-1]) + " and " + cited[-1]
+    return f"From {joined}:"
