@@ -49,6 +49,8 @@ _TRANSPORT_ERRORS = _transport_errors()
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_CALLS = 4
+#: Tokens llama.cpp looks back over for its repeat penalty on the bundled model (its server's default).
+REPEAT_LAST_N = 64
 
 #: Attempts per model call, the first included. Four attempts with waits of about
 #: 0.5, 1 and 2 s ride out a model server restarting or a short overload (llama.cpp
@@ -395,6 +397,10 @@ class ModelGateway:
         extra: dict = {"stream_options": {"include_usage": True}} if stream else {}
         if tools:
             extra["tools"] = tools
+        if endpoint.is_local:  # the bundled model's generation settings (llama.cpp's own request fields)
+            extra["extra_body"] = {"repeat_penalty": self.settings.local_llm_repeat_penalty, "repeat_last_n": REPEAT_LAST_N}
+            if self.settings.local_llm_temperature is not None:
+                temperature = self.settings.local_llm_temperature
 
         def request():
             response = client.chat.completions.create(

@@ -2,7 +2,8 @@
 
 A question file is a JSON list of items::
 
-    {"question": "...", "answer": "...", "gold_sources": ["a.txt", "b.pdf"], "expected_way": "LOCAL", "type": "bridge"}
+    {"question": "...", "answer": "...", "answer_aliases": ["..."], "gold_sources": ["a.txt", "b.pdf"],
+     "expected_way": "LOCAL", "type": "bridge"}
 
 where only ``question`` is required. Each question goes through the product's own path:
 :func:`~ragtopics.answer.turn.search_only` with ``retrieval_only`` (routing and search, no
@@ -21,7 +22,12 @@ Metrics (means over the questions that have gold sources, or answers, or ways):
 * **any_gold@k**: 1 when at least one gold source is among the first k files;
 * **MRR**: 1 / the rank of the first gold file (0 when none is returned);
 * **exact match** and **token F1** of the answer against ``answer``, normalised as in the
-  SQuAD evaluation script (citations, punctuation and articles removed, lower case);
+  SQuAD evaluation script (citations, punctuation and articles removed, lower case), the best
+  over ``answer`` and its ``answer_aliases`` (as MuSiQue's evaluation does);
+* **answer containment** (``contains``): 1 when the normalised ``answer`` (or an alias) stands in
+  the normalised answer as whole words, the measure of HotpotQA-style evaluations of long answers
+  (e.g. Trivedi et al., 2023, "Interleaving Retrieval with Chain-of-Thought Reasoning"). The
+  product's own notes under an answer (cut off, stopped, quoted from the sources) are not scored;
 * **way accuracy**: the share of questions whose way equals ``expected_way``;
 * **judged correctness** (``--judge``): the share of answers a judge model (role ``judge``,
   ``JUDGE_BASE_URL`` / ``JUDGE_MODEL``, else the Language Model's endpoint; never the bundled
@@ -73,6 +79,7 @@ class EvalQuestion:
     gold_sources: tuple[str, ...] = ()
     expected_way: str = ""
     type: str = ""
+    answer_aliases: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -149,8 +156,11 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
         if way and way not in {r.value for r in Route}:
             raise RagTopicsError(f"{source}: item {n}: expected_way {item['expected_way']!r} is not a way; the ways are "
                                  f"{', '.join(r.value for r in Route)}")  # fmt: skip
+        aliases = item.get("answer_aliases") or []
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise RagTopicsError(f"{source}: item {n}: answer_aliases must be a list of answers")
         out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold), way,
-                                str(item.get("type") or "")))  # fmt: skip
+                                str(item.get("type") or ""), tuple(a for a in aliases if a.strip())))  # fmt: skip
     if not out:
         raise RagTopicsError(f"{source}: the question file holds no questions")
     return out
@@ -227,17 +237,31 @@ def normalize_answer(text: str) -> str:
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def answer_metrics(answer: str, expected: str) -> dict[str, float]:
-    """``exact_match`` and token ``f1`` of an answer against the expected one ({} without an expected answer)."""
+#: The product's own notes under an answer (cut off, stopped, quoted from the sources): not part of what it says.
+_PRODUCT_NOTES = re.compile(r"\s*(?:…\s*)?\*(?:\((?:cut off|stopped)\b|Quoted from the sources)[^*]*\*\s*$")
+
+
+def answer_metrics(answer: str, expected: str, aliases: tuple[str, ...] = ()) -> dict[str, float]:
+    """``exact_match``, token ``f1`` and ``contains`` of an answer against the expected one and its aliases.
+
+    Each is the best over ``expected`` and ``aliases`` (see the module docstring); {} without an expected answer.
+    """
     if not expected:
         return {}
-    got, want = normalize_answer(answer).split(), normalize_answer(expected).split()
-    common = sum((Counter(got) & Counter(want)).values())
-    if not got or not want:  # as the SQuAD script: F1 is 1 when both are empty after normalising, else 0
-        f1 = float(got == want)
-    else:
-        f1 = 0.0 if common == 0 else 2 * common / (len(got) + len(want))
-    return {"exact_match": float(got == want), "f1": f1}
+    answer = _PRODUCT_NOTES.sub("", answer)
+    got = normalize_answer(answer).split()
+    best = {"exact_match": 0.0, "f1": 0.0, "contains": 0.0}
+    for gold in (expected, *aliases):
+        want = normalize_answer(gold).split()
+        common = sum((Counter(got) & Counter(want)).values())
+        if not got or not want:  # as the SQuAD script: F1 is 1 when both are empty after normalising, else 0
+            f1 = float(got == want)
+        else:
+            f1 = 0.0 if common == 0 else 2 * common / (len(got) + len(want))
+        contains = bool(want) and f" {' '.join(want)} " in f" {' '.join(got)} "
+        for key, value in (("exact_match", float(got == want)), ("f1", f1), ("contains", float(contains))):
+            best[key] = max(best[key], value)
+    return best
 
 
 class Verdict(BaseModel):
@@ -336,8 +360,8 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         result.expected_answer, result.expected_way = q.answer, q.expected_way
         result.metrics = retrieval_metrics(result.files, result.gold_sources)
         if not retrieval_only:
-            result.metrics |= answer_metrics(result.answer, q.answer) if not result.error else (
-                {"exact_match": 0.0, "f1": 0.0} if q.answer else {})  # a failed question answered nothing right
+            result.metrics |= answer_metrics(result.answer, q.answer, q.answer_aliases) if not result.error else (
+                {"exact_match": 0.0, "f1": 0.0, "contains": 0.0} if q.answer else {})  # a failed question answered nothing right
         if judge and q.answer and result.error:
             result.metrics["judged_correct"] = 0.0
         elif judge and q.answer:

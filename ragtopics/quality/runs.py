@@ -152,7 +152,8 @@ def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
 def _execute(rt: Runtime, folder: Path, run_id: str, request: dict[str, Any], progress) -> dict[str, Any]:
     """:func:`execute_run` once its request is read."""
     topic = ev.with_settings(get_topic(rt, request["topic"]), request["settings_changed"])
-    questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"])
+    questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"],
+                                 tuple(q.get("answer_aliases") or ()))  # runs saved before aliases have none
                  for q in request["questions"]]  # fmt: skip
     summary, results = ev.evaluate(rt, topic, questions, route=request["route"], retrieval_only=request["retrieval_only"],
                                    progress=progress)  # fmt: skip

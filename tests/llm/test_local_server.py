@@ -8,6 +8,7 @@ import pytest
 from rq import SimpleWorker
 
 from ragtopics.answer.history import session_turns, turn_trace
+from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard
 from ragtopics.answer.turn import ask
 from ragtopics.settings.env import Settings
 from ragtopics.llm.gateway import ModelGateway
@@ -45,7 +46,7 @@ def test_real_model_answers_from_uploaded_passages(local_model, tmp_path, redis_
         corpus, questions = hotpot
         question = questions[0]
         gold = [t for t, _ in question["supporting_facts"]]
-        topic = create_topic(rt, "Real model")
+        topic = create_topic(rt, "Real model", settings={"answer_mode": "GENERATIVE"})  # AUTO would quote instead
         for title in gold + [t for t, _ in question["context"][:4] if t not in gold]:
             upload(rt, topic, f"{title}.txt", "".join(corpus[title]).encode())
         SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
@@ -69,5 +70,7 @@ def test_real_model_answers_from_uploaded_passages(local_model, tmp_path, redis_
             assert final.sources and {s.file for s in final.sources} <= kept
         calls = [e for e in trace if e["step"] == "model_call" and e["data"]["role"] == "language_model"]
         assert calls and calls[0]["data"]["model"] == "SmolLM2-135M-Instruct" and calls[0]["data"]["completion_tokens"] > 0
+        # The repetition guard leaves no loop in what is shown (it ends a looping answer with its note).
+        assert not RepetitionGuard().tripped(final.text.replace(STOPPED_NOTE, "") + " ")
     finally:
         set_runtime(None)

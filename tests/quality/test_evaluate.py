@@ -51,13 +51,32 @@ def test_a_question_too_long_to_ask_is_refused_before_the_run():
 
 
 def test_answer_metrics_are_squad_exact_match_and_token_f1():
-    assert answer_metrics("The spare tyres, and a jack!", "spare tyres and a jack") == {"exact_match": 1.0, "f1": 1.0}
+    assert answer_metrics("The spare tyres, and a jack!", "spare tyres and a jack") == {"exact_match": 1.0, "f1": 1.0,
+                                                                                          "contains": 1.0}
     partial = answer_metrics("every 90 days at night", "every 90 days")
     assert partial["exact_match"] == 0.0 and partial["f1"] == pytest.approx(2 * 3 / (5 + 3))
     assert answer_metrics("anything", "") == {}
     assert answer_metrics("Every 90 days [pumps.txt].", "every 90 days")["exact_match"] == 1.0
-    assert answer_metrics("The", "the") == {"exact_match": 1.0, "f1": 1.0}  # both empty once normalised, as SQuAD
-    assert answer_metrics("", "Paris") == {"exact_match": 0.0, "f1": 0.0}
+    assert answer_metrics("The", "the") == {"exact_match": 1.0, "f1": 1.0, "contains": 0.0}  # both empty once normalised
+    assert answer_metrics("", "Paris") == {"exact_match": 0.0, "f1": 0.0, "contains": 0.0}
+
+
+def test_answer_containment_takes_whole_words_the_best_alias_and_leaves_the_products_notes_out():
+    long = answer_metrics("From [a.txt]:\n\n> The main airport is Stockholm Arlanda Airport, north of the city. [a.txt]",
+                          "Stockholm Arlanda Airport")  # fmt: skip
+    assert long["contains"] == 1.0 and long["exact_match"] == 0.0 and 0 < long["f1"] < 1
+    assert answer_metrics("It is in Parisian suburbs.", "Paris")["contains"] == 0.0  # whole words only
+    assert answer_metrics("Flights land at Arlanda.", "Stockholm Arlanda Airport", ("Arlanda",))["contains"] == 1.0
+    assert answer_metrics("ARN it is", "Stockholm Arlanda Airport", ("Arlanda Airport", "ARN"))["exact_match"] == 0.0
+    assert answer_metrics("ARN", "Stockholm Arlanda Airport", ("ARN",)) == {"exact_match": 1.0, "f1": 1.0, "contains": 1.0}
+    # "no" stands in the product's own line under a quoted answer, not in what the answer says.
+    quoted = "From [a.txt]:\n\n> They differ. [a.txt]\n\n*Quoted from the sources: no language model is configured.*"
+    assert answer_metrics(quoted, "no")["contains"] == 0.0
+    assert answer_metrics("No [a.txt]. *(stopped: the model began repeating itself)*", "no")["exact_match"] == 1.0
+    items = parse_questions(json.dumps([{"question": "q?", "answer": "a", "answer_aliases": ["b", " "]}]))
+    assert items[0].answer_aliases == ("b",)
+    with pytest.raises(RagTopicsError, match="item 1: answer_aliases must be a list"):
+        parse_questions(json.dumps([{"question": "q?", "answer_aliases": "b"}]))
 
 
 def test_retrieval_only_eval_prints_the_summary_and_writes_each_question(rt, fleet, tmp_path, capsys):

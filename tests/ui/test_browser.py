@@ -128,6 +128,24 @@ def test_a_user_creates_uploads_and_chats(page, run_jobs, scripted_llm, tmp_path
     shot(page, tmp_path, "chat-sources.png")
 
 
+def test_without_a_language_model_the_answer_quotes_the_manual_with_its_source(page, reconfigure, run_jobs, tmp_path):
+    from tests.answer.test_extractive import KETTLE, QUESTION, SHIPPING
+
+    rt = reconfigure(LLM_BASE_URL=None, LOCAL_LLM_PORT=1)  # no endpoint configured: the bundled model (not even running)
+    topic = create_topic(rt, "Kettle manuals")
+    upload(rt, topic, "kettle-manual.md", KETTLE)
+    upload(rt, topic, "shipping.txt", SHIPPING)
+    run_jobs()
+    page.reload()
+    ask_in_chat(page, "Kettle manuals", QUESTION)
+    chat = page.locator("#chatbot")
+    chat.get_by_text("Descale the Kettle K-2 every four weeks in hard-water areas", exact=False).wait_for(timeout=30000)
+    chat.get_by_text("Quoted from the sources: no language model is configured", exact=False).wait_for(timeout=30000)
+    page.locator("#rt-sources").get_by_text("kettle-manual.md").wait_for()
+    assert "The [kettle-manual.md] is from" not in chat.inner_text()
+    shot(page, tmp_path, "chat-extractive.png")
+
+
 def kettle_chat(page, rt, run_jobs, scripted_llm, name: str):
     """A Topic with one kettle manual, opened in the Chat tab; the scripted model answers the two kettle questions."""
     topic = create_topic(rt, name)
