@@ -94,13 +94,16 @@ def bench_bundled_model(rt: Runtime, topic: Topic, questions: list[dict], figure
         return
     try:
         figure("server start", time.perf_counter() - t0, "s")
-        first_tokens, totals = [], []
-        for item in questions[:TTFT_QUESTIONS]:
-            result = _final(ask(rt, topic, item["question"], save=False))
-            first_tokens.append(result.timings_ms.get("first_token", result.timings_ms["total"]))
-            totals.append(result.timings_ms["total"])
-        figure(f"time to first token, {TTFT_QUESTIONS} questions (median)", _pct(first_tokens, 50), "ms")
-        figure("whole answer (median)", _pct(totals, 50), "ms")
+        for mode in ("GENERATIVE", "EXTRACTIVE"):  # the bundled model writing, then the quoted answer AUTO gives
+            moded = update_settings(rt, topic.name, {"answer_mode": mode})
+            first_tokens, totals = [], []
+            for item in questions[:TTFT_QUESTIONS]:
+                result = _final(ask(rt, moded, item["question"], save=False))
+                first_tokens.append(result.timings_ms.get("first_token", result.timings_ms["total"]))
+                totals.append(result.timings_ms["total"])
+            label = "" if mode == "GENERATIVE" else ", quoted (EXTRACTIVE)"
+            figure(f"time to first token{label}, {TTFT_QUESTIONS} questions (median)", _pct(first_tokens, 50), "ms")
+            figure(f"whole answer{label} (median)", _pct(totals, 50), "ms")
         for method in ("LLM", "EMBEDDING"):  # the same Topic, routed first by the bundled model, then by embeddings
             routed = update_settings(rt, topic.name, {"route_before_retrieval": True, "router_method": method})
             t0 = time.perf_counter()
@@ -110,6 +113,6 @@ def bench_bundled_model(rt: Runtime, topic: Topic, questions: list[dict], figure
                    f"{took:.2f} s, route {result.route} (confidence {result.route_confidence}), "
                    f"routing {result.timings_ms.get('route', 0):.1f} ms")  # fmt: skip
     finally:
-        update_settings(rt, topic.name, {"route_before_retrieval": False, "router_method": "AUTO"})
+        update_settings(rt, topic.name, {"route_before_retrieval": False, "router_method": "AUTO", "answer_mode": "AUTO"})
         server.stop()
         _with_model(rt, LLM_BASE_URL=saved.llm_base_url, LLM_MODEL=saved.llm_model)

@@ -2,8 +2,9 @@
 
 Everything runs in-process on a throwaway embedded Redis and a temporary data
 directory, on the HotpotQA subset in ``shared/eval/hotpotqa`` (beside the
-repository; ``RAGTOPICS_EVAL_DIR`` overrides it). The language model is never
-called. The script prints figures, one per line; it asserts nothing.
+repository; ``RAGTOPICS_EVAL_DIR`` overrides it). The language model is the bundled one
+(sections 6 and 11) or a scripted loopback server. The script prints figures, one per line;
+it asserts nothing.
 
 Sections:
     1. ingest of the 994 passages through the real pipeline (receive_upload + ingest_documents, BATCH_FILES a job);
@@ -20,7 +21,9 @@ Sections:
        the language model there is a scripted loopback server (``tests/scripted_llm.py``);
     9. entity deduplication of 10,000 and 100,000 names against a naive all-pairs loop, and an upload's
        look-up of its stored partners against reading every entity (``bench.dedup``);
-    10. Leiden on 10,000 and 100,000 entities, and rebuild model calls (``bench.communities``).
+    10. Leiden on 10,000 and 100,000 entities, and rebuild model calls (``bench.communities``);
+    11. answer containment and token F1 of quoted (EXTRACTIVE) answers against the bundled model's
+        written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import communities as communities_bench
+from bench.answers import bench_answers
 from bench import dedup as dedup_bench
 from bench.chat import bench_bundled_model, bench_overhead
 from bench.filetypes import BUILDERS
@@ -560,6 +564,9 @@ def main() -> int:
                "reading every entity", dedup[f"all_{size}_ms"], higher_is_better=False)  # fmt: skip
     section("10. communities (bench.communities)")
     communities_bench.main([])
+    section("11. answers: quoted against the bundled model's written answers (bench.answers)")
+    with throwaway_runtime(prefix="ragtopics-answers-") as rt:
+        bench_answers(rt, folder.parent, free_port=free_port)
     section("overall")
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("total run time", time.perf_counter() - started, "s")

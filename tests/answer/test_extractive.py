@@ -152,6 +152,8 @@ def test_graph_ways_quote_chunks_and_global_quotes_community_summaries(reconfigu
     overview = final(ask(rt, topic, "What do the documents say about the pumps of Acme Pumps?", route="GLOBAL"))
     assert overview.route == "GLOBAL" and not overview.no_answer
     assert overview.text.startswith("From the community summaries of the graph:\n\n> ")
+    mixed = final(ask(rt, topic, "Who services Pump P-1, and what do the documents say about the pumps?", route="HYBRID"))
+    assert mixed.route in ("HYBRID", "LOCAL") and "Acme Pumps" in mixed.text and mixed.text.endswith(EXTRACTIVE_NOTE_BUNDLED)
     assert scripted_llm.prompts("answer") == []
 
 

@@ -179,3 +179,16 @@ def _jpeg() -> bytes:
     buffer = io.BytesIO()
     Image.new("CMYK", (8, 8), (0, 255, 255, 0)).save(buffer, format="JPEG")
     return buffer.getvalue()
+
+
+def test_a_quoted_answer_shows_the_pictures_of_the_chunks_it_quotes(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Quoted pumps", settings={"min_similarity_score": 0.0, "answer_mode": "EXTRACTIVE"})
+    doc, _ = upload(rt, topic, "pump.docx", pump_docx(intro="The pump is wired with a red live wire and a blue neutral wire."))
+    run_jobs()
+    [picture] = pictures_of(rt, doc.id)
+    result = final(ask(rt, topic, "How is the pump wired?"))
+    assert "red live wire" in result.text and "[pump.docx]" in result.text
+    assert f"![{CAPTION}](/files/" in result.text and scripted_llm.prompts("answer") == []
+    token = re.search(r"\(/files/([^)]+)\)", result.text).group(1)
+    assert rt.signer.verify(token) == picture.blob_path
+    assert result.text.index("![") < result.text.index("*Quoted from the sources")  # above the line under the quotes
