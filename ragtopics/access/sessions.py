@@ -27,22 +27,37 @@ def _user_key(username: str) -> str:
 
 
 def start_session(rt: Runtime, username: str) -> str:
-    """Open a session for ``username``; returns the id to put in the cookie."""
+    """Open a session for ``username``; returns the id to put in the cookie.
+
+    The session's key joins the user's set of session keys, which has no expiry of its own: a session
+    renewed by activity for any length of time is still in it when :func:`end_user_sessions` runs.
+    Keys of sessions that have lapsed since are dropped from the set here, so it holds no more than
+    the user's live sessions and the ones that lapsed since their last login.
+    """
     session_id = secrets.token_urlsafe(32)
+    user_key = _user_key(username)
+    known = [k.decode() if isinstance(k, bytes) else k for k in rt.redis.smembers(user_key)]
     with rt.redis.pipeline() as pipe:
+        for key in known:
+            pipe.exists(key)
+        lapsed = [key for key, alive in zip(known, pipe.execute()) if not alive]
         pipe.set(_key(session_id), username, ex=rt.settings.session_ttl_s)
-        pipe.sadd(_user_key(username), _key(session_id))  # so a password change or a delete can end them all
-        pipe.expire(_user_key(username), rt.settings.session_ttl_s * 2)
+        pipe.sadd(user_key, _key(session_id))  # so a password change or a delete can end them all
+        if lapsed:
+            pipe.srem(user_key, *lapsed)
+        pipe.persist(user_key)  # a set made with an expiry (older versions) keeps no expiry from now on
         pipe.execute()
     return session_id
 
 
 def end_user_sessions(rt: Runtime, username: str) -> int:
     """End every session of ``username`` (after a password change, a role change or a delete); returns how many."""
-    keys = [k.decode() if isinstance(k, bytes) else k for k in rt.redis.smembers(_user_key(username))]
-    ended = rt.redis.delete(*keys) if keys else 0
-    rt.redis.delete(_user_key(username))
-    return int(ended)
+    with rt.redis.pipeline() as pipe:  # read and emptied at once: a session started meanwhile stays in the set
+        pipe.smembers(_user_key(username))
+        pipe.delete(_user_key(username))
+        members, _ = pipe.execute()
+    keys = [k.decode() if isinstance(k, bytes) else k for k in members]
+    return int(rt.redis.delete(*keys)) if keys else 0
 
 
 def session_user(rt: Runtime, session_id: str | None) -> str | None:

@@ -191,9 +191,13 @@ def caller_of(request) -> User | None:
 # ---------------------------------------------------------------------------------------------- events
 
 
-#: The role each page's events need; events outside any page (the app's load events) need ``viewer``.
+#: The role each page's events need; ``console`` holds the events of the console's frame (its load event).
 ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
-                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer"}  # fmt: skip
+                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer",
+                "console": "viewer"}  # fmt: skip
+#: What an event registered outside every :meth:`EventRoles.page` needs: a new event is denied (to all but
+#: admins) until it is given a page.
+UNLISTED_EVENT_ROLE = "admin"
 
 
 @dataclass
@@ -218,8 +222,8 @@ class EventRoles:
 def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
     """Wrap every event function of ``blocks`` so that it runs only for a caller with the role it needs.
 
-    The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in),
-    finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
+    An event missing from ``needs`` (registered outside every page) needs :data:`UNLISTED_EVENT_ROLE`.
+    The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in), finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
     reason when the caller may not, and otherwise runs the event with :func:`acting_user` set.
 
     Returns:
@@ -229,7 +233,11 @@ def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
     for fn_id, block_fn in blocks.fns.items():
         if block_fn.fn is None or getattr(block_fn.fn, "_ragtopics_guarded", False):
             continue
-        block_fn.fn = _guarded(rt, block_fn.fn, needs.get(fn_id, "viewer"))
+        need = needs.get(fn_id)
+        if need is None:
+            log.warning("console event %s (%s) is on no page's role list: only admins may run it", fn_id, block_fn.name)
+            need = UNLISTED_EVENT_ROLE
+        block_fn.fn = _guarded(rt, block_fn.fn, need)
         wrapped += 1
     return wrapped
 
