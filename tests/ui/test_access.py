@@ -166,7 +166,7 @@ def test_every_event_refuses_a_caller_below_its_role(secured, rt):
     for fn_id, block_fn in server.blocks.fns.items():
         if block_fn.fn is None:  # a browser-side (js) event: nothing runs on the server
             continue
-        need = needs.get(fn_id, "viewer")
+        need = needs[fn_id]  # every event of the console is on its page's role list (one that is not needs admin)
         assert block_fn.fn._ragtopics_need == need
         if need == "viewer":
             continue
@@ -178,7 +178,7 @@ def test_every_event_refuses_a_caller_below_its_role(secured, rt):
         refused += 1
     assert refused > 30
     anonymous = gr.Request(headers={}, cookies={})
-    chat_event = next(f for i, f in server.blocks.fns.items() if f.fn is not None and needs.get(i, "viewer") == "viewer")
+    chat_event = next(f for i, f in server.blocks.fns.items() if f.fn is not None and needs[i] == "viewer")
     with pytest.raises(gr.Error, match="Not allowed: log in first"):
         _fire(chat_event, anonymous)
 
@@ -378,3 +378,77 @@ def test_names_are_one_account_in_any_case_and_an_account_can_be_unlocked(secure
         assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 429
         assert main(["user", "unlock", "Otto"]) == 0 and "2 counter(s)" in capsys.readouterr().err
         assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 303
+
+
+def test_a_stored_file_cannot_run_anything_in_the_consoles_origin(secured, rt):
+    _, url = secured
+    vic = login(url, "vic")
+    files = {"page.html": b"<script>fetch('/logout', {method: 'POST'})</script>", "shape.svg": b"<svg><script>alert(1)</script></svg>",
+             "data.xml": b"<x/>", "app.js": b"alert(1)", "deck.pptx": b"PK", "notes.txt": b"<script>alert(1)</script>",
+             "Makefile": b"all:", "plant.pdf": b"%PDF-1.4", "pump.png": b"\x89PNG\r\n", "photo.JPG": b"\xff\xd8\xff"}  # fmt: skip
+    served = {}
+    for name, data in files.items():
+        response = vic.get(rt.signer.sign(rt.blobs.put("topic", "doc", name, data)[0], user="vic"))
+        assert response.status_code == 200 and response.content == data, name
+        assert response.headers["x-content-type-options"] == "nosniff", name
+        served[name] = (response.headers["content-type"], response.headers["content-disposition"].split(";")[0],
+                        response.headers.get("content-security-policy"))  # fmt: skip
+    for active in ("page.html", "shape.svg", "data.xml", "app.js", "deck.pptx"):  # downloaded, never shown
+        assert served[active] == ("application/octet-stream", "attachment", "sandbox"), active
+    for text in ("notes.txt", "Makefile"):  # shown as text: markup in it is not parsed
+        assert served[text] == ("text/plain; charset=utf-8", "inline", "sandbox"), text
+    assert served["pump.png"] == ("image/png", "inline", "sandbox") and served["photo.JPG"] == ("image/jpeg", "inline", "sandbox")
+    # A PDF opens in the browser's PDF viewer, which runs outside the page's origin and shows nothing in a sandbox.
+    assert served["plant.pdf"] == ("application/pdf", "inline", None)
+
+
+def _elapse(rt, seconds: float) -> None:
+    """Let ``seconds`` pass for the session keys: every TTL shrinks by that much, and a key whose TTL runs out is gone."""
+    for pattern in ("rt:session:*", "rt:user-sessions:*"):
+        for key in rt.redis.scan_iter(match=pattern):
+            left_ms = rt.redis.pttl(key)
+            if left_ms < 0:  # no expiry
+                continue
+            if left_ms <= seconds * 1000:
+                rt.redis.delete(key)
+            else:
+                rt.redis.pexpire(key, int(left_ms - seconds * 1000))
+
+
+def test_a_session_active_for_many_lifetimes_still_ends_with_a_password_change(secured, rt):
+    _, url = secured
+    otto = login(url, "otto")
+    ttl_s = rt.settings.session_ttl_s
+    for _ in range(6):  # a click every half lifetime, for three lifetimes
+        _elapse(rt, ttl_s / 2)
+        assert otto.get("/config").status_code == 200
+    users.update_user(rt, "otto", password="another password")
+    assert otto.get("/config").status_code == 401
+    vic = login(url, "vic")
+    for _ in range(6):
+        _elapse(rt, ttl_s / 2)
+        assert vic.get("/config").status_code == 200
+    users.delete_user(rt, "vic")
+    users.create_user(rt, "vic", PASSWORD, "admin")
+    assert vic.get("/config").status_code == 401
+
+
+def test_an_event_on_no_pages_role_list_needs_an_admin(people):
+    from ragtopics.ui.app import build_app
+
+    app = build_app(people)
+    with app:
+        extra = gr.Button("unlisted")
+        box = gr.Textbox()
+        extra.click(lambda: "ran", None, box)
+    unlisted = max(app.fns)
+    assert unlisted not in app.ragtopics_needs
+    assert web.guard_events(people, app, app.ragtopics_needs) == 1
+    event = app.fns[unlisted]
+    assert event.fn._ragtopics_need == "admin"
+    for name in ("vic", "otto"):
+        caller = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, name)})
+        with pytest.raises(gr.Error, match="it needs the admin role"):
+            _fire(event, caller)
+    admin = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, "ada")})
+    assert _fire(event, admin) == "ran"
