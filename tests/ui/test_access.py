@@ -452,3 +452,57 @@ def test_an_event_on_no_pages_role_list_needs_an_admin(people):
             _fire(event, caller)
     admin = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, "ada")})
     assert _fire(event, admin) == "ran"
+
+
+def _chat(rt, topic, session_id: str, owner: str = "") -> None:
+    from ragtopics.storage.chats import add_turn
+
+    add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title="Q", question="Q", answer="A", sources=[],
+             route="SEARCH", route_confidence=None, timings_ms={}, owner=owner)  # fmt: skip
+
+
+def _owners(rt) -> dict[str, str]:
+    from ragtopics.storage.metadata import ChatSessionRow
+
+    with rt.metadata.session() as s:
+        return {row.id: row.owner for row in s.exec(select(ChatSessionRow))}
+
+
+def test_chats_saved_without_login_belong_to_the_first_admin(rt, monkeypatch, caplog):
+    from ragtopics.ui.cli import main
+
+    topic = create_topic(rt, "Kettles")
+    _chat(rt, topic, "chat-open-1")
+    _chat(rt, topic, "chat-open-2")
+    _chat(rt, topic, "chat-cli", owner="someone")
+    users.create_user(rt, "vic", PASSWORD, "viewer")  # a viewer does not switch login on
+    assert _owners(rt) == {"chat-open-1": "", "chat-open-2": "", "chat-cli": "someone"}
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(PASSWORD + "\n"))
+    with caplog.at_level("INFO", logger="ragtopics.access.users"):
+        assert main(["user", "add", "ada", "--role", "admin"]) == 0
+    assert _owners(rt) == {"chat-open-1": "ada", "chat-open-2": "ada", "chat-cli": "someone"}
+    assert "2 chat(s) saved without login now belong to the first admin ada" in caplog.text
+    _chat(rt, topic, "chat-later")  # a second admin is no switch: nothing changes owner again
+    users.create_user(rt, "bea", PASSWORD, "admin")
+    users.update_user(rt, "vic", role="admin")
+    assert _owners(rt)["chat-later"] == ""
+
+
+def test_a_user_made_the_first_admin_is_given_the_chats_saved_without_login(rt, monkeypatch):
+    from ragtopics.access.context import acting_username
+    from ragtopics.answer.history import list_sessions
+
+    topic = create_topic(rt, "Kettles")
+    _chat(rt, topic, "chat-open")
+    users.create_user(rt, "vic", PASSWORD, "viewer")
+    users.update_user(rt, "vic", role="admin")
+    assert _owners(rt) == {"chat-open": "vic"}
+    token = acting_username.set("vic")
+    try:
+        assert [s.id for s in list_sessions(rt, topic)] == ["chat-open"]  # seen by its owner once login is on
+    finally:
+        acting_username.reset(token)
+    monkeypatch.setattr(rt.settings, "admin_username", "boss")
+    monkeypatch.setattr(rt.settings, "admin_password", PASSWORD)
+    _chat(rt, topic, "chat-after")
+    assert users.ensure_env_admin(rt).role == "admin" and _owners(rt)["chat-after"] == ""
