@@ -4,7 +4,8 @@ Every request passes :class:`AccessMiddleware` first. It finds the caller from t
 cookie (a browser that logged in at ``/login``) or from ``Authorization: Bearer <API token>``
 (programs: MCP clients, ``gradio_client``), and refuses everything else except the login page:
 a browser is sent to ``/login``, a program gets 401. That covers Gradio's pages, its API and
-upload routes, the MCP server and the source-file links alike.
+upload routes, the MCP server and the source-file links alike. A Gradio session hash or event id
+that another user first used is refused too (:mod:`ragtopics.ui.session_binding`).
 
 What a caller may *do* is checked per event: :func:`guard_events` wraps every Gradio event
 function with the role its page needs (:data:`ROLE_OF_PAGE`), so an event fired by hand
@@ -42,6 +43,7 @@ from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.access.context import acting_username
+from ragtopics.ui import session_binding
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,12 @@ class AccessMiddleware:
         refusal = _cross_site(scope, headers) or (_foreign_host(headers) if user is LOCAL_USER else None)
         if refusal:
             return await _refuse(scope, receive, send, 403, refusal)
-        if user is not None or path in PUBLIC_PATHS:
+        if user is not None:
+            refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
+            if refusal:
+                return await _refuse(scope, receive, send, 403, refusal)
+            return await self.app(scope, receive, send)
+        if path in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         if scope["type"] == "http" and scope.get("method") == "GET" and "text/html" in headers.get("accept", ""):
             target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")

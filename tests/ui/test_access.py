@@ -506,3 +506,31 @@ def test_a_user_made_the_first_admin_is_given_the_chats_saved_without_login(rt, 
     monkeypatch.setattr(rt.settings, "admin_password", PASSWORD)
     _chat(rt, topic, "chat-after")
     assert users.ensure_env_admin(rt).role == "admin" and _owners(rt)["chat-after"] == ""
+
+
+def test_a_gradio_session_hash_and_event_id_serve_only_the_user_who_first_used_them(secured, rt):
+    server, url = secured
+    create_topic(rt, "Vic's secret Topic")
+    list_topics_fn = next(i for i, f in server.blocks.fns.items() if f.api_name == "list_topics")
+    vic, otto = login(url, "vic"), login(url, "otto")
+    mine = "vichash12345"
+    joined = vic.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine})
+    assert joined.status_code == 200, joined.text
+    event_id = joined.json()["event_id"]
+    # Another user who learned the hash or the event id gets nothing of it, and cannot act in that session.
+    stolen = otto.get("/gradio_api/queue/data", params={"session_hash": mine})
+    assert stolen.status_code == 403 and "belongs to another user" in stolen.text and "secret" not in stolen.text
+    assert otto.get(f"/gradio_api/call/list_topics/{event_id}").status_code == 403
+    assert otto.get(f"/gradio_api/heartbeat/{mine}").status_code == 403
+    assert otto.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine}).status_code == 403
+    assert otto.post("/gradio_api/cancel", json={"session_hash": "ottohash123", "fn_index": list_topics_fn,
+                                                 "event_id": event_id}).status_code == 403  # fmt: skip
+    # Its owner reads the result; the other user's own session and calls work as before.
+    result = vic.get("/gradio_api/queue/data", params={"session_hash": mine})
+    assert result.status_code == 200 and "process_completed" in result.text and "secret Topic" in result.text
+    started = otto.post("/gradio_api/call/list_topics", json={"data": []})
+    assert started.status_code == 200
+    own = otto.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}")
+    assert own.status_code == 200 and "event: complete" in own.text
+    assert vic.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}").status_code == 403
+    assert vic.get("/gradio_api/call/list_topics/an-event-id-never-handed-out").status_code == 403
