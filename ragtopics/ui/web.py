@@ -230,7 +230,8 @@ def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
     """Wrap every event function of ``blocks`` so that it runs only for a caller with the role it needs.
 
     An event missing from ``needs`` (registered outside every page) needs :data:`UNLISTED_EVENT_ROLE`.
-    The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in), finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
+    The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in),
+    finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
     reason when the caller may not, and otherwise runs the event with :func:`acting_user` set.
 
     Returns:
