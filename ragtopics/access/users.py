@@ -13,18 +13,22 @@ their SHA-256 digest is stored, so a token is shown once, when it is made.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import update
 from sqlmodel import select
 
 from ragtopics.access import sessions
 from ragtopics.errors import AccessDeniedError, ConfigurationError, NotFoundError
 from ragtopics.runtime import Runtime
-from ragtopics.storage.metadata import ApiTokenRow, UserRow, utcnow
+from ragtopics.storage.metadata import ApiTokenRow, ChatSessionRow, UserRow, utcnow
+
+log = logging.getLogger(__name__)
 
 #: Roles from least to most allowed.
 ROLES = ("viewer", "operator", "admin")
@@ -91,7 +95,7 @@ def _check_password(password: str) -> str:
 
 
 def create_user(rt: Runtime, username: str, password: str, role: str, *, dev_reporting: bool = False) -> User:
-    """Add a user.
+    """Add a user. The first admin (which switches login on) is given the chats saved without login.
 
     Raises:
         ConfigurationError: a malformed username, an unknown role, a password shorter than
@@ -102,13 +106,18 @@ def create_user(rt: Runtime, username: str, password: str, role: str, *, dev_rep
     with rt.metadata.session() as s:
         if _row_by_name(s, username) is not None:  # "Olga" and "olga" would be two look-alike accounts
             raise ConfigurationError(f"Username: {username!r} is taken")
+        first_admin = role == "admin" and _admin_count(s) == 0
         s.add(UserRow(username=username, password_hash=password_hash, role=role, dev_reporting=dev_reporting))
+        if first_admin:
+            _adopt_open_mode_chats(s, username)
     return User(username, role, dev_reporting or role == "admin")
 
 
 def update_user(rt: Runtime, username: str, *, role: str | None = None, dev_reporting: bool | None = None,
                 password: str | None = None) -> User:  # fmt: skip
     """Change a user's role, DEV_REPORTING or password (None leaves it as it is).
+
+    A user made the first admin (which switches login on) is given the chats saved without login.
 
     Raises:
         NotFoundError: no such user.
@@ -122,6 +131,8 @@ def update_user(rt: Runtime, username: str, *, role: str | None = None, dev_repo
             _check_role(role)
             if row.role == "admin" and role != "admin" and _admin_count(s) == 1:
                 raise ConfigurationError("Role: this is the only admin; make another admin first")
+            if role == "admin" and _admin_count(s) == 0:
+                _adopt_open_mode_chats(s, username)
             row.role = role
         if dev_reporting is not None:
             row.dev_reporting = dev_reporting
@@ -132,6 +143,17 @@ def update_user(rt: Runtime, username: str, *, role: str | None = None, dev_repo
     if password is not None:
         sessions.end_user_sessions(rt, username)  # a stolen cookie does not outlive a password change
     return changed
+
+
+def _adopt_open_mode_chats(s, admin: str) -> int:
+    """Give the chats saved without login (owner "") to ``admin``, the first admin, in the open transaction ``s``.
+
+    Login is required from the first admin on, and a chat is shown only to its owner: without an owner,
+    the chats of open mode would be shown to nobody. Returns how many chats were given.
+    """
+    given = s.execute(update(ChatSessionRow).where(ChatSessionRow.owner == "").values(owner=admin)).rowcount or 0
+    log.info("login is now required: %d chat(s) saved without login now belong to the first admin %s", given, admin)
+    return given
 
 
 def delete_user(rt: Runtime, username: str) -> None:

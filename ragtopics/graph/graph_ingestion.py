@@ -578,7 +578,7 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
                     "nodes": len(imported.nodes), "edges": len(imported.edges), "embedding_model": rt.gateway.embedder.model,
                     "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
                               "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
-    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S), trace.step("store", chunks=len(plan.records)):
+    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence, trace.step("store", chunks=len(plan.records)):
         _check_name_free(rt, plan.document_id, plan.file_name)
         row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
                                         sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip
@@ -586,7 +586,8 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
         try:
             index = rt.chunk_index(topic.id)
             old_ids = sorted(previous_chunk_ids(rt, topic, plan.document_id))
-            index.replace_document(plan.document_id, plan.records)
+            index.replace_document(plan.document_id, plan.records, fence=fence)
+            fence.check()  # the graph store cannot watch the lock: a holder that lost it stops here
             removal = apply_graph(rt, topic, plan.document_id, plan.file_name, plan.graph, old_ids)
             mark_recompute_due(rt, topic.id, f"{plan.file_name} was imported")
             documents.finish(rt.metadata, row.id, row.job_id, status=documents.DocumentStatus.INDEXED,

@@ -301,7 +301,7 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         indexed_with = dict(version.indexed_with)
         if graph is not None:
             indexed_with["graph"] = graph.summary()
-        with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S):  # a newer upload or a delete waits for the swap
+        with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S) as fence:  # a newer upload or a delete waits for the swap
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
@@ -312,12 +312,13 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 
                     if records:
                         index.ensure()  # an index built by another embedder refuses the chunks before the graph changes
+                    fence.check()  # the graph store cannot watch the lock: a holder that lost it stops here
                     removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images)
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
 
                 def swap() -> None:  # inside the row's transaction: the chunks and the row change together
-                    ev.data["replaced"] = index.replace_document(doc.id, records)
+                    ev.data["replaced"] = index.replace_document(doc.id, records, fence=fence)
 
                 with _swap_then_commit(lambda: "replaced" in ev.data):
                     _, obsolete = documents.finish(rt.metadata, doc.id, job_id, status=status, chunk_count=len(records),
@@ -437,7 +438,7 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
     new_blobs: dict[str, list[str]] = {doc.id: [] for doc, *_ in batch}
     replaced: dict[str, int] = {}
     try:
-        with document_locks(rt.redis, [doc.id for doc, *_ in batch], wait_s=WORKER_LOCK_WAIT_S):
+        with document_locks(rt.redis, [doc.id for doc, *_ in batch], wait_s=WORKER_LOCK_WAIT_S) as fence:
             stale = documents.current_jobs(rt.metadata, [(doc.id, job_id) for doc, job_id, _, _ in batch])
             for doc, job_id, trace, version in batch:
                 if stale[job_id]:
@@ -457,7 +458,7 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
 
             def swap() -> None:  # inside the rows' transaction: the chunks and the rows change together
                 t0 = time.perf_counter()
-                replaced.update(rt.chunk_index(topic.id).replace_documents({doc.id: v.records for doc, _, _, v in live}))
+                replaced.update(rt.chunk_index(topic.id).replace_documents({doc.id: v.records for doc, _, _, v in live}, fence=fence))
                 swap_ms = round((time.perf_counter() - t0) * 1000, 3)
                 for doc, _, trace, version in live:
                     trace.add("store", chunks=len(version.records), pictures=len(version.pictures),

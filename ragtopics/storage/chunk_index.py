@@ -33,6 +33,7 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import Tag
 
 from ragtopics.errors import EmbeddingMismatchError
+from ragtopics.storage.locks import Fence
 from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
 
 log = logging.getLogger(__name__)
@@ -332,11 +333,12 @@ class ChunkIndex:
                 return ids
             offset += _PAGE
 
-    def replace_document(self, document_id: str, chunks: list[ChunkRecord]) -> int:
+    def replace_document(self, document_id: str, chunks: list[ChunkRecord], *, fence: Fence | None = None) -> int:
         """Swap a document's chunks for ``chunks`` in one transaction.
 
         The new chunks and the removal of the old ones are sent in a single
         MULTI/EXEC, so a reader sees the old version or the new one, never a mix.
+        With ``fence`` (the document lock's), see :meth:`replace_documents`.
 
         Returns:
             The number of old chunks removed.
@@ -344,9 +346,9 @@ class ChunkIndex:
         Raises:
             ValueError: when an embedding does not have ``dims`` values.
         """
-        return self.replace_documents({document_id: chunks})[document_id]
+        return self.replace_documents({document_id: chunks}, fence=fence)[document_id]
 
-    def replace_documents(self, swaps: dict[str, list[ChunkRecord]]) -> dict[str, int]:
+    def replace_documents(self, swaps: dict[str, list[ChunkRecord]], *, fence: Fence | None = None) -> dict[str, int]:
         """Swap the chunks of several documents in one transaction (:meth:`replace_document` for a batch of uploads).
 
         One query finds the old chunks of every document, one MULTI/EXEC writes the new ones
@@ -354,6 +356,8 @@ class ChunkIndex:
 
         Args:
             swaps: ``{document id: its new chunks}`` (``[]`` removes the document's chunks).
+            fence: the document locks the caller holds; the transaction then commits only while every
+                lock is still the caller's (its keys are watched), so a holder that lost its lock writes nothing.
 
         Returns:
             ``{document id: old chunks removed}``.
@@ -364,12 +368,16 @@ class ChunkIndex:
         Raises:
             ValueError: when an embedding does not have ``dims`` values (nothing is written).
             EmbeddingMismatchError: when new chunks would join an index built with another embedder.
+            LockLostError: with ``fence``, when a lock was lost before the swap or during it (nothing is written).
         """
         if any(swaps.values()):
             self.ensure()
         mappings = [(self.key(c.chunk_id), self._mapping(c)) for chunks in swaps.values() for c in chunks]
         old = self._stored_chunks(list(swaps))
         pipe = self.client.pipeline(transaction=True)
+        if fence is not None:
+            fence.watch(pipe)
+            pipe.multi()
         for key, mapping in mappings:
             pipe.hset(key, mapping=mapping)
         removed, files_changed = {}, False
@@ -387,7 +395,12 @@ class ChunkIndex:
             files_changed |= not before or not chunks or renamed
         if files_changed:  # the set of searchable files changed
             pipe.set(self.files_key, uuid.uuid4().hex)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except redis.WatchError:
+            raise fence.lost_at_exec() from None
+        finally:
+            pipe.reset()
         return removed
 
     def _stored_chunks(self, document_ids: list[str]) -> dict[str, dict[str, str]]:

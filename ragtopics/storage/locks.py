@@ -5,6 +5,11 @@ searchable one (the chunk swap in Redis, inside the SQL transaction of its row),
 version (which supersedes that job and may remove its file), and a delete. Each runs
 under :func:`document_lock`, so a reader sees one version everywhere: the chunks, the
 row and the file its link serves.
+
+A holder that stalls past the lock's time to live loses it, and another may take it. Both
+context managers therefore give the block a :class:`Fence`: the lock tokens it holds. A write
+fenced with it (the chunk swap, through :meth:`Fence.watch`) happens only while every token is
+still in its key, and :meth:`Fence.check` stops a holder before a write that cannot be fenced.
 """
 
 from __future__ import annotations
@@ -32,14 +37,88 @@ LOCK_WAIT_S = 60
 WORKER_LOCK_WAIT_S = LOCK_TTL_S + 10
 
 
+class LockLostError(StoreUnavailableError):
+    """A document lock expired while held (its holder stalled past ``LOCK_TTL_S``): nothing more may be written."""
+
+
+class Fence:
+    """The lock tokens a block holds, to fence its writes with.
+
+    Args:
+        client: the Redis client the locks live in.
+        held: ``(key, token)`` of every lock the block holds.
+    """
+
+    def __init__(self, client: redis.Redis, held: list[tuple[str, bytes]]):
+        self.client = client
+        self.held = list(held)
+        self.lost: list[str] = []  # keys found no longer ours (by the renewal, or a check)
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(f"document lock(s) {', '.join(self.lost)} expired while held (the holder stalled past "
+                             f"{LOCK_TTL_S} s) and may be someone else's now: nothing more is written")  # fmt: skip
+
+    def _compare(self, values: list) -> None:
+        self.lost += [key for (key, token), value in zip(self.held, values, strict=True)
+                      if value != token and key not in self.lost]  # fmt: skip
+        if self.lost:
+            raise self._lost_error()
+
+    def check(self) -> None:
+        """Raise unless every lock is still this block's (one round trip).
+
+        Raises:
+            LockLostError: a lock expired while held, naming its key.
+        """
+        if self.lost:
+            raise self._lost_error()
+        if self.held:
+            self._compare(self.client.mget([key for key, _ in self.held]))
+
+    def watch(self, pipe: redis.client.Pipeline) -> None:
+        """Make a transaction pipeline's EXEC depend on the locks: WATCH their keys, then check the tokens.
+
+        Call it before ``pipe.multi()``: if a lock changes hands (or expires) before EXEC, redis-py
+        raises :class:`redis.WatchError` and nothing of the transaction is written.
+
+        Raises:
+            LockLostError: a lock is already lost (the pipeline is reset).
+        """
+        if not self.held:
+            return
+        keys = [key for key, _ in self.held]
+        pipe.watch(*keys)
+        try:
+            if self.lost:
+                raise self._lost_error()
+            self._compare(pipe.mget(keys))
+        except LockLostError:
+            pipe.reset()
+            raise
+
+    def lost_at_exec(self) -> LockLostError:
+        """The error for a fenced transaction whose EXEC failed (a watched lock changed hands meanwhile)."""
+        self.lost += [key for key, _ in self.held if key not in self.lost]
+        return self._lost_error()
+
+
+def _name(lock) -> str:
+    return lock.name.decode() if isinstance(lock.name, bytes) else lock.name
+
+
+def _token(lock) -> bytes:
+    token = lock.local.token
+    return token if isinstance(token, bytes) else str(token).encode()
+
+
 def lock_key(document_id: str) -> str:
     """The Redis key of a document's lock."""
     return f"rt:lock:document:{document_id}"
 
 
 @contextmanager
-def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold a document's lock for the duration of the block.
+def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK_WAIT_S) -> Iterator[Fence]:
+    """Hold a document's lock for the duration of the block, which gets the lock's :class:`Fence`.
 
     Raises:
         StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
@@ -48,8 +127,9 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
     if not lock.acquire():
         raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); try again")
     try:
-        with _Renewal(client, [lock]):
-            yield
+        fence = Fence(client, [(_name(lock), _token(lock))])
+        with _Renewal(client, [lock], fence):
+            yield fence
     finally:
         try:
             lock.release()
@@ -58,8 +138,8 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
 
 
 @contextmanager
-def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold the locks of several documents (a batch of uploads) for the duration of the block.
+def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: float = LOCK_WAIT_S) -> Iterator[Fence]:
+    """Hold the locks of several documents (a batch of uploads) for the duration of the block (given their :class:`Fence`).
 
     The locks are the keys and tokens of :func:`document_lock` (redis-py's ``Lock``: ``SET NX PX``
     with a random token, released by a script that checks the token), so the two exclude each
@@ -97,8 +177,9 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
             _release_all(client, taken)
             raise
     try:
-        with _Renewal(client, taken):
-            yield
+        fence = Fence(client, [(_name(lock), _token(lock)) for lock in taken])
+        with _Renewal(client, taken, fence):
+            yield fence
     finally:
         _release_all(client, taken)
 
@@ -108,11 +189,13 @@ class _Renewal:
 
     A daemon thread sends one pipeline of redis-py's token-checking re-acquire script for all the
     locks (the tokens are passed in: a ``Lock`` keeps its token thread-local). A lock found no longer
-    ours (it expired while this process was stalled past its TTL) is logged and not renewed again.
+    ours (it expired while this process was stalled past its TTL) is logged, not renewed again, and
+    marked lost in the block's ``fence``, whose next check or fenced write then fails.
     """
 
-    def __init__(self, client: redis.Redis, locks: list):
+    def __init__(self, client: redis.Redis, locks: list, fence: Fence | None = None):
         self.client = client
+        self.fence = fence
         self.held = [(lock, lock.local.token) for lock in locks]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="lock-renewal", daemon=True)
@@ -143,6 +226,8 @@ class _Renewal:
             lost = [lock.name for (lock, _), ok in zip(self.held, renewed, strict=True) if ok != 1]
             if lost:
                 log.warning("document lock(s) expired while held: %s", ", ".join(map(str, lost)))
+                if self.fence is not None:
+                    self.fence.lost += [_name(lock) for lock, _ in self.held if lock.name in lost]
                 self.held = [(lock, token) for lock, token in self.held if lock.name not in lost]
 
 

@@ -94,9 +94,11 @@ def build_app(rt: Runtime) -> gr.Blocks:
             return [whoami_text(rt, user), gr.Button(visible=signed_in), gr.Tabs(selected=first) if first else gr.skip(), *shown,
                     *lists, table]  # fmt: skip
 
-        topics["created"].then(refresh, boxes, boxes, api_visibility="private")
-        topics["deleted"].then(refresh, boxes, boxes, api_visibility="private")
-        app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"]], api_visibility="private")
+        with roles.page("topics"):  # follows a Topic's creation or delete, which only an operator can run
+            topics["created"].then(refresh, boxes, boxes, api_visibility="private")
+            topics["deleted"].then(refresh, boxes, boxes, api_visibility="private")
+        with roles.page("console"):
+            app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"]], api_visibility="private")
     web.guard_events(rt, app, roles.needs)
     app.ragtopics_needs = dict(roles.needs)
     return app

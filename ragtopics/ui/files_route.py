@@ -1,18 +1,78 @@
-"""The ``/files/<token>`` route: serves a source's original file for a signed, unexpired link."""
+"""The ``/files/<token>`` route: serves a source's original file for a signed, unexpired link.
+
+A stored file is whatever someone uploaded, so it is served so that nothing in it can run in the
+console's origin (see :func:`served_as`): every response says ``X-Content-Type-Options: nosniff``
+and, but for PDFs, ``Content-Security-Policy: sandbox``; only PDFs, pictures and plain text open
+in the browser, as what they are; every other type (HTML, SVG, XML, scripts, office files) is a
+download of ``application/octet-stream``.
+"""
 
 from __future__ import annotations
 
 import html
 import logging
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
+from ragtopics.ingest.readers import STRUCTURED_TYPES, TEXT_EXTENSIONS, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage.links import LinkError
 from ragtopics.ui.web import caller_of
 
 log = logging.getLogger(__name__)
+
+#: Types a browser shows without running anything of the file in the page: served inline as what they are.
+INLINE_TYPES = {"pdf": "application/pdf", "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+                "gif": "image/gif", "webp": "image/webp", "bmp": "image/bmp", "tiff": "image/tiff"}  # fmt: skip
+#: Extensions whose content a browser would render as a page or run (markup, SVG, scripts): never shown, only
+#: downloaded, even though their text is readable.
+ACTIVE_EXTENSIONS = frozenset({"html", "htm", "xhtml", "xht", "shtml", "svg", "svgz", "xml", "xsl", "xslt", "js",
+                               "mjs", "cjs", "swf", "wasm", "mht", "mhtml"})  # fmt: skip
+#: Readable text shown in the browser as ``text/plain`` (a source's file opens where it can be read).
+TEXT_TYPES = (TEXT_EXTENSIONS | STRUCTURED_TYPES) - ACTIVE_EXTENSIONS
+#: Sent with every stored file: the browser must not guess another type than the one sent.
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
+#: Sent with every stored file but PDFs: the file is a sandboxed page of a unique origin, where nothing runs
+#: (browsers show no PDF in a sandboxed page; their PDF viewers run a PDF's scripts outside the page's origin).
+SANDBOX = ("Content-Security-Policy", "sandbox")
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """How a stored file is sent.
+
+    Attributes:
+        media_type: the ``Content-Type`` (from the file's extension, never from its content).
+        disposition: ``inline`` (the browser shows it) or ``attachment`` (the browser saves it).
+        headers: the security headers of the response, by name.
+    """
+
+    media_type: str
+    disposition: str
+    headers: dict[str, str]
+
+
+def served_as(file_name: str) -> Serving:
+    """How the file ``file_name`` is served, from its extension alone.
+
+    Args:
+        file_name: the stored file's name (``report.pdf``).
+
+    Returns:
+        PDFs and pictures inline as their type, readable text inline as ``text/plain; charset=utf-8``,
+        everything else (active types included) as an ``application/octet-stream`` attachment; the
+        headers always hold ``X-Content-Type-Options: nosniff``, and ``Content-Security-Policy: sandbox``
+        for every type but PDF.
+    """
+    extension = extension_of(file_name)
+    headers = dict([NOSNIFF] if extension == "pdf" else [NOSNIFF, SANDBOX])
+    if extension in INLINE_TYPES:
+        return Serving(INLINE_TYPES[extension], "inline", headers)
+    if extension in TEXT_TYPES:
+        return Serving("text/plain; charset=utf-8", "inline", headers)
+    return Serving("application/octet-stream", "attachment", headers)
 
 
 def add_file_route(api: FastAPI, rt: Runtime) -> None:
@@ -22,7 +82,8 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
     opens only for that user; a link made outside the console (the CLI) only for an admin.
     An expired, forged, malformed or someone else's link answers 403 with the reason; a link
     to a file that is no longer stored (deleted, or replaced by a newer upload) answers 410.
-    Both are short pages that say what happened and what to do.
+    Both are short pages that say what happened and what to do. A file is served as
+    :func:`served_as` says, so that nothing in it runs in the console's origin.
     """
 
     @api.get("/files/{token}", include_in_schema=False)
@@ -41,7 +102,9 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
             return refusal_page("This file is no longer stored",
                                 "It was deleted from its Topic, or replaced by a newer upload of the same name. "
                                 "Ask the question again to get a link to the current file.", 410)  # fmt: skip
-        return FileResponse(path, filename=path.name, content_disposition_type="inline")
+        serving = served_as(path.name)
+        return FileResponse(path, filename=path.name, media_type=serving.media_type,
+                            content_disposition_type=serving.disposition, headers=serving.headers)  # fmt: skip
 
 
 def refusal_page(title: str, text: str, status: int) -> HTMLResponse:

@@ -4,7 +4,8 @@ Every request passes :class:`AccessMiddleware` first. It finds the caller from t
 cookie (a browser that logged in at ``/login``) or from ``Authorization: Bearer <API token>``
 (programs: MCP clients, ``gradio_client``), and refuses everything else except the login page:
 a browser is sent to ``/login``, a program gets 401. That covers Gradio's pages, its API and
-upload routes, the MCP server and the source-file links alike.
+upload routes, the MCP server and the source-file links alike. A Gradio session hash or event id
+that another user first used is refused too (:mod:`ragtopics.ui.session_binding`).
 
 What a caller may *do* is checked per event: :func:`guard_events` wraps every Gradio event
 function with the role its page needs (:data:`ROLE_OF_PAGE`), so an event fired by hand
@@ -42,6 +43,7 @@ from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.access.context import acting_username
+from ragtopics.ui import session_binding
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,12 @@ class AccessMiddleware:
         refusal = _cross_site(scope, headers) or (_foreign_host(headers) if user is LOCAL_USER else None)
         if refusal:
             return await _refuse(scope, receive, send, 403, refusal)
-        if user is not None or path in PUBLIC_PATHS:
+        if user is not None:
+            refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
+            if refusal:
+                return await _refuse(scope, receive, send, 403, refusal)
+            return await self.app(scope, receive, send)
+        if path in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         if scope["type"] == "http" and scope.get("method") == "GET" and "text/html" in headers.get("accept", ""):
             target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
@@ -191,9 +198,13 @@ def caller_of(request) -> User | None:
 # ---------------------------------------------------------------------------------------------- events
 
 
-#: The role each page's events need; events outside any page (the app's load events) need ``viewer``.
+#: The role each page's events need; ``console`` holds the events of the console's frame (its load event).
 ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
-                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer"}  # fmt: skip
+                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer",
+                "console": "viewer"}  # fmt: skip
+#: What an event registered outside every :meth:`EventRoles.page` needs: a new event is denied (to all but
+#: admins) until it is given a page.
+UNLISTED_EVENT_ROLE = "admin"
 
 
 @dataclass
@@ -218,6 +229,7 @@ class EventRoles:
 def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
     """Wrap every event function of ``blocks`` so that it runs only for a caller with the role it needs.
 
+    An event missing from ``needs`` (registered outside every page) needs :data:`UNLISTED_EVENT_ROLE`.
     The wrapper takes the :class:`gr.Request` as an extra first parameter (Gradio fills it in),
     finds the caller from the request's token or cookie, raises :class:`gr.Error` with the
     reason when the caller may not, and otherwise runs the event with :func:`acting_user` set.
@@ -229,7 +241,11 @@ def guard_events(rt: Runtime, blocks: gr.Blocks, needs: dict[int, str]) -> int:
     for fn_id, block_fn in blocks.fns.items():
         if block_fn.fn is None or getattr(block_fn.fn, "_ragtopics_guarded", False):
             continue
-        block_fn.fn = _guarded(rt, block_fn.fn, needs.get(fn_id, "viewer"))
+        need = needs.get(fn_id)
+        if need is None:
+            log.warning("console event %s (%s) is on no page's role list: only admins may run it", fn_id, block_fn.name)
+            need = UNLISTED_EVENT_ROLE
+        block_fn.fn = _guarded(rt, block_fn.fn, need)
         wrapped += 1
     return wrapped
 

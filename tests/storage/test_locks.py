@@ -84,3 +84,82 @@ def test_a_lock_held_longer_than_its_time_to_live_is_renewed_and_then_released(r
     time.sleep(0.8)
     with document_lock(rt.redis, "doc-c", wait_s=0.1):  # expired: nobody renews another process's lock
         pass
+
+
+def _take_over(rt, document_id: str) -> None:
+    """What happens to a holder stalled past the lock's time to live: the lock expired, and another holder took it."""
+    rt.redis.set(lock_key(document_id), b"the-new-holder", px=60_000)
+
+
+def _index(rt):
+    from ragtopics.storage.chunk_index import ChunkIndex
+
+    return ChunkIndex(rt.redis, "topic-fenced", dims=4, embedding_model="m")
+
+
+def _records(document_id: str, n: int):
+    import numpy as np
+
+    from ragtopics.storage.chunk_index import ChunkRecord
+
+    return [ChunkRecord(chunk_id=f"chunk-{document_id}-{i}", document_id=document_id, file_name="a.txt", position=i,
+                        text=f"text {i}", embedding=np.array([1, 0, 0, i], dtype=np.float32)) for i in range(n)]  # fmt: skip
+
+
+def test_a_holder_that_lost_its_lock_cannot_swap_chunks(rt):
+    from ragtopics.storage.locks import LockLostError
+
+    index = _index(rt)
+    with document_lock(rt.redis, "doc-a") as fence:
+        index.replace_document("doc-a", _records("doc-a", 2), fence=fence)  # still ours: written
+        fence.check()
+        _take_over(rt, "doc-a")
+        with pytest.raises(LockLostError, match="rt:lock:document:doc-a expired while held"):
+            index.replace_document("doc-a", _records("doc-a", 5), fence=fence)
+        with pytest.raises(LockLostError):
+            fence.check()
+    assert sorted(index.document_chunk_ids("doc-a")) == ["chunk-doc-a-0", "chunk-doc-a-1"]  # the second swap wrote nothing
+    assert rt.redis.get(lock_key("doc-a")) == b"the-new-holder"  # and the new holder's lock was left alone
+    with document_locks(rt.redis, ["doc-b", "doc-c"]) as fence:
+        _take_over(rt, "doc-c")
+        with pytest.raises(LockLostError, match="doc-c"):
+            index.replace_documents({"doc-b": _records("doc-b", 1), "doc-c": _records("doc-c", 1)}, fence=fence)
+    assert index.document_chunk_ids("doc-b") == [] and index.document_chunk_ids("doc-c") == []
+
+
+def test_a_lock_the_renewal_found_lost_fences_the_next_write(rt, monkeypatch, caplog):
+    from ragtopics.storage import locks
+
+    monkeypatch.setattr(locks, "LOCK_TTL_S", 0.6)
+    index = _index(rt)
+    with document_lock(rt.redis, "doc-a") as fence:
+        _take_over(rt, "doc-a")
+        deadline = time.monotonic() + 30
+        while not fence.lost and time.monotonic() < deadline:  # the renewal runs every LOCK_TTL_S / 3
+            time.sleep(0.05)
+        with pytest.raises(locks.LockLostError):
+            index.replace_document("doc-a", _records("doc-a", 1), fence=fence)
+    assert "document lock(s) expired while held" in caplog.text and index.document_chunk_ids("doc-a") == []
+
+
+def test_an_upload_whose_lock_is_lost_before_the_swap_writes_no_chunks(rt, run_jobs, monkeypatch):
+    from ragtopics.documents.uploads import get_document
+    from ragtopics.ingest import pipeline
+    from ragtopics.topics.topics import create_topic
+    from tests.ingest.test_ingest import upload
+
+    topic = create_topic(rt, "Manuals")
+    doc, _ = upload(rt, topic, "valves.md", b"Valve V-1 is serviced every spring.")
+    put_pictures = pipeline._put_picture_blobs
+
+    def stalled_then_put(*args, **kwargs):  # runs under the document lock, before the chunk swap
+        _take_over(rt, doc.id)
+        return put_pictures(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_put_picture_blobs", stalled_then_put)
+    run_jobs()
+    assert rt.chunk_index(topic.id).document_chunk_ids(doc.id) == []
+    assert get_document(rt, doc.id).status == "processing"  # nothing changed: queued again at the next worker start
+    assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
+    monkeypatch.setattr(pipeline, "_put_picture_blobs", put_pictures)
+    rt.redis.delete(lock_key(doc.id))

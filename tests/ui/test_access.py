@@ -166,7 +166,7 @@ def test_every_event_refuses_a_caller_below_its_role(secured, rt):
     for fn_id, block_fn in server.blocks.fns.items():
         if block_fn.fn is None:  # a browser-side (js) event: nothing runs on the server
             continue
-        need = needs.get(fn_id, "viewer")
+        need = needs[fn_id]  # every event of the console is on its page's role list (one that is not needs admin)
         assert block_fn.fn._ragtopics_need == need
         if need == "viewer":
             continue
@@ -178,7 +178,7 @@ def test_every_event_refuses_a_caller_below_its_role(secured, rt):
         refused += 1
     assert refused > 30
     anonymous = gr.Request(headers={}, cookies={})
-    chat_event = next(f for i, f in server.blocks.fns.items() if f.fn is not None and needs.get(i, "viewer") == "viewer")
+    chat_event = next(f for i, f in server.blocks.fns.items() if f.fn is not None and needs[i] == "viewer")
     with pytest.raises(gr.Error, match="Not allowed: log in first"):
         _fire(chat_event, anonymous)
 
@@ -378,3 +378,159 @@ def test_names_are_one_account_in_any_case_and_an_account_can_be_unlocked(secure
         assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 429
         assert main(["user", "unlock", "Otto"]) == 0 and "2 counter(s)" in capsys.readouterr().err
         assert anon.post("/login", data={"username": "otto", "password": PASSWORD, "next": "/"}).status_code == 303
+
+
+def test_a_stored_file_cannot_run_anything_in_the_consoles_origin(secured, rt):
+    _, url = secured
+    vic = login(url, "vic")
+    files = {"page.html": b"<script>fetch('/logout', {method: 'POST'})</script>", "shape.svg": b"<svg><script>alert(1)</script></svg>",
+             "data.xml": b"<x/>", "app.js": b"alert(1)", "deck.pptx": b"PK", "notes.txt": b"<script>alert(1)</script>",
+             "Makefile": b"all:", "plant.pdf": b"%PDF-1.4", "pump.png": b"\x89PNG\r\n", "photo.JPG": b"\xff\xd8\xff"}  # fmt: skip
+    served = {}
+    for name, data in files.items():
+        response = vic.get(rt.signer.sign(rt.blobs.put("topic", "doc", name, data)[0], user="vic"))
+        assert response.status_code == 200 and response.content == data, name
+        assert response.headers["x-content-type-options"] == "nosniff", name
+        served[name] = (response.headers["content-type"], response.headers["content-disposition"].split(";")[0],
+                        response.headers.get("content-security-policy"))  # fmt: skip
+    for active in ("page.html", "shape.svg", "data.xml", "app.js", "deck.pptx"):  # downloaded, never shown
+        assert served[active] == ("application/octet-stream", "attachment", "sandbox"), active
+    for text in ("notes.txt", "Makefile"):  # shown as text: markup in it is not parsed
+        assert served[text] == ("text/plain; charset=utf-8", "inline", "sandbox"), text
+    assert served["pump.png"] == ("image/png", "inline", "sandbox") and served["photo.JPG"] == ("image/jpeg", "inline", "sandbox")
+    # A PDF opens in the browser's PDF viewer, which runs outside the page's origin and shows nothing in a sandbox.
+    assert served["plant.pdf"] == ("application/pdf", "inline", None)
+
+
+def _elapse(rt, seconds: float) -> None:
+    """Let ``seconds`` pass for the session keys: every TTL shrinks by that much, and a key whose TTL runs out is gone."""
+    for pattern in ("rt:session:*", "rt:user-sessions:*"):
+        for key in rt.redis.scan_iter(match=pattern):
+            left_ms = rt.redis.pttl(key)
+            if left_ms < 0:  # no expiry
+                continue
+            if left_ms <= seconds * 1000:
+                rt.redis.delete(key)
+            else:
+                rt.redis.pexpire(key, int(left_ms - seconds * 1000))
+
+
+def test_a_session_active_for_many_lifetimes_still_ends_with_a_password_change(secured, rt):
+    _, url = secured
+    otto = login(url, "otto")
+    ttl_s = rt.settings.session_ttl_s
+    for _ in range(6):  # a click every half lifetime, for three lifetimes
+        _elapse(rt, ttl_s / 2)
+        assert otto.get("/config").status_code == 200
+    users.update_user(rt, "otto", password="another password")
+    assert otto.get("/config").status_code == 401
+    vic = login(url, "vic")
+    for _ in range(6):
+        _elapse(rt, ttl_s / 2)
+        assert vic.get("/config").status_code == 200
+    users.delete_user(rt, "vic")
+    users.create_user(rt, "vic", PASSWORD, "admin")
+    assert vic.get("/config").status_code == 401
+
+
+def test_an_event_on_no_pages_role_list_needs_an_admin(people):
+    from ragtopics.ui.app import build_app
+
+    app = build_app(people)
+    with app:
+        extra = gr.Button("unlisted")
+        box = gr.Textbox()
+        extra.click(lambda: "ran", None, box)
+    unlisted = max(app.fns)
+    assert unlisted not in app.ragtopics_needs
+    assert web.guard_events(people, app, app.ragtopics_needs) == 1
+    event = app.fns[unlisted]
+    assert event.fn._ragtopics_need == "admin"
+    for name in ("vic", "otto"):
+        caller = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, name)})
+        with pytest.raises(gr.Error, match="it needs the admin role"):
+            _fire(event, caller)
+    admin = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, "ada")})
+    assert _fire(event, admin) == "ran"
+
+
+def _chat(rt, topic, session_id: str, owner: str = "") -> None:
+    from ragtopics.storage.chats import add_turn
+
+    add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title="Q", question="Q", answer="A", sources=[],
+             route="SEARCH", route_confidence=None, timings_ms={}, owner=owner)  # fmt: skip
+
+
+def _owners(rt) -> dict[str, str]:
+    from ragtopics.storage.metadata import ChatSessionRow
+
+    with rt.metadata.session() as s:
+        return {row.id: row.owner for row in s.exec(select(ChatSessionRow))}
+
+
+def test_chats_saved_without_login_belong_to_the_first_admin(rt, monkeypatch, caplog):
+    from ragtopics.ui.cli import main
+
+    topic = create_topic(rt, "Kettles")
+    _chat(rt, topic, "chat-open-1")
+    _chat(rt, topic, "chat-open-2")
+    _chat(rt, topic, "chat-cli", owner="someone")
+    users.create_user(rt, "vic", PASSWORD, "viewer")  # a viewer does not switch login on
+    assert _owners(rt) == {"chat-open-1": "", "chat-open-2": "", "chat-cli": "someone"}
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(PASSWORD + "\n"))
+    with caplog.at_level("INFO", logger="ragtopics.access.users"):
+        assert main(["user", "add", "ada", "--role", "admin"]) == 0
+    assert _owners(rt) == {"chat-open-1": "ada", "chat-open-2": "ada", "chat-cli": "someone"}
+    assert "2 chat(s) saved without login now belong to the first admin ada" in caplog.text
+    _chat(rt, topic, "chat-later")  # a second admin is no switch: nothing changes owner again
+    users.create_user(rt, "bea", PASSWORD, "admin")
+    users.update_user(rt, "vic", role="admin")
+    assert _owners(rt)["chat-later"] == ""
+
+
+def test_a_user_made_the_first_admin_is_given_the_chats_saved_without_login(rt, monkeypatch):
+    from ragtopics.access.context import acting_username
+    from ragtopics.answer.history import list_sessions
+
+    topic = create_topic(rt, "Kettles")
+    _chat(rt, topic, "chat-open")
+    users.create_user(rt, "vic", PASSWORD, "viewer")
+    users.update_user(rt, "vic", role="admin")
+    assert _owners(rt) == {"chat-open": "vic"}
+    token = acting_username.set("vic")
+    try:
+        assert [s.id for s in list_sessions(rt, topic)] == ["chat-open"]  # seen by its owner once login is on
+    finally:
+        acting_username.reset(token)
+    monkeypatch.setattr(rt.settings, "admin_username", "boss")
+    monkeypatch.setattr(rt.settings, "admin_password", PASSWORD)
+    _chat(rt, topic, "chat-after")
+    assert users.ensure_env_admin(rt).role == "admin" and _owners(rt)["chat-after"] == ""
+
+
+def test_a_gradio_session_hash_and_event_id_serve_only_the_user_who_first_used_them(secured, rt):
+    server, url = secured
+    create_topic(rt, "Vic's secret Topic")
+    list_topics_fn = next(i for i, f in server.blocks.fns.items() if f.api_name == "list_topics")
+    vic, otto = login(url, "vic"), login(url, "otto")
+    mine = "vichash12345"
+    joined = vic.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine})
+    assert joined.status_code == 200, joined.text
+    event_id = joined.json()["event_id"]
+    # Another user who learned the hash or the event id gets nothing of it, and cannot act in that session.
+    stolen = otto.get("/gradio_api/queue/data", params={"session_hash": mine})
+    assert stolen.status_code == 403 and "belongs to another user" in stolen.text and "secret" not in stolen.text
+    assert otto.get(f"/gradio_api/call/list_topics/{event_id}").status_code == 403
+    assert otto.get(f"/gradio_api/heartbeat/{mine}").status_code == 403
+    assert otto.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine}).status_code == 403
+    assert otto.post("/gradio_api/cancel", json={"session_hash": "ottohash123", "fn_index": list_topics_fn,
+                                                 "event_id": event_id}).status_code == 403  # fmt: skip
+    # Its owner reads the result; the other user's own session and calls work as before.
+    result = vic.get("/gradio_api/queue/data", params={"session_hash": mine})
+    assert result.status_code == 200 and "process_completed" in result.text and "secret Topic" in result.text
+    started = otto.post("/gradio_api/call/list_topics", json={"data": []})
+    assert started.status_code == 200
+    own = otto.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}")
+    assert own.status_code == 200 and "event: complete" in own.text
+    assert vic.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}").status_code == 403
+    assert vic.get("/gradio_api/call/list_topics/an-event-id-never-handed-out").status_code == 403
