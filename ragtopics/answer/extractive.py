@@ -8,8 +8,9 @@ form: split the evidence into sentences, score each against the question with th
 embedding model (cosine similarity of unit vectors) plus the share of the question's
 content words and codes it contains (weighted by their rarity among the candidate
 sentences, as BM25's idf does), prefer the better-ranked evidence a little, keep the best
-few, and show them in the order they stand in their passages, each followed by its
-citation code.
+sentence of each passage that comes close to the best overall (the facts of a multi-hop
+question stand in different passages), and show them in the order they stand in their
+passages, each followed by its citation code.
 
 Pure functions; the only model used is the embedding function passed in.
 """
@@ -25,10 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Most sentences an answer quotes, and most taken from one passage.
-MAX_QUOTES = 4
+MAX_QUOTES = 5
 MAX_QUOTES_PER_PASSAGE = 2
-#: A sentence is quoted only when its score is within this margin of the best sentence's.
-SCORE_MARGIN = 0.15
+#: A sentence is quoted only when its score is within this margin of the best sentence's. Tuned on the
+#: development sets (hotpotqa-opaque, 100 questions, Top-K 5): margin 0.15 with at most 4 quotes put the gold
+#: answer in 25 % of the answers (41 words on average), 0.3 with the best of each of the first three passages
+#: in 32 % (54 words), 0.4 with the best of each passage and at most 5 in 43 % (84 words).
+SCORE_MARGIN = 0.4
 #: Weight of the question-word overlap (0..1) next to cosine similarity (-1..1).
 KEYWORD_WEIGHT = 0.3
 #: Weight of the passage's retrieval rank: ``RANK_WEIGHT / (rank + 1)`` is added to its sentences' scores.
@@ -194,9 +198,11 @@ def _term_overlap(terms: dict[str, float], sentences: list[set[str]]) -> list[fl
 def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> list[Quote]:
     """The quotes an answer shows, in reading order.
 
-    Takes the best sentences (at most :data:`MAX_QUOTES_PER_PASSAGE` from one passage, none
-    scoring more than :data:`SCORE_MARGIN` below the best), then orders them by passage rank
-    and by their place in the passage, so consecutive sentences read as they were written.
+    Among the sentences scoring within :data:`SCORE_MARGIN` of the best, the best sentence of each
+    passage comes first (a multi-hop question's second fact usually stands in another passage than
+    the one closest to the question), then the next best, at most :data:`MAX_QUOTES_PER_PASSAGE` from
+    one passage. They are shown by passage rank and by their place in the passage, so consecutive
+    sentences read as they were written.
 
     Args:
         ranked: scored sentences, best first (:func:`rank_sentences`).
@@ -204,17 +210,15 @@ def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> l
     """
     if not ranked:
         return []
-    best = ranked[0].score
+    close = [q for q in ranked if q.score >= ranked[0].score - SCORE_MARGIN]
     kept: list[Quote] = []
-    per_passage: dict[tuple[str, int], int] = {}
-    for q in ranked:
-        if len(kept) == max_quotes or q.score < best - SCORE_MARGIN:
-            break
-        key = (q.code, q.rank)
-        if per_passage.get(key, 0) < MAX_QUOTES_PER_PASSAGE:
+    for q in close:  # the best sentence of each passage
+        if len(kept) < max_quotes and all((k.code, k.rank) != (q.code, q.rank) for k in kept):
             kept.append(q)
-            per_passage[key] = per_passage.get(key, 0) + 1
-    first_seen = {key: n for n, key in enumerate(dict.fromkeys((q.code, q.rank) for q in kept))}
+    for q in close:  # then the next best
+        if len(kept) < max_quotes and q not in kept and sum((k.code, k.rank) == (q.code, q.rank) for k in kept) < MAX_QUOTES_PER_PASSAGE:
+            kept.append(q)
+    first_seen = {key: n for n, key in enumerate(dict.fromkeys((q.code, q.rank) for q in sorted(kept, key=lambda q: q.rank)))}
     return sorted(kept, key=lambda q: (first_seen[(q.code, q.rank)], q.position))
 
 
