@@ -1,4 +1,4 @@
-"""The product's HTTP API beside the console: Topics as OpenAI-compatible models, and health checks.
+"""The product's HTTP API beside the console: Topics as OpenAI-compatible models, health checks and metrics.
 
 :func:`add_api_routes` adds every route to the console's FastAPI app. The console's access
 middleware (:mod:`ragtopics.ui.web`) has identified the caller of every request before a
@@ -14,14 +14,15 @@ from ragtopics.runtime import Runtime
 
 
 def add_api_routes(api: FastAPI, rt: Runtime) -> None:
-    """Add the OpenAI-compatible routes (``/v1``), ``/healthz`` and ``/readyz`` to ``api``.
+    """Add the OpenAI-compatible routes (``/v1``), ``/healthz``, ``/readyz`` and ``/metrics`` to ``api``.
 
     Args:
         api: the console's FastAPI app (before Gradio is mounted at ``/``).
         rt: the runtime whose stores and gateway the routes use.
     """
-    from ragtopics.api import errors, health, openai_compat
+    from ragtopics.api import errors, health, metrics, openai_compat
 
     errors.install(api)
     openai_compat.add_routes(api, rt)
     health.add_routes(api, rt)
+    metrics.add_routes(api, rt)

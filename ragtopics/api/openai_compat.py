@@ -40,6 +40,7 @@ from ragtopics.errors import AccessDeniedError
 from ragtopics.runtime import Runtime
 from ragtopics.storage import chats
 from ragtopics.topics.topics import Topic, get_topic, list_topics
+from ragtopics.tracing.metrics import observe_answer
 from ragtopics.ui import web
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
         stepped = _stepped(user, updates)
 
         def on_final(final: ChatUpdate) -> None:
+            observe_answer(topic.kind, final.route, final.timings_ms)
             remember(rt, user, topic, pairs, question, final)
 
         if body.stream:
