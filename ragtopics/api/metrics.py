@@ -27,8 +27,11 @@ TIMED_ROUTES = frozenset({"/v1/models", "/v1/chat/completions", "/healthz", "/re
 
 
 def route_label(path: str) -> str:
-    """The ``route`` label of a request path: the path for the API's routes, ``console`` for the rest
+    """The ``route`` label of a request path: the path for the API's routes (``/api/v1/<first segment>`` under
+    ``/api/v1``), ``console`` for the rest
     (Gradio's paths carry event ids, which would make a series per request)."""
+    if path.startswith("/api/v1/"):  # the API's first path segment: /api/v1/topics
+        return "/api/v1/" + path.removeprefix("/api/v1/").split("/", 1)[0]
     return path if path in TIMED_ROUTES else "console"
 
 

@@ -236,7 +236,7 @@ def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, bas
     yield "data: [DONE]\n\n"
 
 
-def _stepped(user: User, updates: Iterator[ChatUpdate]) -> Iterator[ChatUpdate]:
+def stepped_as(user: User, updates: Iterator[ChatUpdate]) -> Iterator[ChatUpdate]:
     """``updates`` with each step run for ``user`` (each step may run in another thread)."""
     try:
         while True:
@@ -286,7 +286,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
             return topic, updates, first
 
         topic, updates, first = await anyio.to_thread.run_sync(start)
-        stepped = _stepped(user, updates)
+        stepped = stepped_as(user, updates)
 
         def on_final(final: ChatUpdate) -> None:
             observe_answer(topic.kind, final.route, final.timings_ms)

@@ -202,14 +202,9 @@ def _cmd_topic(args) -> int:
         for t in topics.list_topics(rt):
             print(f"{t.name}\t{t.kind}\t{t.id}\tsettings v{t.settings_version}")
     elif args.topic_command == "show":
-        from dataclasses import asdict
+        from ragtopics.api.shapes import topic_detail
 
-        from ragtopics.settings.docs import settings_rows
-
-        t = topics.get_topic(rt, args.name)
-        print(json.dumps({"id": t.id, "name": t.name, "kind": t.kind, "settings_version": t.settings_version,
-                          "settings": t.settings.model_dump(mode="json"),
-                          "reference": [asdict(row) for row in settings_rows(t.settings)]}, indent=2))  # fmt: skip
+        print(json.dumps(topic_detail(topics.get_topic(rt, args.name)), indent=2))
     elif args.topic_command == "delete":
         from ragtopics.topics.delete import delete_topic
 
@@ -405,20 +400,9 @@ def _cmd_ask(args) -> int:
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
             shown = update.text
     if args.json:
-        print(json.dumps({
-            "answer": final.text,
-            "sources": [s.to_public() for s in final.sources],
-            "route": final.route,
-            "route_confidence": final.route_confidence,
-            "route_reason": final.route_reason,
-            "route_method": final.route_method,
-            "route_planned": final.route_planned,
-            "no_answer": final.no_answer,
-            "note": final.note,
-            "rerank": final.rerank,
-            "session_id": final.session_id,
-            "timings_ms": final.timings_ms,
-        }, ensure_ascii=False))  # fmt: skip
+        from ragtopics.api.shapes import answer
+
+        print(json.dumps(answer(final), ensure_ascii=False))
     else:
         print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:

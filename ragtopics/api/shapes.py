@@ -1,0 +1,45 @@
+"""The JSON objects the HTTP API and the CLI both print: one definition each."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ragtopics.answer.turn import ChatUpdate
+from ragtopics.topics.topics import Topic
+
+
+def topic_summary(topic: Topic) -> dict[str, Any]:
+    """A Topic in a list: ``{"id", "name", "kind", "description", "settings_version"}``."""
+    return {"id": topic.id, "name": topic.name, "kind": topic.kind, "description": topic.description,
+            "settings_version": topic.settings_version}  # fmt: skip
+
+
+def topic_detail(topic: Topic) -> dict[str, Any]:
+    """A Topic shown whole (``ragtopics topic show``): ``{"id", "name", "kind", "settings_version", "settings",
+    "reference"}``, ``reference`` one row per setting with its value, default and description."""
+    from ragtopics.settings.docs import settings_rows
+
+    return {"id": topic.id, "name": topic.name, "kind": topic.kind, "settings_version": topic.settings_version,
+            "settings": topic.settings.model_dump(mode="json"),
+            "reference": [asdict(row) for row in settings_rows(topic.settings)]}  # fmt: skip
+
+
+def answer(final: ChatUpdate) -> dict[str, Any]:
+    """A finished answer (``ragtopics ask --json``): ``{"answer", "sources", "route", "route_confidence",
+    "route_reason", "route_method", "route_planned", "no_answer", "note", "rerank", "session_id", "timings_ms"}``;
+    each source as :meth:`~ragtopics.answer.context.Source.to_public` gives it."""
+    return {
+        "answer": final.text,
+        "sources": [s.to_public() for s in final.sources],
+        "route": final.route,
+        "route_confidence": final.route_confidence,
+        "route_reason": final.route_reason,
+        "route_method": final.route_method,
+        "route_planned": final.route_planned,
+        "no_answer": final.no_answer,
+        "note": final.note,
+        "rerank": final.rerank,
+        "session_id": final.session_id,
+        "timings_ms": final.timings_ms,
+    }

@@ -1,0 +1,101 @@
+"""``/api/v1``: its OpenAPI document, Topics, and ask (JSON and server-sent events) with API tokens and roles."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from fastapi.routing import APIRoute
+from starlette.routing import Mount
+
+from ragtopics.access import users
+from ragtopics.answer.history import session_turns
+from ragtopics.api.rest import PREFIX
+
+QUESTION = "When does K-2 switch off?"
+
+
+def api_client(url: str, rt, username: str | None) -> httpx.Client:
+    headers = {"authorization": f"Bearer {users.make_token(rt, username)}"} if username else {}
+    return httpx.Client(base_url=url.rstrip("/") + PREFIX, headers=headers, timeout=60)
+
+
+def api_routes(server) -> list[tuple[str, str, str]]:
+    """(method, path with ``x`` for parameters, role needed) of every route of the mounted API."""
+    mount = next(r for r in server.api.routes if isinstance(r, Mount) and r.path == PREFIX)
+    out = []
+    for route in mount.app.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        [need] = [d.call.need for d in route.dependant.dependencies if hasattr(d.call, "need")]
+        out += [(method, route.path.replace("{name}", "x"), need) for method in route.methods]
+    return out
+
+
+def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secured, rt):
+    server, url = secured
+    routes = api_routes(server)
+    assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask")}
+    with api_client(url, rt, None) as anonymous:
+        for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
+            response = anonymous.request(method, path, json={"question": "hi"})
+            assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error", (method, path)
+    with api_client(url, rt, "vic") as viewer:
+        for method, path, need in routes:
+            if need == "viewer":
+                continue
+            response = viewer.request(method, path, json={"question": "hi"})
+            assert response.status_code == 403, (method, path)
+            assert response.json()["error"] == {"message": f"Not allowed: vic (viewer) may not do this: it needs the {need} role.",
+                                                "type": "permission_error", "code": "permission_denied"}  # fmt: skip
+
+
+def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured, rt):
+    _, url = secured
+    with api_client(url, rt, "vic") as viewer:
+        document = viewer.get("/openapi.json").json()
+        assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask"}
+        assert "AskRequest" in document["components"]["schemas"]
+        page = viewer.get("/docs")
+    assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
+
+
+def test_topics_and_a_json_answer_with_the_clis_shapes(secured, rt, kettles, scripted_llm):
+    _, url = secured
+    scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1]."
+    with api_client(url, rt, "vic") as viewer, api_client(url, rt, "otto") as operator:
+        assert viewer.get("/topics").json() == [{"id": kettles.id, "name": "Kettles", "kind": "rag", "description": "",
+                                                 "settings_version": kettles.settings_version}]  # fmt: skip
+        shown = operator.get("/topics/Kettles").json()
+        assert shown["name"] == "Kettles" and shown["settings"]["top_k_results"] == kettles.settings.top_k_results
+        assert operator.get("/topics/Teapots").json()["error"]["code"] == "not_found"
+        response = viewer.post("/topics/Kettles/ask", json={"question": QUESTION})
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"answer", "sources", "route", "route_confidence", "route_reason", "route_method",
+                             "route_planned", "no_answer", "note", "rerank", "session_id", "timings_ms"}  # fmt: skip
+        assert body["answer"] == "It switches off at 100 degrees [kettles.txt]." and body["route"] == "SEARCH"
+        assert [s["file"] for s in body["sources"]] == ["kettles.txt"] and body["timings_ms"]["total"] > 0
+        assert [t.answer for t in session_turns(rt, body["session_id"])] == [body["answer"]]
+        empty = viewer.post("/topics/Kettles/ask", json={"question": "  "})
+        assert empty.status_code == 400 and empty.json()["error"]["message"] == "the question is empty"
+        malformed = viewer.post("/topics/Kettles/ask", json={"query": QUESTION})
+        assert malformed.status_code == 400 and "question: Field required" in malformed.json()["error"]["message"]
+
+
+def test_a_streamed_answer_sends_tokens_then_route_sources_and_timings(secured, rt, kettles, scripted_llm):
+    _, url = secured
+    scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1], then cools."
+    with api_client(url, rt, "vic") as viewer:
+        with viewer.stream("POST", "/topics/Kettles/ask", json={"question": QUESTION, "stream": True}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            text = response.read().decode()
+    events = [(block.split("\n")[0].removeprefix("event: "), json.loads(block.split("\n")[1].removeprefix("data: ")))
+              for block in text.strip().split("\n\n")]  # fmt: skip
+    names = [name for name, _ in events if name != "phase"]
+    assert names[-4:] == ["route", "sources", "timings", "done"] and set(names[:-4]) == {"token"}
+    streamed = "".join(data["text"] for name, data in events if name == "token")
+    done = events[-1][1]
+    assert streamed == done["answer"] == "It switches off at 100 degrees [kettles.txt], then cools."
+    assert [s["file"] for s in dict(events)["sources"]] == ["kettles.txt"] and dict(events)["route"]["route"] == "SEARCH"
+    assert dict(events)["timings"] == done["timings_ms"]
