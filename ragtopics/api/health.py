@@ -4,8 +4,8 @@
 its search module, the graph module (the app's Redis, and every registered graph database),
 the SQL metadata database, and every model endpoint the roles use (``GET <base_url>/models``).
 It answers 200 when every check passed and 503 when one failed, with a JSON object naming each
-check. Neither needs login (a probe carries no token); they show no data, and URLs in their
-messages have their passwords hidden.
+check. Neither needs login (a probe carries no token); they show no data and no endpoint URLs
+(a store's own error message may name its host; passwords in URLs are hidden).
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def check_endpoint(base_url: str, api_key: str) -> str:
     response = httpx.get(base_url.rstrip("/") + "/models", headers={"authorization": f"Bearer {api_key}"},
                          timeout=CHECK_TIMEOUT_S)  # fmt: skip
     if response.status_code >= 400:
-        raise RuntimeError(f"HTTP {response.status_code} from {base_url}/models")
-    return f"answers at {base_url}"
+        raise RuntimeError(f"HTTP {response.status_code} from GET /models")
+    return "answers"
 
 
 def readiness_checks(rt: Runtime) -> dict[str, Callable[[], str]]:
