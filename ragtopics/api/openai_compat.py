@@ -35,6 +35,7 @@ from ragtopics.access.context import acting_username
 from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.answer.history import new_session_id, save_turn, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
+from ragtopics.api import shapes
 from ragtopics.api.errors import ApiError, api_error, error_body
 from ragtopics.errors import AccessDeniedError
 from ragtopics.runtime import Runtime
@@ -159,20 +160,9 @@ def remember(rt: Runtime, user: User, topic: Topic, pairs: list[tuple[str, str]]
                      ex=CONVERSATION_TTL_S)  # fmt: skip
 
 
-def public_sources(final: ChatUpdate, base_url: str) -> list[dict]:
-    """The answer's sources in the CLI's and MCP's shape, each ``link`` made absolute with ``base_url``."""
-    out = []
-    for source in final.sources:
-        item = source.to_public()
-        if item["link"].startswith("/"):
-            item["link"] = base_url.rstrip("/") + item["link"]
-        out.append(item)
-    return out
-
-
 def _extra(final: ChatUpdate, base_url: str) -> dict:
     """The fields a response carries besides OpenAI's: sources, the way taken and the saved chat."""
-    return {"sources": public_sources(final, base_url), "route": final.route, "session_id": final.session_id,
+    return {"sources": shapes.sources(final, base_url), "route": final.route, "session_id": final.session_id,
             "no_answer": final.no_answer}  # fmt: skip
 
 

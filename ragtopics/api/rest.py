@@ -61,7 +61,7 @@ def _event(name: str, data) -> str:
     return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final) -> Iterator[str]:
+def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final, base_url: str = "") -> Iterator[str]:
     """An answer as server-sent events: ``phase`` ({"phase", "status"}) while it searches, ``token``
     ({"text"}: text added to the answer), then ``route``, ``sources``, ``timings`` and ``done`` (the object
     :func:`~ragtopics.api.shapes.answer` gives); ``error`` ({"error": {...}}) if it fails on the way."""
@@ -80,7 +80,7 @@ def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final) ->
         on_final(update)
         if update.text.startswith(sent) and len(update.text) > len(sent):
             yield _event("token", {"text": update.text[len(sent):]})
-        whole = shapes.answer(update)
+        whole = shapes.answer(update, base_url)
         yield _event("route", {k: whole[k] for k in ("route", "route_confidence", "route_reason", "route_method", "route_planned")})
         yield _event("sources", whole["sources"])
         yield _event("timings", whole["timings_ms"])
@@ -115,8 +115,9 @@ def build(rt: Runtime) -> FastAPI:
             raise errors.api_error(exc) from None
 
     @app.post("/topics/{name}/ask", tags=["chat"])
-    async def ask_topic(name: str, body: AskRequest, user: User = needs("viewer")):
-        """Ask a Topic; the answer object of `ragtopics ask --json`, or server-sent events. Needs the viewer role."""
+    async def ask_topic(request: Request, name: str, body: AskRequest, user: User = needs("viewer")):
+        """Ask a Topic; the answer object of `ragtopics ask --json` (source links absolute), or server-sent events.
+        Needs the viewer role."""
 
         def start():
             with acting_as(user):
@@ -129,12 +130,13 @@ def build(rt: Runtime) -> FastAPI:
 
         topic, updates, first = await anyio.to_thread.run_sync(start)
         stepped = stepped_as(user, updates)
+        base_url = str(request.base_url).removesuffix(PREFIX.lstrip("/") + "/")  # the console's, not the mount's
 
         def on_final(final: ChatUpdate) -> None:
             observe_answer(topic.kind, final.route, final.timings_ms)
 
         if body.stream:
-            return StreamingResponse(answer_events(stepped, first, on_final), media_type="text/event-stream",
+            return StreamingResponse(answer_events(stepped, first, on_final, base_url), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache"})  # fmt: skip
 
         def finish() -> dict:
@@ -146,7 +148,7 @@ def build(rt: Runtime) -> FastAPI:
             except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
                 raise errors.api_error(exc) from None
             on_final(final)
-            return shapes.answer(final)
+            return shapes.answer(final, base_url)
 
         return await anyio.to_thread.run_sync(finish)
 

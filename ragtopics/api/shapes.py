@@ -25,13 +25,25 @@ def topic_detail(topic: Topic) -> dict[str, Any]:
             "reference": [asdict(row) for row in settings_rows(topic.settings)]}  # fmt: skip
 
 
-def answer(final: ChatUpdate) -> dict[str, Any]:
+def sources(final: ChatUpdate, base_url: str = "") -> list[dict[str, Any]]:
+    """An answer's sources as :meth:`~ragtopics.answer.context.Source.to_public` gives them; with ``base_url``
+    (``http://host:7860/``) each ``link`` is made absolute."""
+    out = []
+    for source in final.sources:
+        item = source.to_public()
+        if base_url and item["link"].startswith("/"):
+            item["link"] = base_url.rstrip("/") + item["link"]
+        out.append(item)
+    return out
+
+
+def answer(final: ChatUpdate, base_url: str = "") -> dict[str, Any]:
     """A finished answer (``ragtopics ask --json``): ``{"answer", "sources", "route", "route_confidence",
     "route_reason", "route_method", "route_planned", "no_answer", "note", "rerank", "session_id", "timings_ms"}``;
-    each source as :meth:`~ragtopics.answer.context.Source.to_public` gives it."""
+    the sources as :func:`sources` gives them (links absolute with ``base_url``)."""
     return {
         "answer": final.text,
-        "sources": [s.to_public() for s in final.sources],
+        "sources": sources(final, base_url),
         "route": final.route,
         "route_confidence": final.route_confidence,
         "route_reason": final.route_reason,

@@ -76,6 +76,7 @@ def test_topics_and_a_json_answer_with_the_clis_shapes(secured, rt, kettles, scr
                              "route_planned", "no_answer", "note", "rerank", "session_id", "timings_ms"}  # fmt: skip
         assert body["answer"] == "It switches off at 100 degrees [kettles.txt]." and body["route"] == "SEARCH"
         assert [s["file"] for s in body["sources"]] == ["kettles.txt"] and body["timings_ms"]["total"] > 0
+        assert body["sources"][0]["link"].startswith(url + "files/")
         assert [t.answer for t in session_turns(rt, body["session_id"])] == [body["answer"]]
         empty = viewer.post("/topics/Kettles/ask", json={"question": "  "})
         assert empty.status_code == 400 and empty.json()["error"]["message"] == "the question is empty"
