@@ -7,16 +7,18 @@ showing a Topic's settings ``operator``. Errors are ``{"error": {"message", "typ
 with the console's messages. The JSON objects are the CLI's (:mod:`ragtopics.api.shapes`).
 
 Routes so far: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JSON, or
-server-sent events with ``"stream": true``).
+server-sent events with ``"stream": true``), ``POST|GET /topics/{name}/documents``,
+``DELETE /topics/{name}/documents/{file_name}`` and ``GET /jobs/{job_id}``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, File, Request, UploadFile
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -24,8 +26,12 @@ from ragtopics.access.users import User
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.api import errors, shapes
 from ragtopics.api.openai_compat import stepped_as, acting_as, require, stable_prefix
+from ragtopics.documents.delete import delete_document
+from ragtopics.documents.uploads import BatchedUploads, list_documents
+from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic, list_topics
+from ragtopics.worker.queue import job_progress
 from ragtopics.tracing.metrics import observe_answer
 
 #: Where the API is mounted on the console's app.
@@ -152,7 +158,66 @@ def build(rt: Runtime) -> FastAPI:
 
         return await anyio.to_thread.run_sync(finish)
 
+    add_document_routes(app, rt)
     return app
+
+
+def add_document_routes(app: FastAPI, rt: Runtime) -> None:
+    """Documents of a Topic (upload, list, delete) and job status; each needs the operator role, as the
+    console's Upload page does."""
+
+    @app.post("/topics/{name}/documents", tags=["documents"])
+    def upload(name: str, files: list[UploadFile] = File(description="One or more files (multipart field `files`)."),
+               user: User = needs("operator")) -> dict:  # fmt: skip
+        """Upload files with the console's checks; small files share indexing jobs. Answers `{"enqueued": [{"id",
+        "file_name", "job_id"}], "refused": [{"file_name", "error"}]}` (a refused file is not stored). Needs the
+        operator role."""
+        try:
+            topic = get_topic(rt, name)
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+        enqueued, refused = [], []
+        with BatchedUploads(rt, topic) as uploads:
+            for upload in files:
+                try:
+                    row = uploads.add(upload.filename or "", upload.file.read())
+                    enqueued.append({"id": row.id, "file_name": row.file_name, "job_id": row.job_id})
+                except RagTopicsError as exc:
+                    refused.append({"file_name": upload.filename or "", "error": str(exc)})
+        failed = {row.job_id: message for row, message in uploads.not_queued}
+        refused += [{"file_name": item["file_name"], "error": failed[item["job_id"]]} for item in enqueued if item["job_id"] in failed]
+        return {"enqueued": [item for item in enqueued if item["job_id"] not in failed], "refused": refused}
+
+    @app.get("/topics/{name}/documents", tags=["documents"])
+    def documents(name: str, user: User = needs("operator")) -> list[dict]:
+        """The Topic's Indexed Documents, as `ragtopics docs --json` prints them. Needs the operator role."""
+        try:
+            return [shapes.document(d) for d in list_documents(rt, get_topic(rt, name))]
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+
+    @app.delete("/topics/{name}/documents/{file_name}", tags=["documents"])
+    def delete(name: str, file_name: str, user: User = needs("operator")) -> dict:
+        """Delete a document (its chunks, keywords, pictures, graph records and files): `{"deleted", "removed"}`,
+        `removed` counting what went. Needs the operator role."""
+        try:
+            topic = get_topic(rt, name)
+            rt.check_store()
+            return {"deleted": file_name, "removed": delete_document(rt, topic, file_name)}
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+
+    @app.get("/jobs/{job_id}", tags=["documents"])
+    def job(job_id: str, user: User = needs("operator")) -> dict:
+        """An indexing job's status and progress: `{"job_id", "status", "phase", "done", "total", "error", "result",
+        "shared_by"}`; status `queued`, `started`, `finished`, `failed`, `stopped` or `canceled`. Needs the operator role."""
+        try:
+            progress = job_progress(rt, job_id)
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+        if progress.status == "missing":
+            raise errors.ApiError(404, f"no job {job_id} (finished jobs are kept for a while, then forgotten)", "not_found")
+        return asdict(progress)
 
 
 def mount(api: FastAPI, rt: Runtime) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import timezone
 from typing import Any
 
 from ragtopics.answer.turn import ChatUpdate
+from ragtopics.documents.uploads import DocumentInfo
 from ragtopics.topics.topics import Topic
 
 
@@ -55,3 +57,14 @@ def answer(final: ChatUpdate, base_url: str = "") -> dict[str, Any]:
         "session_id": final.session_id,
         "timings_ms": final.timings_ms,
     }
+
+
+def utc_iso(moment) -> str:
+    """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
+    return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
+
+
+def document(info: DocumentInfo) -> dict[str, Any]:
+    """A row of a Topic's Indexed Documents (``ragtopics docs --json``): the fields of
+    :class:`~ragtopics.documents.uploads.DocumentInfo`, ``updated_at`` as ISO 8601 UTC."""
+    return {**asdict(info), "updated_at": utc_iso(info.updated_at)}

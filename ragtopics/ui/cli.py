@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 import time
-from datetime import timezone
 from pathlib import Path
 
 from ragtopics.errors import RagTopicsError
@@ -224,11 +223,6 @@ def _cmd_topic(args) -> int:
     return 0
 
 
-def _utc_iso(moment) -> str:
-    """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
-    return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
-
-
 def _cmd_ingest(args) -> int:
     from ragtopics.documents.uploads import BatchedUploads
     from ragtopics.runtime import get_runtime
@@ -348,8 +342,6 @@ def _step(p) -> str:
 
 
 def _cmd_docs(args) -> int:
-    from dataclasses import asdict
-
     from ragtopics.documents.uploads import list_documents
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -365,7 +357,9 @@ def _cmd_docs(args) -> int:
         return 0
     docs = list_documents(rt, topic)
     if args.json:
-        print(json.dumps([{**asdict(d), "updated_at": _utc_iso(d.updated_at)} for d in docs], indent=2))
+        from ragtopics.api.shapes import document
+
+        print(json.dumps([document(d) for d in docs], indent=2))
     else:
         for d in docs:
             print(f"{d.file_name}\t{d.status}\t{_chunks(d.chunk_count)}\t{d.error or d.warning}")

@@ -28,14 +28,18 @@ def api_routes(server) -> list[tuple[str, str, str]]:
         if not isinstance(route, APIRoute):
             continue
         [need] = [d.call.need for d in route.dependant.dependencies if hasattr(d.call, "need")]
-        out += [(method, route.path.replace("{name}", "x"), need) for method in route.methods]
+        path = route.path.replace("{name}", "x").replace("{file_name}", "x").replace("{job_id}", "x")
+        out += [(method, path, need) for method in route.methods]
     return out
 
 
 def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secured, rt):
     server, url = secured
     routes = api_routes(server)
-    assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask")}
+    assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask"),
+                                              ("POST", "/topics/x/documents"), ("GET", "/topics/x/documents"),
+                                              ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x")}  # fmt: skip
+    assert {p for _, p, need in routes if need == "viewer"} == {"/topics", "/topics/x/ask"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
             response = anonymous.request(method, path, json={"question": "hi"})
@@ -54,7 +58,8 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
     _, url = secured
     with api_client(url, rt, "vic") as viewer:
         document = viewer.get("/openapi.json").json()
-        assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask"}
+        assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask", "/topics/{name}/documents",
+                                          "/topics/{name}/documents/{file_name}", "/jobs/{job_id}"}  # fmt: skip
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
@@ -100,3 +105,36 @@ def test_a_streamed_answer_sends_tokens_then_route_sources_and_timings(secured, 
     assert streamed == done["answer"] == "It switches off at 100 degrees [kettles.txt], then cools."
     assert [s["file"] for s in dict(events)["sources"]] == ["kettles.txt"] and dict(events)["route"]["route"] == "SEARCH"
     assert dict(events)["timings"] == done["timings_ms"]
+
+
+def test_upload_ask_and_delete_through_the_api(secured, rt, run_jobs, scripted_llm):
+    from ragtopics.topics.topics import create_topic, get_topic
+
+    _, url = secured
+    create_topic(rt, "Boilers", settings={"file_types": ["txt", "md"]})
+    with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
+        sent = operator.post("/topics/Boilers/documents", files=[
+            ("files", ("boilers.md", b"# Boilers\n\nBoiler B-12 must be descaled every spring.", "text/markdown")),
+            ("files", ("photo.jpg", b"\xff\xd8\xff", "image/jpeg"))])  # fmt: skip
+        assert sent.status_code == 200
+        [enqueued], [refused] = sent.json()["enqueued"], sent.json()["refused"]
+        assert enqueued["file_name"] == "boilers.md" and refused["file_name"] == "photo.jpg" and "md, txt" in refused["error"]
+        assert operator.get(f"/jobs/{enqueued['job_id']}").json()["status"] == "queued"
+        run_jobs()
+        job = operator.get(f"/jobs/{enqueued['job_id']}").json()
+        assert job["status"] == "finished" and job["result"]["status"] == "indexed"
+        [listed] = operator.get("/topics/Boilers/documents").json()
+        assert (listed["file_name"], listed["status"], listed["chunk_count"]) == ("boilers.md", "indexed", 1)
+        assert listed["updated_at"].endswith("+00:00")
+
+        scripted_llm.replies["answer"] = "Descale it every spring [S1]."
+        answer = viewer.post("/topics/Boilers/ask", json={"question": "When is boiler B-12 descaled?"}).json()
+        assert answer["answer"] == "Descale it every spring [boilers.md]." and answer["sources"][0]["file"] == "boilers.md"
+
+        deleted = operator.delete("/topics/Boilers/documents/boilers.md")
+        assert deleted.status_code == 200 and deleted.json()["removed"]["chunks"] == 1
+        assert operator.get("/topics/Boilers/documents").json() == []
+        assert rt.chunk_index(get_topic(rt, "Boilers").id).document_chunk_ids(listed["id"]) == []
+        again = operator.delete("/topics/Boilers/documents/boilers.md")
+        assert again.status_code == 404 and again.json()["error"]["message"] == "Topic 'Boilers' has no document 'boilers.md' (it has none)"
+        assert operator.get("/jobs/job-nothing").status_code == 404
