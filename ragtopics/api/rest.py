@@ -8,7 +8,8 @@ with the console's messages. The JSON objects are the CLI's (:mod:`ragtopics.api
 
 Routes so far: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JSON, or
 server-sent events with ``"stream": true``), ``POST|GET /topics/{name}/documents``,
-``DELETE /topics/{name}/documents/{file_name}`` and ``GET /jobs/{job_id}``.
+``DELETE /topics/{name}/documents/{file_name}``, ``GET /jobs/{job_id}``, and the caller's chats:
+``GET /topics/{name}/chats`` and ``GET /chats/{session_id}``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from ragtopics.access.users import User
+from ragtopics.answer.history import list_sessions, own_session, saved_turns
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.api import errors, shapes
 from ragtopics.api.openai_compat import stepped_as, acting_as, require, stable_prefix
@@ -159,7 +161,36 @@ def build(rt: Runtime) -> FastAPI:
         return await anyio.to_thread.run_sync(finish)
 
     add_document_routes(app, rt)
+    add_chat_routes(app, rt)
     return app
+
+
+def add_chat_routes(app: FastAPI, rt: Runtime) -> None:
+    """The caller's own saved chats (list, read); each needs the viewer role, as the console's Chat page does."""
+
+    @app.get("/topics/{name}/chats", tags=["chat"])
+    def chats(name: str, user: User = needs("viewer")) -> list[dict]:
+        """Your saved chats with a Topic, newest first: `[{"id", "title", "created_at"}]`. Needs the viewer role."""
+        try:
+            with acting_as(user):
+                return [shapes.chat(c) for c in list_sessions(rt, get_topic(rt, name))]
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+
+    @app.get("/chats/{session_id}", tags=["chat"])
+    def read_chat(request: Request, session_id: str, user: User = needs("viewer")) -> dict:
+        """One of your saved chats: `{"id", "title", "created_at", "turns": [...]}`, each turn with its sources
+        as they stand now (a file replaced or deleted since says so). Needs the viewer role."""
+        base_url = str(request.base_url).removesuffix(PREFIX.lstrip("/") + "/")
+        try:
+            with acting_as(user):
+                session = own_session(rt, session_id)
+                if session is None:
+                    raise errors.ApiError(404, f"no chat session {session_id} of yours", "not_found")
+                turns = saved_turns(rt, session_id)
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+        return {**shapes.chat(session), "turns": [shapes.saved_turn(t, base_url) for t in turns]}
 
 
 def add_document_routes(app: FastAPI, rt: Runtime) -> None:

@@ -6,8 +6,11 @@ from dataclasses import asdict
 from datetime import timezone
 from typing import Any
 
+from ragtopics.answer.context import Source
+from ragtopics.answer.history import SavedTurn
 from ragtopics.answer.turn import ChatUpdate
 from ragtopics.documents.uploads import DocumentInfo
+from ragtopics.storage.metadata import ChatSessionRow
 from ragtopics.topics.topics import Topic
 
 
@@ -27,16 +30,21 @@ def topic_detail(topic: Topic) -> dict[str, Any]:
             "reference": [asdict(row) for row in settings_rows(topic.settings)]}  # fmt: skip
 
 
-def sources(final: ChatUpdate, base_url: str = "") -> list[dict[str, Any]]:
-    """An answer's sources as :meth:`~ragtopics.answer.context.Source.to_public` gives them; with ``base_url``
+def public_sources(sources: list[Source], base_url: str = "") -> list[dict[str, Any]]:
+    """Sources as :meth:`~ragtopics.answer.context.Source.to_public` gives them; with ``base_url``
     (``http://host:7860/``) each ``link`` is made absolute."""
     out = []
-    for source in final.sources:
+    for source in sources:
         item = source.to_public()
         if base_url and item["link"].startswith("/"):
             item["link"] = base_url.rstrip("/") + item["link"]
         out.append(item)
     return out
+
+
+def sources(final: ChatUpdate, base_url: str = "") -> list[dict[str, Any]]:
+    """An answer's sources (:func:`public_sources`)."""
+    return public_sources(final.sources, base_url)
 
 
 def answer(final: ChatUpdate, base_url: str = "") -> dict[str, Any]:
@@ -68,3 +76,18 @@ def document(info: DocumentInfo) -> dict[str, Any]:
     """A row of a Topic's Indexed Documents (``ragtopics docs --json``): the fields of
     :class:`~ragtopics.documents.uploads.DocumentInfo`, ``updated_at`` as ISO 8601 UTC."""
     return {**asdict(info), "updated_at": utc_iso(info.updated_at)}
+
+
+def chat(session: ChatSessionRow) -> dict[str, Any]:
+    """A saved chat in a list: ``{"id", "title", "created_at"}`` (``created_at`` ISO 8601 UTC)."""
+    return {"id": session.id, "title": session.title, "created_at": utc_iso(session.created_at)}
+
+
+def saved_turn(turn: SavedTurn, base_url: str = "") -> dict[str, Any]:
+    """A saved turn shown again: ``{"id", "question", "answer", "sources", "route", "route_confidence",
+    "route_reason", "route_method", "route_planned", "timings_ms"}``; each source with its ``status`` now
+    (``current``, ``changed``, ``removed``) and a fresh link (absolute with ``base_url``)."""
+    return {"id": turn.id, "question": turn.question, "answer": turn.answer,
+            "sources": public_sources(turn.sources, base_url), "route": turn.route,
+            "route_confidence": turn.route_confidence, "route_reason": turn.route_reason,
+            "route_method": turn.route_method, "route_planned": turn.route_planned, "timings_ms": turn.timings_ms}  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 from fastapi.routing import APIRoute
@@ -28,7 +29,7 @@ def api_routes(server) -> list[tuple[str, str, str]]:
         if not isinstance(route, APIRoute):
             continue
         [need] = [d.call.need for d in route.dependant.dependencies if hasattr(d.call, "need")]
-        path = route.path.replace("{name}", "x").replace("{file_name}", "x").replace("{job_id}", "x")
+        path = re.sub(r"\{[^}]+\}", "x", route.path)
         out += [(method, path, need) for method in route.methods]
     return out
 
@@ -38,8 +39,9 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
     routes = api_routes(server)
     assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask"),
                                               ("POST", "/topics/x/documents"), ("GET", "/topics/x/documents"),
-                                              ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x")}  # fmt: skip
-    assert {p for _, p, need in routes if need == "viewer"} == {"/topics", "/topics/x/ask"}
+                                              ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x"),
+                                              ("GET", "/topics/x/chats"), ("GET", "/chats/x")}  # fmt: skip
+    assert {p for _, p, need in routes if need == "viewer"} == {"/topics", "/topics/x/ask", "/topics/x/chats", "/chats/x"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
             response = anonymous.request(method, path, json={"question": "hi"})
@@ -59,7 +61,8 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
     with api_client(url, rt, "vic") as viewer:
         document = viewer.get("/openapi.json").json()
         assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask", "/topics/{name}/documents",
-                                          "/topics/{name}/documents/{file_name}", "/jobs/{job_id}"}  # fmt: skip
+                                          "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
+                                          "/chats/{session_id}"}  # fmt: skip
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
@@ -138,3 +141,20 @@ def test_upload_ask_and_delete_through_the_api(secured, rt, run_jobs, scripted_l
         again = operator.delete("/topics/Boilers/documents/boilers.md")
         assert again.status_code == 404 and again.json()["error"]["message"] == "Topic 'Boilers' has no document 'boilers.md' (it has none)"
         assert operator.get("/jobs/job-nothing").status_code == 404
+
+
+def test_a_caller_lists_and_reads_only_their_own_chats(secured, rt, kettles, scripted_llm):
+    _, url = secured
+    scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1]."
+    with api_client(url, rt, "vic") as vic, api_client(url, rt, "otto") as otto:
+        asked = vic.post("/topics/Kettles/ask", json={"question": QUESTION}).json()
+        [listed] = vic.get("/topics/Kettles/chats").json()
+        assert listed["id"] == asked["session_id"] and listed["title"] == QUESTION and listed["created_at"].endswith("+00:00")
+        chat = vic.get(f"/chats/{asked['session_id']}").json()
+        [turn] = chat["turns"]
+        assert (turn["question"], turn["answer"], turn["route"]) == (QUESTION, asked["answer"], "SEARCH")
+        assert turn["sources"][0]["file"] == "kettles.txt" and turn["sources"][0]["status"] == "current"
+        assert turn["sources"][0]["link"].startswith(url + "files/")
+        assert otto.get("/topics/Kettles/chats").json() == []
+        refused = otto.get(f"/chats/{asked['session_id']}")
+        assert refused.status_code == 404 and refused.json()["error"]["message"] == f"no chat session {asked['session_id']} of yours"
