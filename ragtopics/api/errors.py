@@ -20,7 +20,7 @@ from ragtopics.errors import (AccessDeniedError, ModelUnavailableError, NotFound
 log = logging.getLogger(__name__)
 
 #: Path prefixes whose errors take the API's shape (the console's own routes keep theirs).
-API_PREFIXES = ("/v1/", "/api/v1/")
+API_PREFIXES = ("/v1/", "/api/v1/", "/metrics")
 
 #: OpenAI's error type for each HTTP status the API answers with.
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

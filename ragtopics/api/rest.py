@@ -89,7 +89,8 @@ def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final, ba
         if update.text.startswith(sent) and len(update.text) > len(sent):
             yield _event("token", {"text": update.text[len(sent):]})
         whole = shapes.answer(update, base_url)
-        yield _event("route", {k: whole[k] for k in ("route", "route_confidence", "route_reason", "route_method", "route_planned")})
+        route_fields = ("route", "route_confidence", "route_reason", "route_method", "route_planned")
+        yield _event("route", {k: whole[k] for k in route_fields})
         yield _event("sources", whole["sources"])
         yield _event("timings", whole["timings_ms"])
         yield _event("done", whole)
@@ -216,7 +217,8 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
                 except RagTopicsError as exc:
                     refused.append({"file_name": upload.filename or "", "error": str(exc)})
         failed = {row.job_id: message for row, message in uploads.not_queued}
-        refused += [{"file_name": item["file_name"], "error": failed[item["job_id"]]} for item in enqueued if item["job_id"] in failed]
+        refused += [{"file_name": item["file_name"], "error": failed[item["job_id"]]}
+                    for item in enqueued if item["job_id"] in failed]  # fmt: skip
         return {"enqueued": [item for item in enqueued if item["job_id"] not in failed], "refused": refused}
 
     @app.get("/topics/{name}/documents", tags=["documents"])

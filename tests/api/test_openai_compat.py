@@ -41,7 +41,8 @@ def test_a_viewer_lists_topics_and_gets_a_plain_answer_with_sources(secured, rt,
     sources = reply.model_extra["sources"]
     assert [s["file"] for s in sources] == ["kettles.txt"] and 0 < sources[0]["score"] <= 1
     assert sources[0]["link"].startswith(url + "files/")
-    assert httpx.get(sources[0]["link"], headers={"authorization": f"Bearer {users.make_token(rt, 'vic')}"}).content.startswith(b"Kettle K-2")
+    opened = httpx.get(sources[0]["link"], headers={"authorization": f"Bearer {users.make_token(rt, 'vic')}"})
+    assert opened.content.startswith(b"Kettle K-2")
     # Saved as a chat of the token's user, as the console saves one.
     [session] = sessions_of(rt, kettles, "vic")
     assert session.id == reply.model_extra["session_id"]
@@ -92,7 +93,8 @@ def test_callers_without_a_valid_token_and_unknown_models_are_refused(secured, r
             client_for(url, token).models.list()
         assert refused.value.status_code == 401 and "Programs send an API token" in refused.value.message
     with httpx.Client(base_url=url, timeout=30) as anonymous:
-        response = anonymous.post("/v1/chat/completions", json={"model": "Kettles", "messages": [{"role": "user", "content": "hi"}]})
+        response = anonymous.post("/v1/chat/completions",
+                                  json={"model": "Kettles", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "authentication_error" and response.json()["error"]["code"] == "invalid_api_key"
 

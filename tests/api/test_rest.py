@@ -52,7 +52,8 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
                 continue
             response = viewer.request(method, path, json={"question": "hi"})
             assert response.status_code == 403, (method, path)
-            assert response.json()["error"] == {"message": f"Not allowed: vic (viewer) may not do this: it needs the {need} role.",
+            message = f"Not allowed: vic (viewer) may not do this: it needs the {need} role."
+            assert response.json()["error"] == {"message": message,
                                                 "type": "permission_error", "code": "permission_denied"}  # fmt: skip
 
 
@@ -139,7 +140,8 @@ def test_upload_ask_and_delete_through_the_api(secured, rt, run_jobs, scripted_l
         assert operator.get("/topics/Boilers/documents").json() == []
         assert rt.chunk_index(get_topic(rt, "Boilers").id).document_chunk_ids(listed["id"]) == []
         again = operator.delete("/topics/Boilers/documents/boilers.md")
-        assert again.status_code == 404 and again.json()["error"]["message"] == "Topic 'Boilers' has no document 'boilers.md' (it has none)"
+        assert again.status_code == 404
+        assert again.json()["error"]["message"] == "Topic 'Boilers' has no document 'boilers.md' (it has none)"
         assert operator.get("/jobs/job-nothing").status_code == 404
 
 
@@ -157,4 +159,5 @@ def test_a_caller_lists_and_reads_only_their_own_chats(secured, rt, kettles, scr
         assert turn["sources"][0]["link"].startswith(url + "files/")
         assert otto.get("/topics/Kettles/chats").json() == []
         refused = otto.get(f"/chats/{asked['session_id']}")
-        assert refused.status_code == 404 and refused.json()["error"]["message"] == f"no chat session {asked['session_id']} of yours"
+        assert refused.status_code == 404
+        assert refused.json()["error"]["message"] == f"no chat session {asked['session_id']} of yours"
