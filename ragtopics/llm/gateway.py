@@ -12,6 +12,8 @@ SDK's own retries are off (``max_retries=0`` on every client), so there is one p
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 import time
@@ -29,6 +31,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from ragtopics.settings.env import ModelEndpoint, Settings
 from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, StructuredOutputError
+from ragtopics.tracing import metrics
 from ragtopics.tracing.trace import Trace
 
 
@@ -133,6 +136,48 @@ def retry_after_s(exc: BaseException | None) -> float | None:
     return None
 
 
+def _counted(role: str | None = None) -> Callable:
+    """Count each call of a gateway method in the process's metrics, by role and outcome (ok, error, stopped).
+
+    Args:
+        role: the role counted; None for the method's first argument (its role).
+    """
+
+    def decorate(method: Callable) -> Callable:
+        if inspect.isgeneratorfunction(method):
+
+            @functools.wraps(method)
+            def streamed(self, *args, **kwargs):
+                counted = role or args[0]
+                try:
+                    result = yield from method(self, *args, **kwargs)
+                except GeneratorExit:  # the caller stopped reading (Stop)
+                    metrics.count_model_call(counted, "stopped")
+                    raise
+                except BaseException:
+                    metrics.count_model_call(counted, "error")
+                    raise
+                metrics.count_model_call(counted, "ok")
+                return result
+
+            return streamed
+
+        @functools.wraps(method)
+        def plain(self, *args, **kwargs):
+            counted = role or args[0]
+            try:
+                result = method(self, *args, **kwargs)
+            except BaseException:
+                metrics.count_model_call(counted, "error")
+                raise
+            metrics.count_model_call(counted, "ok")
+            return result
+
+        return plain
+
+    return decorate
+
+
 @dataclass(frozen=True, slots=True)
 class ModelCall:
     """Accounting of one model call.
@@ -219,6 +264,7 @@ class ModelGateway:
         except openai.APIError as exc:
             raise ModelUnavailableError(_failure_message(label, exc, self.retry.attempts)) from exc
 
+    @_counted()
     def chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
              max_tokens: int | None = None, temperature: float = 0.2) -> ChatReply:  # fmt: skip
         """One chat completion.
@@ -243,6 +289,7 @@ class ModelGateway:
         _record(trace, call, messages, response.choices[0].message.content or "")
         return ChatReply(text=response.choices[0].message.content or "", call=call)
 
+    @_counted()
     def stream_chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
                     max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Generator[str, None, str | None]:  # fmt: skip
         """Stream a chat completion as text deltas.
@@ -292,6 +339,7 @@ class ModelGateway:
                 _record(trace, call, messages, "".join(parts))
         return finish_reason
 
+    @_counted()
     def structured(self, role: str, messages: list[dict], response_model: type[BaseModel], *, prompt_name: str,
                    trace: Trace | None = None, max_tokens: int | None = 512) -> BaseModel:  # fmt: skip
         """One chat completion parsed into ``response_model`` (instructor, JSON-schema mode).
@@ -330,6 +378,7 @@ class ModelGateway:
         _record(trace, call, messages, result.model_dump_json())
         return result
 
+    @_counted()
     def complete_with_tools(self, role: str, messages: list[dict], tools: list[dict], *, prompt_name: str,
                             trace: Trace | None = None) -> tuple[str, list[dict]]:  # fmt: skip
         """One non-streamed completion that may request tool calls.
@@ -362,6 +411,7 @@ class ModelGateway:
         _record(trace, call, messages, (message.content or "") + (f" tool_calls={calls}" if calls else ""))
         return message.content or "", calls
 
+    @_counted("embedding")
     def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding") -> np.ndarray:
         """Embed texts with the configured embedding model.
 
@@ -484,5 +534,6 @@ def _ms(t0: float) -> float:
 
 def _record(trace: Trace | None, call: ModelCall, messages: list[dict], response: str) -> None:
     log.debug("model call %s", call)
+    metrics.count_tokens(call.role, call.prompt_tokens, call.completion_tokens)
     if trace is not None:
         trace.add("model_call", **asdict(call), messages=messages, response=response)

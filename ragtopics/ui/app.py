@@ -14,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ragtopics.access import users
 from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
+from ragtopics.api import add_api_routes
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
 from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
@@ -148,6 +149,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     web.add_access_routes(api, rt)
     add_file_route(api, rt)
     dev_reports_tab.add_report_route(api, rt)
+    add_api_routes(api, rt)
     data = Path(rt.settings.data_dir)
     blocked = [str(p) for p in (data / "link-secret", data / "dev-reports", data / "files", data / "redis",
                                 data / "ragtopics.db", Path.cwd() / ".env")]  # fmt: skip

@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 import time
-from datetime import timezone
 from pathlib import Path
 
 from ragtopics.errors import RagTopicsError
@@ -202,14 +201,9 @@ def _cmd_topic(args) -> int:
         for t in topics.list_topics(rt):
             print(f"{t.name}\t{t.kind}\t{t.id}\tsettings v{t.settings_version}")
     elif args.topic_command == "show":
-        from dataclasses import asdict
+        from ragtopics.api.shapes import topic_detail
 
-        from ragtopics.settings.docs import settings_rows
-
-        t = topics.get_topic(rt, args.name)
-        print(json.dumps({"id": t.id, "name": t.name, "kind": t.kind, "settings_version": t.settings_version,
-                          "settings": t.settings.model_dump(mode="json"),
-                          "reference": [asdict(row) for row in settings_rows(t.settings)]}, indent=2))  # fmt: skip
+        print(json.dumps(topic_detail(topics.get_topic(rt, args.name)), indent=2))
     elif args.topic_command == "delete":
         from ragtopics.topics.delete import delete_topic
 
@@ -227,11 +221,6 @@ def _cmd_topic(args) -> int:
         t = topics.update_settings(rt, args.name, parse_assignments(args.assignments))
         print(f"Topic {t.name!r} now at settings v{t.settings_version}")
     return 0
-
-
-def _utc_iso(moment) -> str:
-    """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
-    return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
 
 
 def _cmd_ingest(args) -> int:
@@ -353,8 +342,6 @@ def _step(p) -> str:
 
 
 def _cmd_docs(args) -> int:
-    from dataclasses import asdict
-
     from ragtopics.documents.uploads import list_documents
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -370,7 +357,9 @@ def _cmd_docs(args) -> int:
         return 0
     docs = list_documents(rt, topic)
     if args.json:
-        print(json.dumps([{**asdict(d), "updated_at": _utc_iso(d.updated_at)} for d in docs], indent=2))
+        from ragtopics.api.shapes import document
+
+        print(json.dumps([document(d) for d in docs], indent=2))
     else:
         for d in docs:
             print(f"{d.file_name}\t{d.status}\t{_chunks(d.chunk_count)}\t{d.error or d.warning}")
@@ -405,20 +394,9 @@ def _cmd_ask(args) -> int:
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
             shown = update.text
     if args.json:
-        print(json.dumps({
-            "answer": final.text,
-            "sources": [s.to_public() for s in final.sources],
-            "route": final.route,
-            "route_confidence": final.route_confidence,
-            "route_reason": final.route_reason,
-            "route_method": final.route_method,
-            "route_planned": final.route_planned,
-            "no_answer": final.no_answer,
-            "note": final.note,
-            "rerank": final.rerank,
-            "session_id": final.session_id,
-            "timings_ms": final.timings_ms,
-        }, ensure_ascii=False))  # fmt: skip
+        from ragtopics.api.shapes import answer
+
+        print(json.dumps(answer(final), ensure_ascii=False))
     else:
         print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:

@@ -47,8 +47,11 @@ from ragtopics.ui import session_binding
 
 log = logging.getLogger(__name__)
 
-#: Paths anyone may open: the login form and logging out.
-PUBLIC_PATHS = frozenset({"/login", "/logout"})
+#: Health checks for container platforms: served without finding the caller (they answer with no data,
+#: and must answer while a store is down).
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+#: Paths anyone may open: the login form and logging out, and the health checks.
+PUBLIC_PATHS = frozenset({"/login", "/logout"}) | PROBE_PATHS
 #: The scope key under which the middleware leaves the caller for the routes behind it.
 SCOPE_USER = "ragtopics.user"
 #: Failed logins per username and client address before the login is refused for a while.
@@ -128,6 +131,8 @@ class AccessMiddleware:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         path = scope.get("path", "/")
+        if path in PROBE_PATHS:
+            return await self.app(scope, receive, send)
         try:
             user = await anyio.to_thread.run_sync(functools.partial(
                 resolve_caller, self.rt, authorization=headers.get("authorization"),
@@ -187,7 +192,10 @@ async def _refuse(scope, receive, send, status: int, message: str) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 4401 if status == 401 else 1013, "reason": message[:120]})
         return
-    await JSONResponse({"error": message}, status_code=status)(scope, receive, send)
+    from ragtopics.api.errors import error_body, is_api_path  # the API's clients read OpenAI's error shape
+
+    body = error_body(status, message) if is_api_path(scope.get("path", "")) else {"error": message}
+    await JSONResponse(body, status_code=status)(scope, receive, send)
 
 
 def caller_of(request) -> User | None:
