@@ -19,6 +19,8 @@ from ragtopics.ui.words import plural, removed_text
 from ragtopics.worker.queue import job_progresses, phase_text
 
 MAX_TRACKED_JOBS = 2000
+#: Finished versions whose progress the console keeps instead of reading again (every open tab together).
+MAX_KEPT_FINISHED = 4 * MAX_TRACKED_JOBS
 #: Job results of a version that a newer upload or a delete made obsolete.
 STOPPED = ("superseded", "cancelled")
 MAX_BARS = 20
@@ -78,12 +80,17 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     return rows
 
 
-def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
+def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], finished: dict | None = None) -> str:
     """Progress bars for the session's uploads: ``(job_id, file_name)`` or ``(job_id, file_name, document_id)``
     each, oldest first.
 
     A file uploaded again in the session (the same document) counts once, with its newest job;
     the summary says how many uploads were such repeats.
+
+    Args:
+        finished: job id → progress of the versions seen finished, kept between calls (see
+            :func:`~ragtopics.worker.queue.job_progresses`) and cut to its newest
+            :data:`MAX_KEPT_FINISHED`; ``None``: every job is read.
     """
     if not jobs:
         return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
@@ -94,7 +101,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
         newest[key] = job
     again = len(jobs) - len(newest)
     jobs = list(newest.values())
-    progress = list(zip((job[1] for job in jobs), job_progresses(rt, [job[0] for job in jobs]), strict=True))
+    progress = list(zip((job[1] for job in jobs), job_progresses(rt, [job[0] for job in jobs], known=finished), strict=True))
+    for job_id in list(finished or ())[: max(0, len(finished or ()) - MAX_KEPT_FINISHED)]:
+        finished.pop(job_id, None)  # the oldest first (another tab may have cut it already)
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
@@ -160,6 +169,7 @@ def build(rt: Runtime) -> dict:
         jobs = gr.State([])
         rendered = gr.State(None)
         timer = gr.Timer(1.0)
+    finished: dict = {}  # job id → progress of a finished version: it no longer changes, so it is read once
 
     def on_upload(topic_name, paths, current_jobs):
         if not topic_name:
@@ -193,7 +203,7 @@ def build(rt: Runtime) -> dict:
         tick after it is back shows the jobs again.
         """
         try:
-            bars, rows = jobs_html(rt, current_jobs), documents_table(rt, topic_name)
+            bars, rows = jobs_html(rt, current_jobs, finished), documents_table(rt, topic_name)
         except Exception as exc:
             if not is_store_outage(exc):
                 raise
