@@ -59,9 +59,39 @@ def phase_text(phase: str, done: int, total: int) -> str:
     return f"{label} {done}/{total}{f' {unit}' if unit else ''}" if total else label
 
 
+#: Redis set of the ids of the jobs made for a Topic (``rt:jobs:of-topic:<topic id>``). Outside the Topic's key
+#: prefix, so a Topic delete still finds its jobs after it removed the Topic's keys.
+TOPIC_JOBS = "rt:jobs:of-topic:{}"
+
+
+class TopicJobsQueue(Queue):
+    """rq's queue, noting every job made for a Topic in the Topic's job set (:data:`TOPIC_JOBS`), so that a
+    Topic delete reads the Topic's own jobs instead of every job of every registry."""
+
+    def create_job(self, *args, **kwargs) -> Job:
+        """``Queue.create_job`` (every enqueue goes through it), then the job's id added to its Topic's set."""
+        job = super().create_job(*args, **kwargs)
+        topic_id = job_topic_id(job)
+        if topic_id:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.sadd(TOPIC_JOBS.format(topic_id), job.id)
+            pipe.expire(TOPIC_JOBS.format(topic_id), TOPIC_JOBS_TTL_S)  # renewed by every new job of the Topic
+            pipe.execute()
+        return job
+
+
+def job_topic_id(job: Job) -> str:
+    """The Topic a job works for: ``job.meta["topic_id"]``, else its first argument when that is a Topic id
+    (``topic-…``); ``""`` for a job of no Topic (an evaluation run)."""
+    topic_id = (job.meta or {}).get("topic_id")
+    if not topic_id and job.args and isinstance(job.args[0], str) and job.args[0].startswith("topic-"):
+        topic_id = job.args[0]
+    return topic_id or ""
+
+
 def queue_for(rt: Runtime) -> Queue:
-    """The product's RQ queue on the runtime's Redis."""
-    return Queue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
+    """The product's RQ queue on the runtime's Redis (a :class:`TopicJobsQueue`)."""
+    return TopicJobsQueue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
 
 
 def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str, blob_path: str) -> str:
@@ -91,6 +121,8 @@ def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str,
 BATCH_OF = "rt:jobs:batch-of:{}"
 #: How long a finished or failed indexing job's record is kept (seconds); the batch names live as long.
 RESULT_TTL_S, FAILURE_TTL_S = 24 * 3600, 7 * 24 * 3600
+#: How long a Topic's job set outlives the Topic's newest job (seconds): longer than a job record is kept.
+TOPIC_JOBS_TTL_S = 4 * FAILURE_TTL_S
 
 
 def enqueue_ingest_batch(rt: Runtime, topic_id: str, rows: list) -> str:
