@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 PARK_TTL_S = 3 * 24 * 3600
 #: Retries of an extraction job whose worker died or that failed unexpectedly.
 BATCH_RETRIES = 2
+#: Extraction jobs' trace events read at once when the finishing job merges them into the upload's trace.
+EVENT_PAGE = 20
 
 
 def parked_key(topic_id: str, job_id: str) -> str:
@@ -190,9 +192,11 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
         return IngestResult(document_id, "gone", 0, 0, [], reason="the prepared version expired or was removed")
     parked = pickle.loads(raw)
     version, trace = parked["version"], parked["trace"]
-    for batch in rt.redis.lrange(_events_key(topic_id, job_id), 0, -1):
-        for step, data in pickle.loads(batch):
-            trace.add(step, **data)
+    events_key = _events_key(topic_id, job_id)
+    for start in range(0, int(rt.redis.llen(events_key)), EVENT_PAGE):  # a page at a time: the trace bounds its text
+        for batch in rt.redis.lrange(events_key, start, start + EVENT_PAGE - 1):
+            for step, data in pickle.loads(batch):
+                trace.add(step, **data)
     failures = {_text(k): _text(v) for k, v in rt.redis.hgetall(_failed_key(topic_id, job_id)).items()}
     fresh = {_text(c) for c in rt.redis.smembers(extracted_key(topic_id, job_id))} - set(failures)
     doc = documents.get_document(rt.metadata, document_id)

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragtopics.documents.uploads import document_trace, get_document, upload_file
+from ragtopics.graph.fanout import EVENT_PAGE
 from ragtopics.ingest.pipeline import model_call_counts
 from ragtopics.storage.traces import load_trace, save_trace
+from ragtopics.topics.topics import create_topic
 from ragtopics.tracing.trace import MAX_CALL_TEXT_CHARS, MAX_CALLS_WITH_TEXT, Trace
+from tests.redis_commands import CommandLog
+from tests.scripted_llm import capitalised_entities
 
 CALLS = 3 * MAX_CALLS_WITH_TEXT
 PROMPT_CHARS = 30_000
@@ -49,3 +54,24 @@ def test_many_large_model_calls_keep_a_bounded_text_and_save_whole(rt, scripted_
     assert saved[0]["data"]["messages"][1]["content"] == first["messages"][1]["content"]
     assert saved[-1]["data"]["text_chars_left_out"] == last["text_chars_left_out"]
     assert model_call_counts(trace) == {"graph_extraction": CALLS}
+
+
+def test_an_upload_with_more_extraction_calls_than_the_bound_saves_their_figures_and_bounded_text(rt, run_jobs, scripted_llm):
+    scripted_llm.replies["graph_extraction"] = capitalised_entities
+    topic = create_topic(rt, "Islands", kind="graphrag", settings={"graph_extraction_method": "LLM", "chunk_size": 100,
+                                                                  "chunk_overlap": 0})  # fmt: skip
+    words = [f"isle-{n}" for n in range(MAX_CALLS_WITH_TEXT + 20)]  # one entity (Paragraph): nothing to deduplicate
+    text = "\n\n".join(f"Paragraph {n} is about {w} and how {w} relates to nothing else at all." for n, w in enumerate(words))
+    doc = upload_file(rt, topic, "islands.txt", text.encode())
+    with CommandLog(rt.redis) as log:
+        run_jobs()
+    assert get_document(rt, doc.id).status == "indexed"
+
+    calls = [e["data"] for e in document_trace(rt, doc.id) if e["step"] == "model_call" and e["data"]["role"] == "graph_extraction"]
+    assert len(calls) == len(words) == len(scripted_llm.prompts("graph_extraction"))  # every call, with its figures
+    with_text = [c for c in calls if "messages" in c]
+    assert len(with_text) <= MAX_CALLS_WITH_TEXT and all(c["text_chars_left_out"] > 0 for c in calls if "messages" not in c)
+    assert all(c["prompt_tokens"] > 0 for c in calls)
+    # the extraction jobs' events are merged a page at a time, never the whole list at once
+    pages = [c for c in log.commands if c[0] == "LRANGE" and c[1].endswith(":events")]
+    assert pages and all(0 <= int(c[3]) - int(c[2]) < EVENT_PAGE for c in pages)
