@@ -16,7 +16,7 @@ from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, md_text, progress_bar, refresh_dropdown, short_name, topic_choices
 from ragtopics.ui.words import plural, removed_text
-from ragtopics.worker.queue import job_progresses, phase_text
+from ragtopics.worker.queue import job_progresses, job_statuses, phase_text
 
 MAX_TRACKED_JOBS = 2000
 #: Finished versions whose progress the console keeps instead of reading again (every open tab together).
@@ -80,17 +80,20 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     return rows
 
 
-def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], finished: dict | None = None) -> str:
+def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None) -> str:
     """Progress bars for the session's uploads: ``(job_id, file_name)`` or ``(job_id, file_name, document_id)``
     each, oldest first.
 
     A file uploaded again in the session (the same document) counts once, with its newest job;
     the summary says how many uploads were such repeats.
 
+    Every tracked job still to run or running is counted by its status alone; only those shown
+    get their phase and counts read (:func:`~ragtopics.worker.queue.job_statuses`).
+
     Args:
-        finished: job id → progress of the versions seen finished, kept between calls (see
+        kept: job id → progress of the versions seen finished, kept between calls (see
             :func:`~ragtopics.worker.queue.job_progresses`) and cut to its newest
-            :data:`MAX_KEPT_FINISHED`; ``None``: every job is read.
+            :data:`MAX_KEPT_FINISHED`; ``None``: every finished job is read again.
     """
     if not jobs:
         return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
@@ -101,9 +104,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], finished: dict | None = 
         newest[key] = job
     again = len(jobs) - len(newest)
     jobs = list(newest.values())
-    progress = list(zip((job[1] for job in jobs), job_progresses(rt, [job[0] for job in jobs], known=finished), strict=True))
-    for job_id in list(finished or ())[: max(0, len(finished or ()) - MAX_KEPT_FINISHED)]:
-        finished.pop(job_id, None)  # the oldest first (another tab may have cut it already)
+    progress = list(zip((job[1] for job in jobs), job_statuses(rt, [job[0] for job in jobs], known=kept), strict=True))
+    for job_id in list(kept or ())[: max(0, len(kept or ()) - MAX_KEPT_FINISHED)]:
+        kept.pop(job_id, None)  # the oldest first (another tab may have cut it already)
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
@@ -120,6 +123,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], finished: dict | None = 
     waiting = [x for x in progress if not x[1].is_final and x[1].status != "started"]
     shown = (running + failed_bars + waiting)[:MAX_BARS]
     shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
+    partial = [p.job_id for _, p in shown if p.partial]  # read in full only the bars shown
+    full = dict(zip(partial, job_progresses(rt, partial), strict=True))
+    shown = [(name, full.get(p.job_id, p)) for name, p in shown]
     bars = [summary]
     if len(shown) < len(progress):
         summary += f"<p style='color:#6b7280;margin:2px 0'>{len(shown)} of {len(progress)} files shown: running, failed and waiting ones first</p>"

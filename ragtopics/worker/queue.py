@@ -24,6 +24,7 @@ class JobProgress:
         result: the job's return value when finished.
         shared_by: how many files the job indexes (1, or the files of a shared job; its phase,
             done and total are then the whole job's while it runs).
+        partial: only the status was read (:func:`job_statuses`): phase, done and total are not known.
     """
 
     job_id: str
@@ -34,6 +35,7 @@ class JobProgress:
     error: str = ""
     result: dict | None = None
     shared_by: int = 1
+    partial: bool = False
 
     @property
     def is_final(self) -> bool:
@@ -187,6 +189,31 @@ def job_progresses(rt: Runtime, job_ids: list[str], *, known: dict[str, JobProgr
     read = _read_progresses(rt, wanted) if wanted else {}
     known.update({job_id: p for job_id, p in read.items() if p.status == "finished"})
     return [known[job_id] if job_id in known else read[job_id] for job_id in job_ids]
+
+
+#: Statuses of a job that is still to run or running: :func:`job_statuses` reads only these jobs' status.
+LIVE_STATUSES = ("queued", "started", "deferred", "scheduled")
+
+
+def job_statuses(rt: Runtime, job_ids: list[str], *, known: dict[str, JobProgress] | None = None) -> list[JobProgress]:
+    """:func:`job_progresses` reading less: a version whose own job is still to run or running gets its
+    status alone (one ``HGET`` each, in one pipeline; ``partial`` progress); every other version (ended,
+    indexed by a shared job, or continued by a GraphRAG finishing job) is read in full, finished ones
+    once (``known``). For counting many jobs and reading in full only those shown.
+
+    Returns:
+        One progress per id, in the order given.
+    """
+    known = {} if known is None else known
+    wanted = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in known]
+    pipe = rt.redis.pipeline(transaction=False)
+    for job_id in wanted:
+        pipe.hget(Job.key_for(job_id), "status")
+    statuses = dict(zip(wanted, (_text(s) if s else "" for s in (pipe.execute() if wanted else [])), strict=True))
+    live = {job_id: JobProgress(job_id, status, partial=True) for job_id, status in statuses.items() if status in LIVE_STATUSES}
+    rest = [job_id for job_id in wanted if job_id not in live]
+    full = dict(zip(rest, job_progresses(rt, rest, known=known), strict=True))
+    return [known.get(job_id) or live.get(job_id) or full[job_id] for job_id in job_ids]
 
 
 def job_progress(rt: Runtime, job_id: str) -> JobProgress:

@@ -7,7 +7,7 @@ from rq import SimpleWorker
 
 from ragtopics.documents.uploads import BatchedUploads, upload_file
 from ragtopics.graph.fanout import extracted_key, finish_job_id, parked_key
-from ragtopics.topics.topics import create_topic
+from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.ui.upload_tab import jobs_html
 from ragtopics.worker.queue import job_progresses, queue_for
 from tests.redis_commands import CommandLog
@@ -35,7 +35,7 @@ def tracked_uploads(rt, run_jobs) -> tuple[list[tuple[str, str]], dict[str, list
         batched = [uploads.add(f"small{i}.txt", f"Fan F-{i} is cleaned weekly.".encode()) for i in range(3)]
     rows = [*done, parked, *queued, *batched]
     kinds = {"finished": [r.job_id for r in done], "parked": [parked.job_id], "queued": [r.job_id for r in queued],
-             "batched": [r.job_id for r in batched], "graph topic": [graph.id]}  # fmt: skip
+             "batched": [r.job_id for r in batched], "graph topic": [graph.id], "plain topic": [plain.id]}  # fmt: skip
     return [(r.job_id, r.file_name) for r in rows], kinds
 
 
@@ -53,11 +53,11 @@ def test_a_poll_reads_only_the_unfinished_jobs_and_never_a_parked_version(rt, ru
     assert not {k for k in touched for job_id in kinds["finished"] if job_id in k}  # no finished job is read again
     [graph_id], [version] = kinds["graph topic"], kinds["parked"]
     assert log.on_key(parked_key(graph_id, version)) == []  # the parked version is never read
-    # one read per unfinished job: 3 queued, 3 in a shared job (+ its name and the shared job), the GraphRAG
-    # version (+ its result, its finishing job and the count of chunks extracted)
-    assert log.count("MULTI") == 2  # the two Job.fetch_many, each one transaction (one round trip)
-    assert sorted(c[0] for c in log.commands if c[0] not in ("MULTI", "EXEC")) == sorted(["HGETALL"] * 3 + ["HGETALL", "GET"] * 3 + ["HGETALL"]
-                                                        + ["HGETALL", "XREVRANGE", "HGETALL", "SCARD"])  # fmt: skip
+    # each unfinished job's status; in full: the 3 in a shared job (+ its name and the shared job), the GraphRAG
+    # version (+ its result, its finishing job and the count of chunks extracted), and the 3 queued ones shown
+    assert log.count("MULTI") == 3  # the three Job.fetch_many, each one transaction (one round trip)
+    assert sorted(c[0] for c in log.commands if c[0] not in ("MULTI", "EXEC")) == sorted(
+        ["HGET"] * 7 + ["HGETALL", "GET"] * 3 + ["HGETALL"] + ["HGETALL", "XREVRANGE", "HGETALL", "SCARD"] + ["HGETALL"] * 3)
     assert log.on_key(extracted_key(graph_id, version), "SCARD") and log.on_key(f"rq:job:{finish_job_id(version)}")
 
     counts = []  # the same poll with 12, 6 and no finished jobs tracked
@@ -65,7 +65,17 @@ def test_a_poll_reads_only_the_unfinished_jobs_and_never_a_parked_version(rt, ru
         with CommandLog(rt.redis) as log:
             jobs_html(rt, tracked, finished)
         counts.append(len(log.commands))
-    assert counts == [18, 18, 18]  # 14 reads, 2 transactions
+    assert counts == [27, 27, 27]  # 21 reads, 3 transactions
+
+    plain = kinds["plain topic"][0]
+    more = [upload_file(rt, get_topic(rt, plain), f"later{i:02d}.txt", f"Filter F-{i} was swapped.".encode()) for i in range(30)]
+    tracked = jobs + [(row.job_id, row.file_name) for row in more]
+    with CommandLog(rt.redis) as log:
+        bars = jobs_html(rt, tracked, finished)
+    assert "37 waiting or running" in bars and "20 of 49 files shown" in bars
+    read_in_full = {c[1] for c in log.commands if c[0] == "HGETALL"} & {f"rq:job:{row.job_id}" for row in more}
+    assert len(read_in_full) == 20 - 7  # those shown (after the 7 older unfinished ones); the others: their status
+    assert log.count("HGET") == 7 + len(more)
 
     progress = job_progresses(rt, [job_id for job_id, _ in jobs])
     assert [p.status for p in progress] == ["finished"] * FINISHED + ["started"] + ["queued"] * 6
