@@ -209,8 +209,9 @@ def test_entity_by_name_matches_names_and_aliases(store):
 
 def test_entities_by_names_looks_every_name_up_at_once_through_the_indexes(store, client):
     store.upsert("doc-1", "a.txt", [("c1", 0), ("c2", 1), ("c3", 2)],
-                 [ent("Marie Curie", "c1", "c2", "c3", aliases=("Curie", "Madame Curie")), ent("Pierre Curie", "c1", aliases=("Curie",)),
-                  ent("European Central Bank", "c1", aliases=("ECB",)), ent("ECB", "c2")], [])  # fmt: skip
+                 [ent("Marie Curie", "c1", "c2", "c3", aliases=("Curie", "Madame Curie")),
+                  ent("Pierre Curie", "c1", aliases=("Curie",)), ent("European Central Bank", "c1", aliases=("ECB",)),
+                  ent("ECB", "c2")], [])  # fmt: skip
     names = ["curie", "ECB", "European Central Bank", "Madame Curie", "Federal Reserve", "--", "Curie"]
 
     with CommandLog(client) as log:

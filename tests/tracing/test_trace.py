@@ -67,7 +67,8 @@ def test_an_upload_with_more_extraction_calls_than_the_bound_saves_their_figures
         run_jobs()
     assert get_document(rt, doc.id).status == "indexed"
 
-    calls = [e["data"] for e in document_trace(rt, doc.id) if e["step"] == "model_call" and e["data"]["role"] == "graph_extraction"]
+    calls = [e["data"] for e in document_trace(rt, doc.id)
+             if e["step"] == "model_call" and e["data"]["role"] == "graph_extraction"]  # fmt: skip
     assert len(calls) == len(words) == len(scripted_llm.prompts("graph_extraction"))  # every call, with its figures
     with_text = [c for c in calls if "messages" in c]
     assert len(with_text) <= MAX_CALLS_WITH_TEXT and all(c["text_chars_left_out"] > 0 for c in calls if "messages" not in c)
