@@ -22,7 +22,9 @@ Sections:
     9. entity deduplication of 10,000 and 100,000 names against a naive all-pairs loop, and an upload's
        look-up of its stored partners against reading every entity (``bench.dedup``);
     10. Leiden on 10,000 and 100,000 entities, and rebuild model calls (``bench.communities``);
-    11. answer containment and token F1 of quoted (EXTRACTIVE) answers against the bundled model's
+    11. peak memory of the worker and of the console (``bench.memory``);
+    12. an open Upload tab's console CPU per tick, 2,000 uploads tracked, 200 running (``bench.console_poll``);
+    13. answer containment and token F1 of quoted (EXTRACTIVE) answers against the bundled model's
         written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``).
 """
 
@@ -45,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import communities as communities_bench
+from bench import console_poll as console_poll_bench
 from bench.answers import bench_answers
 from bench import dedup as dedup_bench
 from bench.chat import bench_bundled_model, bench_overhead
@@ -533,7 +536,7 @@ def bench_file_types(rt: Runtime, data: EvalData) -> None:
 
 
 def main() -> int:
-    """Run the sections on a throwaway Redis (9 and 10 start their own); always stop it at the end.
+    """Run the sections on a throwaway Redis (9, 10 and 12 start their own); always stop it at the end.
 
     Writes ``bench/results.json`` (every figure, the ratios, the machine) and the plot of latency
     against index size (``docs/bench-latency.svg``).
@@ -564,7 +567,8 @@ def main() -> int:
                "reading every entity", dedup[f"all_{size}_ms"], higher_is_better=False)  # fmt: skip
     section("10. communities (bench.communities)")
     communities_bench.main([])
-    section("11. answers: quoted against the bundled model's written answers (bench.answers)")
+    console_poll_bench.main([])
+    section("13. answers: quoted against the bundled model's written answers (bench.answers)")
     with throwaway_runtime(prefix="ragtopics-answers-") as rt:
         bench_answers(rt, folder.parent, free_port=free_port)
     section("overall")

@@ -16,8 +16,9 @@ Each extraction lands in the Topic's extraction cache as soon as it is made, so 
 killed half-way loses at most the chunk it was on: the batch's retry, or the finishing
 job for whatever is still missing, reads the finished chunks from the cache.
 
-Progress: the chunks extracted so far are a Redis set per upload; the console reads it
-through :func:`extraction_progress` while the finishing job waits.
+Progress: the chunks extracted so far are a Redis set per upload (:func:`extracted_key`), and
+the number to extract is in the finishing job's meta; the console reads both while the finishing
+job waits (:func:`ragtopics.worker.queue.job_progresses`), never the parked version.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 PARK_TTL_S = 3 * 24 * 3600
 #: Retries of an extraction job whose worker died or that failed unexpectedly.
 BATCH_RETRIES = 2
+#: Extraction jobs' trace events read at once when the finishing job merges them into the upload's trace.
+EVENT_PAGE = 20
 
 
 def parked_key(topic_id: str, job_id: str) -> str:
@@ -49,7 +52,8 @@ def parked_key(topic_id: str, job_id: str) -> str:
     return f"rt:{topic_id}:parked:{job_id}"
 
 
-def _done_key(topic_id: str, job_id: str) -> str:
+def extracted_key(topic_id: str, job_id: str) -> str:
+    """Redis key of the set of chunk ids of a parked version whose extraction is done."""
     return parked_key(topic_id, job_id) + ":done"
 
 
@@ -109,7 +113,7 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
     key = parked_key(topic.id, job_id)
     pipe = rt.redis.pipeline(transaction=True)
     pipe.set(key, pickle.dumps({"version": version, "trace": trace, "total": len(missing)}), ex=PARK_TTL_S)
-    pipe.delete(_done_key(topic.id, job_id), _failed_key(topic.id, job_id), _events_key(topic.id, job_id))
+    pipe.delete(extracted_key(topic.id, job_id), _failed_key(topic.id, job_id), _events_key(topic.id, job_id))
     pipe.execute()
     meta = {"topic_id": topic.id, "document_id": doc.id}
     jobs = [
@@ -158,8 +162,8 @@ def extract_batch(rt: Runtime, topic_id: str, document_id: str, job_id: str, chu
                 counts["failed"] += 1
             else:
                 counts["extracted" if now else "cached"] += 1
-            rt.redis.sadd(_done_key(topic_id, job_id), record.chunk_id)
-            rt.redis.expire(_done_key(topic_id, job_id), PARK_TTL_S)
+            rt.redis.sadd(extracted_key(topic_id, job_id), record.chunk_id)
+            rt.redis.expire(extracted_key(topic_id, job_id), PARK_TTL_S)
     except SupersededError as exc:
         counts["status"] = "superseded"
         log.info("extraction of %s stopped: %s", document_id, exc)
@@ -188,11 +192,13 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
         return IngestResult(document_id, "gone", 0, 0, [], reason="the prepared version expired or was removed")
     parked = pickle.loads(raw)
     version, trace = parked["version"], parked["trace"]
-    for batch in rt.redis.lrange(_events_key(topic_id, job_id), 0, -1):
-        for step, data in pickle.loads(batch):
-            trace.add(step, **data)
+    events_key = _events_key(topic_id, job_id)
+    for start in range(0, int(rt.redis.llen(events_key)), EVENT_PAGE):  # a page at a time: the trace bounds its text
+        for batch in rt.redis.lrange(events_key, start, start + EVENT_PAGE - 1):
+            for step, data in pickle.loads(batch):
+                trace.add(step, **data)
     failures = {_text(k): _text(v) for k, v in rt.redis.hgetall(_failed_key(topic_id, job_id)).items()}
-    fresh = {_text(c) for c in rt.redis.smembers(_done_key(topic_id, job_id))} - set(failures)
+    fresh = {_text(c) for c in rt.redis.smembers(extracted_key(topic_id, job_id))} - set(failures)
     doc = documents.get_document(rt.metadata, document_id)
     try:
         if doc is None:
@@ -205,14 +211,7 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
 
         return _stopped(document_id, exc, trace)
     finally:
-        rt.redis.delete(key, _done_key(topic_id, job_id), _failed_key(topic_id, job_id), _events_key(topic_id, job_id))
-
-
-def extraction_progress(rt: Runtime, topic_id: str, job_id: str) -> tuple[int, int]:
-    """``(chunks extracted so far, chunks to extract)`` of an upload whose extraction fanned out."""
-    raw = rt.redis.get(parked_key(topic_id, job_id))
-    total = int(pickle.loads(raw).get("total", 0)) if raw is not None else 0
-    return int(rt.redis.scard(_done_key(topic_id, job_id))), total
+        rt.redis.delete(key, extracted_key(topic_id, job_id), _failed_key(topic_id, job_id), _events_key(topic_id, job_id))
 
 
 def _reporter(rt: Runtime, document_id: str, job_id: str, progress):

@@ -195,8 +195,8 @@ def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.n
             lists["chunks"] = entities_of_chunks(store, [h.chunk_id for h in dense[: cfg.top_k_seed_chunks]])
         if strategy == "FUSED" and cfg.local_keyword_search:
             lists["keywords"] = [e for e, _ in store.search_entities_text(query_keywords(question), cfg.top_k_nodes)]
-        by_name = [store.entity_by_name(n) for n in dict.fromkeys(named)]
-        named_found = list({e.id: e for e in by_name if e is not None}.values())
+        by_name = store.entities_by_names(named)
+        named_found = list({e.id: e for e in (by_name.get(n) for n in dict.fromkeys(named)) if e is not None}.values())
         fused = reciprocal_rank_fusion({name: [e.id for e in found] for name, found in lists.items()}, k=DEFAULT_RRF_K)
         entity = {e.id: e for found in lists.values() for e in found} | {e.id: e for e in named_found}
         order = list(dict.fromkeys([e.id for e in named_found] + list(fused)[: cfg.top_k_nodes]))

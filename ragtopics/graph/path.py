@@ -4,8 +4,8 @@
    candidate names of the question: quoted text and runs of capitalised words (every
    contiguous part of a run, longest first), then runs of content words. Each is tried, in
    this order until two distinct entities are found: by name or alias
-   (:meth:`GraphStore.entity_by_name`); by rapidfuzz against the names of the entities the
-   question finds by full text and by vector; by the entity vector of the name itself.
+   (:meth:`GraphStore.entities_by_names`, every name in one query); by rapidfuzz against the names
+   of the entities the question finds by full text and by vector; by the entity vector of the name itself.
 2. **Chain**: :meth:`GraphStore.shortest_path`, at most Path Max Hops relationships, either direction.
 3. **Evidence**: one ``path`` item ``A —[desc]— B —[desc]— C`` and the chunks behind the chain's
    relationships and entities (first the best chunk of each relationship, then those that
@@ -175,10 +175,12 @@ def named_entities(store: GraphStore, question: str, router_names: Iterable[str]
         return ()
     found: dict[str, str] = {}
     tried: list[str] = []
-    for name in list(dict.fromkeys([*router_names, *candidate_names(question)]))[:MAX_NAME_LOOKUPS]:
+    names = list(dict.fromkeys([*router_names, *candidate_names(question)]))[:MAX_NAME_LOOKUPS]
+    by_name = store.entities_by_names(names)  # one round trip for every name
+    for name in names:
         if len(found) >= MAX_NAMED or _inside(name, tried):
             continue
-        entity = store.entity_by_name(name)
+        entity = by_name.get(name)
         if entity is not None:
             found.setdefault(entity.id, entity.name)
             tried.append(name)
@@ -220,8 +222,9 @@ def resolve_entities(store: GraphStore, rt: Runtime, query: RetrievalQuery, vect
             taken.append(name)
 
     with trace.step("resolve_entities", names=names[:40]) as ev:
+        by_name = store.entities_by_names(names)
         for name in names:
-            add(name, store.entity_by_name(name), "name", 1.0)
+            add(name, by_name.get(name), "name", 1.0)
         unresolved = [n for n in names if not _inside(n, taken)]
         if len(found) < 2 and unresolved:
             for name, (entity, score) in fuzzy_matches(store, query.question, vector, unresolved).items():

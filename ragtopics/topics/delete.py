@@ -21,12 +21,14 @@ from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.topics.topics import Topic, get_topic, update_settings
-from ragtopics.worker.queue import queue_for
+from ragtopics.worker.queue import TOPIC_JOBS, job_topic_id
 
 log = logging.getLogger(__name__)
 
 #: How long a Topic delete waits for jobs of its documents that are running right now, in seconds.
 RUNNING_JOB_WAIT_S = 30.0
+#: Keys the server walks per SCAN round trip when it looks for a Topic's keys.
+SCAN_COUNT = 10_000
 
 
 @dataclass
@@ -54,16 +56,19 @@ TopicDeleteStep = Callable[[TopicDeletion], None]
 
 
 def topic_job_ids(rt: Runtime, topic_id: str) -> list[str]:
-    """Ids of every RQ job record (queued, running, finished, failed, ...) that belongs to a Topic."""
-    queue = queue_for(rt)
-    registries = (queue.started_job_registry, queue.finished_job_registry, queue.failed_job_registry,
-                  queue.canceled_job_registry, queue.deferred_job_registry, queue.scheduled_job_registry)  # fmt: skip
-    candidates = set(queue.get_job_ids())
-    for registry in registries:
-        candidates.update(registry.get_job_ids())
+    """Ids of the RQ job records (queued, running, finished, failed, ...) that belong to a Topic (see :func:`topic_jobs`)."""
+    return [job.id for job in topic_jobs(rt, topic_id)]
+
+
+def topic_jobs(rt: Runtime, topic_id: str) -> list[Job]:
+    """The RQ jobs that belong to a Topic: those of its job set (:data:`~ragtopics.worker.queue.TOPIC_JOBS`) and
+    of its documents' versions, read in one round trip. No registry is read, so the cost follows the
+    Topic's own jobs, not the queue's.
+    """
+    candidates = {m.decode() if isinstance(m, bytes) else m for m in rt.redis.smembers(TOPIC_JOBS.format(topic_id))}
     candidates.update(document_store.job_ids(rt.metadata, topic_id))
     jobs = Job.fetch_many(sorted(candidates), connection=rt.redis)
-    return [job.id for job in jobs if job is not None and (job.meta.get("topic_id") == topic_id or job.args[:1] == (topic_id,))]
+    return [job for job in jobs if job is not None and job_topic_id(job) == topic_id]
 
 
 def _stop_documents(d: TopicDeletion) -> None:
@@ -72,37 +77,55 @@ def _stop_documents(d: TopicDeletion) -> None:
     for row in rows:
         with document_lock(d.rt.redis, row.id):
             document_store.begin_delete(d.rt.metadata, row.id)
-    for job in Job.fetch_many(topic_job_ids(d.rt, d.topic.id), connection=d.rt.redis):
-        if job is not None and job.get_status(refresh=True) in ("queued", "deferred", "scheduled"):
+    for job in topic_jobs(d.rt, d.topic.id):
+        if _status(job) in ("queued", "deferred", "scheduled"):
             job.cancel()
 
 
 def _drop_index(d: TopicDeletion) -> None:
-    """Drop the Topic's chunk index with its chunks, and every other Redis key under the Topic's prefix."""
+    """Drop the Topic's chunk index with its chunks, and every other Redis key under the Topic's prefix.
+
+    Those keys are found by SCAN on the prefix: the server walks its keyspace (in
+    :data:`SCAN_COUNT` steps), but no key of another Topic is read or written.
+    """
     index = d.rt.chunk_index(d.topic.id)
     d.count("chunks", index.count())
     index.drop()
-    keys = list(d.rt.redis.scan_iter(match=f"rt:{d.topic.id}:*", count=1000))
-    if keys:
-        d.rt.redis.delete(*keys)
+    keys = list(d.rt.redis.scan_iter(match=f"rt:{d.topic.id}:*", count=SCAN_COUNT))
+    for start in range(0, len(keys), 1000):
+        d.rt.redis.unlink(*keys[start : start + 1000])
     d.count("redis_keys", len(keys))
 
 
 def _remove_jobs(d: TopicDeletion) -> None:
-    """Remove the Topic's job records; waits up to RUNNING_JOB_WAIT_S for running jobs to stop first."""
+    """Remove the Topic's job records; waits up to RUNNING_JOB_WAIT_S for running jobs to stop first.
+
+    While waiting, only the status of the jobs still running is read.
+    """
     deadline = time.monotonic() + RUNNING_JOB_WAIT_S
-    while True:
-        jobs = [j for j in Job.fetch_many(topic_job_ids(d.rt, d.topic.id), connection=d.rt.redis) if j is not None]
-        running = [j for j in jobs if j.get_status(refresh=True) == "started"]
-        if not running or time.monotonic() > deadline:
-            break
+    running = [job.id for job in topic_jobs(d.rt, d.topic.id) if _status(job) == "started"]
+    while running and time.monotonic() <= deadline:
         time.sleep(0.2)
+        pipe = d.rt.redis.pipeline(transaction=False)
+        for job_id in running:
+            pipe.hget(Job.key_for(job_id), "status")
+        running = [job_id for job_id, status in zip(running, pipe.execute(), strict=True) if status in (b"started", "started")]
+    jobs = topic_jobs(d.rt, d.topic.id)  # again: a job that stopped meanwhile may have queued others
+    running = [job for job in jobs if _status(job) == "started"]
     for job in jobs:
         if job not in running:
             job.delete()
             d.count("jobs", 1)
+    d.rt.redis.delete(TOPIC_JOBS.format(d.topic.id))
     if running:
+        d.rt.redis.sadd(TOPIC_JOBS.format(d.topic.id), *[job.id for job in running])
         d.notes.append(f"{len(running)} indexing job(s) were still running; they stop at their next step and store nothing")
+
+
+def _status(job: Job) -> str:
+    """A fetched job's status (as read with it)."""
+    status = job.get_status(refresh=False)
+    return getattr(status, "value", status) or ""
 
 
 def _disconnect(d: TopicDeletion) -> None:

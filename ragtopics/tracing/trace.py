@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 
 #: Longest string kept in an event's data; longer ones are cut and marked.
 MAX_VALUE_CHARS = 20_000
+#: Model calls of one trace that keep their messages and response text (the first ones): later calls keep
+#: their figures (model, tokens, time) and say how many characters of text were left out.
+MAX_CALLS_WITH_TEXT = 50
+#: Characters of messages and response text kept per model call (in message order, then the response).
+MAX_CALL_TEXT_CHARS = MAX_VALUE_CHARS
 
 
 @dataclass(slots=True)
@@ -55,12 +60,19 @@ class Trace:
             (the gateway reads them from the trace it is given) asks that model on the role's endpoint.
     """
 
+    #: Model calls that kept their text, and the characters of text left out (class defaults: a trace
+    #: pickled by an earlier version, such as a parked upload's, has neither).
+    calls_with_text: int = 0
+    text_chars_left_out: int = 0
+
     def __init__(self, kind: str, subject: str, model_overrides: dict[str, str] | None = None):
         self.kind = kind
         self.subject = subject
         self.model_overrides: dict[str, str] = dict(model_overrides or {})
         self.events: list[TraceEvent] = []
         self._open: list[int] = []
+        self.calls_with_text = 0
+        self.text_chars_left_out = 0
 
     def child(self, kind: str, subject: str) -> "Trace":
         """A separate trace for work done in parallel (merged back by the caller), with the same LLM Overrides."""
@@ -70,8 +82,11 @@ class Trace:
     def step(self, name: str, **data: Any) -> Iterator[TraceEvent]:
         """Time a step; the caller adds to ``event.data``. An exception is recorded and re-raised.
 
-        Steps opened inside this one (before it ends) become its children.
+        Steps opened inside this one (before it ends) become its children. A ``model_call`` step's
+        ``messages`` and ``response`` are bounded as they are recorded (:meth:`_bound_call_text`).
         """
+        if name == "model_call" and ("messages" in data or "response" in data):
+            data = self._bound_call_text(data)
         event = TraceEvent(step=name, started_at=time.time(), data=dict(data), id=len(self.events) + 1,
                            parent=self._open[-1] if self._open else None)  # fmt: skip
         self.events.append(event)
@@ -111,6 +126,28 @@ class Trace:
         with self.step(name, **data) as event:
             return event
 
+    def _bound_call_text(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A model call's data with at most :data:`MAX_CALL_TEXT_CHARS` of text, and none at all once
+        :data:`MAX_CALLS_WITH_TEXT` calls of this trace kept theirs, so a run of thousands of calls (an
+        upload's extraction) holds a bounded amount of prompt text while it runs.
+
+        Returns:
+            A copy of ``data``; what was cut is counted in ``text_chars_left_out`` (of the event and the trace).
+        """
+        data = dict(data)
+        text = {k: data.pop(k) for k in ("messages", "response") if k in data}
+        budget = MAX_CALL_TEXT_CHARS if self.calls_with_text < MAX_CALLS_WITH_TEXT else 0
+        if budget:
+            self.calls_with_text += 1
+        kept, left_out = _cut_strings(text, budget)
+        if budget:
+            data.update(kept)
+        left_out += int(data.pop("text_chars_left_out", 0) or 0)  # cut already in a trace it was merged from
+        if left_out:
+            data["text_chars_left_out"] = left_out
+            self.text_chars_left_out += left_out
+        return data
+
     def timings_ms(self) -> dict[str, float]:
         """Duration of each step in milliseconds (summed when a step repeats).
 
@@ -141,6 +178,37 @@ def summary_line(data: dict[str, Any]) -> str:
         elif isinstance(value, (list, dict)):
             parts.append(f"{key}=<{len(value)}>")
     return " ".join(parts)
+
+
+def _cut_strings(value: Any, budget: int) -> tuple[Any, int]:
+    """``value`` (strings, lists, dicts) with its strings, in order, kept up to ``budget`` characters in all
+    (a cut string is marked); returns it and the number of characters left out."""
+    kept, _, left_out = _cut(value, budget)
+    return kept, left_out
+
+
+#: Fields of a chat message (or of a part of one) kept whole by :func:`_cut_strings`.
+_MESSAGE_FIELDS = frozenset({"role", "type", "name", "id", "tool_call_id"})
+
+
+def _cut(value: Any, budget: int) -> tuple[Any, int, int]:
+    """:func:`_cut_strings`, also returning the characters used: ``(kept, used, left out)``."""
+    if isinstance(value, str):
+        if len(value) <= budget:
+            return value, len(value), 0
+        room = max(0, budget - len(f"… [{len(value)} more characters]"))  # the mark fits in the budget
+        return value[:room] + f"… [{len(value) - room} more characters]", budget, len(value) - room
+    if isinstance(value, dict | list | tuple):
+        items, used, left_out = [], 0, 0
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(value, dict) and key in _MESSAGE_FIELDS:  # what a message is, not its text
+                items.append(item)
+                continue
+            kept, n, cut = _cut(item, budget - used)
+            items.append(kept)
+            used, left_out = used + n, left_out + cut
+        return (dict(zip(value, items, strict=True)) if isinstance(value, dict) else items), used, left_out
+    return value, 0, 0
 
 
 def clip(value: Any, max_chars: int = MAX_VALUE_CHARS, max_items: int | None = None) -> Any:

@@ -16,9 +16,11 @@ from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, md_text, progress_bar, refresh_dropdown, short_name, topic_choices
 from ragtopics.ui.words import plural, removed_text
-from ragtopics.worker.queue import job_progresses, phase_text
+from ragtopics.worker.queue import job_progresses, job_statuses, phase_text
 
 MAX_TRACKED_JOBS = 2000
+#: Finished versions whose progress the console keeps instead of reading again (every open tab together).
+MAX_KEPT_FINISHED = 4 * MAX_TRACKED_JOBS
 #: Job results of a version that a newer upload or a delete made obsolete.
 STOPPED = ("superseded", "cancelled")
 MAX_BARS = 20
@@ -78,12 +80,20 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     return rows
 
 
-def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
+def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None) -> str:
     """Progress bars for the session's uploads: ``(job_id, file_name)`` or ``(job_id, file_name, document_id)``
     each, oldest first.
 
     A file uploaded again in the session (the same document) counts once, with its newest job;
     the summary says how many uploads were such repeats.
+
+    Every tracked job still to run or running is counted by its status alone; only those shown
+    get their phase and counts read (:func:`~ragtopics.worker.queue.job_statuses`).
+
+    Args:
+        kept: job id → progress of the versions seen finished, kept between calls (see
+            :func:`~ragtopics.worker.queue.job_progresses`) and cut to its newest
+            :data:`MAX_KEPT_FINISHED`; ``None``: every finished job is read again.
     """
     if not jobs:
         return "<p style='color:#6b7280'>No uploads in this session yet.</p>"
@@ -94,7 +104,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
         newest[key] = job
     again = len(jobs) - len(newest)
     jobs = list(newest.values())
-    progress = list(zip((job[1] for job in jobs), job_progresses(rt, [job[0] for job in jobs]), strict=True))
+    progress = list(zip((job[1] for job in jobs), job_statuses(rt, [job[0] for job in jobs], known=kept), strict=True))
+    for job_id in list(kept or ())[: max(0, len(kept or ()) - MAX_KEPT_FINISHED)]:
+        kept.pop(job_id, None)  # the oldest first (another tab may have cut it already)
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
@@ -111,6 +123,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]]) -> str:
     waiting = [x for x in progress if not x[1].is_final and x[1].status != "started"]
     shown = (running + failed_bars + waiting)[:MAX_BARS]
     shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
+    partial = [p.job_id for _, p in shown if p.partial]  # read in full only the bars shown
+    full = dict(zip(partial, job_progresses(rt, partial), strict=True))
+    shown = [(name, full.get(p.job_id, p)) for name, p in shown]
     bars = [summary]
     if len(shown) < len(progress):
         summary += f"<p style='color:#6b7280;margin:2px 0'>{len(shown)} of {len(progress)} files shown: running, failed and waiting ones first</p>"
@@ -160,6 +175,7 @@ def build(rt: Runtime) -> dict:
         jobs = gr.State([])
         rendered = gr.State(None)
         timer = gr.Timer(1.0)
+    finished: dict = {}  # job id → progress of a finished version: it no longer changes, so it is read once
 
     def on_upload(topic_name, paths, current_jobs):
         if not topic_name:
@@ -193,7 +209,7 @@ def build(rt: Runtime) -> dict:
         tick after it is back shows the jobs again.
         """
         try:
-            bars, rows = jobs_html(rt, current_jobs), documents_table(rt, topic_name)
+            bars, rows = jobs_html(rt, current_jobs, finished), documents_table(rt, topic_name)
         except Exception as exc:
             if not is_store_outage(exc):
                 raise

@@ -6,7 +6,6 @@ import uuid
 from dataclasses import dataclass, replace
 
 from rq import Queue
-from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from ragtopics.runtime import Runtime
@@ -25,6 +24,7 @@ class JobProgress:
         result: the job's return value when finished.
         shared_by: how many files the job indexes (1, or the files of a shared job; its phase,
             done and total are then the whole job's while it runs).
+        partial: only the status was read (:func:`job_statuses`): phase, done and total are not known.
     """
 
     job_id: str
@@ -35,6 +35,7 @@ class JobProgress:
     error: str = ""
     result: dict | None = None
     shared_by: int = 1
+    partial: bool = False
 
     @property
     def is_final(self) -> bool:
@@ -60,9 +61,39 @@ def phase_text(phase: str, done: int, total: int) -> str:
     return f"{label} {done}/{total}{f' {unit}' if unit else ''}" if total else label
 
 
+#: Redis set of the ids of the jobs made for a Topic (``rt:jobs:of-topic:<topic id>``). Outside the Topic's key
+#: prefix, so a Topic delete still finds its jobs after it removed the Topic's keys.
+TOPIC_JOBS = "rt:jobs:of-topic:{}"
+
+
+class TopicJobsQueue(Queue):
+    """rq's queue, noting every job made for a Topic in the Topic's job set (:data:`TOPIC_JOBS`), so that a
+    Topic delete reads the Topic's own jobs instead of every job of every registry."""
+
+    def create_job(self, *args, **kwargs) -> Job:
+        """``Queue.create_job`` (every enqueue goes through it), then the job's id added to its Topic's set."""
+        job = super().create_job(*args, **kwargs)
+        topic_id = job_topic_id(job)
+        if topic_id:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.sadd(TOPIC_JOBS.format(topic_id), job.id)
+            pipe.expire(TOPIC_JOBS.format(topic_id), TOPIC_JOBS_TTL_S)  # renewed by every new job of the Topic
+            pipe.execute()
+        return job
+
+
+def job_topic_id(job: Job) -> str:
+    """The Topic a job works for: ``job.meta["topic_id"]``, else its first argument when that is a Topic id
+    (``topic-…``); ``""`` for a job of no Topic (an evaluation run)."""
+    topic_id = (job.meta or {}).get("topic_id")
+    if not topic_id and job.args and isinstance(job.args[0], str) and job.args[0].startswith("topic-"):
+        topic_id = job.args[0]
+    return topic_id or ""
+
+
 def queue_for(rt: Runtime) -> Queue:
-    """The product's RQ queue on the runtime's Redis."""
-    return Queue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
+    """The product's RQ queue on the runtime's Redis (a :class:`TopicJobsQueue`)."""
+    return TopicJobsQueue(rt.settings.queue_name, connection=rt.redis, default_timeout=rt.settings.job_timeout_s)
 
 
 def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str, blob_path: str) -> str:
@@ -92,6 +123,8 @@ def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str,
 BATCH_OF = "rt:jobs:batch-of:{}"
 #: How long a finished or failed indexing job's record is kept (seconds); the batch names live as long.
 RESULT_TTL_S, FAILURE_TTL_S = 24 * 3600, 7 * 24 * 3600
+#: How long a Topic's job set outlives the Topic's newest job (seconds): longer than a job record is kept.
+TOPIC_JOBS_TTL_S = 4 * FAILURE_TTL_S
 
 
 def enqueue_ingest_batch(rt: Runtime, topic_id: str, rows: list) -> str:
@@ -133,13 +166,57 @@ def batch_of(rt: Runtime, job_id: str) -> str:
     return name.decode() if isinstance(name, bytes) else (name or "")
 
 
-def job_progresses(rt: Runtime, job_ids: list[str]) -> list[JobProgress]:
-    """:func:`job_progress` of several jobs, reading each shared job once (the progress bars of an upload)."""
-    batches: dict[str, tuple[JobProgress, dict]] = {}
-    return [job_progress(rt, job_id, _batches=batches) for job_id in job_ids]
+def job_progresses(rt: Runtime, job_ids: list[str], *, known: dict[str, JobProgress] | None = None) -> list[JobProgress]:
+    """:func:`job_progress` of several jobs in at most four pipelined round trips, whatever their number
+    (the progress bars of an upload).
+
+    Every job is read with ``Job.fetch_many``; then, in one pipeline, the results of the jobs that
+    ended and the shared job of each version that has no job of its own; then the shared jobs and
+    the finishing jobs of fanned-out GraphRAG uploads; then their results and extraction counts.
+    A parked GraphRAG version is never read (its total is in the finishing job's meta).
+
+    Args:
+        job_ids: version job ids (``DocumentRow.job_id``), repeats allowed.
+        known: job id → progress of versions already seen finished; they are not read again (a
+            finished version's progress never changes), and every version found finished is added.
+            The caller bounds it. ``None``: read every job.
+
+    Returns:
+        One progress per id, in the order given.
+    """
+    known = {} if known is None else known
+    wanted = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in known]
+    read = _read_progresses(rt, wanted) if wanted else {}
+    known.update({job_id: p for job_id, p in read.items() if p.status == "finished"})
+    return [known[job_id] if job_id in known else read[job_id] for job_id in job_ids]
 
 
-def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, tuple[JobProgress, dict]] | None = None) -> JobProgress:
+#: Statuses of a job that is still to run or running: :func:`job_statuses` reads only these jobs' status.
+LIVE_STATUSES = ("queued", "started", "deferred", "scheduled")
+
+
+def job_statuses(rt: Runtime, job_ids: list[str], *, known: dict[str, JobProgress] | None = None) -> list[JobProgress]:
+    """:func:`job_progresses` reading less: a version whose own job is still to run or running gets its
+    status alone (one ``HGET`` each, in one pipeline; ``partial`` progress); every other version (ended,
+    indexed by a shared job, or continued by a GraphRAG finishing job) is read in full, finished ones
+    once (``known``). For counting many jobs and reading in full only those shown.
+
+    Returns:
+        One progress per id, in the order given.
+    """
+    known = {} if known is None else known
+    wanted = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in known]
+    pipe = rt.redis.pipeline(transaction=False)
+    for job_id in wanted:
+        pipe.hget(Job.key_for(job_id), "status")
+    statuses = dict(zip(wanted, (_text(s) if s else "" for s in (pipe.execute() if wanted else [])), strict=True))
+    live = {job_id: JobProgress(job_id, status, partial=True) for job_id, status in statuses.items() if status in LIVE_STATUSES}
+    rest = [job_id for job_id in wanted if job_id not in live]
+    full = dict(zip(rest, job_progresses(rt, rest, known=known), strict=True))
+    return [known.get(job_id) or live.get(job_id) or full[job_id] for job_id in job_ids]
+
+
+def job_progress(rt: Runtime, job_id: str) -> JobProgress:
     """Read a job's status and ``job.meta`` progress.
 
     An ingest job whose GraphRAG extraction fanned out finishes with ``continued_in``:
@@ -148,31 +225,73 @@ def job_progress(rt: Runtime, job_id: str, *, _batches: dict[str, tuple[JobProgr
     indexed by a shared job (:func:`enqueue_ingest_batch`) shows that job's progress while it
     runs, then its own result.
     """
-    progress = _progress(rt, job_id)
-    if progress.status == "missing" and (batch := batch_of(rt, job_id)):
-        progress = _in_batch(rt, job_id, batch, {} if _batches is None else _batches)
-    following = (progress.result or {}).get("continued_in") if progress.status == "finished" else None
-    if not following:
-        return progress
-    then = _progress(rt, following)
-    if then.status in ("deferred", "queued", "scheduled"):
-        from ragtopics.graph.fanout import extraction_progress
-
-        topic_id = _meta(rt, following).get("topic_id", "")
-        done, total = extraction_progress(rt, topic_id, job_id)
-        return JobProgress(job_id, "started", "extracting", done, total)
-    return replace(then, job_id=job_id)
+    return job_progresses(rt, [job_id])[0]
 
 
-def _in_batch(rt: Runtime, job_id: str, batch_id: str, batches: dict[str, tuple[JobProgress, dict]]) -> JobProgress:
+def _read_progresses(rt: Runtime, job_ids: list[str]) -> dict[str, JobProgress]:
+    """The progress of each version job (see :func:`job_progresses`), read in at most four round trips."""
+    from ragtopics.graph.fanout import extracted_key
+
+    jobs = dict(zip(job_ids, Job.fetch_many(job_ids, connection=rt.redis), strict=True))
+    pipe = rt.redis.pipeline(transaction=False)
+    missing = [job_id for job_id, job in jobs.items() if job is None]
+    for job_id in missing:
+        pipe.get(BATCH_OF.format(job_id))
+    ended = _queue_results(pipe, [job for job in jobs.values() if job is not None])
+    replies = pipe.execute()
+    batch_names = {job_id: _text(name) for job_id, name in zip(missing, replies) if name}
+    results = ended(replies[len(missing):])
+    progress = {job_id: _progress_of(job, results.get(job_id)) for job_id, job in jobs.items() if job is not None}
+    following = {job_id: p.result["continued_in"] for job_id, p in progress.items()
+                 if p.status == "finished" and (p.result or {}).get("continued_in")}  # fmt: skip
+    second = list(dict.fromkeys([*batch_names.values(), *following.values()]))
+    then = dict(zip(second, Job.fetch_many(second, connection=rt.redis), strict=True)) if second else {}
+    pipe = rt.redis.pipeline(transaction=False)
+    waiting = [job_id for job_id, finisher in following.items()
+               if then[finisher] is not None and _status(then[finisher]) in ("deferred", "queued", "scheduled")]  # fmt: skip
+    for job_id in waiting:
+        pipe.scard(extracted_key(then[following[job_id]].meta.get("topic_id", ""), job_id))
+    ended = _queue_results(pipe, [job for job in then.values() if job is not None])
+    replies = pipe.execute() if len(pipe) else []
+    results = ended(replies[len(waiting):])
+    states = {job_id: _progress_of(job, results.get(job_id)) if job is not None else JobProgress(job_id, "missing")
+              for job_id, job in then.items()}  # fmt: skip
+    extracted = dict(zip(waiting, replies[: len(waiting)], strict=True))
+    for job_id in job_ids:
+        if job_id in batch_names:
+            batch = then[batch_names[job_id]]
+            progress[job_id] = _in_batch(job_id, _batch_state(batch, states[batch_names[job_id]]))
+        elif job_id in extracted:
+            total = int(then[following[job_id]].meta.get("total", 0))
+            progress[job_id] = JobProgress(job_id, "started", "extracting", int(extracted[job_id]), total)
+        elif job_id in following:
+            progress[job_id] = replace(states[following[job_id]], job_id=job_id)
+        elif job_id not in progress:
+            progress[job_id] = JobProgress(job_id=job_id, status="missing")
+    return progress
+
+
+def _queue_results(pipe, jobs: list[Job]):
+    """Queue a read of the latest result of each job that ended on ``pipe``; returns a function that
+    maps the replies of those reads (in order) to ``{job id: Result}``."""
+    from rq.results import Result
+
+    ended = [job for job in jobs if _status(job) in ("finished", "failed")]
+    for job in ended:
+        pipe.xrevrange(Result.get_key(job.id), "+", "-", count=1)
+
+    def results(replies: list) -> dict[str, Result]:
+        return {job.id: Result.restore(job.id, _text(reply[0][0]), reply[0][1], connection=job.connection,
+                                       serializer=job.serializer)
+                for job, reply in zip(ended, replies) if reply}  # fmt: skip
+
+    return results
+
+
+def _in_batch(job_id: str, state: tuple[JobProgress, dict]) -> JobProgress:
     """The progress of one version indexed by a shared job: the job's while it runs, its own result once
-    known (a file that failed or was superseded is known before the job ends: ``job.meta["settled"]``).
-
-    ``batches`` keeps each shared job's state read once (see :func:`job_progresses`).
-    """
-    if batch_id not in batches:
-        batches[batch_id] = _batch_state(rt, batch_id)
-    batch, settled = batches[batch_id]
+    known (a file that failed or was superseded is known before the job ends: ``job.meta["settled"]``)."""
+    batch, settled = state
     result = (batch.result or {}).get("documents", {}).get(job_id) if batch.status == "finished" else settled.get(job_id)
     if result is None:
         return replace(batch, job_id=job_id) if batch.status != "finished" else JobProgress(job_id, "missing")
@@ -182,40 +301,34 @@ def _in_batch(rt: Runtime, job_id: str, batch_id: str, batches: dict[str, tuple[
     return JobProgress(job_id, "finished", "done", count, count, result=result, shared_by=batch.shared_by)
 
 
-def _batch_state(rt: Runtime, batch_id: str) -> tuple[JobProgress, dict]:
+def _batch_state(job: Job | None, progress: JobProgress) -> tuple[JobProgress, dict]:
     """A shared ingest job's progress (``shared_by``: its number of files) and the results it settled so far."""
-    try:
-        job = Job.fetch(batch_id, connection=rt.redis)
-    except NoSuchJobError:
-        return JobProgress(job_id=batch_id, status="missing"), {}
+    if job is None:
+        return progress, {}
     files = len(job.args[1]) if len(job.args) > 1 and isinstance(job.args[1], list | tuple) else 1
-    return replace(_progress_of(job), shared_by=files), dict(job.meta.get("settled") or {})
+    return replace(progress, shared_by=files), dict(job.meta.get("settled") or {})
 
 
-def _meta(rt: Runtime, job_id: str) -> dict:
-    try:
-        return Job.fetch(job_id, connection=rt.redis).get_meta(refresh=True)
-    except NoSuchJobError:
-        return {}
+def _status(job: Job) -> str:
+    status = job.get_status(refresh=False)
+    return getattr(status, "value", status) or "missing"
 
 
-def _progress(rt: Runtime, job_id: str) -> JobProgress:
-    try:
-        job = Job.fetch(job_id, connection=rt.redis)
-    except NoSuchJobError:
-        return JobProgress(job_id=job_id, status="missing")
-    return _progress_of(job)
+def _progress_of(job: Job, result=None) -> JobProgress:
+    """A job's progress from its fetched hash and its latest ``result`` (read for jobs that ended)."""
+    from rq.results import Result
 
-
-def _progress_of(job: Job) -> JobProgress:
-    status = job.get_status(refresh=True)
-    status = getattr(status, "value", status) or "missing"
-    meta = job.get_meta(refresh=True)
+    status, meta = _status(job), job.meta or {}
     error = ""
     if status == "failed":
-        error = _last_line(job.latest_result().exc_string if job.latest_result() else "") or "the job failed"
+        error = _last_line(result.exc_string if result is not None else "") or "the job failed"
+    value = result.return_value if result is not None and result.type == Result.Type.SUCCESSFUL else None
     return JobProgress(job.id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
-                       job.return_value() if status == "finished" else None)  # fmt: skip
+                       value if status == "finished" else None)  # fmt: skip
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _last_line(text: str | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rq.job import Job
+
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import upload_file
 from ragtopics.prompts.resolve import set_prompt
@@ -9,6 +11,8 @@ from ragtopics.storage.topics import count_topic_rows
 from ragtopics.topics.delete import delete_topic, topic_job_ids
 from ragtopics.topics.topics import create_topic, get_topic, list_topics
 from ragtopics.ui.cli import main
+from ragtopics.worker.queue import queue_for
+from tests.redis_commands import CommandLog
 
 
 def footprint(rt, topic_id: str) -> dict[str, int]:
@@ -81,3 +85,31 @@ def test_document_delete_on_the_command_line(rt, run_jobs, capsys):
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["b.md"]
     assert main(["docs", "Docs", "--delete", "a.md"]) == 2
     assert "Topic 'Docs' has no document 'a.md'; its documents are: b.md" in capsys.readouterr().err
+
+
+def test_deleting_a_small_topic_next_to_a_large_one_reads_only_its_own_jobs_and_keys(rt, run_jobs):
+    small = create_topic(rt, "Small", settings={"chunk_size": 200, "chunk_overlap": 0})
+    large = create_topic(rt, "Large", settings={"chunk_size": 200, "chunk_overlap": 0})
+    own = [upload_file(rt, small, f"s{n}.md", f"Valve V{n} is checked weekly.".encode()) for n in range(2)]
+    upload_file(rt, large, "l.md", b"The large Topic keeps its file about pumps.")
+    run_jobs()
+    queue = queue_for(rt)  # the large Topic's jobs wait in the queue, next to registries full of other work
+    theirs = [queue.enqueue_call("ragtopics.worker.jobs.ingest", args=(large.id, f"doc-{n}"), job_id=f"large-{n}",
+                                 meta={"topic_id": large.id}).id for n in range(300)]  # fmt: skip
+    pipe = rt.redis.pipeline(transaction=False)
+    for n in range(3000):  # cached extractions and the like, under the large Topic's prefix
+        pipe.set(f"rt:{large.id}:xcache:{n:04d}", "{}")
+    pipe.execute()
+    large_before = footprint(rt, large.id)
+    assert large_before["job_records"] == 301 and large_before["redis_keys"] > 3000
+
+    with CommandLog(rt.redis) as log:
+        delete_topic(rt, "Small")
+
+    named = [c for c in log.commands if any(large.id in a or a.startswith("rq:job:large-") for a in c[1:])]
+    assert named == []  # not one of the large Topic's keys or jobs is read or written
+    job_reads = [c for c in log.commands if c[0] == "HGETALL" and c[1].startswith("rq:job:")]
+    assert len(job_reads) == 3 * len(own)  # its own jobs, read by the three steps that need them
+    assert not any(Job.exists(row.job_id, connection=rt.redis) for row in own)
+    assert footprint(rt, small.id) == {"redis_keys": 0, "job_records": 0, "search_index": 0, "rows": 0, "files": 0}
+    assert footprint(rt, large.id) == large_before and all(Job.exists(j, connection=rt.redis) for j in theirs)

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.local import LocalRetriever, rank_chunks
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
-from ragtopics.graph.path import PathRetriever, candidate_names
+from ragtopics.graph.path import MAX_NAME_LOOKUPS, PathRetriever, candidate_names, named_entities
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.topics.topics import create_topic
 from ragtopics.tracing.trace import Trace
+from tests.redis_commands import CommandLog
 
 TYPES = {"Radium": "ELEMENT", "Polonium": "ELEMENT", "Sorbonne": "ORGANIZATION", "Paris": "PLACE", "Szeged": "PLACE",
          "Hungary": "PLACE", "Zorblax Engine": "PRODUCT", "England": "PLACE", "Germany": "PLACE", "Britain": "PLACE",
@@ -215,6 +218,33 @@ def test_path_without_a_chain_falls_back_to_local_with_a_note(rt, topic):
     too_long, _ = path(rt, topic, "How is Radium related to the Sorbonne?", path_max_hops=2)
     assert too_long.route == "LOCAL"
     assert too_long.note == "no chain of at most 2 hops between Radium and Sorbonne; LOCAL instead"
+
+
+LONG_QUESTION = ("Did Marie Curie of the Royal Swedish Academy of Sciences and Hilda Varga of the Budapest Technical "
+                 "University ever meet Pierre Curie at the Sorbonne in Paris or Szeged in Hungary?")
+
+
+def test_the_names_of_a_question_are_looked_up_in_one_graph_query(rt, topic):
+    store = graph_store(rt, topic)
+    assert len(candidate_names(LONG_QUESTION)) > MAX_NAME_LOOKUPS  # the most a routed turn looks up
+    with CommandLog(rt.redis) as log:
+        found = named_entities(store, LONG_QUESTION, ["Radium"])
+    assert log.count("GRAPH.RO_QUERY", "GRAPH.QUERY") == 1
+    one_by_one: dict[str, str] = {}  # what a look-up per name finds (as before), skipping names inside found ones
+    tried: list[str] = []
+    for name in list(dict.fromkeys(["Radium", *candidate_names(LONG_QUESTION)]))[:MAX_NAME_LOOKUPS]:
+        if len(one_by_one) < 5 and not any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", t) for t in tried):
+            if (entity := store.entity_by_name(name)) is not None:
+                one_by_one.setdefault(entity.id, entity.name)
+                tried.append(name)
+    assert found == tuple(one_by_one.values()) and {"Radium", "Marie Curie", "Pierre Curie"} <= set(found)
+
+    with CommandLog(rt.redis) as log:
+        context, trace = path(rt, topic, LONG_QUESTION)
+    assert context.route == "PATH" and len(step(trace, "resolve_entities")["names"]) == 40  # (the trace keeps 40)
+    # one query resolves every name; the others are the chain, its entity look-ups and the vector searches
+    name_queries = [c for c in log.commands if c[0].startswith("GRAPH.") and "name_key" in " ".join(c)]
+    assert len(name_queries) == 1
 
 
 def test_candidate_names_try_capitalised_runs_before_content_words():

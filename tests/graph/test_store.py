@@ -14,7 +14,8 @@ from redisvl.query import VectorQuery
 from ragtopics.errors import EmbeddingMismatchError
 from ragtopics.graph.dedup import MAX_WORD_BLOCK, _stable_key, block_keys, deduplicate, partner_keys
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
-from ragtopics.graph.store import MAX_DESCRIPTION_CHARS, GraphStore, RemovalReport
+from ragtopics.graph.store import _BY_NAME_KEYS, MAX_DESCRIPTION_CHARS, GraphStore, RemovalReport
+from tests.redis_commands import CommandLog
 
 
 @pytest.fixture
@@ -204,6 +205,26 @@ def test_entity_by_name_matches_names_and_aliases(store):
     assert store.entity_by_name("ECB").aliases == ("ECB", "EZB")
     assert store.entity_by_name("Federal Reserve") is None
     assert store.entity_by_name("--") is None
+
+
+def test_entities_by_names_looks_every_name_up_at_once_through_the_indexes(store, client):
+    store.upsert("doc-1", "a.txt", [("c1", 0), ("c2", 1), ("c3", 2)],
+                 [ent("Marie Curie", "c1", "c2", "c3", aliases=("Curie", "Madame Curie")),
+                  ent("Pierre Curie", "c1", aliases=("Curie",)), ent("European Central Bank", "c1", aliases=("ECB",)),
+                  ent("ECB", "c2")], [])  # fmt: skip
+    names = ["curie", "ECB", "European Central Bank", "Madame Curie", "Federal Reserve", "--", "Curie"]
+
+    with CommandLog(client) as log:
+        found = store.entities_by_names(names)
+    assert log.count("GRAPH.RO_QUERY", "GRAPH.QUERY") == 1
+    assert {name: e.name for name, e in found.items()} == {
+        "curie": "Marie Curie", "Curie": "Marie Curie",  # an alias of both: the one with more chunks
+        "ECB": "ECB",  # a name match before an alias match
+        "European Central Bank": "European Central Bank", "Madame Curie": "Marie Curie"}  # fmt: skip
+    assert {name: store.entity_by_name(name) for name in found} == found
+
+    plan = str(store.graph.explain(_BY_NAME_KEYS, {"keys": ["curie"]}))
+    assert "Node By Index Scan | (e:Entity)" in plan and "Label Scan" not in plan and "All Node Scan" not in plan
 
 
 def test_hostile_text_travels_as_parameters(store):
