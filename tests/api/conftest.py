@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ragtopics.access import users
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.app import launch_console
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
 
-PASSWORD = "correct horse battery"
-
-
-@pytest.fixture
-def people(rt):
-    """An admin, an operator and a viewer: the console requires login (API tokens for programs)."""
-    users.create_user(rt, "ada", PASSWORD, "admin")
-    users.create_user(rt, "otto", PASSWORD, "operator")
-    users.create_user(rt, "vic", PASSWORD, "viewer")
-    return rt
+from tests.ui.test_access import PASSWORD, people  # noqa: F401 - the console's users (ada, otto, vic), a fixture
 
 
 @pytest.fixture
