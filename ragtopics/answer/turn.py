@@ -321,7 +321,7 @@ class _Turn:
         if tools:
             raw, tool_results = yield from self.answer_with_tools(messages, tools, tool_topics, files)
         else:
-            raw = yield from self.stream(messages, files)
+            raw = yield from self.stream(messages, files, role=context.answer_role)
         sources = self.attribute(raw, coded)
         # Community summaries have no source file: an answer written from them alone stands without sources.
         from_summaries = raw.strip() and any(not item.provenance for item in context.items)
@@ -422,7 +422,7 @@ class _Turn:
 
     def answer_deltas(self, messages: list[dict], prompt_name: str, **kw) -> Iterator[str]:
         """The language model's streamed answer; one cut at the token limit ends with :data:`TRUNCATED_NOTE`."""
-        finish = yield from self.rt.gateway.stream_chat("language_model", messages, prompt_name=prompt_name, trace=self.trace, **kw)
+        finish = yield from self.rt.gateway.stream_chat(kw.pop("role", "language_model"), messages, prompt_name=prompt_name, trace=self.trace, **kw)
         if finish == "length":  # say so rather than end mid-sentence without a word
             yield TRUNCATED_NOTE.format(max_tokens=kw.get("max_tokens") or self.rt.settings.llm_max_tokens)
 
