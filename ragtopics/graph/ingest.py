@@ -275,7 +275,8 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
     """Deduplicate an upload's entities among themselves and against the stored entities they may pair with.
 
     The stored partners come from :meth:`GraphStore.dedup_partners` (a ``find_partners`` trace step);
-    unclear pairs go to the Deduplication model when a real endpoint serves that role.
+    unclear pairs go to the Deduplication model when a real endpoint serves that role, with the Topic's
+    ``deduplication`` prompt (its override on the Prompts tab, else the shared one, else the default).
 
     Args:
         entities: the upload's entities, in the order found.
@@ -287,7 +288,8 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
         ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
-        model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
+        template = resolve_prompts(rt, store.topic_id)["deduplication"]
+        model = lambda pairs: ask_model(rt.gateway, pairs, trace, template=template)  # noqa: E731
     return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
                        model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
 
