@@ -123,3 +123,40 @@ def test_a_re_embed_leaves_the_graph_with_exactly_the_index_chunks(rt, run_jobs)
     assert {r[0] for r in graph.ro_query("MATCH (c:Chunk) RETURN c.id").result_set} == indexed
     cited = {c for r in graph.ro_query("MATCH (e:Entity) RETURN e.chunk_ids").result_set for c in r[0]}
     assert cited and cited <= indexed  # no entity is left supported by a chunk that is gone
+
+
+def echo_report(body: dict) -> str:
+    """A scripted community report whose summary repeats the entity and relationship lines it was given."""
+    prompt = body["messages"][-1]["content"]
+    return json.dumps({"title": "Pumps", "summary": " ".join(prompt.split("Entities:")[-1].split())})
+
+
+def summaries(rt, topic) -> list[str]:
+    """Every stored community report of a Topic as one text: title, summary and key relationships."""
+    from ragtopics.graph.community_index import CommunityIndex
+
+    index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
+    return [" ".join([r.title, r.summary, *r.key_relationships]) for r in index.get(list(index.get_hashes()))]
+
+
+def test_community_summaries_keep_a_deleted_file_until_the_next_rebuild_then_nothing_of_it(rt, run_jobs, scripted_llm):
+    from ragtopics.graph.lifecycle import recompute_due
+    from ragtopics.graph.refresh import run_rebuild
+
+    scripted_llm.replies["community_report"] = echo_report
+    topic = topic_for(rt, scripted_llm, "NLP", "Summarised")
+    upload_file(rt, topic, "recall.txt", RECALLED.encode())
+    upload_file(rt, topic, "service.txt", IN_SERVICE.encode())
+    run_jobs()
+    assert run_rebuild(rt, topic.id)["status"] == "done"
+    assert any("recalled" in s for s in summaries(rt, topic)) and any("in service" in s for s in summaries(rt, topic))
+
+    delete_document(rt, topic, "recall.txt")
+    assert any("recalled" in s for s in summaries(rt, topic))  # as the specification says: until the next rebuild
+    assert recompute_due(rt, topic.id) == "recall.txt was deleted"
+
+    result = run_rebuild(rt, topic.id)
+    assert result["status"] == "done" and result["written"] >= 1
+    texts = summaries(rt, topic)
+    assert texts and not any("recall" in s or "2021" in s or "PX-1" in s for s in texts)
+    assert any("in service" in s for s in texts) and recompute_due(rt, topic.id) == ""
