@@ -97,12 +97,14 @@ class Context:
         note: why the context is empty or how the way fell back ("" when nothing to say).
         rerank: how the items were reranked, in words ("reranked by the Language Model"), "" when
             no rerank was asked for.
+        answer_role: the model role that writes the answer from it (HYBRID's synthesis: ``follow_up``).
     """
 
     items: tuple[Evidence, ...]
     route: str
     note: str = ""
     rerank: str = ""
+    answer_role: str = "language_model"
 
 
 @dataclass(frozen=True, slots=True)

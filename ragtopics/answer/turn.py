@@ -331,13 +331,13 @@ class _Turn:
         files = code_files(coded)
         offered = self.offer_pictures(context.items)
         tool_results: list[ToolResult] = []
-        extractive = not tools and self.is_extractive()
+        extractive = not tools and self.is_extractive(context.answer_role)
         if extractive:
             raw = yield from self.quote(coded, offered, files)
         elif tools:
             raw, tool_results = yield from self.answer_with_tools(self.answer_messages(coded, offered), tools, tool_topics, files)
         else:
-            raw = yield from self.stream(self.answer_messages(coded, offered), files)
+            raw = yield from self.stream(self.answer_messages(coded, offered), files, role=context.answer_role)
         sources = self.attribute(raw, coded, model_check=not extractive)
         # Community summaries have no source file: an answer written from them alone stands without sources.
         from_summaries = raw.strip() and any(not item.provenance for item in context.items)
@@ -452,7 +452,8 @@ class _Turn:
         """
         guard = RepetitionGuard()
         parts: list[str] = []
-        stream = self.rt.gateway.stream_chat("language_model", messages, prompt_name=prompt_name, trace=self.trace, **kw)
+        role = kw.pop("role", "language_model")  # HYBRID's answer is written by the Follow-up Model
+        stream = self.rt.gateway.stream_chat(role, messages, prompt_name=prompt_name, trace=self.trace, **kw)
         while True:
             try:
                 delta = next(stream)
@@ -507,12 +508,13 @@ class _Turn:
 
     # -- extractive answers -------------------------------------------------------------
 
-    def is_extractive(self) -> bool:
-        """Whether answers are quoted rather than written: Answer Mode EXTRACTIVE, or AUTO while the Language
-        Model role (with the Topic's override) is the bundled model."""
+    def is_extractive(self, role: str = "language_model") -> bool:
+        """Whether answers are quoted rather than written: Answer Mode EXTRACTIVE, or AUTO while the role that
+        would write the answer (the Language Model; HYBRID's Follow-up Model), with the Topic's override, is
+        the bundled model."""
         mode = getattr(self.cfg, "answer_mode", "AUTO")
         if mode == "AUTO":
-            return self.rt.gateway.endpoint("language_model", self.trace).is_local
+            return self.rt.gateway.endpoint(role, self.trace).is_local
         return mode == "EXTRACTIVE"
 
     def extractive_note(self) -> str:

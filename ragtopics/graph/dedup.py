@@ -55,7 +55,7 @@ from rapidfuzz.distance import OSA, Levenshtein
 from ragtopics.errors import ModelUnavailableError
 from ragtopics.graph.model import Entity, MergeRecord, normalize_name
 from ragtopics.llm.gateway import ModelGateway
-from ragtopics.prompts.templates import PromptTemplate
+from ragtopics.prompts.templates import DEDUPLICATION, PromptTemplate
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -95,15 +95,6 @@ SMALL_WORDS = frozenset("a an and at de del der des di die du für in la le of o
 
 Embed = Callable[[list[str]], np.ndarray]
 
-DEDUPLICATION = PromptTemplate(
-    "deduplication",
-    "Decide for each numbered pair whether the two names mean the same real-world thing (the same person, "
-    "organisation, place, object or idea). Answer same only when you are sure. Things with similar names that "
-    "are different (a city and a person named after it, two models of one product, a company and its founder) "
-    "are not the same. Reply as JSON with decisions: one {pair, same, reason} per pair.\n\nPairs:\n$pairs",
-    "Deduplication model: several unclear pairs of entity names per call at upload.",
-)
-# Prompts live in ragtopics.prompts.templates; this one joins DEFAULTS there once wired in.
 
 
 class DedupDecision(BaseModel):

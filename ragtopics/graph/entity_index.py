@@ -53,6 +53,16 @@ SET e.embedding = vecf32(row.vector)
 RETURN count(e)
 """
 
+# FalkorDB (graph module 4.16.3) drops a node from the vector index when its vector is set while it has one: the
+# search no longer finds it (measured: 0 of 100 updated entities found, 100 of 100 when the old vector is removed
+# first, in a query of its own). So an entity's vector is removed before it is set again.
+_UNSET = """
+UNWIND $ids AS id
+MATCH (e:Entity {id: id})
+WHERE e.embedding IS NOT NULL
+REMOVE e.embedding
+RETURN count(e)
+"""
 _INDEXES = "CALL db.indexes() YIELD label, types, options RETURN label, types, options"
 
 _ANY_VECTOR = "MATCH (e:Entity) WHERE e.embedding IS NOT NULL RETURN e.id LIMIT 1"
@@ -146,6 +156,7 @@ class EntityVectorIndex:
         for start in range(0, len(entity_ids), _WRITE_BATCH):
             rows = [{"id": eid, "vector": vec.tolist()}
                     for eid, vec in zip(entity_ids[start:start + _WRITE_BATCH], matrix[start:start + _WRITE_BATCH])]  # fmt: skip
+            self.graph.query(_UNSET, {"ids": [row["id"] for row in rows]})  # see _UNSET
             written += int(self.graph.query(_SET, {"rows": rows}).result_set[0][0])
         return written
 

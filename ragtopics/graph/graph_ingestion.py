@@ -34,7 +34,8 @@ import redis
 from falkordb import FalkorDB
 
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
-from ragtopics.graph.ingest import GraphPlan, apply_graph, deduplicate_against_graph, graph_store
+from ragtopics.graph.ingest import (GraphPlan, apply_graph, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
+                                     entity_text, graph_store)
 from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime
@@ -475,6 +476,7 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     ours = frozenset(cid for cid, _ in plan.chunks)
     plan.merges = list(result.merges)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
+    plan.mentions = chunk_mentions(entities, result, ours)  # each node's own description, not the partner's
     loops = []
     for i, r in enumerate(relationships):
         source, target = result.mapping.get(r.source_id, r.source_id), result.mapping.get(r.target_id, r.target_id)
@@ -483,7 +485,7 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
         else:
             plan.relationships.append(replace(r, source_id=source, target_id=target))
     with trace.step("embed_entities", count=len(plan.entities)):
-        texts = [f"{e.name}: {e.description}"[:1000] if e.description else e.name for e in plan.entities]
+        texts = [entity_text(e) for e in plan.entities]
         vectors = rt.gateway.embed(texts, trace=trace, purpose="entity embedding")
         plan.embeddings = {e.id: v for e, v in zip(plan.entities, vectors, strict=True)}
     return [u._asdict() for u in result.unclear], loops
@@ -604,12 +606,7 @@ def previous_chunk_ids(rt: Runtime, topic, document_id: str) -> set[str]:
     Both, because a re-embed drops the chunk index without re-reading a graph ingestion
     (there is no file to read), while the graph keeps its chunks.
     """
-    ids = set(rt.chunk_index(topic.id).document_chunk_ids(document_id))
-    store = graph_store(rt, topic)
-    if store.exists():
-        rows = store.graph.ro_query("MATCH (c:Chunk)-[:PART_OF]->(:Document {id: $d}) RETURN c.id", {"d": document_id})
-        ids.update(row[0] for row in rows.result_set)
-    return ids
+    return document_chunk_ids(rt, topic, graph_store(rt, topic), document_id)
 
 
 def _check_name_free(rt: Runtime, document_id: str, file_name: str) -> None:

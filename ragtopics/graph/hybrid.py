@@ -11,7 +11,8 @@ search, reduced to a bounded loop:
    earlier rounds found. With the bundled model, which cannot plan, there is one round
    with one follow-up: the question itself.
 3. **Search**: a LOCAL search for each follow-up (:class:`~ragtopics.graph.local.LocalRetriever`).
-4. **Synthesis**: the answer stage writes one answer from the summaries and all findings;
+4. **Synthesis**: the answer stage writes one answer from the summaries and all findings, with
+   the Follow-up Model (:data:`SYNTHESIS_ROLE`, as the specification assigns planning and synthesis);
    the sources are the documents of the chunks used.
 
 Planning fails (the model cannot be reached or its reply does not parse): LOCAL on the
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Role whose model plans the follow-up questions.
 PLAN_ROLE = "follow_up"
+#: Role whose model writes HYBRID's answer from the summaries and the findings (a role without its own model
+#: uses the Language Model's).
+SYNTHESIS_ROLE = "follow_up"
 #: Most characters of findings shown to the planner of a later round.
 FINDINGS_CHARS = 3000
 
@@ -113,7 +117,7 @@ class HybridRetriever:
         others = [e for e in found.values() if e.kind != "chunk"]
         items = (*summaries.items, *others, *chunks)
         note = "" if items else (summaries.note or "nothing found by the summaries or the follow-up searches")
-        return Context(items, self.route, note)
+        return Context(items, self.route, note, answer_role=SYNTHESIS_ROLE)
 
     def _say(self, message: str) -> None:
         if self.progress is not None:

@@ -6,6 +6,12 @@ writes: extraction per chunk, deduplication against the graph, entity embeddings
 and, inside the document's lock together with the chunk swap, :func:`apply_graph`
 (removes the provenance of chunks the new version no longer has, writes the rest).
 
+What each chunk says about an entity or relationship is written with the chunk's
+mention (:attr:`GraphPlan.mentions`), so the graph rebuilds a description from the
+chunks that support it now: a re-upload or a delete leaves nothing of what only the
+removed chunks said (:meth:`~ragtopics.graph.store.GraphStore.remove_chunks`), at no
+model call. An entity whose description changed is embedded again.
+
 Chunk ids are content hashes, so a re-upload with one edited paragraph keeps the ids
 of the unchanged chunks; their extraction results come from a cache keyed by chunk
 text, extraction method and prompt version (:class:`ExtractionCache`), so only the
@@ -89,6 +95,9 @@ class GraphPlan:
     Attributes:
         chunks: ``(chunk_id, position)`` of every chunk of the version.
         entities, relationships: after deduplication, with provenance in this version's chunks.
+        mentions: what each chunk of the version says about each entity: one entity per (entity, chunk),
+            under the kept id and name, with that chunk's description and the names it used (what
+            the graph stores, so that a description can be rebuilt from the chunks left).
         embeddings: entity id → L2-normalised vector of "name: description".
         merges: the deduplication decisions (for the DEV report).
         method: ``NLP`` or ``LLM``.
@@ -100,6 +109,7 @@ class GraphPlan:
     chunks: list[tuple[str, int]]
     entities: list[Entity] = field(default_factory=list)
     relationships: list[Relationship] = field(default_factory=list)
+    mentions: list[Entity] = field(default_factory=list)
     embeddings: dict[str, np.ndarray] = field(default_factory=dict)
     merges: list[MergeRecord] = field(default_factory=list)
     method: str = ""
@@ -203,17 +213,21 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
             per_chunk.append((record.chunk_id, extraction))
         ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
     entities, relationships = _graph_items(per_chunk)
-    result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace)
+    store = graph_store(rt, topic)
+    ours = frozenset(cid for cid, _ in plan.chunks)
+    # What only the previous version's dropped chunks support is no partner: it is about to go.
+    leaving = document_chunk_ids(rt, topic, store, records[0].document_id) - ours if records else set()
+    result = deduplicate_against_graph(rt, store, entities, trace, leaving=leaving)
     plan.merges = list(result.merges)
     # A merge with a stored entity unions provenance; the plan carries only this version's chunks
     # (the store unions them with what it holds, and the previous version's chunks are removed first).
-    ours = frozenset(cid for cid, _ in plan.chunks)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
+    plan.mentions = chunk_mentions(entities, result, ours)
     plan.relationships = [replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping)
                           if r.chunk_ids & ours]  # fmt: skip
     if plan.entities:
         with trace.step("embed_entities", count=len(plan.entities)):
-            texts = [f"{e.name}: {e.description}"[:1000] if e.description else e.name for e in plan.entities]
+            texts = [entity_text(e) for e in plan.entities]
             vectors = []
             for start in range(0, len(texts), ENTITY_EMBED_BATCH):  # a delete or newer upload stops it between batches
                 report("embedding entities", start, len(texts))
@@ -223,12 +237,46 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     return plan
 
 
+def chunk_mentions(extracted: list[Entity], result: DedupResult, chunks: frozenset[str]) -> list[Entity]:
+    """What each chunk says about each entity after deduplication: one entity per extracted entity and chunk.
+
+    Args:
+        extracted: the entities as extracted, each with the chunk it came from, in the order found.
+        result: deduplication of ``extracted`` (its mapping and kept entities).
+        chunks: the version's chunk ids; chunks outside are left out.
+
+    Returns:
+        Entities under the kept id, name and type, with the extracted description and the extracted
+        name and aliases as aliases (a name that differs from the kept one stays findable).
+    """
+    kept = {e.id: e for e in result.entities}
+    out = []
+    for entity in extracted:
+        head = kept.get(result.mapping.get(entity.id, entity.id))
+        own = entity.chunk_ids & chunks
+        if head is None or not own:
+            continue
+        names = tuple(n for n in dict.fromkeys((entity.name, *entity.aliases)) if n and n != head.name)
+        out.append(Entity(head.id, head.name, head.type, entity.description, names, own))
+    return out
+
+
+def document_chunk_ids(rt: Runtime, topic, store: GraphStore, document_id: str) -> set[str]:
+    """The chunk ids a document has now, in the chunk index or in the graph.
+
+    Both: a re-embed drops the chunk index before the documents are read again, while the graph
+    keeps the previous version's chunks until the new version replaces them.
+    """
+    return set(rt.chunk_index(topic.id).document_chunk_ids(document_id)) | set(store.document_chunk_ids(document_id))
+
+
 def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Entity], trace: Trace, *,
                               leaving: Iterable[str] = ()) -> DedupResult:  # fmt: skip
     """Deduplicate an upload's entities among themselves and against the stored entities they may pair with.
 
     The stored partners come from :meth:`GraphStore.dedup_partners` (a ``find_partners`` trace step);
-    unclear pairs go to the Deduplication model when a real endpoint serves that role.
+    unclear pairs go to the Deduplication model when a real endpoint serves that role, with the Topic's
+    ``deduplication`` prompt (its override on the Prompts tab, else the shared one, else the default).
 
     Args:
         entities: the upload's entities, in the order found.
@@ -240,7 +288,8 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
         ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
-        model = lambda pairs: ask_model(rt.gateway, pairs, trace)  # noqa: E731
+        template = resolve_prompts(rt, store.topic_id)["deduplication"]
+        model = lambda pairs: ask_model(rt.gateway, pairs, trace, template=template)  # noqa: E731
     return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
                        model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
 
@@ -265,6 +314,11 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
 
+    The chunks dropped are ``old_chunk_ids`` and every chunk the graph holds for the document that the
+    version does not have (after a re-embed the chunk index no longer knows the previous ones). The
+    descriptions of what they and the version touch are rebuilt from the chunks that support them, and
+    an entity whose description is not the one the plan embedded is embedded again.
+
     Runs inside the document's lock, right before the chunk swap (a failure here leaves the chunks and the row
     at the previous version).
 
@@ -276,13 +330,40 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     if getattr(topic.settings, "local_keyword_search", False):
         store.ensure_keyword_index()
     new_ids = {cid for cid, _ in plan.chunks}
-    removed = store.remove_chunks([cid for cid in old_chunk_ids if cid not in new_ids])
-    store.upsert(document_id, file_name, plan.chunks, plan.entities, plan.relationships)
+    dropped = (set(old_chunk_ids) | set(store.document_chunk_ids(document_id))) - new_ids
+    removed = store.remove_chunks(dropped)
+    store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships)
     if plan.embeddings:
         ids = list(plan.embeddings)
         store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]))
+    embedded = {e.id: entity_text(e) for e in plan.entities if e.id in plan.embeddings}
+    embed_entities(rt, store, [*removed.rebuilt, *embedded], embedded)
     store.set_images(images or [])
     return removed
+
+
+def entity_text(entity: Entity) -> str:
+    """The text an entity's vector is made of: ``"name: description"`` (bounded), or the name alone."""
+    return f"{entity.name}: {entity.description}"[:1000] if entity.description else entity.name
+
+
+def embed_entities(rt: Runtime, store: GraphStore, entity_ids: Iterable[str], embedded: dict[str, str] | None = None,
+                   trace: Trace | None = None) -> int:  # fmt: skip
+    """Embed again the stored entities whose text differs from the one their vector was made of.
+
+    Args:
+        entity_ids: entities whose description may have changed (unknown ids are skipped).
+        embedded: entity id → the text its current vector was made of; an id not in it is embedded.
+
+    Returns:
+        How many entities were embedded.
+    """
+    known = embedded or {}
+    stale = [e for e in store.entities(entity_ids) if known.get(e.id) != entity_text(e)]
+    if not stale:
+        return 0
+    vectors = rt.gateway.embed([entity_text(e) for e in stale], trace=trace, purpose="entity embedding")
+    return store.set_embeddings([e.id for e in stale], np.asarray(vectors))
 
 
 def _graph_items(per_chunk: list[tuple[str, ChunkExtraction]]) -> tuple[list[Entity], list[Relationship]]:

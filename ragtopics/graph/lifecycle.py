@@ -4,7 +4,9 @@ Importing this module adds, once:
 
 - to a document delete (:mod:`ragtopics.documents.delete`): ``remove_graph_share``,
   which removes the document's chunk ids from every entity's and relationship's
-  provenance (deleting what is left without any) and marks a recompute as due;
+  provenance (deleting what is left without any, rebuilding the description of what
+  stays from the chunks left, and embedding again an entity whose description changed)
+  and marks a recompute as due;
 - to a Topic delete (:mod:`ragtopics.topics.delete`): ``drop_graph``, which deletes the
   Topic's FalkorDB graph and every RediSearch index named for the Topic.
 
@@ -73,11 +75,14 @@ def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
 
 
 def _remove_graph_share(d: Deletion) -> None:
-    """Remove the document's share of the graph; entities other documents also mention stay."""
+    """Remove the document's share of the graph; entities other documents also mention stay, with what those say."""
     store = _graph_store(d.rt, d.topic_id)
     if store is None or not store.exists():
         return
     report = store.remove_document(d.document.id)
+    from ragtopics.graph.ingest import embed_entities  # as in _graph_store: the extraction code loads only for a graph
+
+    embed_entities(d.rt, store, report.rebuilt)
     d.count("entities", report.entities_removed)
     d.count("relationships", report.relationships_removed)
     d.count("entities_kept", report.entities_kept)

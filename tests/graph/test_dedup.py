@@ -293,6 +293,27 @@ def test_many_unclear_pairs_are_sent_in_batches(gateway, scripted_llm):
     assert len(result.unclear) == 10 and result.merges == []  # no decisions: nothing merged, all still listed
 
 
+def test_a_topics_deduplication_prompt_override_reaches_the_model(rt, scripted_llm):
+    from ragtopics.graph.ingest import deduplicate_against_graph, graph_store
+    from ragtopics.prompts.resolve import resolve_prompts, set_prompt
+    from ragtopics.topics.topics import create_topic
+
+    assert "deduplication" in resolve_prompts(rt)  # listed on the Prompts tab with the others
+    topic = create_topic(rt, "Places", kind="graphrag")
+    other = create_topic(rt, "Other places", kind="graphrag")
+    set_prompt(rt, topic.id, "deduplication", "Our gazetteer's rule: a one-letter slip is the same place.\n$pairs")
+    scripted_llm.replies[DEDUPLICATION.name] = scripted_decisions
+    incoming = [ent("Wangliang", "PLACE", "A village in the report."), ent("Wapgliang", "PLACE", "A village in the report.")]
+
+    result = deduplicate_against_graph(rt, graph_store(rt, topic), incoming, Trace("upload", "report.txt"))
+    deduplicate_against_graph(rt, graph_store(rt, other), incoming, Trace("upload", "report.txt"))
+
+    overridden, default = [r["messages"][-1]["content"] for r in scripted_llm.prompts(DEDUPLICATION.name)]
+    assert overridden.startswith("Our gazetteer's rule: a one-letter slip is the same place.\n[1] \"Wangliang\" (PLACE)")
+    assert default.startswith(DEDUPLICATION.text.split("$")[0])  # the other Topic keeps the default
+    assert records(result) == {("Wangliang", "Wapgliang", "model")}
+
+
 def test_an_unusable_model_reply_leaves_the_pairs_unclear(gateway, scripted_llm):
     scripted_llm.replies[DEDUPLICATION.name] = "not JSON at all"
     trace = Trace("upload", "report.pdf")

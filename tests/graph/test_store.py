@@ -430,6 +430,38 @@ def test_search_entities_returns_cosine_similarity(store):
     assert store.search_entities(np.ones(3), k=3)[0][1] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_a_vector_set_again_is_found_by_its_new_value(store):
+    names = [f"Entity {i}" for i in range(20)]
+    store.upsert("doc-1", "a.txt", [("c1", 0)], [ent(n, "c1") for n in names], [])
+    rng = np.random.default_rng(7)
+    first, second = rng.normal(size=(2, 20, 8))
+    store.set_embeddings([eid(n) for n in names], first)
+    store.set_embeddings([eid(n) for n in names[:10]], second[:10])  # a description changed: embedded again
+
+    for n, vector in zip(names, [*second[:10], *first[10:]]):
+        [(found, score)] = store.search_entities(vector, k=1)
+        assert found.name == n and score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_upsert_keeps_what_each_chunk_says_and_a_removal_rebuilds_from_the_chunks_left(store):
+    store.upsert("doc-1", "a.txt", [("c1", 0)], [ent("Pump", "c1", description="It was recalled.", aliases=("PX",)),
+                                                 ent("Acme", "c1", description="A maker.")],
+                 [rel("Pump", "Acme", "c1", strength=2.0, description="Recalled by Acme.")])  # fmt: skip
+    store.upsert("doc-2", "b.txt", [("c2", 0)], [ent("Pump", "c2", description="It is in service."), ent("Acme", "c2")],
+                 [rel("Pump", "Acme", "c2", strength=3.0, description="Serviced by Acme.")])  # fmt: skip
+    pump = store.entity_by_name("PX")
+    assert pump.description == "It was recalled. It is in service." and pump.aliases == ("PX",)
+
+    report = store.remove_document("doc-1")
+
+    assert report.entities_kept == 2 and set(report.rebuilt) == {eid("Acme"), eid("Pump")}
+    (pump,) = store.entities([eid("Pump")])
+    assert pump.description == "It is in service." and pump.aliases == () and store.entity_by_name("PX") is None
+    assert store.entities([eid("Acme")])[0].description == ""
+    tie = relationships_by_pair(store)[(eid("Pump"), eid("Acme"))]
+    assert tie.description == "Serviced by Acme." and tie.strength == 3.0 and tie.chunk_ids == {"c2"}
+
+
 def test_drop_leaves_no_key(store, client):
     write_two_documents(store)
     store.set_embeddings([eid("Marie Curie")], np.ones((1, 8)))
