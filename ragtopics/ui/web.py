@@ -145,10 +145,17 @@ class AccessMiddleware:
         refusal = _cross_site(scope, headers) or (_foreign_host(headers) if user is LOCAL_USER else None)
         if refusal:
             return await _refuse(scope, receive, send, 403, refusal)
-        if user is not None:
-            refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
+        if user is not None and user is not LOCAL_USER:  # open mode has one user: there is nobody to bind to
+            try:
+                refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
+            except Exception as exc:  # noqa: BLE001 - the store is down: say so, as for the caller's session
+                if not is_store_outage(exc):
+                    log.exception("could not check the session hash of %s", path)
+                return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
             if refusal:
                 return await _refuse(scope, receive, send, 403, refusal)
+            return await self.app(scope, receive, send)
+        if user is not None:
             return await self.app(scope, receive, send)
         if path in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
