@@ -240,6 +240,22 @@ def stepped_as(user: User, updates: Iterator[ChatUpdate]) -> Iterator[ChatUpdate
         updates.close()
 
 
+def final_update(first: ChatUpdate, stepped: Iterator[ChatUpdate]) -> ChatUpdate:
+    """Run an answer to its end: the last of ``first`` and the ``stepped`` updates after it.
+
+    Raises:
+        ApiError: the answer failed (in the API's error shape).
+    """
+    final = first
+    try:
+        if not first.done:
+            for final in stepped:
+                pass
+    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        raise api_error(exc) from None
+    return final
+
+
 def add_routes(api: FastAPI, rt: Runtime) -> None:
     """Add ``GET /v1/models`` and ``POST /v1/chat/completions``."""
 
@@ -287,13 +303,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
                                      media_type="text/event-stream", headers={"cache-control": "no-cache"})  # fmt: skip
 
         def finish() -> ChatUpdate:
-            final = first
-            try:
-                if not first.done:
-                    for final in stepped:
-                        pass
-            except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
-                raise api_error(exc) from None
+            final = final_update(first, stepped)
             on_final(final)
             return final
 

@@ -27,7 +27,7 @@ from ragtopics.access.users import User
 from ragtopics.answer.history import list_sessions, own_session, saved_turns
 from ragtopics.answer.turn import ChatUpdate, ask
 from ragtopics.api import errors, shapes
-from ragtopics.api.openai_compat import stepped_as, acting_as, require, stable_prefix
+from ragtopics.api.openai_compat import acting_as, final_update, require, stable_prefix, stepped_as
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import RagTopicsError
@@ -149,13 +149,7 @@ def build(rt: Runtime) -> FastAPI:
                                      headers={"cache-control": "no-cache"})  # fmt: skip
 
         def finish() -> dict:
-            final = first
-            try:
-                if not first.done:
-                    for final in stepped:
-                        pass
-            except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
-                raise errors.api_error(exc) from None
+            final = final_update(first, stepped)
             on_final(final)
             return shapes.answer(final, base_url)
 
