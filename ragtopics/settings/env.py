@@ -135,7 +135,7 @@ class Settings(BaseSettings):
                                    description="CPU threads of the bundled model server; 0: all cores.")  # fmt: skip
     local_llm_repeat_penalty: float = Field(1.0, ge=1.0, le=2.0, alias="LOCAL_LLM_REPEAT_PENALTY",
                                             description="llama.cpp's repeat penalty for the bundled model's replies "
-                                            "(1.0: none; see BENCHMARKS.md for the measurement behind the default).")  # fmt: skip
+                                            "(1.0: none, the measured best; see BENCHMARKS.md).")  # fmt: skip
     local_llm_temperature: float | None = Field(None, ge=0.0, le=2.0, alias="LOCAL_LLM_TEMPERATURE",
                                                 description="Sampling temperature of the bundled model's written "
                                                 "answers; unset: the product's 0.2 for every model.")  # fmt: skip
