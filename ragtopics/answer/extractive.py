@@ -222,13 +222,14 @@ def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> l
     return sorted(kept, key=lambda q: (first_seen[(q.code, q.rank)], q.position))
 
 
-def compose_answer(quotes: Sequence[Quote], *, lead: str, note: str) -> str:
+def compose_answer(quotes: Sequence[Quote], *, lead: str, note: str, pictures: str = "") -> str:
     """The answer text: a lead line, the quotes (consecutive sentences of one passage joined), a note line.
 
     Args:
         quotes: the chosen sentences in reading order (:func:`choose_quotes`).
         lead: the line above the quotes, e.g. ``From [S1] and [S3]:``.
         note: the line under them saying why the answer is quoted ("" for none).
+        pictures: picture codes (``[P1] [P2]``) shown between the quotes and the note ("" for none).
 
     Returns:
         Markdown: each group of sentences as a block quote ended by its citation code
@@ -244,7 +245,7 @@ def compose_answer(quotes: Sequence[Quote], *, lead: str, note: str) -> str:
         else:
             groups.append([q])
     blocks = [f"> {' '.join(q.text for q in g)}" + (f" [{g[0].code}]" if g[0].code else "") for g in groups]
-    return "\n\n".join([lead, *blocks, *([note] if note else [])])
+    return "\n\n".join([lead, *blocks, *([pictures] if pictures else []), *([note] if note else [])])
 
 
 def lead_line(codes_files: Sequence[tuple[str, list[str]]], *, fallback: str) -> str:

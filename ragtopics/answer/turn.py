@@ -540,12 +540,9 @@ class _Turn:
         with self.trace.step("answer", route=self.route, method="extractive") as ev:
             quotes = self.select_quotes(passages)
             lead = lead_line([(q.code, coded[q.code].file_names) for q in quotes], fallback=SUMMARIES_LEAD)
-            raw = compose_answer(quotes, lead=lead, note=self.extractive_note())
             quoted = {pid for q in quotes for pid in coded[q.code].pictures}
             pictures = " ".join(f"[{p.code}]" for p in offered if p.picture_id in quoted)
-            if raw and pictures:
-                head, _, note = raw.rpartition("\n\n")
-                raw = f"{head}\n\n{pictures}\n\n{note}"
+            raw = compose_answer(quotes, lead=lead, note=self.extractive_note(), pictures=pictures)
             ev.data.update(quotes=[{"code": q.code, "sentence": q.text, "score": round(q.score, 4)} for q in quotes],
                            raw_answer=raw, first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
         yield from self.show_words(raw, files)
