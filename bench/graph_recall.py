@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
-from bench.run import eval_dir, load_eval_data, load_embedder, throwaway_runtime
+from bench.run import eval_dir, load_eval_data, load_embedder, shown_path, throwaway_runtime
 from ragtopics.answer.context import Context, RetrievalQuery
 from ragtopics.documents.uploads import clean_file_name, receive_upload
 from ragtopics.errors import NotFoundError
@@ -55,21 +56,42 @@ CHUNKS_RETURNED = 10
 RAG_TOPIC, GRAPH_TOPIC = "recall-rag", "recall-graph"
 
 
-def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic]:
-    """The RAG and the GraphRAG Topic with every passage, ingesting only what a kept folder lacks."""
-    topics = []
+#: Trace steps of an upload shown in the GraphRAG ingest's breakdown, and their labels.
+INGEST_STEPS = [("embed", "chunk embedding"), ("extract_graph", "extraction"), ("find_partners", "dedup partners"),
+                ("deduplicate", "deduplication"), ("embed_entities", "entity embedding"), ("store", "store (chunks + graph)")]  # fmt: skip
+
+
+def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic, dict[str, float]]:
+    """The RAG and the GraphRAG Topic with every passage, ingesting only what a kept folder lacks.
+
+    Each passage is one file, ``<key>.txt`` (the key is the title on ``hotpotqa``, ``doc NNNN`` on the
+    opaque sets), ingested in-process one file per call, the same way for both kinds.
+
+    Returns:
+        The two Topics and the ingest seconds of each kind ({} for a Topic kept from the data folder).
+    """
+    topics, seconds = [], {}
     for name, kind, settings in [(RAG_TOPIC, "rag", {}), (GRAPH_TOPIC, "graphrag", {"graph_extraction_method": "NLP"})]:
         try:
             topic = get_topic(rt, name)
             print(f"  {name}: kept from the data folder", flush=True)
         except NotFoundError:
             topic = create_topic(rt, name, kind=kind, settings=settings)
+            step_ms: dict[str, float] = {}
             t0 = time.perf_counter()
             for title, sentences in corpus.items():
-                ingest_document(rt, receive_upload(rt, topic, f"{title}.txt", "".join(sentences).encode()).id)
-            print(f"  {name}: {len(corpus)} passages ingested in {time.perf_counter() - t0:.1f} s", flush=True)
+                result = ingest_document(rt, receive_upload(rt, topic, f"{title}.txt", "".join(sentences).encode()).id)
+                for event in result.trace:  # flat: nested steps are listed too
+                    step_ms[event["step"]] = step_ms.get(event["step"], 0.0) + event.get("duration_ms", 0.0)
+            seconds[kind] = time.perf_counter() - t0
+            print(f"  {name}: {len(corpus)} passages ingested in {seconds[kind]:.1f} s", flush=True)
+            if kind == "graphrag":
+                for step, label in INGEST_STEPS:
+                    print(f"    time in {label:<28} {step_ms.get(step, 0.0) / 1000:>8.1f} s", flush=True)
         topics.append(topic)
-    return topics[0], topics[1]
+    if len(seconds) == 2:
+        print(f"  GraphRAG (NLP) ingest / RAG ingest: {seconds['graphrag'] / seconds['rag']:.2f}x (goal <= 3x)", flush=True)
+    return topics[0], topics[1], seconds
 
 
 def files_of(context: Context) -> list[str]:
@@ -159,21 +181,45 @@ def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> di
     return table
 
 
+#: The evaluation sets measured by default, folders beside ``hotpotqa`` (see each one's SOURCE.md).
+SETS = ("hotpotqa", "hotpotqa-opaque", "musique-dev")
+
+
+def set_folders(names: list[str]) -> list[Path]:
+    """The folders of the named sets: beside the default eval folder (``RAGTOPICS_EVAL_DIR`` alone: that folder)."""
+    if os.environ.get("RAGTOPICS_EVAL_DIR"):
+        return [eval_dir()]
+    return [eval_dir().parent / name for name in names]
+
+
+def run_set(folder: Path, data_dir: Path | None, limit: int) -> dict:
+    """Ingest one set into a RAG and a GraphRAG Topic (or reuse them from ``data_dir``) and evaluate every way."""
+    data = load_eval_data(folder)
+    questions = data.questions[:limit] if limit else data.questions
+    print(f"\n#### {shown_path(folder)}: {len(data.corpus)} passages, {len(questions)} questions", flush=True)
+    with throwaway_runtime(data_dir / folder.name if data_dir else None, prefix="ragtopics-recall-") as rt:
+        print("\n== ingest", flush=True)
+        rag, graph, seconds = ingest(rt, data.corpus)
+        print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold passages in the first "
+              f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
+        return {"table": evaluate(rt, rag, graph, questions), "ingest_s": seconds}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Start Redis (in ``--data-dir`` or a temporary folder), ingest, evaluate, stop Redis."""
+    """Per set: start Redis (in ``--data-dir``/<set> or a temporary folder), ingest, evaluate, stop Redis."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, help="keep the Redis data and Topics here (a second run reuses them)")
+    parser.add_argument("--data-dir", type=Path, help="keep each set's Redis data and Topics here (a second run reuses them)")
+    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated sets beside hotpotqa (default {','.join(SETS)})")
     parser.add_argument("--questions", type=int, default=0, help="evaluate only the first N questions (0: all)")
     parser.add_argument("--product", action="store_true", help="measure Topics of the running product (--rag, --graph)")
     parser.add_argument("--rag", default=RAG_TOPIC, help="the RAG Topic to measure with --product")
     parser.add_argument("--graph", default=GRAPH_TOPIC, help="the GraphRAG Topic to measure with --product")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    data = load_eval_data(eval_dir())
-    questions = data.questions[: args.questions] if args.questions else data.questions
-    print(f"GraphRAG LOCAL recall: {len(data.corpus)} passages, {len(questions)} questions", flush=True)
     started = time.perf_counter()
     if args.product:
+        data = load_eval_data(eval_dir())
+        questions = data.questions[: args.questions] if args.questions else data.questions
         rt = get_runtime()
         load_embedder(rt)
         rag, graph = get_topic(rt, args.rag), get_topic(rt, args.graph)
@@ -181,12 +227,17 @@ def main(argv: list[str] | None = None) -> int:
         evaluate(rt, rag, graph, questions)
         print(f"\n  total run time {time.perf_counter() - started:.1f} s", flush=True)
         return 0
-    with throwaway_runtime(args.data_dir, prefix="ragtopics-recall-") as rt:
-        print("\n== ingest", flush=True)
-        rag, graph = ingest(rt, data.corpus)
-        print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold titles in the first "
-              f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
-        evaluate(rt, rag, graph, questions)
+    results = {}
+    for folder in set_folders([n.strip() for n in args.sets.split(",") if n.strip()]):
+        results[folder.name] = run_set(folder, args.data_dir, args.questions)
+    print("\n#### summary (recall@5)", flush=True)
+    for name, result in results.items():
+        table, seconds = result["table"], result["ingest_s"]
+        line = "  ".join(f"{way} {row['recall@5']:.3f}" for way, row in table.items()
+                         if way in ("RAG DENSE", "RAG HYBRID", "GraphRAG LOCAL FUSED", "GraphRAG PATH (LOCAL when no chain)"))  # fmt: skip
+        times = (f"; ingest RAG {seconds['rag']:.0f} s, GraphRAG {seconds['graphrag']:.0f} s "
+                 f"({seconds['graphrag'] / seconds['rag']:.2f}x)") if len(seconds) == 2 else ""  # fmt: skip
+        print(f"  {name:<16} {line}{times}", flush=True)
     print(f"\n  total run time {time.perf_counter() - started:.1f} s", flush=True)
     return 0
 

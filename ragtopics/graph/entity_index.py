@@ -33,6 +33,7 @@ not indexed by FalkorDB, so dimensions are checked before writing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import numpy as np
 from falkordb import Graph
@@ -46,35 +47,36 @@ log = logging.getLogger(__name__)
 EF_RUNTIME = 100
 _WRITE_BATCH = 500
 
-_SET = """
+# Vectors live on EntityVector nodes ({id, embedding}) that are created and deleted, never updated: FalkorDB (graph
+# module 4.16.3) drops a node from its vector index when any property of the node is set, and the node does not come
+# back when its vector is removed and set again (measured: of five indexed Entity nodes, each one whose description
+# was set was no longer found, before and after its vector was set anew). Entities are updated by every upload that
+# mentions them; their vectors, made of their names, never change.
+_DELETE = "UNWIND $ids AS i MATCH (v:EntityVector {id: i}) DELETE v RETURN count(v)"
+_CREATE = """
 UNWIND $rows AS row
 MATCH (e:Entity {id: row.id})
-SET e.embedding = vecf32(row.vector)
-RETURN count(e)
-"""
-
-# FalkorDB (graph module 4.16.3) drops a node from the vector index when its vector is set while it has one: the
-# search no longer finds it (measured: 0 of 100 updated entities found, 100 of 100 when the old vector is removed
-# first, in a query of its own). So an entity's vector is removed before it is set again.
-_UNSET = """
-UNWIND $ids AS id
-MATCH (e:Entity {id: id})
-WHERE e.embedding IS NOT NULL
-REMOVE e.embedding
+CREATE (:EntityVector {id: row.id, embedding: vecf32(row.vector)})
 RETURN count(e)
 """
 _INDEXES = "CALL db.indexes() YIELD label, types, options RETURN label, types, options"
-
-_ANY_VECTOR = "MATCH (e:Entity) WHERE e.embedding IS NOT NULL RETURN e.id LIMIT 1"
+_HAVE_VECTOR = "UNWIND $ids AS i MATCH (v:EntityVector {id: i}) RETURN v.id"
+_ANY_VECTOR = "MATCH (v:EntityVector) RETURN v.id LIMIT 1"
+#: Vectors kept on Entity nodes by earlier versions (see :meth:`EntityVectorIndex.drop_legacy`).
+_LEGACY = "MATCH (e:Entity) WHERE e.embedding IS NOT NULL WITH e LIMIT 10000 REMOVE e.embedding RETURN count(e)"
 
 _SEARCH = """
-CALL db.idx.vector.queryNodes('Entity', 'embedding', $k, vecf32($vector)) YIELD node, score
+CALL db.idx.vector.queryNodes('EntityVector', 'embedding', $k, vecf32($vector)) YIELD node, score
 RETURN node.id, score
 """
 
 
 class EntityVectorIndex:
-    """The vector index over ``Entity.embedding`` of one Topic graph (cosine, HNSW).
+    """The vector index of one Topic graph's entities: ``EntityVector {id, embedding}`` nodes (cosine, HNSW).
+
+    An entity's vector sits on a node of its own with the entity's id (see ``_DELETE`` above for why);
+    :meth:`delete` removes the vectors of deleted entities, and a search returns only ids (the caller
+    reads the entities, so a vector left by an entity deleted elsewhere matches nothing).
 
     Args:
         graph: the Topic's FalkorDB graph.
@@ -97,7 +99,7 @@ class EntityVectorIndex:
                 return None
             raise
         for label, types, options in rows:
-            if label == "Entity" and "VECTOR" in types.get("embedding", []):
+            if label == "EntityVector" and "VECTOR" in types.get("embedding", []):
                 return int(options["embedding"]["dimension"])
         return None
 
@@ -111,17 +113,17 @@ class EntityVectorIndex:
         """
         existing = self.dims()
         if existing not in (None, dims) and not self.graph.ro_query(_ANY_VECTOR).result_set:
-            self.graph.drop_node_vector_index("Entity", "embedding")
+            self.graph.drop_node_vector_index("EntityVector", "embedding")
             existing = None
         if existing is None:
-            try:
-                self.graph.query(
-                    "CREATE VECTOR INDEX FOR (e:Entity) ON (e.embedding) "
-                    f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}"
-                )
-            except ResponseError as exc:
-                if "already indexed" not in str(exc):
-                    raise
+            for statement in ("CREATE INDEX FOR (v:EntityVector) ON (v.id)",
+                              "CREATE VECTOR INDEX FOR (v:EntityVector) ON (v.embedding) "
+                              f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}"):  # fmt: skip
+                try:
+                    self.graph.query(statement)
+                except ResponseError as exc:
+                    if "already indexed" not in str(exc):
+                        raise
             existing = self.dims()
             log.info("created the entity vector index of graph %s (%d dims)", self.graph.name, dims)
         if existing != dims:
@@ -129,6 +131,52 @@ class EntityVectorIndex:
                 f"the entity vectors of Topic {self.topic_id} have {existing} dims, but the configured embedding "
                 f"model gives {dims}: re-embed the Topic's documents or configure the model they were embedded with"
             )
+
+    def missing(self, entity_ids: Iterable[str]) -> set[str]:
+        """The ids among ``entity_ids`` that have no stored vector: new entities, or unknown ids (one query)."""
+        wanted = list(dict.fromkeys(entity_ids))
+        if not wanted:
+            return set()
+        try:
+            rows = self.graph.ro_query(_HAVE_VECTOR, {"ids": wanted}).result_set
+        except ResponseError as exc:
+            if "empty key" in str(exc):
+                return set(wanted)
+            raise
+        return set(wanted) - {row[0] for row in rows}
+
+    def delete(self, entity_ids: Iterable[str]) -> int:
+        """Delete the vectors of these entity ids (those of deleted entities); returns how many there were."""
+        wanted = list(dict.fromkeys(entity_ids))
+        if not wanted:
+            return 0
+        try:
+            return int(self.graph.query(_DELETE, {"ids": wanted}).result_set[0][0])
+        except ResponseError as exc:
+            if "empty key" in str(exc):
+                return 0
+            raise
+
+    def drop_legacy(self) -> int:
+        """Remove the vectors earlier versions kept on the Entity nodes themselves, and their index.
+
+        Returns:
+            How many entities lost such a vector (they count as :meth:`missing` and are embedded again).
+        """
+        try:
+            rows = self.graph.ro_query(_INDEXES).result_set
+        except ResponseError as exc:
+            if "empty key" in str(exc):
+                return 0
+            raise
+        if not any(label == "Entity" and "VECTOR" in types.get("embedding", []) for label, types, _ in rows):
+            return 0
+        self.graph.drop_node_vector_index("Entity", "embedding")
+        removed = 0
+        while n := int(self.graph.query(_LEGACY).result_set[0][0]):
+            removed += n
+        log.info("graph %s: %d entity vectors of an earlier version removed (embedded again by name)", self.graph.name, removed)
+        return removed
 
     def set(self, entity_ids: list[str], vectors: np.ndarray) -> int:
         """Store one vector per entity (replacing any earlier one), creating the index on first use.
@@ -156,8 +204,8 @@ class EntityVectorIndex:
         for start in range(0, len(entity_ids), _WRITE_BATCH):
             rows = [{"id": eid, "vector": vec.tolist()}
                     for eid, vec in zip(entity_ids[start:start + _WRITE_BATCH], matrix[start:start + _WRITE_BATCH])]  # fmt: skip
-            self.graph.query(_UNSET, {"ids": [row["id"] for row in rows]})  # see _UNSET
-            written += int(self.graph.query(_SET, {"rows": rows}).result_set[0][0])
+            self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
+            written += int(self.graph.query(_CREATE, {"rows": rows}).result_set[0][0])
         return written
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -98,7 +99,8 @@ class GraphPlan:
         mentions: what each chunk of the version says about each entity: one entity per (entity, chunk),
             under the kept id and name, with that chunk's description and the names it used (what
             the graph stores, so that a description can be rebuilt from the chunks left).
-        embeddings: entity id → L2-normalised vector of "name: description".
+        embeddings: entity id → L2-normalised vector of its name, for the entities new to the graph.
+        subjects: ``(entity_id, chunk_id)``: the chunk is about the entity (its heading names it, :func:`subject_keys`).
         merges: the deduplication decisions (for the DEV report).
         method: ``NLP`` or ``LLM``.
         extracted, cached, skipped: chunks extracted now, taken from the cache, skipped as a
@@ -111,6 +113,7 @@ class GraphPlan:
     relationships: list[Relationship] = field(default_factory=list)
     mentions: list[Entity] = field(default_factory=list)
     embeddings: dict[str, np.ndarray] = field(default_factory=dict)
+    subjects: set[tuple[str, str]] = field(default_factory=set)
     merges: list[MergeRecord] = field(default_factory=list)
     method: str = ""
     extracted: int = 0
@@ -223,17 +226,21 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     # (the store unions them with what it holds, and the previous version's chunks are removed first).
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
     plan.mentions = chunk_mentions(entities, result, ours)
+    plan.subjects = chunk_subjects(plan.mentions, {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n")
+                                                   for r in records})  # the chunk's own headings, and the file's title  # fmt: skip
     plan.relationships = [replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping)
                           if r.chunk_ids & ours]  # fmt: skip
-    if plan.entities:
-        with trace.step("embed_entities", count=len(plan.entities)):
-            texts = [entity_text(e) for e in plan.entities]
+    new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
+    todo = [e for e in plan.entities if e.id in new]
+    if todo:
+        with trace.step("embed_entities", count=len(todo), stored=len(plan.entities) - len(todo)):
+            texts = [entity_text(e) for e in todo]
             vectors = []
             for start in range(0, len(texts), ENTITY_EMBED_BATCH):  # a delete or newer upload stops it between batches
                 report("embedding entities", start, len(texts))
                 vectors.extend(rt.gateway.embed(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
                                                 purpose="entity embedding"))  # fmt: skip
-            plan.embeddings = {e.id: v for e, v in zip(plan.entities, vectors, strict=True)}
+            plan.embeddings = {e.id: v for e, v in zip(todo, vectors, strict=True)}
     return plan
 
 
@@ -258,6 +265,56 @@ def chunk_mentions(extracted: list[Entity], result: DedupResult, chunks: frozens
             continue
         names = tuple(n for n in dict.fromkeys((entity.name, *entity.aliases)) if n and n != head.name)
         out.append(Entity(head.id, head.name, head.type, entity.description, names, own))
+    return out
+
+
+#: Longest heading, in words, read as the name of what a chunk is about.
+SUBJECT_MAX_WORDS = 12
+_MARKDOWN_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)[\s#]*$")
+_SECTION_NUMBER = re.compile(r"^\d{1,2}(?:\.\d{1,3})*\.?\s+")
+
+
+def subject_keys(text: str) -> set[str]:
+    """The normalised names (:func:`~ragtopics.graph.model.normalize_name`) of what a chunk is about: its headings.
+
+    A heading is a Markdown heading line, or the chunk's first line when it is set off by a blank line
+    and ends without sentence punctuation (a title line: "Leland, North Carolina"). The ingest also reads
+    the file title that :func:`extraction_text` puts above a file's first chunk. Section numbers are dropped; a heading of
+    more than :data:`SUBJECT_MAX_WORDS` words names no entity.
+
+    An entity the chunk mentions under such a name is the chunk's *subject*: where a mention of the
+    entity elsewhere leads (LOCAL's entity bridging, :mod:`ragtopics.graph.local`).
+    """
+    lines = text.splitlines()
+    heads = [m.group(1) for line in lines if (m := _MARKDOWN_HEADING.match(line))]
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and not _MARKDOWN_HEADING.match(lines[first]):
+        line = lines[first].strip()
+        below = lines[first + 1].strip() if first + 1 < len(lines) else ""
+        if not below and not line.endswith(_SENTENCE_PUNCTUATION):
+            heads.append(line)
+    keys = set()
+    for head in heads:
+        head = _SECTION_NUMBER.sub("", head.strip())
+        if 0 < len(head.split()) <= SUBJECT_MAX_WORDS and (key := normalize_name(head)):
+            keys.add(key)
+    return keys
+
+
+_SENTENCE_PUNCTUATION = tuple(".!?:;,")
+
+
+def chunk_subjects(mentions: list[Entity], keys: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The ``(entity_id, chunk_id)`` pairs where a chunk's heading names the entity it mentions.
+
+    Args:
+        mentions: one entity per (entity, chunk), as :func:`chunk_mentions` gives them (kept name, names used).
+        keys: chunk id → :func:`subject_keys` of the chunk.
+    """
+    out = set()
+    for m in mentions:
+        names = {normalize_name(n) for n in (m.name, *m.aliases)}
+        out.update((m.id, cid) for cid in m.chunk_ids if names & keys.get(cid, set()))
     return out
 
 
@@ -332,34 +389,38 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     new_ids = {cid for cid, _ in plan.chunks}
     dropped = (set(old_chunk_ids) | set(store.document_chunk_ids(document_id))) - new_ids
     removed = store.remove_chunks(dropped)
-    store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships)
+    store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships, plan.subjects)
     if plan.embeddings:
         ids = list(plan.embeddings)
         store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]))
-    embedded = {e.id: entity_text(e) for e in plan.entities if e.id in plan.embeddings}
-    embed_entities(rt, store, [*removed.rebuilt, *embedded], embedded)
+    if store.vectors.drop_legacy():  # a graph written by an earlier version: every entity embedded again, by name
+        embed_entities(rt, store, [e.id for e in store.all_entities()])
+    else:
+        embed_entities(rt, store, [e.id for e in plan.entities if e.id not in plan.embeddings])
     store.set_images(images or [])
     return removed
 
 
 def entity_text(entity: Entity) -> str:
-    """The text an entity's vector is made of: ``"name: description"`` (bounded), or the name alone."""
-    return f"{entity.name}: {entity.description}"[:1000] if entity.description else entity.name
+    """The text an entity's vector is made of: its name.
+
+    A name, not ``"name: description"``: the question is matched to what it names (HippoRAG 2 embeds
+    phrase nodes by their text alone), and a name never changes for an entity id, so a vector is made
+    once, when the entity is new, however many chunks later add to its description. Embedding the
+    descriptions made entity embedding most of a GraphRAG ingest (about 60 % on the HotpotQA passages:
+    long texts, and every entity again each time a new chunk mentioned it).
+    """
+    return entity.name
 
 
-def embed_entities(rt: Runtime, store: GraphStore, entity_ids: Iterable[str], embedded: dict[str, str] | None = None,
-                   trace: Trace | None = None) -> int:  # fmt: skip
-    """Embed again the stored entities whose text differs from the one their vector was made of.
-
-    Args:
-        entity_ids: entities whose description may have changed (unknown ids are skipped).
-        embedded: entity id → the text its current vector was made of; an id not in it is embedded.
+def embed_entities(rt: Runtime, store: GraphStore, entity_ids: Iterable[str], trace: Trace | None = None) -> int:
+    """Embed the stored entities among ``entity_ids`` that have no vector yet (unknown ids are skipped).
 
     Returns:
         How many entities were embedded.
     """
-    known = embedded or {}
-    stale = [e for e in store.entities(entity_ids) if known.get(e.id) != entity_text(e)]
+    missing = store.vectors.missing(entity_ids)
+    stale = store.entities(missing) if missing else []
     if not stale:
         return 0
     vectors = rt.gateway.embed([entity_text(e) for e in stale], trace=trace, purpose="entity embedding")

@@ -79,10 +79,7 @@ def _remove_graph_share(d: Deletion) -> None:
     store = _graph_store(d.rt, d.topic_id)
     if store is None or not store.exists():
         return
-    report = store.remove_document(d.document.id)
-    from ragtopics.graph.ingest import embed_entities  # as in _graph_store: the extraction code loads only for a graph
-
-    embed_entities(d.rt, store, report.rebuilt)
+    report = store.remove_document(d.document.id)  # entities that stay keep their vectors (made of their names)
     d.count("entities", report.entities_removed)
     d.count("relationships", report.relationships_removed)
     d.count("entities_kept", report.entities_kept)

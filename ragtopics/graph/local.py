@@ -33,13 +33,14 @@ from dataclasses import asdict, dataclass, replace
 
 import igraph
 import numpy as np
+import redis
 
 from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore, Subgraph
 from ragtopics.ingest.keywords import is_searchable, query_keywords
-from ragtopics.rag.mentions import follow_mentions_guarded
+from ragtopics.rag.mentions import Link, follow_mentions_guarded, place_links
 from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
@@ -59,6 +60,9 @@ WEIGHT_RRF_K = 1
 MAX_CANDIDATE_CHUNKS = 400
 #: Chunk-vector hits searched for seed and unlinked chunks, at least.
 CHUNK_SEARCH_DEPTH = 30
+#: Entity bridging (:func:`follow_entities`): leading chunks read for entities, and chunks brought in after each.
+BRIDGE_SEEDS = 3
+BRIDGES_PER_SEED = 2
 #: Entity and relationship items given to the prompt, and the characters of each one's text.
 MAX_ENTITY_ITEMS = 8
 MAX_RELATIONSHIP_ITEMS = 8
@@ -155,6 +159,8 @@ class LocalRetriever:
                 ranked, links = follow_mentions_guarded(index, ranked, vector)
                 chunks.update((h.chunk_id, h) for h in ranked if h.chunk_id not in chunks)
                 ev.data["links"] = [asdict(link) for link in links]
+            ranked, bridges = follow_entities(store, index, ranked, vector, chunks)
+            ev.data["bridges"] = [asdict(link) for link in bridges]
             kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]
             ev.data["top"] = [{"chunk_id": h.chunk_id, "file": h.file_name, "ppr": round(ppr.get(h.chunk_id, 0.0), 6),
                                "cosine": round(h.score, 4), "kept": h.chunk_id in kept} for h in top]  # fmt: skip
@@ -162,6 +168,40 @@ class LocalRetriever:
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
         items += graph_items(sub, ppr, chunks)
         return items
+
+
+def follow_entities(store: GraphStore, index: ChunkIndex, ranked: list[ChunkHit], vector: np.ndarray,
+                    chunks: dict[str, ChunkHit], *, seeds: int = BRIDGE_SEEDS,
+                    per_seed: int = BRIDGES_PER_SEED) -> tuple[list[ChunkHit], list[Link]]:  # fmt: skip
+    """Entity bridging: an entity named in one of the first chunks brings in the chunk that is about it.
+
+    Follow File Mentions generalised from file names to the graph: the second passage of a bridge
+    question ("the town where the film was shot") is the one about an entity the first passage names,
+    and the graph knows which chunks are about which entity (:meth:`GraphStore.chunks_about`, marked
+    at upload from the chunks' headings). For each of the first ``seeds`` chunks, the chunks about the
+    entities it mentions, from other documents, most similar to the question first, are placed right
+    after it (at most ``per_seed``), and a placed chunk that is one of the first brings its own in turn.
+    A Redis or graph failure leaves the order as it was (logged).
+
+    Args:
+        ranked: the ranked chunks, best first (``score``: cosine to the question).
+        vector: the question's embedding, shape ``(dims,)``, unit norm.
+        chunks: chunk id → fetched hit; chunks fetched here are added to it.
+
+    Returns:
+        ``(ranked, links)``: the chunks with the bridged ones placed, and each hop taken.
+    """
+    if not ranked or seeds < 1 or per_seed < 1:
+        return ranked, []
+    try:
+        about = store.chunks_about([h.chunk_id for h in ranked[:seeds]])
+        wanted = [cid for pairs in about.values() for _, cid in pairs if cid not in chunks]
+        chunks.update(fetch_chunks(index, wanted, vector) if wanted else {})
+    except redis.RedisError as exc:
+        log.warning("entity bridges not followed: %s", exc)
+        return ranked, []
+    named = {seed: [(name, chunks[cid]) for name, cid in pairs if cid in chunks] for seed, pairs in about.items()}
+    return place_links(ranked, named, per_seed=per_seed)
 
 
 def similar(seeds: Seeds) -> bool:

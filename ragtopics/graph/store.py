@@ -2,10 +2,11 @@
 
 Schema (one graph per Topic, named ``rt-<topic_id>-graph`` unless the Topic names one)::
 
-    (:Entity {id, name, type, description, aliases, chunk_ids, name_key, alias_keys, block_keys, embedding, tracked})
+    (:Entity {id, name, type, description, aliases, chunk_ids, name_key, alias_keys, block_keys, tracked})
+    (:EntityVector {id, embedding})   the entity's vector (of its name), a node never updated (entity_index.py)
     (:Chunk {id, document_id, position})          (:Document {id, file_name})
     (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths, chunk_sentences}]->(:Entity)
-    (:Entity)-[:MENTIONED_IN {sentences, names, keys, at}]->(:Chunk)-[:PART_OF]->(:Document)
+    (:Entity)-[:MENTIONED_IN {sentences, names, keys, at, subject}]->(:Chunk)-[:PART_OF]->(:Document)
     (:Chunk)-[:HAS_PICTURE]->(:Image {id, document_id, caption, description, method})-[:SHOWS]->(:Entity)
 
 Provenance invariants kept by :meth:`GraphStore.upsert`: every entity and relationship
@@ -77,6 +78,13 @@ _MERGE_DESCRIPTION = ("reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR 
 # 4.16.3) was seen to crash the server freeing a query that flattened the collected mention lists with reduce().
 # Untyped edge on purpose: FalkorDB resolves an edge type when it plans a query; an entity's only edges to chunks
 # are its mentions.
+_CHUNKS_ABOUT = """
+UNWIND $ids AS cid
+MATCH (c0:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)-[n:MENTIONED_IN]->(c:Chunk)
+WHERE n.subject = true AND c.document_id <> c0.document_id
+RETURN cid, e.name, c.id
+"""
+
 _MENTIONS = """
 UNWIND $ids AS eid
 MATCH (e:Entity {id: eid})-[n]->(c:Chunk)
@@ -116,7 +124,7 @@ UNWIND $mentions AS m
 MATCH (e:Entity {{id: m.entity}}), (c:Chunk {{id: m.chunk}})
 MERGE (e)-[n:MENTIONED_IN]->(c)
 ON CREATE SET n.at = $now
-SET n.sentences = m.sentences, n.names = m.names, n.keys = m.keys
+SET n.sentences = m.sentences, n.names = m.names, n.keys = m.keys, n.subject = m.subject
 WITH count(*) AS _mentions
 UNWIND $relationships AS x
 MATCH (a:Entity {{id: x.source}}), (b:Entity {{id: x.target}})
@@ -174,9 +182,10 @@ CALL {
   WITH DISTINCT e
   WITH e, [x IN e.chunk_ids WHERE NOT x IN $ids] AS keep
   SET e.chunk_ids = keep
-  WITH e, size(keep) = 0 AS gone
+  WITH e, e.id AS eid, size(keep) = 0 AS gone
   FOREACH (x IN CASE WHEN gone THEN [e] ELSE [] END | DETACH DELETE x)
-  RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS ents_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS ents_kept
+  RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS ents_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS ents_kept,
+         collect(CASE WHEN gone THEN eid END) AS gone_ids
 }
 CALL {
   UNWIND $ids AS cid
@@ -195,7 +204,7 @@ CALL {
   FOREACH (x IN CASE WHEN gone THEN [d] ELSE [] END | DETACH DELETE x)
   RETURN sum(size(cs)) AS chunks_removed, sum(CASE WHEN gone THEN 1 ELSE 0 END) AS docs_removed
 }
-RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, touched
+RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched
 """.replace("{merged}", _MERGE_DESCRIPTION.format(old="''", new="sentences"))
 
 _IMAGES = """
@@ -368,7 +377,8 @@ class GraphStore:
     # -- writes ----------------------------------------------------------------------------
 
     def upsert(self, document_id: str, file_name: str, chunks: list[tuple[str, int]],
-               entities: list[Entity], relationships: list[Relationship]) -> None:  # fmt: skip
+               entities: list[Entity], relationships: list[Relationship],
+               subjects: Iterable[tuple[str, str]] = ()) -> None:  # fmt: skip
         """Merge one document's chunks, entities and relationships into the graph, in one query.
 
         Merging is by id and idempotent: writing the same chunk twice changes nothing.
@@ -388,6 +398,9 @@ class GraphStore:
                 nothing was found.
             entities: entities found in these chunks (duplicate ids are merged).
             relationships: relationships between entities of this call or already stored.
+            subjects: ``(entity_id, chunk_id)`` pairs where the chunk is *about* the entity (its heading
+                names it; :func:`~ragtopics.graph.ingest.subject_keys`): the mention is marked
+                ``subject`` (:meth:`chunks_about`).
 
         Raises:
             ValueError: when an entity or relationship names no chunk, names a chunk that
@@ -403,7 +416,9 @@ class GraphStore:
             {e["id"] for e in endpoints},
         )
         said = {eid: row.pop("said") for eid, row in merged.items()}
-        mentions = [{"entity": e["id"], "chunk": cid, **said.get(e["id"], {}).get(cid, _SAID_NOTHING)}
+        about = set(subjects)
+        mentions = [{"entity": e["id"], "chunk": cid, **said.get(e["id"], {}).get(cid, _SAID_NOTHING),
+                     "subject": (e["id"], cid) in about}
                     for e in [*merged.values(), *endpoints] for cid in e["chunk_ids"]]  # fmt: skip
         self.ensure()
         self.graph.query(_UPSERT, {
@@ -486,8 +501,9 @@ class GraphStore:
         if not ids or not self.exists():
             return RemovalReport()
         row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS}).result_set[0]
+        self.vectors.delete(row[-2] or [])
         rebuilt = self.rebuild_entities(row[-1] or [])
-        report = RemovalReport(*(int(n) for n in row[:-1]), rebuilt=tuple(sorted(rebuilt)))
+        report = RemovalReport(*(int(n) for n in row[:-2]), rebuilt=tuple(sorted(rebuilt)))
         log.info("graph %s: removed %d chunks: %s", self.name, len(ids), report)
         return report
 
@@ -632,6 +648,25 @@ class GraphStore:
             return None
         nodes, rels = rows[0]
         return GraphPath(tuple(_entity(n) for n in nodes), tuple(_relationship(r) for r in rels))
+
+    def chunks_about(self, chunk_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+        """For each chunk, the chunks of *other* documents that are about an entity it mentions (one query).
+
+        A chunk is about an entity when the mention is marked ``subject`` (its heading names the entity,
+        see :meth:`upsert`): the article on "Leland, North Carolina" for a passage that mentions Leland.
+
+        Args:
+            chunk_ids: stored chunk ids (unknown ones give nothing).
+
+        Returns:
+            chunk id → ``(entity name, chunk id about it)`` pairs; chunks with none are left out.
+        """
+        if not chunk_ids:
+            return {}
+        found: dict[str, list[tuple[str, str]]] = {}
+        for cid, name, target in self._read(_CHUNKS_ABOUT, {"ids": list(dict.fromkeys(chunk_ids))}):
+            found.setdefault(cid, []).append((name, target))
+        return found
 
     def search_entities(self, vector: np.ndarray, k: int, min_score: float = 0.0) -> list[tuple[Entity, float]]:
         """The ``k`` entities most similar to ``vector`` with cosine similarity >= ``min_score``.

@@ -206,25 +206,41 @@ def follow_mentions(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.nd
             present[h.document_id] = h
     fetched = index.best_chunks([d for d in wanted if d not in present], query_vector)
     best = {**fetched, **present}
+    named = {cid: [(k, best[d]) for k, d in found if k not in common and d in best] for cid, found in mentions.items()}
+    return place_links(hits, named, per_seed=per_seed)
+
+
+def place_links(hits: list[ChunkHit], named: dict[str, list[tuple[str, ChunkHit]]], *,
+                per_seed: int) -> tuple[list[ChunkHit], list[Link]]:  # fmt: skip
+    """Insert, right after each seed hit, the chunks it leads to: at most ``per_seed``, most similar to the question first.
+
+    A chunk already among the hits moves up instead of appearing twice; a placed chunk that is a seed
+    itself brings its own links in turn.
+
+    Args:
+        hits: the ranked hits, best first (``score``: cosine similarity to the question).
+        named: seed chunk id → ``(name, chunk)`` pairs: the name that leads from the seed to the chunk.
+        per_seed: most chunks placed after one seed.
+
+    Returns:
+        ``(hits, links)``: every hit once, with the linked chunks placed (the list may grow), and each hop taken.
+    """
+    present = {h.chunk_id for h in hits}
     out: list[ChunkHit] = []
     placed: set[str] = set()
     links: list[Link] = []
 
     def place(hit: ChunkHit) -> None:
-        """Append ``hit``, then, if it is one of the seeds, the files it names (each of which may be a seed too)."""
+        """Append ``hit``, then, if it is a seed, the chunks it leads to (each of which may be a seed too)."""
         out.append(hit)
         placed.add(hit.chunk_id)
-        if hit.chunk_id not in mentions:
-            return
-        named = sorted(((k, best[d]) for k, d in mentions[hit.chunk_id] if k not in common and d in best),
-                       key=lambda pair: -pair[1].score)  # fmt: skip
         taken = 0
-        for key, chunk in named:
+        for key, chunk in sorted(named.get(hit.chunk_id, ()), key=lambda pair: -pair[1].score):
             if taken == per_seed:
                 break
             if chunk.chunk_id in placed:
                 continue
-            links.append(Link(hit.chunk_id, chunk.chunk_id, key, chunk.document_id in present))
+            links.append(Link(hit.chunk_id, chunk.chunk_id, key, chunk.chunk_id in present))
             taken += 1
             place(chunk)
 

@@ -485,7 +485,7 @@ def test_drop_leaves_no_key(store, client):
     assert store.stats()["entities"] == 4
     store.set_embeddings([eid("Marie Curie")], np.ones((1, 8)))
     assert [e.name for e, _ in store.search_entities(np.ones(8), k=3)] == ["Marie Curie"]
-    assert {label for label, *_ in store.graph.ro_query("CALL db.indexes()").result_set} == {"Entity", "Chunk", "Document"}
+    assert {label for label, *_ in store.graph.ro_query("CALL db.indexes()").result_set} == {"Entity", "EntityVector", "Chunk", "Document"}
 
 
 def test_graph_name_setting_names_the_graph(client):
