@@ -196,3 +196,25 @@ def test_without_content_only_numbers_ids_and_fixed_words_stay():
         "ragtopics.scores": [0.5, 0.25], "ragtopics.sources.count": 1, "ragtopics.stopped": True}
     shown = otel.span_attributes(data, record_content=True)
     assert shown["ragtopics.query"] == QUESTION and shown["ragtopics.sources"] == '[{"file": "zebra.txt"}]'
+
+
+def test_a_community_rebuild_is_a_span_tree_with_its_report_model_calls(rt, run_jobs, scripted_llm, spans):
+    from ragtopics.documents.uploads import upload_file
+    from ragtopics.graph.refresh import enqueue_rebuild
+    from tests.ui.test_graph_panel import CURIE, NLP, REPORT
+
+    scripted_llm.replies["community_report"] = REPORT
+    topic = create_topic(rt, "Physicists", kind="graphrag", settings=NLP)
+    upload_file(rt, topic, "curie.txt", CURIE)
+    run_jobs()
+    spans.clear()
+    enqueue_rebuild(rt, topic)
+    run_jobs()
+    got = spans.get_finished_spans()
+    [root] = [s for s in got if s.parent is None]
+    assert root.name == "ragtopics.communities" and root.attributes["ragtopics.owner"] == f"communities:{topic.id}"
+    by_id = {s.context.span_id: s for s in got}
+    assert {"detect_communities", "community_reports"} <= {s.name for s in got}
+    calls = [s for s in got if s.name == "model_call" and s.attributes["ragtopics.prompt_name"] == "community_report"]
+    assert calls and {by_id[c.parent.span_id].name for c in calls} == {"community_reports"}
+    assert not any("Physicists in Paris" in every_string(s) for s in got)  # the report's text: content
