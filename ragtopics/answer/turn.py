@@ -34,6 +34,7 @@ from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime
 from ragtopics.storage import chats
+from ragtopics.tracing.otel import export_trace
 from ragtopics.tracing.reports import record_trace
 from ragtopics.topics.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.topics.topics import Topic, get_topic
@@ -668,6 +669,8 @@ class _Turn:
                                 sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings,
                                 route_reason=self.reason, route_method=self.method, route_planned=self.planned)  # fmt: skip
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
+        else:  # not stored, still traced
+            export_trace(self.rt.settings, self.trace, kind="chat", subject=self.question, topic_id=self.topic.id)
         return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
                           route_reason=self.reason, route_method=self.method, route_planned=self.planned,
                           session_id=self.session_id, turn_id=turn_id,

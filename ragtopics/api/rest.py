@@ -6,17 +6,17 @@ role of the console's table (:func:`needs`): listing Topics and asking one needs
 showing a Topic's settings ``operator``. Errors are ``{"error": {"message", "type", "code"}}``
 with the console's messages. The JSON objects are the CLI's (:mod:`ragtopics.api.shapes`).
 
-Routes so far: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JSON, or
+Routes: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JSON, or
 server-sent events with ``"stream": true``), ``POST|GET /topics/{name}/documents``,
 ``DELETE /topics/{name}/documents/{file_name}``, ``GET /jobs/{job_id}``, and the caller's chats:
-``GET /topics/{name}/chats`` and ``GET /chats/{session_id}``.
+``GET /topics/{name}/chats`` and ``GET /chats/{session_id}``; creating, configuring and deleting
+Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.rest_topics`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
 
 import anyio
 from fastapi import Depends, FastAPI, File, Request, UploadFile
@@ -157,6 +157,9 @@ def build(rt: Runtime) -> FastAPI:
 
     add_document_routes(app, rt)
     add_chat_routes(app, rt)
+    from ragtopics.api import rest_topics  # it uses needs() from here
+
+    rest_topics.add_routes(app, rt)
     return app
 
 
@@ -244,7 +247,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
             raise errors.api_error(exc) from None
         if progress.status == "missing":
             raise errors.ApiError(404, f"no job {job_id} (finished jobs are kept for a while, then forgotten)", "not_found")
-        return asdict(progress)
+        return shapes.job(progress)
 
 
 def mount(api: FastAPI, rt: Runtime) -> None:

@@ -91,3 +91,22 @@ def saved_turn(turn: SavedTurn, base_url: str = "") -> dict[str, Any]:
             "sources": public_sources(turn.sources, base_url), "route": turn.route,
             "route_confidence": turn.route_confidence, "route_reason": turn.route_reason,
             "route_method": turn.route_method, "route_planned": turn.route_planned, "timings_ms": turn.timings_ms}  # fmt: skip
+
+
+def job(progress) -> dict[str, Any]:
+    """A job's status (``GET /api/v1/jobs/{id}``): the fields of :class:`~ragtopics.worker.queue.JobProgress`."""
+    return asdict(progress)
+
+
+def topic_deletion(deletion) -> dict[str, Any]:
+    """A deleted Topic (:class:`~ragtopics.topics.delete.TopicDeletion`): ``{"deleted", "id", "removed", "notes"}``,
+    ``removed`` counting what went by kind, ``notes`` what the operator should know."""
+    return {"deleted": deletion.topic.name, "id": deletion.topic.id, "removed": dict(deletion.removed),
+            "notes": list(deletion.notes)}  # fmt: skip
+
+
+def eval_run(info, questions: list[dict[str, Any]], progress=None) -> dict[str, Any]:
+    """An evaluation run (:class:`~ragtopics.quality.runs.RunInfo`): ``{"run_id", "topic", "created", "questions",
+    "route", "retrieval_only", "settings_changed", "summary", "error", "results", "job"}``; ``summary`` and
+    ``results`` (one row per question) once it has finished, ``job`` its job's status (None once forgotten)."""
+    return {**asdict(info), "results": questions, "job": job(progress) if progress is not None else None}

@@ -206,6 +206,15 @@ class Settings(BaseSettings):
     extraction_batch_chunks: int = Field(8, ge=1, le=1000, alias="EXTRACTION_BATCH_CHUNKS",
                                          description="Chunks per graph extraction job (a GraphRAG upload fans out into such jobs).")  # fmt: skip
     log_level: str = Field("INFO", alias="LOG_LEVEL", description="Python logging level of every process.")
+    otel_exporter_otlp_endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+                                                    description="OpenTelemetry collector (OTLP/HTTP, e.g. http://127.0.0.1:4318) "
+                                                    "that receives a span tree per upload, chat turn and community rebuild; "
+                                                    "unset: no traces are exported.")  # fmt: skip
+    otel_record_content: bool = Field(False, alias="OTEL_RECORD_CONTENT",
+                                      description="Put questions, answers, chunk text and model messages into exported "
+                                      "spans; off: only ids, sizes, counts and timings (the text is sensitive).")  # fmt: skip
+    otel_service_name: str = Field("ragtopics", alias="OTEL_SERVICE_NAME",
+                                   description="service.name of the exported spans (tell the console from the workers).")  # fmt: skip
 
     @field_validator("*", mode="before")
     @classmethod

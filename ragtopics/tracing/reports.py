@@ -29,6 +29,7 @@ from ragtopics.errors import NotFoundError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import DevReportRow, TopicRow, utcnow
 from ragtopics.storage.traces import save_traces
+from ragtopics.tracing.otel import export_traces
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def reset_switches(rt: Runtime) -> None:
 
 
 def record_trace(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: str, topic_id: str = "") -> int:
-    """Store a finished trace and, while ``kind``'s switch is on, its DEV report.
+    """Store a finished trace and, while ``kind``'s switch is on, its DEV report; export it as OpenTelemetry
+    spans when an exporter is set (:mod:`ragtopics.tracing.otel`).
 
     A report that cannot be written is logged, never raised: reporting must not fail the job
     or the answer it describes.
@@ -89,6 +91,7 @@ def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
     events = events if events is not None else [entry[0].to_list() for entry in traces]
     ids = save_traces(rt.metadata, [(kind, owner, subject, listed, topic_id)
                                     for (_, kind, owner, subject, topic_id), listed in zip(traces, events, strict=True)])  # fmt: skip
+    export_traces(rt.settings, traces)  # OpenTelemetry spans, when OTEL_EXPORTER_OTLP_ENDPOINT is set
     try:
         on = switches(rt)
         for trace, kind, owner, subject, topic_id in traces:

@@ -40,8 +40,15 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
     assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask"),
                                               ("POST", "/topics/x/documents"), ("GET", "/topics/x/documents"),
                                               ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x"),
-                                              ("GET", "/topics/x/chats"), ("GET", "/chats/x")}  # fmt: skip
-    assert {p for _, p, need in routes if need == "viewer"} == {"/topics", "/topics/x/ask", "/topics/x/chats", "/chats/x"}
+                                              ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
+                                              ("POST", "/topics"), ("PATCH", "/topics/x"), ("DELETE", "/topics/x"),
+                                              ("POST", "/topics/x/communities"), ("GET", "/topics/x/communities"),
+                                              ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"),
+                                              ("POST", "/topics/x/evals"), ("GET", "/evals/x")}  # fmt: skip
+    assert {(m, p) for m, p, need in routes if need == "viewer"} == {
+        ("GET", "/topics"), ("POST", "/topics/x/ask"), ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
+        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x")}  # fmt: skip
+    assert {need for _, _, need in routes} == {"viewer", "operator"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
             response = anonymous.request(method, path, json={"question": "hi"})
@@ -63,7 +70,10 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
         document = viewer.get("/openapi.json").json()
         assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask", "/topics/{name}/documents",
                                           "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
-                                          "/chats/{session_id}"}  # fmt: skip
+                                          "/chats/{session_id}", "/topics/{name}/communities", "/topics/{name}/graph",
+                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/evals",
+                                          "/evals/{run_id}"}  # fmt: skip
+        assert {"CreateTopicRequest", "ConfigureTopicRequest", "EvalRunRequest"} <= set(document["components"]["schemas"])
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
