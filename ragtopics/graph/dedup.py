@@ -842,17 +842,21 @@ def _check_descriptions(nodes: list[_Node], edges: list[_Edge], embed: Embed) ->
         return []
     row = {i: r for r, i in enumerate(described)}
     descriptions = [_node_description(nodes[i]) for i in described]
-    vectors = np.asarray(embed(descriptions + [f"{nodes[i].head.name}: {d}" for i, d in zip(described, descriptions)]))
-    about, named = vectors[: len(described)], vectors[len(described) :]
+    # "name: description" only matters for a merge by rule 3-4: embedded only for the names such an edge joins.
+    second = sorted({i for e in checked if e.verdict == "merge" and e.rule != "alias" for i in (e.a, e.b)})
+    vectors = np.asarray(embed(descriptions + [f"{nodes[i].head.name}: {descriptions[row[i]]}" for i in second]))
+    about = vectors[: len(described)]
+    named = {i: vectors[len(described) + n] for n, i in enumerate(second)}
     apart = []
     for edge in checked:
-        a, b = row[edge.a], row[edge.b]
-        about_sim, named_sim = float(about[a] @ about[b]), float(named[a] @ named[b])
+        about_sim = float(about[row[edge.a]] @ about[row[edge.b]])
         if about_sim < HOMONYM_MAX_DESCRIPTION_SIMILARITY:
             edge.verdict = "apart"
             apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, f"descriptions differ ({about_sim:.2f})"))
-        elif edge.verdict == "merge" and edge.rule != "alias" and named_sim < NAME_DESCRIPTION_MIN_SIMILARITY:
-            edge.verdict, edge.reason = "unclear", f"descriptions disagree ({named_sim:.2f})"
+        elif edge.verdict == "merge" and edge.rule != "alias":
+            named_sim = float(named[edge.a] @ named[edge.b])
+            if named_sim < NAME_DESCRIPTION_MIN_SIMILARITY:
+                edge.verdict, edge.reason = "unclear", f"descriptions disagree ({named_sim:.2f})"
     return apart
 
 

@@ -80,9 +80,11 @@ _MERGE_DESCRIPTION = ("reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR 
 # are its mentions.
 _CHUNKS_ABOUT = """
 UNWIND $ids AS cid
-MATCH (c0:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)-[n:MENTIONED_IN]->(c:Chunk)
-WHERE n.subject = true AND c.document_id <> c0.document_id
-RETURN cid, e.name, c.id
+MATCH (c0:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
+WITH DISTINCT cid, c0.document_id AS doc, e.name_key AS key
+MATCH (s:Entity {name_key: key})-[n:MENTIONED_IN]->(c:Chunk)
+WHERE n.subject = true AND c.document_id <> doc
+RETURN cid, s.name, c.id
 """
 
 _MENTIONS = """
