@@ -87,6 +87,13 @@ WHERE n.subject = true AND c.document_id <> doc
 RETURN cid, s.name, c.id
 """
 
+_CHUNKS_ABOUT_NAMES = """
+UNWIND $keys AS key
+MATCH (s:Entity {name_key: key})-[n:MENTIONED_IN]->(c:Chunk)
+WHERE n.subject = true
+RETURN key, c.id
+"""
+
 _MENTIONS = """
 UNWIND $ids AS eid
 MATCH (e:Entity {id: eid})-[n]->(c:Chunk)
@@ -669,6 +676,19 @@ class GraphStore:
         for cid, name, target in self._read(_CHUNKS_ABOUT, {"ids": list(dict.fromkeys(chunk_ids))}):
             found.setdefault(cid, []).append((name, target))
         return found
+
+    def chunks_about_names(self, names: Iterable[str]) -> list[str]:
+        """The chunks about an entity of one of these names (:func:`normalize_name`), in the order of the names.
+
+        Returns:
+            Chunk ids, each once (``[]`` without a graph).
+        """
+        keys = list(dict.fromkeys(k for n in names if (k := normalize_name(n))))
+        if not keys:
+            return []
+        rows = self._read(_CHUNKS_ABOUT_NAMES, {"keys": keys})
+        order = {k: i for i, k in enumerate(keys)}
+        return list(dict.fromkeys(cid for _, cid in sorted(rows, key=lambda r: order[r[0]])))
 
     def search_entities(self, vector: np.ndarray, k: int, min_score: float = 0.0) -> list[tuple[Entity, float]]:
         """The ``k`` entities most similar to ``vector`` with cosine similarity >= ``min_score``.

@@ -124,7 +124,8 @@ def test_a_named_entity_is_always_a_seed(rt, topic):
 
 
 def test_hop_depth_decides_which_chunks_are_collected(rt, topic):
-    only = dict(seed_strategy="NODES", top_k_nodes=1, top_k_unlinked_chunks=0, max_cited_chunks=10)
+    only = dict(seed_strategy="NODES", top_k_nodes=1, top_k_unlinked_chunks=0, max_cited_chunks=10,
+                local_keyword_search=False)  # keyword hits are found without the graph
     seed_only, trace0 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=0, **only)
     one_hop, trace1 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=1, **only)
 
@@ -161,7 +162,8 @@ def test_nothing_above_the_min_similarity_score_gives_an_empty_context_with_a_no
 
 def test_personalized_pagerank_keeps_the_bridging_chunk_that_cosine_alone_would_drop(rt, topic):
     question = "In which country was the inventor of the Zorblax engine born?"
-    context, trace = local(rt, topic, question, seed_strategy="NODES", top_k_nodes=1, hop_depth=2, max_cited_chunks=3)
+    context, trace = local(rt, topic, question, seed_strategy="NODES", top_k_nodes=1, hop_depth=2, max_cited_chunks=3,
+                           local_keyword_search=False)  # keyword hits ("inventor", "born") are not the graph's
     ranked = {r["chunk_id"]: r for r in step(trace, "rank_chunks")["top"]}
     by_cosine = sorted(ranked, key=lambda cid: -ranked[cid]["cosine"])
 
