@@ -55,7 +55,7 @@ from pydantic import BaseModel, Field
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship
-from ragtopics.graph.store import GraphStore
+from ragtopics.graph.store import GraphStore, split_sentences
 from ragtopics.llm.gateway import MAX_CONCURRENT_CALLS, ModelGateway
 from ragtopics.prompts.templates import COMMUNITY_REPORT, PromptTemplate
 from ragtopics.tracing.trace import Trace
@@ -296,30 +296,44 @@ def community_content(community: Community, entities_by_id: dict[str, Entity],
 
 
 def graph_report(content: CommunityContent) -> CommunityReport:
-    """A report built from the graph alone: title from the top entities, summary from their descriptions.
+    """A report built from the graph alone, in the documents' own sentences.
+
+    * **Title**: the three members with the strongest ties inside the community, named entities
+      (people, places, works...) before noun phrases (CONCEPT), which make poor titles ("liner
+      notes", "the film").
+    * **Summary**: the sentences behind the community's strongest relationships (the text that ties
+      its members together), each once, then the description sentences of its top named members,
+      up to :data:`GRAPH_SUMMARY_CHARS`. Offline, GLOBAL quotes the summary sentences most similar to
+      the question (:mod:`ragtopics.graph.global_search`), so they are kept as the documents wrote them.
 
     Returns:
         A report with ``method="graph"``.
     """
     names = {e.id: e.name for e in content.entities}
-    top = [e.name for e in content.entities[:3]]
+    named = [e for e in content.entities if e.type != "CONCEPT"]
+    ranked = named + [e for e in content.entities if e.type == "CONCEPT"]
+    top = [e.name for e in ranked[:3]]
     title = top[0] if len(top) == 1 else f"{', '.join(top[:-1])} and {top[-1]}"
     more = len(content.entities) - len(top)
     title = f"{title} (+{more} more)" if more > 0 else title
-    sentences, budget = [], GRAPH_SUMMARY_CHARS
-    for e in content.entities:
-        if not e.description:
+    sentences: list[str] = []
+    seen: set[str] = set()
+    budget = GRAPH_SUMMARY_CHARS
+    texts = [r.description for r in content.relationships] + [e.description for e in (named or ranked)]
+    for sentence in (s for text in texts for s in split_sentences(text)):
+        key = " ".join(sentence.casefold().split())
+        if key in seen or len(sentence) > budget:
             continue
-        sentence = f"{e.name} ({e.type}): {e.description.strip()}"
-        if len(sentence) > budget:
-            break
+        seen.add(key)
         sentences.append(sentence)
         budget -= len(sentence) + 1
-    unnamed = [e.name for e in content.entities if not e.description][:10]
+        if budget < 40:
+            break
+    unnamed = [e.name for e in ranked if not e.description][:10]
     if unnamed and budget > 20:
         sentences.append(_clip(f"Also: {', '.join(unnamed)}.", budget))
     return CommunityReport(title=_clip(title, MAX_TITLE_CHARS), summary=" ".join(sentences) or title,
-                           key_entities=[e.name for e in content.entities[:KEY_ENTITIES]],
+                           key_entities=[e.name for e in ranked[:KEY_ENTITIES]],
                            key_relationships=[_relationship_line(r, names) for r in content.relationships[:KEY_RELATIONSHIPS]],
                            method="graph")  # fmt: skip
 

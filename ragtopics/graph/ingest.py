@@ -357,12 +357,20 @@ def extraction_text(record: ChunkRecord) -> str:
     A file's name is often the name of what it is about (``Marie Curie.txt``), and the
     text may call it otherwise ("Maria Skłodowska"); the title line lets the extractor
     find it (on the HotpotQA passages: 0.99 of titles found as entities, against 0.42
-    from the text alone).
+    from the text alone). A title that does not read as a name (``doc 0736``, ``report-2023-q3``) is
+    left out: as an entity it would name nothing (:data:`_NAME_LIKE`).
     """
     if record.position != 0:
         return record.text
     title = record.file_name.rsplit(".", 1)[0].replace("_", " ").strip()
-    return f"{title}\n\n{record.text}" if title and not record.text.startswith(title) else record.text
+    if not title or record.text.startswith(title) or not _NAME_LIKE.search(title):
+        return record.text
+    return f"{title}\n\n{record.text}"
+
+
+#: A file title that reads as a name: a capitalised word ("Leland, North Carolina", "Über uns"), not
+#: ``doc 0736``, ``report-2023-q3`` or ``scan0001`` (those would become entities that name nothing).
+_NAME_LIKE = re.compile(r"(?:^|[\s(\-])[^\W\d_a-z][^\W\d_A-Z]")
 
 
 def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: GraphPlan, old_chunk_ids: list[str],

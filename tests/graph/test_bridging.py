@@ -4,14 +4,17 @@ entity vectors survive the updates every upload makes to the entities they belon
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import upload_file
-from ragtopics.graph.ingest import chunk_subjects, graph_store, subject_keys
+from ragtopics.graph.ingest import chunk_subjects, extraction_text, graph_store, subject_keys
 from ragtopics.graph.local import LocalRetriever
 from ragtopics.graph.model import Entity
+from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.tracing.trace import Trace
 
@@ -37,6 +40,9 @@ def test_subject_keys_read_headings_and_title_lines_only():
     assert subject_keys("Intro text.\n\n## 2.1 Pump P-1\nThe pump runs.") == {"pumpp1"}
     assert subject_keys("The pump was installed in the\nnorth wing of the plant.") == set()  # a wrapped sentence
     assert subject_keys("Was it shot in Leland?\n\nYes.") == set()  # a question is no title
+    record = ChunkRecord("c1", "d1", "doc 0736.txt", 0, "Lovers of Music\n\nA film.", np.zeros(0, dtype=np.float32))
+    assert extraction_text(record) == "Lovers of Music\n\nA film."  # an opaque file name is not put above as a title
+    assert extraction_text(replace(record, file_name="Lovers of Music (film).txt")).startswith("Lovers of Music (film)\n\n")
     mentions = [Entity("ent-1", "Leland", "PLACE", chunk_ids=frozenset({"c1", "c2"})),
                 Entity("ent-2", "Cape Fear", "PLACE", aliases=("Cape Fear River",), chunk_ids=frozenset({"c2"}))]
     assert chunk_subjects(mentions, {"c1": {"blueharbor"}, "c2": {"leland", "capefearriver"}}) == {("ent-1", "c2"), ("ent-2", "c2")}

@@ -165,9 +165,30 @@ def test_graph_report_lists_the_strongest_members_and_relationships(store):
 
     assert report.method == "graph"
     assert report.title == "Brake Caliper, Brake Fluid and Brake Pedal (+1 more)"  # equal degree: by name
-    assert "Brake Pedal (PART): Brake Pedal is part of the story." in report.summary
+    # In the documents' words: the sentences that tie the members first, each once, then what they say of each member.
+    sentences = report.summary.split(". ")
+    assert " works with " in sentences[0] and len(sentences) == len(set(sentences))
+    assert report.summary.index("works with") < report.summary.index("Brake Pedal is part of the story.")
+    assert "(PART)" not in report.summary
     assert set(report.key_entities) == set(BRAKES)
     assert len(report.key_relationships) == 5 and all(" works with " in line for line in report.key_relationships)
+
+
+def test_graph_report_titles_a_community_by_its_named_members_before_noun_phrases():
+    ids = {n: entity_id_for(n, t) for n, t in [("the film", "CONCEPT"), ("rare photographs", "CONCEPT"),
+                                             ("Maximum Overdrive", "WORK"), ("Stephen King", "PERSON")]}  # fmt: skip
+    entities = [Entity(i, n, "CONCEPT" if n[0].islower() else "X", f"{n} is mentioned.", (), frozenset({"c"})) for n, i in ids.items()]
+    rels = [Relationship(ids["the film"], ids["rare photographs"], "The film has rare photographs.", 9.0, frozenset({"c"})),
+            Relationship(ids["Maximum Overdrive"], ids["Stephen King"], "Stephen King directed Maximum Overdrive.", 1.0,
+                         frozenset({"c"})),
+            Relationship(ids["the film"], ids["Stephen King"], "The film is by Stephen King.", 1.0, frozenset({"c"}))]  # fmt: skip
+    community = detect_communities(entities, rels, resolution=0.01)[0]
+    content = community_content(community, {e.id: e for e in entities}, {(r.source_id, r.target_id): r for r in rels})
+
+    report = graph_report(content)
+
+    assert report.title.startswith("Stephen King, Maximum Overdrive and ")  # named members first, by their ties
+    assert report.summary.startswith("The film has rare photographs.")  # the strongest tie's sentence
 
 
 def test_report_prompt_is_bounded():
@@ -250,7 +271,7 @@ def test_graph_only_with_the_bundled_model(reconfigure, store, index, scripted_l
     assert scripted_llm.prompts("community_report") == []
     hits = index.search_text(["curie"], 5)
     assert hits[0].method == "graph" and "Marie Curie" in hits[0].title
-    assert "Marie Curie (PERSON): Marie Curie is part of the story." in hits[0].summary
+    assert "Marie Curie works with Pierre Curie." in hits[0].summary and "Marie Curie is part of the story." in hits[0].summary
 
 
 def test_failed_model_calls_fall_back_to_the_graph_and_are_retried_next_run(rt, store, index, scripted_llm):
