@@ -477,6 +477,8 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     plan.merges = list(result.merges)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
     plan.mentions = chunk_mentions(entities, result, ours)  # each node's own description, not the partner's
+    # Each node's chunk is about the node (LOCAL's entity bridging leads there from a mention elsewhere).
+    plan.subjects = {(result.mapping.get(e.id, e.id), cid) for e in entities for cid in e.chunk_ids & ours}
     loops = []
     for i, r in enumerate(relationships):
         source, target = result.mapping.get(r.source_id, r.source_id), result.mapping.get(r.target_id, r.target_id)

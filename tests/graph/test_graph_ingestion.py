@@ -84,6 +84,8 @@ def test_a_json_import_writes_entities_relationships_and_searchable_node_chunks(
     married = rels[("Marie Curie", "Pierre Curie")]
     assert married.strength == pytest.approx(3.0) and married.description == "Married Pierre Curie in 1895."
     assert married.chunk_ids <= marie.chunk_ids  # provenance: Marie Curie's node chunk
+    assert store.chunks_about_names(["Maria Sklodowska", "Marie Curie"]) == [hit.chunk_id for hit in index.search_vector(
+        rt.gateway.embed(["Marie Curie"])[0], 3) if hit.text.startswith("Marie Curie:")]  # her node's chunk is about her
 
     question = rt.gateway.embed(["Who discovered polonium?"])[0]
     hit = index.search_vector(question, k=1)[0]
