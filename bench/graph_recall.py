@@ -1,27 +1,30 @@
-"""``make eval``: passage retrieval of every way on HotpotQA, RAG and GraphRAG, through the product's retrievers.
+"""``make eval``: passage retrieval of every way on three sets, RAG and GraphRAG, through the product's retrievers.
 
-The 994 passages of ``shared/eval/hotpotqa`` (``RAGTOPICS_EVAL_DIR`` overrides it) are ingested
-in-process (``receive_upload`` + ``ingest_document``) as ``<title>.txt`` files into one GraphRAG
-Topic (NLP extraction) and one RAG Topic, on a throwaway embedded Redis. Then, for the 100
-questions, retrieval only (no answer is generated), the product's own metrics
-(:func:`~ragtopics.quality.evaluate.retrieval_metrics`): **recall@k** (k = 1, 5, 10), the mean share of
-a question's gold titles among the first k distinct source files of the retrieved chunks (as in
-HippoRAG's tables), **any-gold@5** (at least one gold file in the first five) and **MRR**, for
+For each set (``shared/eval/hotpotqa``, ``hotpotqa-opaque`` and ``musique-dev``; ``--sets`` chooses,
+``RAGTOPICS_EVAL_DIR`` names one folder instead), every passage is ingested in-process
+(``receive_upload`` + ``ingest_document``, one file per call) as ``<key>.txt`` (the title on
+``hotpotqa``, ``doc NNNN`` on the opaque sets) into one GraphRAG Topic (NLP extraction) and one RAG
+Topic, on a throwaway embedded Redis; both ingests are timed, and the GraphRAG one's time is split by
+step. Then, for the set's questions, retrieval only (no answer is generated), the product's own
+metrics (:func:`~ragtopics.quality.evaluate.retrieval_metrics`): **recall@k** (k = 1, 5, 10), the mean
+share of a question's gold passages among the first k distinct source files of the retrieved chunks
+(as in HippoRAG's tables), **any-gold@5** (at least one gold file in the first five) and **MRR**, for
 
 * RAG DENSE, RAG HYBRID and, when a language model endpoint is configured (``LLM_BASE_URL``), RAG
   HYBRID with the LLM rerank (:class:`~ragtopics.rag.retriever.ChunkRetriever`, Top-K Results 10,
   Min. Similarity Score off);
 * GraphRAG LOCAL under Seed Strategy NODES, CHUNKS and FUSED (:class:`~ragtopics.graph.local.LocalRetriever`)
   and PATH (:class:`~ragtopics.graph.path.PathRetriever`, LOCAL when it finds no chain), Max Cited Chunks 10;
-* for LOCAL FUSED, the same candidate chunks ordered three ways (read from its ``rank_chunks``
-  trace step): by personalized PageRank alone, by cosine alone, and by their fusion (what LOCAL keeps),
-  to show which ranking matters.
+* for LOCAL FUSED, the same candidate chunks ordered by personalized PageRank alone, by cosine alone,
+  by LOCAL's fusion, and what LOCAL keeps after its second hops (read from its ``rank_chunks`` trace
+  step), to show which ranking matters.
 
 GLOBAL and the GraphRAG HYBRID way answer from community summaries, so passage recall does not
 measure them; the router bench (``make bench``, section 7) measures which way a question takes.
 
-It prints a table and asserts nothing. ``python -m bench.graph_recall [--data-dir DIR]``: with a
-folder, the Redis data and the Topics stay there and a second run skips the ingest.
+It prints a table per set and a summary, and asserts nothing. ``python -m bench.graph_recall
+[--data-dir DIR] [--sets a,b]``: with a folder, each set's Redis data and Topics stay in a subfolder
+and a second run skips the ingest.
 ``--product --rag NAME --graph NAME`` measures two Topics already filled in the running product
 (its configuration from the environment, as the CLI reads it), e.g. after ``ragtopics ingest``;
 a file counts as a passage when its name, letters and digits only, is the passage title's.
@@ -108,15 +111,15 @@ def metrics(files: list[str], gold: list[str]) -> dict[str, float]:
 
 
 def ranking_variants(trace: Trace) -> dict[str, list[str]]:
-    """LOCAL's candidate chunks (the 20 best before file mentions, as its trace keeps them) ordered by PageRank,
-    by cosine and by their fusion, and the chunks kept after file mentions; as file lists."""
+    """LOCAL's candidate chunks (the 20 best before the second hops, as its trace keeps them) ordered by PageRank,
+    by cosine and by LOCAL's fusion, and the chunks kept after file mentions and entity bridging; as file lists."""
     ranked = next((e.data for e in trace.events if e.step == "rank_chunks"), {})
     top = ranked.get("top", [])
     by = {
         "ppr only": sorted(top, key=lambda r: -r["ppr"]),
         "cosine only": sorted(top, key=lambda r: -r["cosine"]),
-        "ppr+cosine": top,
-        "ppr+cosine, then file mentions (kept)": ranked.get("kept", []),
+        "fused (ppr, cosine, named, keyword)": top,
+        "fused, then second hops (kept)": ranked.get("kept", []),
     }
     return {name: list(dict.fromkeys(r["file"] for r in rows)) for name, rows in by.items()}
 
