@@ -62,6 +62,7 @@ RETURN count(e)
 _INDEXES = "CALL db.indexes() YIELD label, types, options RETURN label, types, options"
 _HAVE_VECTOR = "UNWIND $ids AS i MATCH (v:EntityVector {id: i}) RETURN v.id"
 _ANY_VECTOR = "MATCH (v:EntityVector) RETURN v.id LIMIT 1"
+_CLEAR = "MATCH (v:EntityVector) WITH v LIMIT 10000 DELETE v RETURN count(v)"
 #: Vectors kept on Entity nodes by earlier versions (see :meth:`EntityVectorIndex.drop_legacy`).
 _LEGACY = "MATCH (e:Entity) WHERE e.embedding IS NOT NULL WITH e LIMIT 10000 REMOVE e.embedding RETURN count(e)"
 
@@ -156,6 +157,23 @@ class EntityVectorIndex:
             if "empty key" in str(exc):
                 return 0
             raise
+
+    def clear(self) -> int:
+        """Delete every entity vector and the vector index (a re-embed with another model makes them again).
+
+        Returns:
+            How many vectors were deleted.
+        """
+        removed = 0
+        try:
+            while n := int(self.graph.query(_CLEAR).result_set[0][0]):
+                removed += n
+            if self.dims() is not None:
+                self.graph.drop_node_vector_index("EntityVector", "embedding")
+        except ResponseError as exc:
+            if "empty key" not in str(exc):
+                raise
+        return removed
 
     def drop_legacy(self) -> int:
         """Remove the vectors earlier versions kept on the Entity nodes themselves, and their index.

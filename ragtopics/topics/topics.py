@@ -191,11 +191,29 @@ def _topic(row: TopicRow) -> Topic:
     )
 
 
+def _reembed_entities(rt: Runtime, topic: Topic) -> None:
+    """Replace a GraphRAG Topic's entity vectors with the configured model's (each made of the entity's name).
+
+    An entity's vector is made once (:func:`~ragtopics.graph.ingest.embed_entities`), so a model change
+    would otherwise leave every entity with a vector of the old model, or of another dimension.
+    """
+    from ragtopics.graph.ingest import embed_entities, graph_store  # the graph code loads only for a graph
+
+    store = graph_store(rt, topic)
+    if not store.exists():
+        return
+    removed = store.vectors.clear()
+    embedded = embed_entities(rt, store, [e.id for e in store.all_entities()])
+    log.info("Topic %r: %d entity vectors replaced by %d made with %s", topic.name, removed, embedded,
+             rt.gateway.embedder.model)  # fmt: skip
+
+
 def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, Any], str]) -> list[str]:
     """Re-embed every stored document of a Topic with the configured embedding model.
 
-    Drops the Topic's chunk index (and the record of the embedder it was built with),
-    then queues each document's stored file for indexing again, as a re-upload would.
+    Drops the Topic's chunk index (and the record of the embedder it was built with), makes a
+    GraphRAG Topic's entity vectors again with the configured model, then queues each document's
+    stored file for indexing again, as a re-upload would.
     Until the jobs have run, the Topic finds nothing.
 
     Args:
@@ -212,6 +230,8 @@ def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, Any]
     """
     topic = get_topic(rt, name_or_id)
     rt.chunk_index(topic.id).drop()
+    if topic.kind == "graphrag":
+        _reembed_entities(rt, topic)
     jobs = []
     for document_id in document_store.stored_documents(rt.metadata, topic.id):
         with document_lock(rt.redis, document_id):

@@ -112,9 +112,17 @@ def test_a_re_embed_leaves_the_graph_with_exactly_the_index_chunks(rt, run_jobs)
     run_jobs()
     old = set(rt.chunk_index(topic.id).document_chunk_ids(doc.id))
 
+    store = graph_store(rt, topic)
+    acme = store.entity_by_name("Acme Corporation")
+    store.set_embeddings([acme.id], np.random.default_rng(1).normal(size=(1, 384)))  # as an earlier model left it
+
     update_settings(rt, topic.id, {"chunk_size": 400})
     reembed_topic(rt, topic.id, enqueue_document)
     run_jobs()
+
+    hits = store.search_entities(np.asarray(rt.gateway.embed(["Acme Corporation"])[0]), 3)
+    assert [(e.id, round(score, 3)) for e, score in hits][0] == (acme.id, 1.0)  # made again by the configured model
+    assert store.vectors.missing(e.id for e in store.all_entities()) == set()
 
     assert get_document(rt, doc.id).status == "indexed", get_document(rt, doc.id).error
     indexed = set(rt.chunk_index(topic.id).document_chunk_ids(doc.id))
