@@ -12,6 +12,7 @@ SDK's own retries are off (``max_retries=0`` on every client), so there is one p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -136,6 +137,20 @@ def retry_after_s(exc: BaseException | None) -> float | None:
     return None
 
 
+@contextlib.contextmanager
+def _outcome_counted(role: str) -> Iterator[None]:
+    """Count the model call run inside the block by its outcome: ok, error, or stopped (the caller stopped reading)."""
+    try:
+        yield
+    except GeneratorExit:
+        metrics.count_model_call(role, "stopped")
+        raise
+    except BaseException:
+        metrics.count_model_call(role, "error")
+        raise
+    metrics.count_model_call(role, "ok")
+
+
 def _counted(role: str | None = None) -> Callable:
     """Count each call of a gateway method in the process's metrics, by role and outcome (ok, error, stopped).
 
@@ -148,30 +163,15 @@ def _counted(role: str | None = None) -> Callable:
 
             @functools.wraps(method)
             def streamed(self, *args, **kwargs):
-                counted = role or args[0]
-                try:
-                    result = yield from method(self, *args, **kwargs)
-                except GeneratorExit:  # the caller stopped reading (Stop)
-                    metrics.count_model_call(counted, "stopped")
-                    raise
-                except BaseException:
-                    metrics.count_model_call(counted, "error")
-                    raise
-                metrics.count_model_call(counted, "ok")
-                return result
+                with _outcome_counted(role or args[0]):
+                    return (yield from method(self, *args, **kwargs))
 
             return streamed
 
         @functools.wraps(method)
         def plain(self, *args, **kwargs):
-            counted = role or args[0]
-            try:
-                result = method(self, *args, **kwargs)
-            except BaseException:
-                metrics.count_model_call(counted, "error")
-                raise
-            metrics.count_model_call(counted, "ok")
-            return result
+            with _outcome_counted(role or args[0]):
+                return method(self, *args, **kwargs)
 
         return plain
 
