@@ -10,7 +10,13 @@ For 10,000 and 100,000 chunks, over the same vectors:
   its own value (:data:`~ragtopics.storage.chunk_index.HNSW_EF_RUNTIME` for an index made now);
 * **KNN (FLAT)**: a second RediSearch index with the FLAT (exact) algorithm over the same hashes;
 * **HYBRID**: :func:`ragtopics.rag.retrieval.retrieve` with strategy HYBRID (KNN, BM25 keyword
-  search and reciprocal rank fusion), the question's embedding excluded.
+  search and reciprocal rank fusion), the question's embedding excluded; and where its time goes
+  (:func:`hybrid_parts`): the KNN, the keyword document frequencies (read from the index's counts,
+  against one count query per term), the keyword candidates (the terms searched, against every
+  term), the BM25 scoring and the fusion.
+
+Every chunk is written with the keywords a HYBRID upload writes (its file name's and text's), so
+the keyword search works on real term statistics.
 
 The first 10,000 chunk texts are real (sentence windows of the HotpotQA passages, embedded by
 the bundled model). The other 90,000 are derived from them, because embedding 100,000 texts on a
@@ -31,9 +37,10 @@ import numpy as np
 from redisvl.index import SearchIndex
 from redisvl.query import VectorQuery
 
-from ragtopics.rag.retrieval import retrieve
+from ragtopics.ingest.keywords import index_keywords, query_keywords
+from ragtopics.rag.retrieval import FUSION_DEPTH, fuse_rrf, retrieve
 from ragtopics.runtime import Runtime
-from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
+from ragtopics.storage.chunk_index import _MIN_KEYWORD_CANDIDATES, ChunkIndex, ChunkRecord, candidate_terms
 from ragtopics.topics.topics import create_topic
 
 SIZES = (10_000, 100_000)
@@ -129,7 +136,8 @@ def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) 
         doc_id = f"doc-lat{b // STORE_BATCH:04d}"
         records = [
             ChunkRecord(chunk_id=f"chunk-lat{n:06d}", document_id=doc_id, file_name=f"lat-{b // STORE_BATCH:04d}.txt",
-                        position=n - b, text=texts[n], embedding=vectors[n], keywords="")  # fmt: skip
+                        position=n - b, text=texts[n], embedding=vectors[n],
+                        keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]))  # fmt: skip
             for n in range(b, min(b + STORE_BATCH, len(texts)))
         ]
         index.replace_document(doc_id, records)
@@ -166,6 +174,39 @@ def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None, datatype
 def recall_at_k(found: list[list[str]], exact: list[list[str]]) -> float:
     """Mean share of each exact top-k list found in the matching approximate list."""
     return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact)]))
+
+
+def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, count: int) -> dict[str, Timing]:
+    """Time each part of a HYBRID search alone, over the first ``count`` questions (one round each).
+
+    Parts: the KNN (:meth:`ChunkIndex.search_vector` at the fusion depth); the keyword document
+    frequencies from the index's counts (:meth:`ChunkIndex.term_frequencies`, one ``HMGET``) and, for
+    reference, from one count query per term (what the search did before the counts were kept);
+    the keyword candidates for the terms searched (:func:`candidate_terms`) and, for reference, for
+    every term; the whole keyword search; and the fusion of the two lists.
+    """
+    depth = max(FUSION_DEPTH, 3 * TOP_K)
+    limit = max(4 * depth, _MIN_KEYWORD_CANDIDATES)
+    terms = [query_keywords(q) for q in questions[:count]]
+    found = [index.term_frequencies(t) or index._count_each(t) for t in terms]
+    searched = []
+    for t, (counts, total) in zip(terms, found):
+        frequencies = dict(zip(t, counts, strict=True))
+        present = [w for w in t if frequencies[w]]
+        searched.append(candidate_terms(frequencies, present, total) if present else [])
+    dense = [index.search_vector(qvecs[i], depth) for i in range(count)]
+    keyword = [index.search_keywords(terms[i], depth) for i in range(count)]
+    parts = {
+        "KNN (fusion depth)": lambda i: index.search_vector(qvecs[i], depth),
+        "term frequencies: counts (HMGET)": lambda i: index.term_frequencies(terms[i]),
+        "term frequencies: a count query a term": lambda i: index._count_each(terms[i]),
+        "candidates: terms searched": lambda i: index._keyword_candidates(searched[i], limit) if searched[i] else [],
+        "candidates: every term": lambda i: index._keyword_candidates(terms[i], limit) if terms[i] else [],
+        "keyword search (all of it)": lambda i: index.search_keywords(terms[i], depth),
+        "fusion (RRF)": lambda i: fuse_rrf({"dense": dense[i], "keyword": keyword[i]}),
+    }
+    timed = timed_rounds(parts, count, rounds=1)
+    return {name: timing for name, (_, timing) in timed.items()}
 
 
 def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section) -> dict:
@@ -228,6 +269,9 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             recall = "n/a" if np.isnan(t.recall) else f"{t.recall:.3f}"
             print(f"  {name:<36} {t.p50_ms:>8.2f} {t.p95_ms:>8.2f} {recall:>10} {speedup:>12.1f}x", flush=True)
         figure("product EF_RUNTIME (this index's)", index.ef_runtime())
+        print("  where a HYBRID search's time goes (each part alone):", flush=True)
+        for name, t in hybrid_parts(index, questions, qvecs, timed).items():
+            print(f"    {name:<42} p50 {t.p50_ms:>7.2f} ms   p95 {t.p95_ms:>7.2f} ms", flush=True)
         out[size] = rows
     flat.delete(drop=False)
     return out

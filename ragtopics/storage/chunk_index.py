@@ -18,7 +18,7 @@ import math
 import threading
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -42,11 +42,22 @@ T = TypeVar("T")
 _PAGE = 1000
 #: The field that marks a Topic's file-names hash as holding every file (see :meth:`ChunkIndex.file_names`).
 _NAMES_COMPLETE = ""
+#: Fields of the keyword counts hash (``ChunkIndex.terms_key``) beside the keywords, which are ``[0-9a-z]+``:
+#: the mark that the counts hold every chunk, and the number of chunks.
+_TERMS_COMPLETE = ""
+_TERMS_TOTAL = "*"
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
 _MAX_GROUPS = 1_000_000
 
 #: How much more an identifier (a keyword with letters and digits: ``e4711``) counts than a word in keyword search.
 CODE_WEIGHT = 3.0
+#: A keyword held by more than this share of the chunks (and more than COMMON_TERM_AT_LEAST chunks) is not
+#: searched for candidates, only scored in them (see :func:`candidate_terms`); chosen on the HotpotQA sets
+#: (``make bench`` recall and ``make eval``): recall unchanged, the keyword search a fraction of the time.
+COMMON_TERM_SHARE = 0.05
+COMMON_TERM_AT_LEAST = 50
+#: Terms searched when every term of a question is common.
+COMMON_TERMS_KEPT = 2
 #: Candidates fetched from RediSearch before BM25 scoring, at least.
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
@@ -85,11 +96,6 @@ _NUMPY_TYPES = {"float16": np.float16, "float32": np.float32}
 #: confirms them).
 _PROFILES: dict[str, tuple[str, int]] = {}
 
-
-
-#: RediSearch's default English stop words (RediSearch documentation, "Stop words").
-REDISEARCH_STOP_WORDS = frozenset("a is the an and are as at be but by for if in into it no not of on or such that "
-                                  "their then there these they this to was will with".split())  # fmt: skip
 
 
 def union_terms(words) -> list[str]:
@@ -187,6 +193,7 @@ class ChunkIndex:
         self.record_key = f"rt:{topic_id}:index:chunks"  # outside the chunk prefix, so never indexed
         self.files_key = f"rt:{topic_id}:index:files"  # changes whenever a file appears or goes
         self.names_key = f"rt:{topic_id}:index:names"  # {document id: file name}, written with each chunk swap
+        self.terms_key = f"rt:{topic_id}:index:terms"  # {keyword: chunks holding it}, written with each chunk swap
         self.index = SearchIndex.from_dict(self.schema(topic_id, dims), redis_client=client)
 
     @staticmethod
@@ -230,6 +237,10 @@ class ChunkIndex:
         self.index.create(overwrite=False)
         self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims,
                                                    "datatype": VECTOR_DATATYPE, "ef_runtime": HNSW_EF_RUNTIME})  # fmt: skip
+        with self.client.pipeline(transaction=True) as pipe:  # a new index holds no chunk: its term counts are complete
+            pipe.delete(self.terms_key)
+            pipe.hset(self.terms_key, mapping={_TERMS_COMPLETE: "1", _TERMS_TOTAL: 0})
+            pipe.execute()
         _PROFILES[self.index.name] = (VECTOR_DATATYPE, HNSW_EF_RUNTIME)
         log.info("created chunk index %s (%s, %d dims)", self.index.name, self.embedding_model or "model unknown", self.dims)
 
@@ -373,7 +384,7 @@ class ChunkIndex:
         if any(swaps.values()):
             self.ensure()
         mappings = [(self.key(c.chunk_id), self._mapping(c)) for chunks in swaps.values() for c in chunks]
-        old = self._stored_chunks(list(swaps))
+        old, old_keywords = self._stored_chunks(list(swaps))
         pipe = self.client.pipeline(transaction=True)
         if fence is not None:
             fence.watch(pipe)
@@ -395,6 +406,7 @@ class ChunkIndex:
             files_changed |= not before or not chunks or renamed
         if files_changed:  # the set of searchable files changed
             pipe.set(self.files_key, uuid.uuid4().hex)
+        self._count_terms(pipe, old_keywords, [c for chunks in swaps.values() for c in chunks])
         try:
             pipe.execute()
         except redis.WatchError:
@@ -403,19 +415,95 @@ class ChunkIndex:
             pipe.reset()
         return removed
 
-    def _stored_chunks(self, document_ids: list[str]) -> dict[str, dict[str, str]]:
-        """``{document id: {chunk id: file name}}`` of the chunks stored for ``document_ids``.
+    def _count_terms(self, pipe, old_keywords: list[str], new: list[ChunkRecord]) -> None:
+        """Queue on ``pipe`` the change of the keyword document frequencies (:attr:`terms_key`) that a swap makes.
+
+        Every old chunk of the swapped documents is counted out and every new one in (a chunk kept
+        under its id may have new keywords: its file was renamed, or the Topic's strategy changed).
+        Always written, so a rebuild of the counts that runs meanwhile fails its ``WATCH``; on an
+        index whose counts were never complete the partial counts stay unused until a rebuild
+        (:meth:`term_frequencies`).
+        """
+        delta: Counter[str] = Counter()
+        for keywords in old_keywords:
+            delta.subtract(set(keywords.split()))
+        for chunk in new:
+            delta.update(set(chunk.keywords.split()))
+        for term, change in delta.items():
+            if change:
+                pipe.hincrby(self.terms_key, term, change)
+        pipe.hincrby(self.terms_key, _TERMS_TOTAL, len(new) - len(old_keywords))
+
+    def term_frequencies(self, terms: list[str]) -> tuple[list[int], int] | None:
+        """For each term, how many chunks' keywords hold it, and how many chunks the index holds; one ``HMGET``.
+
+        Read from the counts every chunk swap keeps (:meth:`_count_terms`), so the cost does not grow
+        with the index, unlike a count query per term (which walks the term's posting list: 1–20 ms a
+        term at 100,000 chunks, ``make bench``). An index written before the counts were kept gets them
+        here, once, from its chunks' keywords (:meth:`_rebuild_term_counts`).
+
+        Returns:
+            ``(frequencies in the order of terms, total chunks)``; ``None`` when the counts are not
+            complete (a rebuild lost a race with a swap): the caller counts with queries instead.
+        """
+        values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *terms])
+        if values[0] is None and not self._rebuild_term_counts():
+            return None
+        if values[0] is None:
+            values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *terms])
+            if values[0] is None:
+                return None
+        return [max(0, int(v or 0)) for v in values[2:]], max(0, int(values[1] or 0))
+
+    def _rebuild_term_counts(self) -> bool:
+        """Count every chunk's keywords into :attr:`terms_key` and mark the counts complete.
+
+        ``WATCH`` on the counts: a chunk swap in between changes them, the rebuild is dropped
+        (``False``) and the next search tries again.
+        """
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(self.terms_key)
+            counts: Counter[str] = Counter()
+            total = 0
+            for keywords in self._all_keywords():
+                counts.update(set(keywords.split()))
+                total += 1
+            pipe.multi()
+            pipe.delete(self.terms_key)
+            pipe.hset(self.terms_key, mapping={**counts, _TERMS_TOTAL: total, _TERMS_COMPLETE: "1"})
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        log.info("counted the keywords of %d chunks for index %s", total, self.index.name)
+        return True
+
+    def _all_keywords(self) -> Iterator[str]:
+        """The keyword field of every chunk of the index (an aggregation read through a cursor)."""
+        reply = _unless_missing(lambda: self.client.execute_command(
+            "FT.AGGREGATE", self.index.name, "*", "LOAD", 1, "@keywords", "WITHCURSOR", "COUNT", _PAGE, "DIALECT", 2), None)  # fmt: skip
+        while reply:
+            rows, cursor = reply
+            for row in rows[1:] if isinstance(rows, list) else []:
+                fields = dict(zip(row[::2], row[1::2], strict=False))
+                yield _decode(fields.get(b"keywords", fields.get("keywords", b"")))
+            if not int(cursor):
+                return
+            reply = self.client.execute_command("FT.CURSOR", "READ", self.index.name, int(cursor), "COUNT", _PAGE)
+
+    def _stored_chunks(self, document_ids: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
+        """``{document id: {chunk id: file name}}`` of the chunks stored for ``document_ids``, and their keyword fields.
 
         One query for them all when they fit in a page (a batch of small files); else each
         document's chunks are paged by position, which is unique within a document, so pages
         neither skip nor repeat a chunk.
         """
         if not document_ids or not self.index.exists():
-            return {}
+            return {}, []
         if len(document_ids) > 1:
             rows = self._chunk_rows(document_ids, 0)
             if len(rows) < _PAGE:
-                return _by_document(rows)
+                return _by_document(rows), [row.get("keywords", "") for row in rows]
         rows = []
         for document_id in document_ids:
             offset = 0
@@ -425,12 +513,12 @@ class ChunkIndex:
                 if len(page) < _PAGE:
                     break
                 offset += _PAGE
-        return _by_document(rows)
+        return _by_document(rows), [row.get("keywords", "") for row in rows]
 
     def _chunk_rows(self, document_ids: list[str], offset: int) -> list[dict]:
-        """One page of the chunk id, document id and file name of the chunks of ``document_ids``, by position."""
+        """One page of the chunk id, document id, file name and keywords of the chunks of ``document_ids``, by position."""
         query = FilterQuery(filter_expression=Tag("document_id") == list(document_ids),
-                            return_fields=["chunk_id", "document_id", "file_name"], num_results=_PAGE,
+                            return_fields=["chunk_id", "document_id", "file_name", "keywords"], num_results=_PAGE,
                             sort_by="position")  # fmt: skip
         query.paging(offset, _PAGE)
         return self.index.query(query)
@@ -546,14 +634,14 @@ class ChunkIndex:
         return _unless_missing(lambda: self._search_keywords(terms, k, code_weight), [])
 
     def _search_keywords(self, terms: list[str], k: int, code_weight: float) -> list[ChunkHit]:
-        counts, chunks = self._count_each(terms)
+        counts, chunks = self.term_frequencies(terms) or self._count_each(terms)
         frequencies = dict(zip(terms, counts, strict=True))
         terms = [t for t in terms if frequencies[t]]
         if not terms:
             return []
         total = max(chunks, max(frequencies.values()))
         weights = {t: (code_weight if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
-        rows = self._keyword_candidates(terms, max(4 * k, _MIN_KEYWORD_CANDIDATES))
+        rows = self._keyword_candidates(candidate_terms(frequencies, terms, chunks), max(4 * k, _MIN_KEYWORD_CANDIDATES))
         counted = [(hit, chunk_term_counts(hit, keywords)) for hit, keywords in rows]
         identifiers = [t for t in terms if is_identifier(t)]
         holding = [(hit, counts) for hit, counts in counted if any(t in counts for t in identifiers)]
@@ -619,7 +707,7 @@ class ChunkIndex:
         """Delete the index, every chunk of the Topic and the record of the embedder it was built with."""
         if self.index.exists():
             self.index.delete(drop=True)
-        self.client.delete(self.record_key, self.files_key, self.names_key)
+        self.client.delete(self.record_key, self.files_key, self.names_key, self.terms_key)
         _PROFILES.pop(self.index.name, None)
 
     def files_generation(self) -> str:
@@ -729,6 +817,33 @@ class ChunkIndex:
             for hit in _vector_hits(reply, self.prefix)[:1]:
                 found[document_id] = hit
         return found
+
+
+def candidate_terms(frequencies: Mapping[str, int], terms: list[str], total: int) -> list[str]:
+    """The terms whose chunks are fetched as keyword candidates: all but the common ones.
+
+    RediSearch scores every chunk that holds any term of the candidate query before it cuts the
+    best ``limit``, so a term held by a fifth of a large index (``film``, ``state``) costs more than
+    all the rare ones together, while its BM25 weight is low (IDF ≈ 1.6 at 20 %, against ≈ 5 for a
+    term in 0.6 % of the chunks). A term is common when more than :data:`COMMON_TERM_SHARE` of the
+    chunks (and more than :data:`COMMON_TERM_AT_LEAST`) hold it; common terms still count in the
+    BM25 score of every candidate (their frequencies are read from the candidate's text). When
+    every term is common, the :data:`COMMON_TERMS_KEPT` rarest are searched.
+
+    Args:
+        frequencies: term → how many chunks hold it (every term of ``terms``, each > 0).
+        terms: the question's terms, in its order.
+        total: chunks in the index.
+
+    Returns:
+        The terms to search, in the order of ``terms``.
+    """
+    limit = max(COMMON_TERM_AT_LEAST, COMMON_TERM_SHARE * total)
+    rare = [t for t in terms if frequencies[t] <= limit]
+    if rare:
+        return rare
+    kept = set(sorted(terms, key=lambda t: frequencies[t])[:COMMON_TERMS_KEPT])
+    return [t for t in terms if t in kept]
 
 
 def bm25_idf(total: int, matching: int) -> float:
