@@ -534,3 +534,37 @@ def test_a_gradio_session_hash_and_event_id_serve_only_the_user_who_first_used_t
     assert own.status_code == 200 and "event: complete" in own.text
     assert vic.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}").status_code == 403
     assert vic.get("/gradio_api/call/list_topics/an-event-id-never-handed-out").status_code == 403
+
+
+def test_a_session_hash_is_checked_whatever_content_type_its_body_is_sent_with(secured, rt):
+    server, url = secured
+    create_topic(rt, "Vic's secret Topic")
+    list_topics_fn = next(i for i, f in server.blocks.fns.items() if f.api_name == "list_topics")
+    vic, otto = login(url, "vic"), login(url, "otto")
+    mine = "vichash67890"
+    joined = vic.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine})
+    assert joined.status_code == 200, joined.text
+    event_id = joined.json()["event_id"]
+    # Another user cannot slip the hash or the event id past the check by leaving the header out or naming another
+    # type: component_server reads any body but a multipart one as JSON.
+    for headers in ({}, {"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}):
+        body = json.dumps({"fn_index": list_topics_fn, "data": [], "session_hash": mine, "event_id": event_id})
+        for route in ("/gradio_api/queue/join", "/gradio_api/cancel", "/gradio_api/component_server"):
+            refused = otto.post(route, content=body, headers=headers)
+            assert refused.status_code == 403 and "belongs to another user" in refused.text, (route, headers)
+    # A POST to stream/<event id> names an event, which must be the caller's.
+    assert otto.post(f"/gradio_api/stream/{event_id}", json={"data": [], "fn_index": list_topics_fn}).status_code == 403
+    # component_server would read the hash from a multipart form's field: that form is refused to everyone.
+    form = {"session_hash": mine, "component_id": "1", "fn_name": "x", "data": "null"}
+    for client in (vic, otto):
+        multipart = client.post("/gradio_api/component_server", data=form, files={"f": ("a.txt", b"a")})
+        assert multipart.status_code == 403 and "send this request as JSON" in multipart.text
+
+
+def test_a_session_whose_set_expired_under_an_older_version_still_ends_with_a_password_change(secured, rt):
+    _, url = secured
+    otto = login(url, "otto")
+    rt.redis.delete("rt:user-sessions:otto")  # an older version gave the set an expiry, which ran out while otto clicked on
+    assert otto.get("/config").status_code == 200
+    users.update_user(rt, "otto", password="another password")
+    assert otto.get("/config").status_code == 401
