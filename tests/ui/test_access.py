@@ -568,3 +568,20 @@ def test_a_session_whose_set_expired_under_an_older_version_still_ends_with_a_pa
     assert otto.get("/config").status_code == 200
     users.update_user(rt, "otto", password="another password")
     assert otto.get("/config").status_code == 401
+
+
+def test_files_gradio_serves_from_its_upload_folder_cannot_run_anything_in_the_consoles_origin(secured):
+    _, url = secured
+    vic = login(url, "vic")
+    uploaded = vic.post("/gradio_api/upload", files=[("files", ("page.html", b"<script>alert(1)</script>", "text/html")),
+                                                      ("files", ("pump.png", b"\x89PNG\r\n", "image/png"))])  # fmt: skip
+    assert uploaded.status_code == 200, uploaded.text
+    page, picture = uploaded.json()
+    served = {}
+    for path in (page, picture):
+        response = vic.get(f"/gradio_api/file={path}")
+        assert response.status_code == 200, response.text
+        served[path.rsplit(".", 1)[-1]] = (response.headers["content-type"], response.headers["content-disposition"].split(";")[0],
+                                           response.headers["x-content-type-options"], response.headers["content-security-policy"])  # fmt: skip
+    assert served == {"html": ("application/octet-stream", "attachment", "nosniff", "sandbox"),
+                      "png": ("image/png", "inline", "nosniff", "sandbox")}  # fmt: skip
