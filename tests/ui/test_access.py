@@ -586,3 +586,29 @@ def test_files_gradio_serves_from_its_upload_folder_cannot_run_anything_in_the_c
                                            headers["x-content-type-options"], headers["content-security-policy"])  # fmt: skip
     assert served == {"html": ("application/octet-stream", "attachment", "nosniff", "sandbox"),
                       "png": ("image/png", "inline", "nosniff", "sandbox")}  # fmt: skip
+
+
+def test_an_event_added_after_the_console_is_built_needs_an_admin(people, monkeypatch):
+    from ragtopics.ui import app as console
+
+    build = console.build_app
+
+    def build_then_add(rt):
+        app = build(rt)
+        with app:  # after build_app guarded its events, outside every page
+            gr.Button("late").click(lambda: "ran", None, gr.Textbox(), api_name="late_event")
+        return app
+
+    monkeypatch.setattr(console, "build_app", build_then_add)
+    server, _, _ = launch_console(people, host="127.0.0.1", port=free_port())
+    try:
+        event = next(f for f in server.blocks.fns.values() if f.api_name == "late_event")
+        assert getattr(event.fn, "_ragtopics_need", None) == "admin"
+        for name in ("vic", "otto"):
+            caller = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, name)})
+            with pytest.raises(gr.Error, match="it needs the admin role"):
+                _fire(event, caller)
+        admin = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, "ada")})
+        assert _fire(event, admin) == "ran"
+    finally:
+        server.close()
