@@ -13,9 +13,9 @@ either to the logged-in user. :class:`~ragtopics.ui.web.AccessMiddleware` theref
   ``POST stream/<event_id>``, a POST body's ``event_id``) must be the caller's: an event id never
   handed out to them is refused.
 
-Every POST body but a multipart one is read as JSON whatever its ``Content-Type`` says (FastAPI
-reads a body sent without one as JSON, and Gradio's ``component_server`` reads any body but a
-multipart one as JSON), so leaving the header out hides no session hash. A multipart body is
+Every POST body but a multipart one is read as JSON whatever its ``Content-Type`` says (Gradio's
+``component_server`` reads any body but a multipart one as JSON, and FastAPI versions differ on a
+body sent without the header), so leaving the header out or naming another type hides no session hash. A multipart body is
 read only by ``upload`` (which names no session) and ``component_server``; the latter is refused
 in multipart form, since its session hash would sit in a form field (no component of the console
 calls it that way).
