@@ -64,7 +64,12 @@ def end_user_sessions(rt: Runtime, username: str) -> int:
 
 
 def session_user(rt: Runtime, session_id: str | None) -> str | None:
-    """The username of a live session (renewing it), or None for a missing, ended or unknown id."""
+    """The username of a live session (renewing it), or None for a missing, ended or unknown id.
+
+    A live session's key is put back in its user's set of sessions (a no-op when it is there), so a
+    session that outlived the set under an older version, whose set expired, still ends with
+    :func:`end_user_sessions`.
+    """
     if not session_id or len(session_id) > 128:
         return None
     key = _key(session_id)
@@ -72,7 +77,11 @@ def session_user(rt: Runtime, session_id: str | None) -> str | None:
         pipe.get(key)
         pipe.expire(key, rt.settings.session_ttl_s)
         username, _ = pipe.execute()
-    return username.decode("utf-8") if username else None
+    if not username:
+        return None
+    name = username.decode("utf-8")
+    rt.redis.sadd(_user_key(name), key)
+    return name
 
 
 def end_session(rt: Runtime, session_id: str | None) -> None:

@@ -19,7 +19,7 @@ from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
 from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
-from ragtopics.ui.files_route import add_file_route
+from ragtopics.ui.files_route import UploadFolderHeaders, add_file_route
 
 TITLE = "ragtopics"
 #: Largest file Gradio's upload route takes, in MB (a Topic's own Max. File Size is checked after it).
@@ -159,6 +159,8 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     # Gradio checks that a file named in an event's input lies in its upload folder only once the app "has launched",
     # which mount_gradio_app never sets: without this, an input could name any file on the server.
     app.has_launched = True
+    web.guard_events(rt, app, app.ragtopics_needs)  # an event added after build_app is guarded too (admins only)
+    api.add_middleware(UploadFolderHeaders)
     api.add_middleware(web.AccessMiddleware, rt=rt)
     server = web.serve(api, app, host=host, port=port)
     share_url = None

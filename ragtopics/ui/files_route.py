@@ -4,7 +4,9 @@ A stored file is whatever someone uploaded, so it is served so that nothing in i
 console's origin (see :func:`served_as`): every response says ``X-Content-Type-Options: nosniff``
 and, but for PDFs, ``Content-Security-Policy: sandbox``; only PDFs, pictures and plain text open
 in the browser, as what they are; every other type (HTML, SVG, XML, scripts, office files) is a
-download of ``application/octet-stream``.
+download of ``application/octet-stream``. Gradio's own file route (``/gradio_api/file=``, which
+serves what the console's file inputs received) gets ``nosniff`` and ``sandbox`` too
+(:class:`UploadFolderHeaders`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,40 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
         serving = served_as(path.name)
         return FileResponse(path, filename=path.name, media_type=serving.media_type,
                             content_disposition_type=serving.disposition, headers=serving.headers)  # fmt: skip
+
+
+#: Paths of Gradio's own file route (files uploaded through the console's file inputs, and files its events return).
+GRADIO_FILE_PATHS = ("/gradio_api/file=", "/gradio_api/file/")
+
+
+class UploadFolderHeaders:
+    """ASGI middleware: Gradio's file route sends the headers of a stored file too (``nosniff``, ``sandbox``).
+
+    Gradio already sends a file of a type it does not trust as an ``application/octet-stream``
+    download; these headers keep a file it sends inline (a picture, plain text) from being read as
+    anything else or running anything if it is opened as a page. Pictures and media embedded in the
+    console are unaffected (a sandbox applies only to a document).
+
+    Args:
+        app: the ASGI app behind it.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope.get("path", "").startswith(GRADIO_FILE_PATHS):
+            return await self.app(scope, receive, send)
+        extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (NOSNIFF, SANDBOX)]
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in extra}
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": headers + extra}
+            await send(message)
+
+        return await self.app(scope, receive, sending)
 
 
 def refusal_page(title: str, text: str, status: int) -> HTMLResponse:

@@ -6,11 +6,19 @@ either to the logged-in user. :class:`~ragtopics.ui.web.AccessMiddleware` theref
 :func:`guard_client_ids` for every request under ``/gradio_api/`` once it knows the caller:
 
 - a session hash, wherever the request carries it (the ``session_hash`` query parameter, the
-  path of ``heartbeat/<hash>`` and ``stream/<hash>/…``, a JSON body's ``session_hash``), is
+  path of ``heartbeat/<hash>`` and ``GET stream/<hash>/…``, a POST body's ``session_hash``), is
   bound to the first user who sends it, and refused to anyone else;
 - an event id the console hands out (the reply of ``queue/join`` and ``call/<api>``) is bound to
-  the caller before the reply leaves, and one a request names (``call/<api>/<event_id>``, a JSON
-  body's ``event_id``) must be the caller's: an event id never handed out to them is refused.
+  the caller before the reply leaves, and one a request names (``call/<api>/<event_id>``,
+  ``POST stream/<event_id>``, a POST body's ``event_id``) must be the caller's: an event id never
+  handed out to them is refused.
+
+Every POST body but a multipart one is read as JSON whatever its ``Content-Type`` says (Gradio's
+``component_server`` reads any body but a multipart one as JSON, and FastAPI versions differ on a
+body sent without the header), so leaving the header out or naming another type hides no session hash. A multipart body is
+read only by ``upload`` (which names no session) and ``component_server``; the latter is refused
+in multipart form, since its session hash would sit in a form field (no component of the console
+calls it that way).
 """
 
 from __future__ import annotations
@@ -31,8 +39,12 @@ log = logging.getLogger(__name__)
 
 #: Where Gradio's API routes live (Gradio is mounted at ``/``).
 GRADIO_API = "/gradio_api/"
-#: Routes whose path holds a session hash right after their name.
+#: Routes whose path holds a session hash right after their name (``stream`` only for GET: a POST there names an event).
 HASH_IN_PATH = ("heartbeat", "stream")
+#: Routes that read a multipart body's fields as the request (a session hash among them): refused in that form.
+MULTIPART_REFUSED = ("component_server",)
+#: What a refused multipart request to one of :data:`MULTIPART_REFUSED` is told.
+MULTIPART_REFUSAL = "send this request as JSON: a multipart body's session hash is not accepted here"
 #: The owner recorded for the open-mode user (no username can contain ``*``).
 OPEN_MODE_OWNER = "*open"
 #: What a refused request is told.
@@ -66,13 +78,17 @@ async def guard_client_ids(rt: Runtime, scope: dict, receive: Receive, send: Sen
     owner = owner_of(user)
     parts = path[len(GRADIO_API):].strip("/").split("/")
     hashes = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", [])
-    if parts[0] in HASH_IN_PATH and len(parts) > 1:
-        hashes.append(parts[1])
     event_ids = []
     method = scope.get("method")
+    if parts[0] in HASH_IN_PATH and len(parts) > 1:
+        (event_ids if parts[0] == "stream" and method == "POST" else hashes).append(parts[1])
     if scope["type"] == "http" and method == "GET" and parts[0] == "call" and len(parts) >= 3:
         event_ids.append(parts[-1])  # call/<api>/<event_id> or call/v2/<api>/<event_id>
-    if scope["type"] == "http" and method == "POST" and _is_json(scope):
+    if scope["type"] == "http" and method == "POST" and _is_multipart(scope):
+        if parts[0] in MULTIPART_REFUSED:
+            log.warning("refused a multipart %s for %s", path, owner)
+            return MULTIPART_REFUSAL, receive, send
+    elif scope["type"] == "http" and method == "POST":  # JSON, or sent as something else but read as JSON all the same
         body, receive = await _read_body(receive)
         fields = _json_fields(body)
         hashes += [fields["session_hash"]] if isinstance(fields.get("session_hash"), str) else []
@@ -96,10 +112,11 @@ def _refusal(rt: Runtime, owner: str, hashes: list[str], event_ids: list[str]) -
     return None
 
 
-def _is_json(scope: dict) -> bool:
+def _is_multipart(scope: dict) -> bool:
+    """Whether the request's body is ``multipart/…`` (a form with files), which is not read here."""
     for name, value in scope.get("headers", []):
         if name.lower() == b"content-type":
-            return b"json" in value.lower()
+            return value.strip().lower().startswith(b"multipart/")
     return False
 
 

@@ -534,3 +534,81 @@ def test_a_gradio_session_hash_and_event_id_serve_only_the_user_who_first_used_t
     assert own.status_code == 200 and "event: complete" in own.text
     assert vic.get(f"/gradio_api/call/list_topics/{started.json()['event_id']}").status_code == 403
     assert vic.get("/gradio_api/call/list_topics/an-event-id-never-handed-out").status_code == 403
+
+
+def test_a_session_hash_is_checked_whatever_content_type_its_body_is_sent_with(secured, rt):
+    server, url = secured
+    create_topic(rt, "Vic's secret Topic")
+    list_topics_fn = next(i for i, f in server.blocks.fns.items() if f.api_name == "list_topics")
+    vic, otto = login(url, "vic"), login(url, "otto")
+    mine = "vichash67890"
+    joined = vic.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine})
+    assert joined.status_code == 200, joined.text
+    event_id = joined.json()["event_id"]
+    # Another user cannot slip the hash or the event id past the check by leaving the header out or naming another
+    # type: component_server reads any body but a multipart one as JSON.
+    for headers in ({}, {"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}):
+        body = json.dumps({"fn_index": list_topics_fn, "data": [], "session_hash": mine, "event_id": event_id})
+        for route in ("/gradio_api/queue/join", "/gradio_api/cancel", "/gradio_api/component_server"):
+            refused = otto.post(route, content=body, headers=headers)
+            assert refused.status_code == 403 and "belongs to another user" in refused.text, (route, headers)
+    # A POST to stream/<event id> names an event, which must be the caller's.
+    assert otto.post(f"/gradio_api/stream/{event_id}", json={"data": [], "fn_index": list_topics_fn}).status_code == 403
+    # component_server would read the hash from a multipart form's field: that form is refused to everyone.
+    form = {"session_hash": mine, "component_id": "1", "fn_name": "x", "data": "null"}
+    for client in (vic, otto):
+        multipart = client.post("/gradio_api/component_server", data=form, files={"f": ("a.txt", b"a")})
+        assert multipart.status_code == 403 and "send this request as JSON" in multipart.text
+
+
+def test_a_session_whose_set_expired_under_an_older_version_still_ends_with_a_password_change(secured, rt):
+    _, url = secured
+    otto = login(url, "otto")
+    rt.redis.delete("rt:user-sessions:otto")  # an older version gave the set an expiry, which ran out while otto clicked on
+    assert otto.get("/config").status_code == 200
+    users.update_user(rt, "otto", password="another password")
+    assert otto.get("/config").status_code == 401
+
+
+def test_files_gradio_serves_from_its_upload_folder_cannot_run_anything_in_the_consoles_origin(secured):
+    _, url = secured
+    vic = login(url, "vic")
+    uploaded = vic.post("/gradio_api/upload", files=[("files", ("page.html", b"<script>alert(1)</script>", "text/html")),
+                                                      ("files", ("pump.png", b"\x89PNG\r\n", "image/png"))])  # fmt: skip
+    assert uploaded.status_code == 200, uploaded.text
+    page, picture = uploaded.json()
+    served = {}
+    for path in (page, picture):
+        response = vic.get(f"/gradio_api/file={path}")
+        assert response.status_code == 200, response.text
+        headers = response.headers
+        served[path.rsplit(".", 1)[-1]] = (headers["content-type"], headers["content-disposition"].split(";")[0],
+                                           headers["x-content-type-options"], headers["content-security-policy"])  # fmt: skip
+    assert served == {"html": ("application/octet-stream", "attachment", "nosniff", "sandbox"),
+                      "png": ("image/png", "inline", "nosniff", "sandbox")}  # fmt: skip
+
+
+def test_an_event_added_after_the_console_is_built_needs_an_admin(people, monkeypatch):
+    from ragtopics.ui import app as console
+
+    build = console.build_app
+
+    def build_then_add(rt):
+        app = build(rt)
+        with app:  # after build_app guarded its events, outside every page
+            gr.Button("late").click(lambda: "ran", None, gr.Textbox(), api_name="late_event")
+        return app
+
+    monkeypatch.setattr(console, "build_app", build_then_add)
+    server, _, _ = launch_console(people, host="127.0.0.1", port=free_port())
+    try:
+        event = next(f for f in server.blocks.fns.values() if f.api_name == "late_event")
+        assert getattr(event.fn, "_ragtopics_need", None) == "admin"
+        for name in ("vic", "otto"):
+            caller = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, name)})
+            with pytest.raises(gr.Error, match="it needs the admin role"):
+                _fire(event, caller)
+        admin = gr.Request(headers={}, cookies={sessions.SESSION_COOKIE: sessions.start_session(people, "ada")})
+        assert _fire(event, admin) == "ran"
+    finally:
+        server.close()
