@@ -51,6 +51,7 @@ class PostgresCluster:
         self.port = free_port()
         self.data = self.folder / "data"
         self.log = self.folder / "postgres.log"
+        self.timezone = "America/New_York"
 
     @staticmethod
     def binaries() -> Path | None:
@@ -87,7 +88,8 @@ class PostgresCluster:
         done = self._run("initdb", "-D", str(self.data), "-U", "ragtopics", "-A", "trust", "-E", "UTF8", "--no-sync")
         if done.returncode:
             raise RuntimeError(f"initdb failed: {done.stderr or done.stdout}")
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off -c full_page_writes=off"
+        # a session time zone other than UTC, so that a time stored without its zone would come back shifted
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off -c full_page_writes=off -c timezone={self.timezone}"
         done = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
         if done.returncode:
             raise RuntimeError(f"pg_ctl start failed: {done.stderr or done.stdout}; log: {self.log}")
@@ -194,7 +196,7 @@ class SeaweedS3:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=20)
+                self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
