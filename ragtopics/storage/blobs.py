@@ -95,6 +95,14 @@ class FileStore(ABC):
     def remove(self, relative: str) -> None:
         """Delete one stored file (missing, or an empty path, is fine)."""
 
+    def ping(self) -> str:
+        """Check that the store can be reached; returns what was found (a readiness check).
+
+        Raises:
+            FileStoreError: when it cannot be reached or refuses the credentials.
+        """
+        return "on this machine"
+
     @abstractmethod
     def remove_tree(self, prefix: str) -> int:
         """Delete every file under ``prefix`` (``<topic>`` or ``<topic>/<document>``) and return how many there were.
@@ -262,6 +270,20 @@ class S3FileStore(FileStore):
         except ClientError as exc:
             if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
+
+    def ping(self) -> str:
+        """Ask for the bucket (HEAD); a missing bucket is fine, the first upload creates it."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return "answers, bucket found"
+        except ClientError as exc:
+            if _code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                return "answers; the bucket is created by the first upload"
+            raise self._failure("be reached", exc) from exc
+        except BotoCoreError as exc:
+            raise self._failure("be reached", exc) from exc
 
     def exists(self, relative: str) -> bool:
         """Whether an object is stored (False for a path outside the store).

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from rq import SimpleWorker
 
 from ragtopics.access.users import User
+from ragtopics.api.health import readiness
 from ragtopics.answer.turn import ask
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
@@ -158,6 +159,18 @@ def test_a_new_version_replaces_the_object_and_deleting_a_topic_deletes_its_obje
     deletion = delete_topic(console, "Pumps")
     assert deletion.removed["files"] == 3
     assert objects(pumps.id) == [] and len(objects(valves.id)) == 1
+
+
+def test_readiness_checks_the_object_store(machines):
+    console, _ = machines
+    ready, checks = readiness(console)
+    assert ready and checks["files"]["ok"] and checks["files"]["detail"].startswith("answers")
+    console.blobs.bucket = "no-such-store-bucket"
+    assert console.blobs.ping() == "answers; the bucket is created by the first upload"
+    console.blobs.client = S3FileStore(BUCKET, endpoint_url=console.blobs.endpoint_url, access_key_id=S3_ACCESS_KEY,
+                                       secret_access_key="wrong").client  # fmt: skip
+    ready, checks = readiness(console)
+    assert not ready and not checks["files"]["ok"] and "check S3_ENDPOINT_URL, S3_BUCKET and the S3 keys" in checks["files"]["detail"]
 
 
 def test_paths_outside_the_store_and_missing_objects_are_refused(s3_server):
