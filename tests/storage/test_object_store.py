@@ -199,3 +199,26 @@ def test_wrong_keys_and_an_unreachable_store_say_what_to_check(s3_server, tmp_pa
         Settings(FILE_STORE="s3", RAGTOPICS_DATA_DIR=tmp_path, _env_file=None)
     with pytest.raises(ConfigurationError, match="S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY"):
         Settings(FILE_STORE="s3", S3_BUCKET="b", S3_ACCESS_KEY_ID="k", RAGTOPICS_DATA_DIR=tmp_path, _env_file=None)
+
+
+def test_pictures_of_a_document_are_objects_too(machines, s3_server):
+    from sqlmodel import select
+
+    from ragtopics.storage.metadata import PictureRow
+    from tests.ingest.test_pictures import pump_docx
+
+    console, worker = machines
+    prefix = f"{console.settings.s3_prefix}/"
+    topic = create_topic(console, "Pumps", settings={"min_similarity_score": 0.0})
+    doc = upload_file(console, topic, "pump.docx", pump_docx())
+    run_worker(worker)
+    assert get_document(console, doc.id).status == "indexed"
+    with console.metadata.session() as s:
+        [picture] = s.exec(select(PictureRow).where(PictureRow.document_id == doc.id)).all()
+    png = s3_server.client().get_object(Bucket=BUCKET, Key=prefix + picture.blob_path)["Body"].read()
+    assert png.startswith(b"\x89PNG") and local_files(worker) == []
+    served = files_app(console).get(console.signer.sign(picture.blob_path, user="vic"), headers={"x-user": "vic:viewer"})
+    assert served.status_code == 200 and served.content == png and served.headers["content-type"] == "image/png"
+
+    assert delete_document(console, topic, "pump.docx")["files"] == 2  # the file and its picture
+    assert [k for k in s3_server.keys(BUCKET) if k.startswith(prefix)] == []
