@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench clean eval audit browser
+.PHONY: install run test test-fast bench clean eval audit browser postgres
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/ragtopics up
 
-test: install browser
+test: install browser postgres
 	$(PY) -m pytest
 
 # The browser tests drive Debian's Chromium (headless, through Playwright). Installed here when missing and
@@ -30,6 +30,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "Chromium is not installed (apt-get install chromium): the browser tests will be skipped"
+
+# The metadata tests on PostgreSQL start a throwaway cluster with Debian's binaries (/usr/lib/postgresql/*/bin).
+# Installed here when missing and running as root; otherwise those tests are skipped and say why.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) ; } || \
+	  echo "PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL tests will be skipped"
 
 test-fast: install
 	$(PY) -m pytest -m "not slow"

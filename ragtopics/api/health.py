@@ -2,7 +2,7 @@
 
 ``/readyz`` checks each dependency in parallel, each within :data:`CHECK_TIMEOUT_S`: Redis with
 its search module, the graph module (the app's Redis, and every registered graph database),
-the SQL metadata database, and every model endpoint the roles use (``GET <base_url>/models``).
+the SQL metadata database, the object store of the files (``FILE_STORE=s3``), and every model endpoint the roles use (``GET <base_url>/models``).
 It answers 200 when every check passed and 503 when one failed, with a JSON object naming each
 check. Neither needs login (a probe carries no token); they show no data and no endpoint URLs
 (a store's own error message may name its host; passwords in URLs are hidden).
@@ -81,9 +81,11 @@ def check_endpoint(base_url: str, api_key: str) -> str:
 
 
 def readiness_checks(rt: Runtime) -> dict[str, Callable[[], str]]:
-    """The checks ``/readyz`` runs, by name: ``redis``, ``sql``, ``graph:<database>``, ``model:<role>[,<role>...]``
-    (one per distinct endpoint, named by the roles it serves; the in-process embedder needs none)."""
+    """The checks ``/readyz`` runs, by name: ``redis``, ``sql``, ``files`` (with ``FILE_STORE=s3``), ``graph:<database>``,
+    ``model:<role>[,<role>...]`` (one per distinct endpoint, named by the roles it serves; the in-process embedder needs none)."""
     checks: dict[str, Callable[[], str]] = {"redis": lambda: check_redis(rt), "sql": lambda: check_sql(rt)}
+    if rt.settings.file_store == "s3":  # the object store of the files (a local folder needs no check)
+        checks["files"] = rt.blobs.ping
     for database in list_graph_databases(rt):
         checks[f"graph:{database['name']}"] = lambda name=database["name"]: check_graph(rt, name)
     endpoints: dict[tuple[str, str], list[str]] = {}

@@ -14,10 +14,8 @@ A GraphRAG Topic adds its own step (the document's share of the graph) with
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -86,15 +84,6 @@ def _remove_traces(d: Deletion) -> None:
     d.count("traces", delete_owner_traces(d.rt.metadata, f"document:{d.document.id}"))
 
 
-def remove_folder(folder: Path) -> int:
-    """Remove a folder of the file store with everything in it; returns how many files it held (0 when absent)."""
-    if not folder.exists():
-        return 0
-    files = sum(1 for p in folder.rglob("*") if p.is_file())
-    shutil.rmtree(folder, ignore_errors=True)
-    return files
-
-
 def insert_step(steps: list[tuple[str, Callable]], name: str, step: Callable, *, before: str) -> None:
     """Insert ``(name, step)`` into a delete sequence before the step ``before`` (idempotent by name).
 
@@ -111,7 +100,7 @@ def insert_step(steps: list[tuple[str, Callable]], name: str, step: Callable, *,
 
 def _remove_files(d: Deletion) -> None:
     """Remove the document's folder in the file store: every stored version and picture (signed links then fail)."""
-    d.count("files", remove_folder(d.rt.blobs.root / d.topic_id / d.document.id))
+    d.count("files", d.rt.blobs.remove_tree(f"{d.topic_id}/{d.document.id}"))
 
 
 #: The steps of a document delete, in order: ``(name, step)``.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -98,7 +98,8 @@ class Settings(BaseSettings):
 
     Raises:
         pydantic.ValidationError: when a variable has a value of the wrong type.
-        ConfigurationError: when a role has ``<ROLE>_BASE_URL`` but no ``<ROLE>_MODEL``.
+        ConfigurationError: when a role has ``<ROLE>_BASE_URL`` but no ``<ROLE>_MODEL``, or ``FILE_STORE=s3``
+            has no ``S3_BUCKET``, or only one of the two S3 keys is set.
     """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
@@ -114,7 +115,21 @@ class Settings(BaseSettings):
     falkordb_url: str | None = Field(None, alias="FALKORDB_URL",
                                      description="A separate FalkorDB for GraphRAG knowledge graphs; unset: the same Redis.")  # fmt: skip
     database_url: str | None = Field(None, alias="DATABASE_URL",
-                                     description="SQLAlchemy URL of the metadata database; unset: SQLite under the data dir.")  # fmt: skip
+                                     description="SQLAlchemy URL of the metadata database (postgresql+psycopg://USER:PASS@HOST/DB); "
+                                     "unset: SQLite under the data dir.")  # fmt: skip
+    file_store: Literal["local", "s3"] = Field("local", alias="FILE_STORE",
+                                               description="Where original files and pictures are kept: local (the data dir's "
+                                               "files/ folder) or s3 (an S3-compatible object store every machine reaches).")  # fmt: skip
+    s3_endpoint_url: str | None = Field(None, alias="S3_ENDPOINT_URL",
+                                        description="URL of the S3-compatible object store (http://minio:9000); unset: AWS S3.")  # fmt: skip
+    s3_bucket: str | None = Field(None, alias="S3_BUCKET",
+                                  description="Bucket of the object store that holds the files (needed with FILE_STORE=s3).")  # fmt: skip
+    s3_prefix: str = Field("", alias="S3_PREFIX", description="Key prefix of every object in S3_BUCKET; empty: the bucket root.")
+    s3_access_key_id: str | None = Field(None, alias="S3_ACCESS_KEY_ID",
+                                         description="Access key of the object store; unset: boto3's usual credential chain.")  # fmt: skip
+    s3_secret_access_key: str | None = Field(None, alias="S3_SECRET_ACCESS_KEY",
+                                             description="Secret key that goes with S3_ACCESS_KEY_ID.")  # fmt: skip
+    s3_region: str = Field("us-east-1", alias="S3_REGION", description="Region name sent to the object store.")
 
     llm_base_url: str | None = Field(None, alias="LLM_BASE_URL",
                                      description="OpenAI-compatible endpoint of the Language Model; unset: the bundled model.")  # fmt: skip
@@ -232,6 +247,15 @@ class Settings(BaseSettings):
                 raise ConfigurationError(f"{prefix}_BASE_URL is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
                                          f"name of the model that {getattr(self, f'{role}_base_url')} serves, or unset "
                                          f"{prefix}_BASE_URL to use the Language Model")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _object_store_complete(self) -> "Settings":
+        if self.file_store == "s3" and not self.s3_bucket:
+            raise ConfigurationError("FILE_STORE=s3 needs S3_BUCKET: set it to the bucket that holds the files "
+                                     "(and S3_ENDPOINT_URL to the object store's URL unless it is AWS S3)")  # fmt: skip
+        if bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
+            raise ConfigurationError("set both S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY, or neither (boto3's credential chain)")
         return self
 
     @property

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from rq.job import Job
 
-from ragtopics.documents.delete import insert_step, remove_folder
+from ragtopics.documents.delete import insert_step
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
@@ -148,8 +148,8 @@ def _remove_rows(d: TopicDeletion) -> None:
 
 
 def _remove_files(d: TopicDeletion) -> None:
-    """Remove the Topic's folder in the file store (every document version and picture)."""
-    d.count("files", remove_folder(d.rt.blobs.root / d.topic.id))
+    """Remove the Topic's files from the file store (every document version and picture)."""
+    d.count("files", d.rt.blobs.remove_tree(d.topic.id))
 
 
 #: The steps of a Topic delete, in order: ``(name, step)``.

@@ -14,12 +14,15 @@ from __future__ import annotations
 import html
 import logging
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from ragtopics.ingest.readers import STRUCTURED_TYPES, TEXT_EXTENSIONS, extension_of
 from ragtopics.runtime import Runtime
+from ragtopics.storage.blobs import FileStoreError
 from ragtopics.storage.links import LinkError
 from ragtopics.ui.web import caller_of
 
@@ -92,7 +95,7 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
     async def serve(token: str, request: Request):
         try:
             relative, owner = rt.signer.grant(token)
-            path = rt.blobs.path(relative)
+            rt.blobs.check(relative)
         except (LinkError, ValueError) as exc:
             return refusal_page("This source link is not valid", f"{exc}. Ask the question again for a fresh link.", 403)
         user = caller_of(request)
@@ -100,13 +103,28 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
         if not allowed:
             return refusal_page("This source link was made for someone else",
                                 "Source links work only for the user who asked. Ask the question yourself for a link.", 403)  # fmt: skip
-        if not path.is_file():
+        try:
+            # the local store and the object store alike; blocking reads run off the event loop
+            data = await run_in_threadpool(rt.blobs.read, relative)
+        except FileNotFoundError:
             return refusal_page("This file is no longer stored",
                                 "It was deleted from its Topic, or replaced by a newer upload of the same name. "
                                 "Ask the question again to get a link to the current file.", 410)  # fmt: skip
-        serving = served_as(path.name)
-        return FileResponse(path, filename=path.name, media_type=serving.media_type,
-                            content_disposition_type=serving.disposition, headers=serving.headers)  # fmt: skip
+        except FileStoreError as exc:
+            log.warning("source file %s could not be read: %s", relative, exc)
+            return refusal_page("The file store is not reachable", f"{exc}. Try again in a moment.", 503)
+        name = rt.blobs.file_name(relative)
+        serving = served_as(name)
+        headers = dict(serving.headers, **{"Content-Disposition": content_disposition(serving.disposition, name)})
+        return Response(data, media_type=serving.media_type, headers=headers)
+
+
+def content_disposition(disposition: str, file_name: str) -> str:
+    """The ``Content-Disposition`` value for ``file_name`` (RFC 6266; ``filename*`` for names that need quoting)."""
+    quoted = quote(file_name)
+    if quoted != file_name:
+        return f"{disposition}; filename*=utf-8''{quoted}"
+    return f'{disposition}; filename="{file_name}"'
 
 
 #: Paths of Gradio's own file route (files uploaded through the console's file inputs, and files its events return).
