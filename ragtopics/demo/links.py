@@ -233,9 +233,9 @@ def link_urls(rt: Runtime, token: str, base_urls: list[str]) -> tuple[list[str],
         notes.append(f"The link's path is {path}; add it to the address the console is reached at "
                      "(set PUBLIC_BASE_URL to print whole links).")  # fmt: skip
     if not reachable:
-        notes.append("This link works only on this machine: no PUBLIC_BASE_URL is set and the console has no share "
-                     "link. To show it to others, set PUBLIC_BASE_URL to the address your reverse proxy serves the "
-                     "console at, or start the console with GRADIO_SHARE=true where the internet can be reached.")  # fmt: skip
+        notes.append("Only this machine can open this link as printed: no PUBLIC_BASE_URL is set and the console has "
+                     "no share link. To show it to others, set PUBLIC_BASE_URL to the address your reverse proxy serves "
+                     "the console at, or start the console with GRADIO_SHARE=true where the internet can be reached.")  # fmt: skip
     if share:
         notes.append("The share link (through Gradio's share service) lasts at most 72 hours, and only while the "
                      "console runs.")  # fmt: skip
@@ -345,7 +345,7 @@ def open_link(rt: Runtime, token: str) -> tuple[DemoLink, Topic]:
         topic = get_topic(rt, link.topic_id)
     except NotFoundError:
         raise DemoLinkGone(404, "This demo is no longer available",
-                           f"The Topic {link.topic_name!r} it showed has been deleted.") from None  # fmt: skip
+                           f"The Topic {link.topic_name} that it showed has been deleted.") from None  # fmt: skip
     return link, topic
 
 
