@@ -22,6 +22,7 @@ from sqlmodel import col, delete, select
 from ragtopics.errors import ConfigurationError, NotFoundError, RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import DemoLinkRow, DemoTurnRow, utcnow
+from ragtopics.topics.delete import TopicDeletion, add_topic_delete_step
 from ragtopics.topics.topics import Topic, get_topic
 
 #: URL path of the demo pages; the token follows it.
@@ -335,17 +336,17 @@ def open_link(rt: Runtime, token: str) -> tuple[DemoLink, Topic]:
         raise DemoLinkGone(404, "This demo link does not exist",
                            "Check that the whole link was copied, or ask the person who shared it for a new one.")  # fmt: skip
     link = _link(row)
+    try:
+        topic = get_topic(rt, link.topic_id)
+    except NotFoundError:
+        raise DemoLinkGone(404, "This demo is no longer available",
+                           f"The Topic {link.topic_name} that it showed has been deleted.") from None  # fmt: skip
     if link.revoked_at is not None:
         raise DemoLinkGone(410, "This demo link was revoked",
                            "The person who shared it has switched it off. Ask them for a new link.")  # fmt: skip
     if utcnow() >= link.expires_at:
         raise DemoLinkGone(410, "This demo link has expired",
                            f"It worked until {link.expires_at:%Y-%m-%d %H:%M} UTC. Ask the person who shared it for a new link.")  # fmt: skip
-    try:
-        topic = get_topic(rt, link.topic_id)
-    except NotFoundError:
-        raise DemoLinkGone(404, "This demo is no longer available",
-                           f"The Topic {link.topic_name} that it showed has been deleted.") from None  # fmt: skip
     return link, topic
 
 
@@ -410,3 +411,22 @@ def list_turns(rt: Runtime, link_id: str) -> list[dict]:
 def source_owner(link: DemoLink) -> str:
     """Whom a demo answer's source links are signed for: only the link's own file route accepts them."""
     return SOURCE_OWNER_PREFIX + link.id
+
+
+def _end_topic_links(d: TopicDeletion) -> None:
+    """A Topic delete revokes its demo links and deletes what their visitors asked (the links' rows stay, so that
+    their pages say the Topic is gone)."""
+    with d.rt.metadata.session() as s:
+        rows = s.exec(select(DemoLinkRow).where(DemoLinkRow.topic_id == d.topic.id)).all()
+        ids = [r.id for r in rows]
+        for row in rows:
+            if row.revoked_at is None:
+                row.revoked_at = utcnow()
+                s.add(row)
+        if ids:
+            d.count("demo_turns", s.exec(delete(DemoTurnRow).where(col(DemoTurnRow.link_id).in_(ids))).rowcount or 0)
+    if ids:
+        d.count("demo_links_revoked", len(ids))
+
+
+add_topic_delete_step("end_demo_links", _end_topic_links, before="remove_rows")

@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo_create.add_argument("--hours", type=float, default=None, help="how long it lasts (default 24, at most 720 = 30 days)")
     demo_create.add_argument("--allow-sources", action="store_true", help="let visitors download the files answers cite")
     demo_create.add_argument("--rate", type=int, default=None, help="questions per minute per visitor (default 5)")
-    demo_create.add_argument("--link-rate", type=int, default=None, help="questions per minute per link, all visitors (default 30)")
+    demo_create.add_argument("--link-rate", type=int, default=None,
+                             help="questions per minute per link, all visitors together (default 30)")
     demo_create.add_argument("--json", action="store_true")
     demo_list = demo_sub.add_parser("list", help="list demo links (never their tokens)")
     demo_list.add_argument("--topic", default=None, help="only this Topic's links")

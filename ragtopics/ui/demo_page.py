@@ -231,11 +231,13 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             relative, owner = rt.signer.grant(file_token)
             path = rt.blobs.path(relative)
         except (LinkError, ValueError) as exc:
-            return gone_page(DemoLinkGone(403, "This source link is not valid", f"{exc}. Ask the question again for a fresh link."))
+            return gone_page(DemoLinkGone(403, "This source link is not valid",
+                                          f"{exc}. Ask the question again for a fresh link."))  # fmt: skip
         if owner != links.source_owner(link) or not relative.startswith(f"{topic.id}/"):
             return gone_page(DemoLinkGone(403, "This source link is not part of this demo", "Ask the question here for a link."))
         if not path.is_file():
-            return gone_page(DemoLinkGone(410, "This file is no longer stored", "Ask the question again for a link to the current file."))
+            return gone_page(DemoLinkGone(410, "This file is no longer stored",
+                                          "Ask the question again for a link to the current file."))  # fmt: skip
         serving = served_as(path.name)
         return FileResponse(path, filename=path.name, media_type=serving.media_type, content_disposition_type=serving.disposition,
                             headers={**serving.headers, "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip

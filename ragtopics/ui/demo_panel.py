@@ -61,7 +61,8 @@ def build(rt: Runtime) -> dict:
         with gr.Row():
             topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="demo-topic")
             hours = gr.Number(links.DEFAULT_HOURS, label=f"Lasts (hours, at most {links.MAX_HOURS})", elem_id="demo-hours")
-            rate = gr.Number(links.DEFAULT_VISITOR_RATE, precision=0, label="Questions per minute per visitor", elem_id="demo-rate")
+            rate = gr.Number(links.DEFAULT_VISITOR_RATE, precision=0, label="Questions per minute per visitor",
+                             elem_id="demo-rate")  # fmt: skip
             link_rate = gr.Number(links.DEFAULT_LINK_RATE, precision=0, label="Questions per minute per link",
                                   elem_id="demo-link-rate")  # fmt: skip
             sources = gr.Checkbox(False, label="Visitors may download source files", elem_id="demo-sources")

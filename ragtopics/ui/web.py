@@ -2,7 +2,8 @@
 
 Every request passes :class:`AccessMiddleware` first. It finds the caller from the session
 cookie (a browser that logged in at ``/login``) or from ``Authorization: Bearer <API token>``
-(programs: MCP clients, ``gradio_client``), and refuses everything else except the login page:
+(programs: MCP clients, ``gradio_client``), and refuses everything else except the login page and
+the pages of a demo link (:data:`PUBLIC_PATTERNS`, which check the link's token themselves):
 a browser is sent to ``/login``, a program gets 401. That covers Gradio's pages, its API and
 upload routes, the MCP server and the source-file links alike. A Gradio session hash or event id
 that another user first used is refused too (:mod:`ragtopics.ui.session_binding`).

@@ -159,7 +159,10 @@ def test_revoked_expired_and_unknown_links_answer_with_a_page_that_says_so(secur
         with api_client(url, rt, "otto") as operator:
             states = {k["id"]: k["state"] for k in operator.get("/demo-links").json()}
         assert (states[revoked["id"]], states[expired["id"]], states[orphan["id"]]) == ("revoked", "expired", "active")
-        delete_topic(rt, "Kettles")
+        links.record_turn(rt, links.get_link(rt, orphan["id"]), "cookie:someone", "Why?", "Because.", [])
+        deletion = delete_topic(rt, "Kettles")
+        assert deletion.removed["demo_links_revoked"] == 3 and deletion.removed["demo_turns"] == 1
+        assert links.get_link(rt, orphan["id"]).state() == "revoked"
         page = browser.get(orphan["path"])
         assert page.status_code == 404 and "The Topic Kettles that it showed has been deleted" in page.text
 

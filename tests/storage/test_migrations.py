@@ -79,7 +79,7 @@ def test_database_from_before_migrations_keeps_every_row_and_value(tmp_path):
     assert schema_revision(store.engine) == head_revision() == "0010"
     after = dump(tmp_path / "ragtopics.db")
     assert {t: len(r) for t, r in after.items()} == {**{t: len(r) for t, r in before.items()}, "graph_database": 0, "user": 0, "api_token": 0, "dev_report": 0,
-                                                                 "role_endpoint": 0}
+                                                                 "role_endpoint": 0, "demo_link": 0, "demo_turn": 0}
     assert {t: len(r) for t, r in before.items()} == {"topic": 1, "topic_settings_version": 2, "document": 2, "picture": 1,
                                                       "chat_session": 1, "chat_turn": 2, "prompt_override": 1, "trace": 1}
     for table, rows in before.items():
