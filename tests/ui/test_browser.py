@@ -433,7 +433,7 @@ def test_a_demo_link_made_in_the_console_opens_one_topic_without_login(browser_f
     operator.get_by_role("button", name="Make demo link").click()
     url = operator.locator("#demo-link-url").first.inner_text(timeout=30000)
     assert "/demo/" in url
-    operator.locator("#demo-table").get_by_text("Kettle demo").first.wait_for()
+    operator.locator("#demo-made").get_by_text("shown only this once", exact=False).wait_for()
 
     scripted_llm.replies["answer"] = "It switches itself off at 100 degrees [S1]."
     visitor = operator.context.browser.new_context(viewport={"width": 1000, "height": 700}).new_page()  # no login
