@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlsplit
 
-from sqlmodel import col, delete, select
+from sqlmodel import col, delete, func, select
 
 from ragtopics.errors import ConfigurationError, NotFoundError, RagTopicsError
 from ragtopics.runtime import Runtime
@@ -109,10 +109,10 @@ class DemoLink:
 
     def to_dict(self) -> dict:
         """The link as JSON-ready data (times as ISO 8601 UTC)."""
-        iso = lambda t: t.isoformat() if t else None  # noqa: E731
+        revoked = self.revoked_at.isoformat() if self.revoked_at else None
         return {"id": self.id, "topic": self.topic_name, "topic_id": self.topic_id, "state": self.state(),
-                "created_by": self.created_by, "created_at": iso(self.created_at), "expires_at": iso(self.expires_at),
-                "revoked_at": iso(self.revoked_at), "allow_sources": self.allow_sources,
+                "created_by": self.created_by, "created_at": self.created_at.isoformat(),
+                "expires_at": self.expires_at.isoformat(), "revoked_at": revoked, "allow_sources": self.allow_sources,
                 "visitor_rate": self.visitor_rate, "link_rate": self.link_rate, "turns": self.turns}  # fmt: skip
 
 
@@ -276,9 +276,7 @@ def list_links(rt: Runtime, topic_name: str | None = None) -> list[DemoLink]:
         if topic_id:
             query = query.where(DemoLinkRow.topic_id == topic_id)
         rows = s.exec(query).all()
-        counts: dict[str, int] = {}
-        for link_id in s.exec(select(DemoTurnRow.link_id)).all():
-            counts[link_id] = counts.get(link_id, 0) + 1
+        counts = dict(s.exec(select(DemoTurnRow.link_id, func.count()).group_by(DemoTurnRow.link_id)).all())
     return [_link(r, counts.get(r.id, 0)) for r in rows]
 
 
