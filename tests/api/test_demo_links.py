@@ -248,3 +248,15 @@ def test_the_console_panel_makes_a_link_behind_a_proxy_for_operators_only(secure
     assert text.startswith("**No link made:** hours: a demo link lasts at most 30 days")
     status, table, _ = revoke.fn(operator, row[0], False)
     assert "it opens nothing from now on" in status and table[0][2] == "revoked"
+
+
+def test_links_name_the_share_link_and_the_public_base_url_which_must_be_an_address(rt, kettles, reconfigure, settings):
+    links.remember_share_url(rt, "https://0123abcd.gradio.live")
+    new = links.create_link(rt, "Kettles", base_urls=["http://127.0.0.1:7860/"])
+    assert new.urls == [f"http://127.0.0.1:7860{new.path}", f"https://0123abcd.gradio.live{new.path}"]
+    assert not any("Only this machine" in n for n in new.notes) and any("72 hours" in n for n in new.notes)
+    links.remember_share_url(rt, None)
+    assert links.create_link(rt, "Kettles").urls == []
+    with pytest.raises(ValueError, match="PUBLIC_BASE_URL must be an http:// or https:// address"):
+        reconfigure(PUBLIC_BASE_URL="rag.example.com")
+    assert reconfigure(PUBLIC_BASE_URL="https://rag.example.com").settings.public_base_url == "https://rag.example.com/"
