@@ -10,7 +10,9 @@ Routes: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JS
 server-sent events with ``"stream": true``), ``POST|GET /topics/{name}/documents``,
 ``DELETE /topics/{name}/documents/{file_name}``, ``GET /jobs/{job_id}``, and the caller's chats:
 ``GET /topics/{name}/chats`` and ``GET /chats/{session_id}``; creating, configuring and deleting
-Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.rest_topics`.
+Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.rest_topics`; demo links
+(``POST /topics/{name}/demo-links``, ``GET /demo-links``, ``DELETE /demo-links/{id}``,
+``GET /demo-links/{id}/chats``) in :mod:`ragtopics.api.rest_demo`.
 """
 
 from __future__ import annotations
@@ -157,9 +159,10 @@ def build(rt: Runtime) -> FastAPI:
 
     add_document_routes(app, rt)
     add_chat_routes(app, rt)
-    from ragtopics.api import rest_topics  # it uses needs() from here
+    from ragtopics.api import rest_demo, rest_topics  # they use needs() from here
 
     rest_topics.add_routes(app, rt)
+    rest_demo.add_routes(app, rt)
     return app
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -204,6 +205,8 @@ class Settings(BaseSettings):
     port: int = Field(7860, alias="PORT", description="Port the console listens on.")
     share: bool = Field(False, alias="GRADIO_SHARE",
                         description="Ask Gradio for a public share link (needs the internet and an admin; login is then required).")  # fmt: skip
+    public_base_url: str | None = Field(None, alias="PUBLIC_BASE_URL",
+                                        description="The address people reach the console at, e.g. https://rag.example.com/ behind a reverse proxy; demo links are printed with it. Unset: the address of the request (forwarded headers honoured).")  # fmt: skip
     admin_username: str | None = Field(None, alias="ADMIN_USERNAME",
                                        description="The first admin, created at start when no user has that name; with no admin at all the console serves on loopback only, without login.")  # fmt: skip
     admin_password: str | None = Field(None, alias="ADMIN_PASSWORD",
@@ -238,6 +241,18 @@ class Settings(BaseSettings):
         if value == "" and info.field_name and cls.model_fields[info.field_name].default is None:
             return None
         return value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _public_base_url(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host (its path kept: a proxy may serve the console under one)."""
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+            raise ValueError(f"PUBLIC_BASE_URL must be an http:// or https:// address such as "
+                             f"https://rag.example.com/, got {value!r}")  # fmt: skip
+        return value.strip().rstrip("/") + "/"
 
     @model_validator(mode="after")
     def _role_models_named(self) -> "Settings":

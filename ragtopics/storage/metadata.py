@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -228,6 +228,45 @@ class RoleEndpointRow(SQLModel, table=True):
     supports_images: bool = False
     updated_by: str = ""
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class DemoLinkRow(SQLModel, table=True):
+    """A demo link: one Topic's chat without login, for whoever holds the link, until it expires or is revoked.
+
+    Only the SHA-256 digest of the link's token is kept. ``topic_id`` is no foreign key: deleting the Topic
+    leaves the link, which then says that its Topic is gone. ``visitor_rate`` and ``link_rate`` are the
+    questions per minute allowed to one visitor and to the link as a whole.
+    """
+
+    __tablename__ = "demo_link"
+    id: str = Field(primary_key=True)
+    topic_id: str = Field(index=True)
+    topic_name: str = ""  # the name when the link was made (the Topic may be renamed or deleted later)
+    digest: str = Field(index=True, unique=True)  # hex SHA-256 of the token
+    created_by: str = ""  # the console user, "" from the CLI
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    revoked_at: datetime | None = None
+    allow_sources: bool = False
+    visitor_rate: int = 5
+    link_rate: int = 30
+
+
+class DemoTurnRow(SQLModel, table=True):
+    """A question a demo visitor asked through a demo link, with its answer; kept apart from users' chats.
+
+    ``visitor`` is a short digest of the visitor's cookie id (or address), never the id itself.
+    ``sources`` are the file names the answer cited.
+    """
+
+    __tablename__ = "demo_turn"
+    id: int | None = Field(default=None, primary_key=True)
+    link_id: str = Field(index=True, foreign_key="demo_link.id")
+    visitor: str = ""
+    question: str
+    answer: str
+    sources: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

@@ -182,6 +182,7 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
         NotFoundError: when there is no such Topic.
     """
     import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
+    import ragtopics.demo.links  # noqa: F401 - adds the step that ends the Topic's demo links
 
     topic = get_topic(rt, name_or_id)
     deletion = TopicDeletion(rt, topic)

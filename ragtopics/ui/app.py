@@ -15,10 +15,12 @@ from ragtopics.access import users
 from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.api import add_api_routes
+from ragtopics.demo.links import remember_share_url
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
-from ragtopics.ui import admin_tab, chat_tab, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.ui import admin_tab, chat_tab, demo_panel, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
+from ragtopics.ui.demo_page import add_demo_routes
 from ragtopics.ui.files_route import UploadFolderHeaders, add_file_route
 
 TITLE = "ragtopics"
@@ -48,6 +50,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with roles.page("topics"):
                 topics = topics_tab.build(rt)
+            with roles.page("demo_links"), topics["tab"]:  # a panel at the end of the Topics tab, with its own role
+                demo = demo_panel.build(rt)
             with roles.page("upload"):
                 upload = upload_tab.build(rt)
             with roles.page("chat"):
@@ -77,7 +81,7 @@ def build_app(rt: Runtime) -> gr.Blocks:
         # (page, Topic dropdown on it): each list is refreshed only for a caller who may see its page.
         dropdowns = [("upload", upload["topic"]), ("chat", chat["topic"]), ("prompts", prompts["topic"]), ("qa", qa["topic"]),
                      ("topics", topics["settings_topic"]), ("topics", topics["delete_topic"]),
-                     ("topics", topics["overrides_topic"]), ("logs", logs["topic"])]  # fmt: skip
+                     ("topics", topics["overrides_topic"]), ("topics", demo["topic"]), ("logs", logs["topic"])]  # fmt: skip
         boxes = [box for _, box in dropdowns]
 
         def refresh(*current):
@@ -148,6 +152,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     api = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
     web.add_access_routes(api, rt)
     add_file_route(api, rt)
+    add_demo_routes(api, rt)
     dev_reports_tab.add_report_route(api, rt)
     add_api_routes(api, rt)
     data = Path(rt.settings.data_dir)
@@ -170,6 +175,10 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
         except Exception as exc:  # noqa: BLE001 - whatever stops the tunnel, the console still serves locally
             notices.append(f"No share link: it could not be made ({exc.__class__.__name__}: {exc}); serving locally only.")
     server.share_url, server.notices = share_url, notices
+    try:
+        remember_share_url(rt, share_url)  # demo links made from now on (console or CLI) name it
+    except Exception as exc:  # noqa: BLE001 - demo links then name no share link; the console still serves
+        log.warning("could not record the share link for demo links: %s", exc)
     for notice in notices:
         log.warning("%s", notice)
         print(notice, flush=True)

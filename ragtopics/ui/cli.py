@@ -122,6 +122,25 @@ def build_parser() -> argparse.ArgumentParser:
     user_token = user_sub.add_parser("token", help="make an API token for a user (printed once)")
     user_token.add_argument("name")
     user_token.add_argument("--label", default="", help="what the token is for")
+    demo = sub.add_parser("demo", help="demo links: one Topic's chat, without login, for whoever holds the link")
+    demo_sub = demo.add_subparsers(dest="demo_command", required=True)
+    demo_create = demo_sub.add_parser("create", help="make a demo link for a Topic (its URL is printed once)")
+    demo_create.add_argument("topic")
+    demo_create.add_argument("--hours", type=float, default=None, help="how long it lasts (default 24, at most 720 = 30 days)")
+    demo_create.add_argument("--allow-sources", action="store_true", help="let visitors download the files answers cite")
+    demo_create.add_argument("--rate", type=int, default=None, help="questions per minute per visitor (default 5)")
+    demo_create.add_argument("--link-rate", type=int, default=None,
+                             help="questions per minute per link, all visitors together (default 30)")
+    demo_create.add_argument("--json", action="store_true")
+    demo_list = demo_sub.add_parser("list", help="list demo links (never their tokens)")
+    demo_list.add_argument("--topic", default=None, help="only this Topic's links")
+    demo_list.add_argument("--json", action="store_true")
+    demo_revoke = demo_sub.add_parser("revoke", help="revoke a demo link now")
+    demo_revoke.add_argument("id")
+    demo_revoke.add_argument("--delete-chats", action="store_true", help="also delete what its visitors asked")
+    demo_chats = demo_sub.add_parser("chats", help="what visitors asked through a demo link")
+    demo_chats.add_argument("id")
+    demo_chats.add_argument("--json", action="store_true")
     db = sub.add_parser("db", help="schema migrations of the metadata database").add_subparsers(dest="db_command", required=True)
     db.add_parser("upgrade", help="migrate the database to the newest revision now (start-up does it too)")
     revision = db.add_parser("revision", help="write a new migration script from the changed models (developers)")
@@ -481,6 +500,46 @@ def _cmd_graphdb(args) -> int:
     return 0
 
 
+def _cmd_demo(args) -> int:
+    from ragtopics.demo import links
+    from ragtopics.runtime import get_runtime
+
+    rt = get_runtime()
+    if args.demo_command == "create":
+        host = "127.0.0.1" if rt.settings.host in ("0.0.0.0", "::") else rt.settings.host
+        new = links.create_link(rt, args.topic, hours=args.hours, allow_sources=args.allow_sources, visitor_rate=args.rate,
+                                link_rate=args.link_rate, base_urls=[f"http://{host}:{rt.settings.port}/"])  # fmt: skip
+        if args.json:
+            print(json.dumps(new.to_dict(), ensure_ascii=False))
+            return 0
+        for url in new.urls:
+            print(url)
+        print(f"demo link {new.link.id} for {new.link.topic_name!r}, until {new.link.expires_at:%Y-%m-%d %H:%M} UTC; "
+              "the URL is shown this once", file=sys.stderr)  # fmt: skip
+        for note in new.notes:
+            print(note, file=sys.stderr)
+    elif args.demo_command == "list":
+        listed = links.list_links(rt, args.topic)
+        if args.json:
+            print(json.dumps([k.to_dict() for k in listed], ensure_ascii=False))
+        for k in [] if args.json else listed:
+            print(f"{k.id}\t{k.topic_name}\t{k.state()}\tuntil {k.expires_at:%Y-%m-%d %H:%M}\t"
+                  f"sources {'yes' if k.allow_sources else 'no'}\t{k.visitor_rate}/min per visitor, {k.link_rate}/min per link"
+                  f"\t{k.turns} question(s)")  # fmt: skip
+    elif args.demo_command == "revoke":
+        done = links.revoke_link(rt, args.id, delete_chats=args.delete_chats)
+        deleted = f"; {done['deleted_turns']} question(s) of its visitors deleted" if args.delete_chats else ""
+        print(f"revoked demo link {args.id}{deleted}", file=sys.stderr)
+    else:
+        turns = links.list_turns(rt, args.id)
+        if args.json:
+            print(json.dumps(turns, ensure_ascii=False))
+        for t in [] if args.json else turns:
+            print(f"{t['created_at'][:16]}  visitor {t['visitor']}\nQ: {t['question']}\nA: {t['answer']}"
+                  + (f"\n   sources: {', '.join(t['sources'])}" if t["sources"] else "") + "\n")  # fmt: skip
+    return 0
+
+
 def _read_password() -> str:
     import getpass
 
@@ -637,6 +696,7 @@ def _summary_of(path: Path) -> dict:
 
 _COMMANDS = {
     "user": _cmd_user,
+    "demo": _cmd_demo,
     "up": _cmd_up,
     "worker": _cmd_worker,
     "serve-model": _cmd_serve_model,

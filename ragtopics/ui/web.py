@@ -2,7 +2,8 @@
 
 Every request passes :class:`AccessMiddleware` first. It finds the caller from the session
 cookie (a browser that logged in at ``/login``) or from ``Authorization: Bearer <API token>``
-(programs: MCP clients, ``gradio_client``), and refuses everything else except the login page:
+(programs: MCP clients, ``gradio_client``), and refuses everything else except the login page and
+the pages of a demo link (:data:`PUBLIC_PATTERNS`, which check the link's token themselves):
 a browser is sent to ``/login``, a program gets 401. That covers Gradio's pages, its API and
 upload routes, the MCP server and the source-file links alike. A Gradio session hash or event id
 that another user first used is refused too (:mod:`ragtopics.ui.session_binding`).
@@ -22,6 +23,7 @@ import functools
 import html
 import inspect
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +54,10 @@ log = logging.getLogger(__name__)
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 #: Paths anyone may open: the login form and logging out, and the health checks.
 PUBLIC_PATHS = frozenset({"/login", "/logout"}) | PROBE_PATHS
+#: Paths anyone may reach without a caller, as patterns: only the demo pages of a demo link
+#: (:mod:`ragtopics.ui.demo_page`), which check the link's token themselves and can only ask its Topic.
+PUBLIC_PATTERNS = (re.compile(r"/demo/[A-Za-z0-9_-]{1,100}"), re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/ask"),
+                   re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/files/[A-Za-z0-9_.-]{1,4000}"))  # fmt: skip
 #: The scope key under which the middleware leaves the caller for the routes behind it.
 SCOPE_USER = "ragtopics.user"
 #: Failed logins per username and client address before the login is refused for a while.
@@ -157,7 +163,7 @@ class AccessMiddleware:
             return await self.app(scope, receive, send)
         if user is not None:
             return await self.app(scope, receive, send)
-        if path in PUBLIC_PATHS:
+        if path in PUBLIC_PATHS or (scope["type"] == "http" and is_public_pattern(path)):
             return await self.app(scope, receive, send)
         if scope["type"] == "http" and scope.get("method") == "GET" and "text/html" in headers.get("accept", ""):
             target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
@@ -165,6 +171,11 @@ class AccessMiddleware:
             return await response(scope, receive, send)
         return await _refuse(scope, receive, send, 401, "Not logged in (or the session ended): reload the page to log in. "
                                                         "Programs send an API token (Admin → Users) as a Bearer token.")  # fmt: skip
+
+
+def is_public_pattern(path: str) -> bool:
+    """Whether ``path`` is one of :data:`PUBLIC_PATTERNS` (a demo page), served without a caller."""
+    return any(p.fullmatch(path) for p in PUBLIC_PATTERNS)
 
 
 #: Methods that change nothing, which another site may send (a link, an image).
@@ -216,7 +227,7 @@ def caller_of(request) -> User | None:
 #: The role each page's events need; ``console`` holds the events of the console's frame (its load event).
 ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
                 "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer",
-                "console": "viewer"}  # fmt: skip
+                "demo_links": "operator", "console": "viewer"}  # fmt: skip
 #: What an event registered outside every :meth:`EventRoles.page` needs: a new event is denied (to all but
 #: admins) until it is given a page.
 UNLISTED_EVENT_ROLE = "admin"

@@ -17,7 +17,8 @@ _REMOVED_WORDS = {
     "document": ("document", "documents"), "picture": ("picture", "pictures"), "chat_session": ("chat", "chats"),
     "chat_turn": ("chat turn", "chat turns"), "trace": ("trace", "traces"), "prompt_override": ("prompt", "prompts"),
     "topic_settings_version": ("settings version", "settings versions"), "dev_report": ("DEV report", "DEV reports"),
-    "topic": ("Topic row", "Topic rows"),
+    "topic": ("Topic row", "Topic rows"), "demo_turns": ("demo question", "demo questions"),
+    "demo_links_revoked": ("demo link revoked", "demo links revoked"),
 }  # fmt: skip
 
 

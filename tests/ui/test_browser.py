@@ -419,3 +419,31 @@ def test_the_qa_tab_runs_two_settings_and_compares_them(page, rt, run_jobs, tmp_
     compared = page.locator("#qa-comparison").inner_text()
     assert f"A: {runs[0]}" in compared and f"B: {runs[1]}" in compared and "recall@5" in compared
     shot(page, tmp_path, "qa-browser.png")
+
+
+def test_a_demo_link_made_in_the_console_opens_one_topic_without_login(browser_for, rt, run_jobs, scripted_llm, tmp_path):
+    topic = create_topic(rt, "Kettle demo")
+    upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees. Descale it every month.")
+    run_jobs()
+    operator = browser_for("ada")
+    operator.get_by_role("tab", name="Topics").click()
+    operator.get_by_text("Demo links", exact=True).click()
+    operator.locator("#demo-topic input").click()
+    operator.get_by_role("option", name="Kettle demo").click()
+    operator.get_by_role("button", name="Make demo link").click()
+    url = operator.locator("#demo-link-url").first.inner_text(timeout=30000)
+    assert "/demo/" in url
+    operator.locator("#demo-made").get_by_text("shown only this once", exact=False).wait_for()
+
+    scripted_llm.replies["answer"] = "It switches itself off at 100 degrees [S1]."
+    visitor = operator.context.browser.new_context(viewport={"width": 1000, "height": 700}).new_page()  # no login
+    visitor.goto(url)
+    assert visitor.locator("#topic").inner_text() == "Kettle demo"
+    visitor.get_by_text("This is a demo").wait_for()
+    visitor.get_by_placeholder("Ask a question").fill("When does kettle K-2 switch off?")
+    visitor.get_by_role("button", name="Ask").click()
+    visitor.get_by_text("It switches itself off at 100 degrees [kettles.txt].").wait_for(timeout=30000)
+    visitor.get_by_text("Sources: kettles.txt").wait_for()
+    shot(visitor, tmp_path, "demo-link.png")
+    visitor.goto(url.split("/demo/")[0] + "/")  # the console itself still wants a login
+    visitor.get_by_label("Username").wait_for()
