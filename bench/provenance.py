@@ -128,7 +128,8 @@ def measure(rt: Runtime, topic: Topic, corpus: dict[str, list[str]]) -> None:
         print(f"    relationships rebuilt {report.relationships_kept}, removed {report.relationships_removed}", flush=True)
         print(f"    entity description rebuild: {sum(seconds):.3f} s for {sum(counts)} entities", flush=True)
 
-        seconds.clear(), counts.clear(), removals.clear()
+        for recorded in (seconds, counts, removals):
+            recorded.clear()
         t0 = time.perf_counter()
         ingest_document(rt, receive_upload(rt, get_topic(rt, topic.id), file_name, "".join(corpus[title]).encode()).id)
         took = time.perf_counter() - t0

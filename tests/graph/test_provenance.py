@@ -88,7 +88,8 @@ def test_a_re_upload_leaves_nothing_of_the_replaced_version(rt, run_jobs, script
     # LOCAL search: what it finds about the pump, and the files it would cite for it, say nothing of the recall.
     topic = get_topic(rt, topic.id)
     question = "Was Pump P-1 recalled?"
-    context = LocalRetriever(rt, topic, topic.settings).retrieve(RetrievalQuery(question, entities=(pump,)), Trace("chat", question))
+    local = LocalRetriever(rt, topic, topic.settings)
+    context = local.retrieve(RetrievalQuery(question, entities=(pump,)), Trace("chat", question))
     cited = [item for item in context.items if "pump.txt" in item.file_names]
     assert cited and any("in service" in item.text for item in cited)
     assert not any("recalled" in item.text or "2021" in item.text for item in context.items)
