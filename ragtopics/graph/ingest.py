@@ -10,7 +10,9 @@ What each chunk says about an entity or relationship is written with the chunk's
 mention (:attr:`GraphPlan.mentions`), so the graph rebuilds a description from the
 chunks that support it now: a re-upload or a delete leaves nothing of what only the
 removed chunks said (:meth:`~ragtopics.graph.store.GraphStore.remove_chunks`), at no
-model call. An entity whose description changed is embedded again.
+model call. An entity's type is part of its identity (entities of different types never
+merge), so no chunk can leave a stale type behind; its vector is made of its name, so a
+description rebuilt needs no new embedding.
 
 Chunk ids are content hashes, so a re-upload with one edited paragraph keeps the ids
 of the unchanged chunks; their extraction results come from a cache keyed by chunk
@@ -381,8 +383,8 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
 
     The chunks dropped are ``old_chunk_ids`` and every chunk the graph holds for the document that the
     version does not have (after a re-embed the chunk index no longer knows the previous ones). The
-    descriptions of what they and the version touch are rebuilt from the chunks that support them, and
-    an entity whose description is not the one the plan embedded is embedded again.
+    descriptions of what they and the version touch are rebuilt from the chunks that support them; an
+    entity without a vector (new, or its vector dropped) is embedded.
 
     Runs inside the document's lock, right before the chunk swap (a failure here leaves the chunks and the row
     at the previous version).

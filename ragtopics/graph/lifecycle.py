@@ -4,9 +4,9 @@ Importing this module adds, once:
 
 - to a document delete (:mod:`ragtopics.documents.delete`): ``remove_graph_share``,
   which removes the document's chunk ids from every entity's and relationship's
-  provenance (deleting what is left without any, rebuilding the description of what
-  stays from the chunks left, and embedding again an entity whose description changed)
-  and marks a recompute as due;
+  provenance (deleting what is left without any, and rebuilding the description,
+  aliases and strength of what stays from the chunks left; an entity keeps its vector,
+  made of its name) and marks a recompute as due;
 - to a Topic delete (:mod:`ragtopics.topics.delete`): ``drop_graph``, which deletes the
   Topic's FalkorDB graph and every RediSearch index named for the Topic.
 
@@ -75,7 +75,11 @@ def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
 
 
 def _remove_graph_share(d: Deletion) -> None:
-    """Remove the document's share of the graph; entities other documents also mention stay, with what those say."""
+    """Remove the document's share of the graph; entities other documents also mention stay, with what those say.
+
+    Counts ``entities`` and ``relationships`` removed, ``entities_kept`` and ``relationships_kept`` (rebuilt
+    from the chunks left), and ``descriptions_changed`` (kept entities whose description lost text).
+    """
     store = _graph_store(d.rt, d.topic_id)
     if store is None or not store.exists():
         return
@@ -83,6 +87,8 @@ def _remove_graph_share(d: Deletion) -> None:
     d.count("entities", report.entities_removed)
     d.count("relationships", report.relationships_removed)
     d.count("entities_kept", report.entities_kept)
+    d.count("relationships_kept", report.relationships_kept)
+    d.count("descriptions_changed", len(report.rebuilt))
     mark_recompute_due(d.rt, d.topic_id, f"{d.document.file_name} was deleted")
     log.info("graph share of %s removed: %s", d.document.file_name, report)
 

@@ -278,8 +278,8 @@ class RemovalReport:
         chunks_removed: Chunk nodes deleted.
         documents_removed: Document nodes deleted because none of their chunks is left.
         images_removed: Image nodes deleted with their chunks.
-        rebuilt: ids of kept entities whose description changed (their vectors are due for a new embedding);
-            not compared.
+        rebuilt: ids of kept entities whose description changed (rebuilt from the chunks left; their vectors,
+            made of their names, stay); not compared.
     """
 
     entities_removed: int = 0

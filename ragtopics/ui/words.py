@@ -13,6 +13,8 @@ _REMOVED_WORDS = {
     "chunks": ("chunk", "chunks"), "files": ("file", "files"), "jobs": ("job", "jobs"), "traces": ("trace", "traces"),
     "rows": ("row", "rows"), "redis_keys": ("Redis key", "Redis keys"), "search_indexes": ("search index", "search indexes"),
     "entities": ("entity", "entities"), "entities_kept": ("entity kept", "entities kept"),
+    "relationships_kept": ("relationship kept", "relationships kept"),
+    "descriptions_changed": ("entity description rebuilt", "entity descriptions rebuilt"),
     "graph_entities": ("graph entity", "graph entities"), "relationships": ("relationship", "relationships"),
     "document": ("document", "documents"), "picture": ("picture", "pictures"), "chat_session": ("chat", "chats"),
     "chat_turn": ("chat turn", "chat turns"), "trace": ("trace", "traces"), "prompt_override": ("prompt", "prompts"),

@@ -10,11 +10,15 @@ import re
 import numpy as np
 import pytest
 
+from ragtopics.answer.context import RetrievalQuery
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import enqueue_document, get_document, upload_file
 from ragtopics.graph.ingest import graph_store
+from ragtopics.graph.local import LocalRetriever
 from ragtopics.graph.report import entity_info
 from ragtopics.topics.topics import create_topic, get_topic, reembed_topic, update_settings
+from ragtopics.tracing.trace import Trace
+from ragtopics.ui.cli import main
 
 #: Names the scripted extraction finds, with the aliases it reports when the text gives them.
 KNOWN = {"Pump P-1": ("PRODUCT", "PX-1"), "Acme Corporation": ("ORGANIZATION", "")}
@@ -81,9 +85,18 @@ def test_a_re_upload_leaves_nothing_of_the_replaced_version(rt, run_jobs, script
     assert graph_store(rt, topic).entity_by_name("PX-1") is None  # the alias (LLM) or entity (NLP) only v1 named
     assert len(after["chunk_ids"]) == 2
 
+    # LOCAL search: what it finds about the pump, and the files it would cite for it, say nothing of the recall.
+    topic = get_topic(rt, topic.id)
+    question = "Was Pump P-1 recalled?"
+    local = LocalRetriever(rt, topic, topic.settings)
+    context = local.retrieve(RetrievalQuery(question, entities=(pump,)), Trace("chat", question))
+    cited = [item for item in context.items if "pump.txt" in item.file_names]
+    assert cited and any("in service" in item.text for item in cited)
+    assert not any("recalled" in item.text or "2021" in item.text for item in context.items)
+
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_delete_leaves_nothing_of_the_deleted_file_in_what_stays(rt, run_jobs, scripted_llm, method):
+def test_a_delete_leaves_nothing_of_the_deleted_file_in_what_stays(rt, run_jobs, scripted_llm, method, capsys):
     topic = topic_for(rt, scripted_llm, method, f"Deleted {method}")
     pump = METHODS[method][1]
     upload_file(rt, topic, "recall.txt", RECALLED.encode())
@@ -92,7 +105,14 @@ def test_a_delete_leaves_nothing_of_the_deleted_file_in_what_stays(rt, run_jobs,
     _, tie_before = pump_and_tie(rt, topic, pump)
     assert "recalled" in tie_before["description"] and tie_before["chunks"] == 2
 
-    delete_document(rt, topic, "recall.txt")
+    assert main(["docs", topic.name, "--delete", "recall.txt"]) == 0  # as ``ragtopics docs T --delete`` does it
+    said = capsys.readouterr().out
+    assert re.search(r"\b[1-9]\d* entit(y|ies) kept", said) and re.search(r"\b[1-9]\d* relationships? kept", said), said
+    assert re.search(r"\b[1-9]\d* entity descriptions? rebuilt", said), said  # the pump's, at least
+    assert main(["graph", topic.name, "--entity", pump]) == 0  # ``ragtopics graph T --entity``
+    shown = json.loads(capsys.readouterr().out)
+    assert "recalled" not in shown["description"] and "in service" in shown["description"]
+    assert shown["relationships"] and not any("recalled" in r["description"] for r in shown["relationships"])
     after, tie = pump_and_tie(rt, topic, pump)
     assert "recalled" not in after["description"] and "in service" in after["description"]
     assert "recalled" not in tie["description"] and "in service" in tie["description"] and tie["chunks"] == 1
