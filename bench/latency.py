@@ -190,10 +190,10 @@ def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, cou
     terms = [query_keywords(q) for q in questions[:count]]
     found = [index.term_frequencies(t) or index._count_each(t) for t in terms]
     searched = []
-    for t, (counts, total) in zip(terms, found):
+    for t, (counts, _) in zip(terms, found):
         frequencies = dict(zip(t, counts, strict=True))
         present = [w for w in t if frequencies[w]]
-        searched.append(candidate_terms(frequencies, present, total) if present else [])
+        searched.append(candidate_terms(frequencies, present) if present else [])
     dense = [index.search_vector(qvecs[i], depth) for i in range(count)]
     keyword = [index.search_keywords(terms[i], depth) for i in range(count)]
     parts = {

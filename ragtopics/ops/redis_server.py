@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +126,12 @@ class EmbeddedRedis:
         Raises:
             RedisStartError: when the port is taken by another server, the process
                 exits, it does not answer within ``wait_s`` seconds, or a module is missing.
+                A server that is reading its data back (it answers ``LOADING``) is waited for
+                as long as it loads, with its progress logged every 5 seconds.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        # no retries of its own: a refused connection or a LOADING reply is seen at once, and waited for here
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
         if _answers(client):
             raise RedisStartError(
                 f"port {self.port} on 127.0.0.1 is already in use by another Redis; stop it, "
@@ -135,12 +140,21 @@ class EmbeddedRedis:
         log.info("starting embedded Redis on 127.0.0.1:%s (data in %s)", self.port, self.data_dir)
         self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + wait_s
+        shown = 0.0
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RedisStartError(f"redis-server exited with code {self.process.returncode}; see {self.data_dir / 'redis.log'}")
-            if _answers(client):
-                check_modules(client)
-                return self
+            try:
+                if client.ping():
+                    check_modules(client)
+                    return self
+            except redis.BusyLoadingError:  # reading a large data set back: it answers once loaded
+                deadline = time.monotonic() + wait_s
+                if time.monotonic() - shown >= 5.0:
+                    shown = time.monotonic()
+                    log.info("embedded Redis is loading its data (%s %%)", _loaded_percent(client))
+            except redis.ConnectionError:
+                pass
             time.sleep(0.05)
         self.stop()
         raise RedisStartError(f"redis-server did not answer on port {self.port} within {wait_s:.0f} s")
@@ -160,6 +174,14 @@ class EmbeddedRedis:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def _loaded_percent(client: redis.Redis) -> str:
+    """How much of its data a loading server has read (``INFO persistence``, answered while loading), as text."""
+    try:
+        return str(client.info("persistence").get("loading_loaded_perc", "?"))
+    except redis.RedisError:
+        return "?"
 
 
 def _answers(client: redis.Redis) -> bool:

@@ -51,13 +51,13 @@ _MAX_GROUPS = 1_000_000
 
 #: How much more an identifier (a keyword with letters and digits: ``e4711``) counts than a word in keyword search.
 CODE_WEIGHT = 3.0
-#: A keyword held by more than this share of the chunks (and more than COMMON_TERM_AT_LEAST chunks) is not
-#: searched for candidates, only scored in them (see :func:`candidate_terms`); chosen on the HotpotQA sets
-#: (``make bench`` recall and ``make eval``): recall unchanged, the keyword search a fraction of the time.
-COMMON_TERM_SHARE = 0.05
-COMMON_TERM_AT_LEAST = 50
-#: Terms searched when every term of a question is common.
-COMMON_TERMS_KEPT = 2
+#: Most postings (chunks holding a term, summed over the terms) a keyword candidate query walks; rarer terms
+#: first, the rest only scored in the candidates (see :func:`candidate_terms`). Chosen with ``make bench``
+#: (the keyword search over 100,000 chunks) and ``make eval`` (recall on the HotpotQA and MuSiQue sets,
+#: whose indexes are small enough that every term stays searched).
+CANDIDATE_POSTINGS = 4_000
+#: Terms always searched, the rarest, whatever their postings.
+CANDIDATE_TERMS_KEPT = 2
 #: Candidates fetched from RediSearch before BM25 scoring, at least.
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
@@ -641,7 +641,7 @@ class ChunkIndex:
             return []
         total = max(chunks, max(frequencies.values()))
         weights = {t: (code_weight if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
-        rows = self._keyword_candidates(candidate_terms(frequencies, terms, chunks), max(4 * k, _MIN_KEYWORD_CANDIDATES))
+        rows = self._keyword_candidates(candidate_terms(frequencies, terms), max(4 * k, _MIN_KEYWORD_CANDIDATES))
         counted = [(hit, chunk_term_counts(hit, keywords)) for hit, keywords in rows]
         identifiers = [t for t in terms if is_identifier(t)]
         holding = [(hit, counts) for hit, counts in counted if any(t in counts for t in identifiers)]
@@ -819,30 +819,35 @@ class ChunkIndex:
         return found
 
 
-def candidate_terms(frequencies: Mapping[str, int], terms: list[str], total: int) -> list[str]:
-    """The terms whose chunks are fetched as keyword candidates: all but the common ones.
+def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[str]:
+    """The terms whose chunks are fetched as keyword candidates: the rarest, up to a budget of postings.
 
     RediSearch scores every chunk that holds any term of the candidate query before it cuts the
-    best ``limit``, so a term held by a fifth of a large index (``film``, ``state``) costs more than
-    all the rare ones together, while its BM25 weight is low (IDF ≈ 1.6 at 20 %, against ≈ 5 for a
-    term in 0.6 % of the chunks). A term is common when more than :data:`COMMON_TERM_SHARE` of the
-    chunks (and more than :data:`COMMON_TERM_AT_LEAST`) hold it; common terms still count in the
-    BM25 score of every candidate (their frequencies are read from the candidate's text). When
-    every term is common, the :data:`COMMON_TERMS_KEPT` rarest are searched.
+    best ``limit``, so the query costs in proportion to the summed document frequencies of its
+    terms (their postings). A term held by a fifth of a large index (``film``, ``state``) costs
+    more than all the rare ones together, while its BM25 weight is low (IDF ≈ 1.6 at 20 %, against
+    ≈ 5 for a term in 0.6 % of the chunks). So terms are taken rarest first while their postings
+    add up to at most :data:`CANDIDATE_POSTINGS` (the rarest :data:`CANDIDATE_TERMS_KEPT` always);
+    the others still count in the BM25 score of every candidate (their frequencies are read from
+    the candidate's text). The cost of a keyword search then stays flat as the index grows; in an
+    index of a few thousand chunks every term is searched, as before. This is the idea of
+    MaxScore (Turtle & Flood 1995, "Query evaluation: strategies and optimizations"): a term whose
+    weight cannot lift a chunk into the top results need not be walked, here without its exactness
+    check (the candidates are cut before scoring anyway).
 
     Args:
         frequencies: term → how many chunks hold it (every term of ``terms``, each > 0).
         terms: the question's terms, in its order.
-        total: chunks in the index.
 
     Returns:
         The terms to search, in the order of ``terms``.
     """
-    limit = max(COMMON_TERM_AT_LEAST, COMMON_TERM_SHARE * total)
-    rare = [t for t in terms if frequencies[t] <= limit]
-    if rare:
-        return rare
-    kept = set(sorted(terms, key=lambda t: frequencies[t])[:COMMON_TERMS_KEPT])
+    kept, postings = set(), 0
+    for term in sorted(terms, key=lambda t: frequencies[t]):
+        if len(kept) >= CANDIDATE_TERMS_KEPT and postings + frequencies[term] > CANDIDATE_POSTINGS:
+            break
+        kept.add(term)
+        postings += frequencies[term]
     return [t for t in terms if t in kept]
 
 

@@ -27,6 +27,37 @@ def test_embedded_server_has_search_and_graph_on_loopback_with_aof(redis_server)
     assert [b"ON_TIMEOUT", b"FAIL"] == search[b"args"][:2]
 
 
+class SlowLoadingRedis(EmbeddedRedis):
+    """The embedded Redis reading its data back slowly (1 ms a key) and answering LOADING meanwhile, as a large
+    data set loads (Redis answers while loading only every 2 MB read by default)."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
+
+
+def test_a_server_still_loading_its_data_is_waited_for_not_stopped(tmp_path, caplog):
+    server = EmbeddedRedis(tmp_path, free_port()).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        with client.pipeline(transaction=False) as pipe:
+            for n in range(3_000):
+                pipe.set(f"k{n}", n)
+            pipe.execute()
+        client.bgrewriteaof()  # the keys go to the AOF's RDB base, which is what a key's load delay applies to
+        while client.info("persistence")["aof_rewrite_in_progress"] or client.info("persistence")["aof_rewrite_scheduled"]:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    caplog.set_level("INFO", logger="ragtopics.ops.redis_server")
+    # three seconds of loading against a wait of one: the server answers LOADING all along, and is not given up on
+    again = SlowLoadingRedis(tmp_path, server.port).start(wait_s=1.0)
+    try:
+        assert redis.Redis.from_url(again.url).dbsize() == 3_000
+        assert any("is loading its data" in m for m in caplog.messages)
+    finally:
+        again.stop()
+
+
 def test_data_survives_a_restart(tmp_path):
     server = EmbeddedRedis(tmp_path, free_port()).start()
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ragtopics.ingest.keywords import index_keywords
+from ragtopics.storage import chunk_index
 from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord, candidate_terms
 
 
@@ -73,17 +74,18 @@ def test_a_swap_during_the_rebuild_leaves_the_counts_unmarked(rt, monkeypatch):
     assert index.term_frequencies(["pump"]) == ([0], 0)
 
 
-def test_common_terms_are_scored_but_not_searched():
-    frequencies = {"film": 19_750, "directed": 9_973, "leland": 637, "1986": 2_087}
-    terms = ["1986", "directed", "film", "leland"]
-    assert candidate_terms(frequencies, terms, 100_000) == ["1986", "leland"]
-    assert candidate_terms(frequencies, terms, 1_000_000) == terms  # none is common in a larger index
-    assert candidate_terms({"film": 900, "state": 800, "war": 700}, ["film", "state", "war"], 1_000) == ["state", "war"]
-    # a small index: a term in 30 of 100 chunks is under the floor of 50 chunks
-    assert candidate_terms({"pump": 30, "valve": 2}, ["pump", "valve"], 100) == ["pump", "valve"]
+def test_common_terms_are_scored_but_not_searched(monkeypatch):
+    monkeypatch.setattr(chunk_index, "CANDIDATE_POSTINGS", 4_000)
+    frequencies = {"film": 19_750, "directed": 9_973, "leland": 637, "1986": 2_000, "shot": 1_350}
+    terms = ["1986", "directed", "film", "shot", "leland"]
+    assert candidate_terms(frequencies, terms) == ["1986", "shot", "leland"]  # 637 + 1,350 + 2,000 <= 4,000; then directed would pass it
+    assert candidate_terms({t: 40 for t in terms}, terms) == terms  # a small index: every term
+    # the two rarest are searched whatever their postings
+    assert candidate_terms({"film": 90_000, "state": 80_000, "war": 70_000}, ["film", "state", "war"]) == ["state", "war"]
 
 
-def test_keyword_search_finds_a_chunk_by_its_rare_term_among_common_ones(rt):
+def test_keyword_search_finds_a_chunk_by_its_rare_term_among_common_ones(rt, monkeypatch):
+    monkeypatch.setattr(chunk_index, "CANDIDATE_POSTINGS", 100)  # film and directed (121 chunks each) are not searched
     index = ChunkIndex(rt.redis, "topic-terms-common", dims=4, embedding_model="m")
     filler = {f"doc-{n}": [chunk(f"doc-{n}", f"f{n}.txt", "film directed in the state")] for n in range(120)}
     index.replace_documents(filler)
