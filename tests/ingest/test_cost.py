@@ -12,8 +12,9 @@ from ragtopics.documents.uploads import BatchedUploads, get_document
 from ragtopics.ingest.cost import DEFAULTS, comparison, estimate_upload, load_figures
 from ragtopics.llm.endpoints import save_endpoint
 from ragtopics.storage.metadata import DocumentRow, UploadCostRow
-from ragtopics.topics.topics import create_topic
+from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.ui.cli import main
+from ragtopics.ui.upload_tab import jobs_html, preview_cost
 from tests.scripted_llm import capitalised_entities
 
 #: How far the estimated calls of a kind may be from the real ones.
@@ -48,6 +49,20 @@ def test_the_chunks_of_text_files_are_estimated_exactly_and_kept_beside_the_real
     kept = comparison(rt, [r.job_id for r in rows])
     assert {e["file_name"]: (e["estimate"]["chunks"], e["actual"]["chunks"]) for e in kept.values()} == {
         n: (float(c), c) for n, c in real.items()}  # fmt: skip
+    bars = jobs_html(rt, [(r.job_id, r.file_name, r.id) for r in rows])  # the Upload tab's finished rows
+    n = real["manual.txt"]
+    assert f"indexed · {n} chunks · estimated {n} chunks, 0 calls · actual {n} chunks, 0 calls" in bars
+
+
+def test_the_upload_tabs_preview_shows_the_estimate_of_the_chosen_files(rt, tmp_path):
+    create_topic(rt, "Previewed", settings={"keyword_enrichment": "LLM", "chunk_size": 300, "chunk_overlap": 0})
+    (tmp_path / "manual.txt").write_bytes(MANUAL)
+    shown = preview_cost(rt, "Previewed", [str(tmp_path / "manual.txt")])
+    chunks = estimate_upload(rt, get_topic(rt, "Previewed"), [("manual.txt", MANUAL)]).chunks
+    assert shown.startswith(f"**Cost estimate** for 1 file(s): **{chunks:.0f} chunks** (1 chunked now, 0 estimated from size)")
+    assert f"| LLM keywords | {chunks:.0f} |" in shown and "no price entered" in shown
+    assert preview_cost(rt, "Previewed", []) == "Choose one or more files first."
+    assert preview_cost(rt, "Nowhere", [str(tmp_path / "manual.txt")]).startswith("**No estimate:**")
 
 
 def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs, scripted_llm):
