@@ -101,11 +101,14 @@ DEFAULTS: dict[str, Default] = {
     "keywords": Default(1.0, 40, 40, 1.0),
     "describe_picture": Default(1.0, 800, 120, 3.0),
     "picture_entities": Default(1.0, 900, 30, 2.0),
-    "deduplication": Default(0.05, 300, 150, 2.0),
-    "community_report": Default(0.3, 1500, 400, 5.0),
+    "deduplication": Default(0.3, 300, 150, 2.0),
+    "community_report": Default(1.2, 1500, 400, 5.0),
 }
 #: Seconds to embed one chunk before any measurement (the bundled MiniLM on a few CPU cores).
 DEFAULT_EMBED_SECONDS = 0.01
+#: Seconds of other work per chunk (chunking, storing; for GraphRAG also NLP extraction, the deduplication rules
+#: and the entities' embeddings) before any measurement, by :func:`work_name`; measured on the benchmark's subset.
+DEFAULT_WORK_SECONDS = {"rag": 0.02, "graphrag-nlp": 2.0, "graphrag-llm": 1.5}
 #: Characters per token, for text sent to a model before any measurement.
 CHARS_PER_TOKEN = 4.0
 #: Characters of readable text per byte of a document file, before uploads of its type were measured.
@@ -168,6 +171,13 @@ class Figures:
             row = self.rows[f"pictures:{ext}"]
             return row.count / row.units if row.units else 0.0
         return DEFAULT_PICTURES_PER_BYTE.get(ext, 0.0)
+
+    def work_seconds(self, name: str) -> tuple[float, bool]:
+        """Seconds of other work per chunk for a :func:`work_name`, and whether measured."""
+        row = self.rows.get(f"work:{name}")
+        if row is not None and row.count >= MIN_MEASURED:
+            return row.seconds / row.count, True
+        return DEFAULT_WORK_SECONDS.get(name, 0.0), False
 
     def read_seconds_per_byte(self, ext: str) -> float:
         """Seconds to read one byte of a file type: measured, else the Docling default (documents) or 0."""
@@ -266,6 +276,8 @@ class CostEstimate:
         chunks: chunks of the files taken.
         embed_seconds: time to embed the chunks.
         read_seconds: time to read and convert the files.
+        work_seconds: time of the upload's other work (chunking, storing; GraphRAG: NLP extraction, deduplication
+            rules, the entities' embeddings).
         notes: what the operator should know about how it was made.
     """
 
@@ -275,12 +287,13 @@ class CostEstimate:
     chunks: float = 0.0
     embed_seconds: float = 0.0
     read_seconds: float = 0.0
+    work_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
         """The upload's time: reading, embedding and every model call made during it, one after another."""
-        return self.read_seconds + self.embed_seconds + sum(c.seconds for c in self.calls.values() if not KINDS[c.kind].at_rebuild)
+        return self.read_seconds + self.embed_seconds + self.work_seconds + sum(c.seconds for c in self.calls.values() if not KINDS[c.kind].at_rebuild)
 
     @property
     def cost(self) -> float | None:
@@ -316,7 +329,8 @@ class CostEstimate:
             lines.append(f"  {KINDS[c.kind].label}: {round(c.calls):,} call(s), {round(c.tokens_in):,} tokens in, "
                          f"{round(c.tokens_out):,} out, ~{_duration(c.seconds)}{money} ({basis})")  # fmt: skip
         lines.append(f"  time: ~{_duration(self.seconds)} (reading {_duration(self.read_seconds)}, embedding "
-                     f"{_duration(self.embed_seconds)}, model calls one after another)")  # fmt: skip
+                     f"{_duration(self.embed_seconds)}, other work {_duration(self.work_seconds)}, model calls one "
+                     "after another)")  # fmt: skip
         lines.append(f"  cost: {_money_text(self.cost)}" if self.cost is not None else
                      "  cost: no price entered for these endpoints (Admin → LLM Configuration)")  # fmt: skip
         lines += [f"  refused {f.file_name}: {f.refused}" for f in self.files if f.refused]
@@ -355,6 +369,13 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def work_name(topic, kinds: set[str]) -> str:
+    """What a Topic's upload work per chunk is measured under: ``rag``, ``graphrag-nlp`` or ``graphrag-llm``."""
+    if topic.kind != "graphrag":
+        return "rag"
+    return "graphrag-llm" if "graph_extraction" in kinds else "graphrag-nlp"
 
 
 def active_kinds(rt: Runtime, topic) -> set[str]:
@@ -443,6 +464,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
             estimate.calls[kind].calls += n
     per_embed, _ = figures.embed_seconds()
     estimate.embed_seconds = per_embed * estimate.chunks
+    estimate.work_seconds = figures.work_seconds(work_name(topic, kinds))[0] * estimate.chunks
     prices = endpoint_prices(rt)
     for kind, c in estimate.calls.items():
         measured = figures.per_call(kind)
@@ -589,8 +611,12 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
     out: dict[str, Any] = {"chunks": 0, "calls": {}, "tokens_in": 0, "tokens_out": 0, "seconds": 0.0, "embedded": 0,
                            "embed_seconds": 0.0, "bytes": 0, "pictures": 0, "records": 0, "read_seconds": 0.0,
                            "extracted": None, "by_kind": {}}  # fmt: skip
+    share = 1.0
+    top_seconds = embed_step_seconds = 0.0
     for event in trace.events:
         data = event.data
+        if event.parent is None and event.step != "model_call":
+            top_seconds += float(event.duration_ms or 0) / 1000
         if event.step == "model_call":
             if data.get("role") == "embedding":
                 out["embedded"] += int(data.get("items", 1))
@@ -602,6 +628,10 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
             by["tokens_in"] += int(data.get("prompt_tokens") or 0)
             by["tokens_out"] += int(data.get("completion_tokens") or 0)
             by["seconds"] += float(data.get("duration_ms") or 0) / 1000
+        elif event.step == "embed":
+            embed_step_seconds += float(event.duration_ms or 0) / 1000
+            if data.get("batch_chunks"):  # files embedded together share the batch's time
+                share = min(1.0, int(data.get("count") or 0) / int(data["batch_chunks"]))
         elif event.step == "read":
             out["bytes"] = int(data.get("bytes") or 0)
             out["pictures"] = int(data.get("pictures") or 0)
@@ -612,12 +642,15 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
             graph = data.get("graph")
             if isinstance(graph, dict):
                 out["extracted"] = int(graph.get("chunks_extracted") or 0)
+    out["embed_seconds"] *= share
     out["calls"] = {k: v["calls"] for k, v in out["by_kind"].items() if k in KINDS}
     for v in out["by_kind"].values():
         out["tokens_in"] += v["tokens_in"]
         out["tokens_out"] += v["tokens_out"]
         out["seconds"] += v["seconds"]
     out["seconds"] = round(out["seconds"], 3)
+    # What is left of the upload's time besides reading, embedding and model calls (calls made inside steps).
+    out["work_seconds"] = max(0.0, top_seconds - out["read_seconds"] - embed_step_seconds - out["seconds"])
     return out
 
 
@@ -643,7 +676,8 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
     ext = extension_of(doc.file_name)
     units = {"chunk": actual["chunks"], "picture": actual["pictures"], "record": actual["records"]}
     increments: dict[str, dict[str, float]] = {}
-    for kind in active_kinds(rt, topic):
+    kinds = active_kinds(rt, topic)
+    for kind in kinds:
         if KINDS[kind].at_rebuild:
             continue
         by = actual["by_kind"].get(kind, {})
@@ -655,6 +689,8 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
         if unit or by.get("calls"):
             increments[f"call:{kind}"] = {"count": by.get("calls", 0), "units": unit, "tokens_in": by.get("tokens_in", 0),
                                           "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}  # fmt: skip
+    if actual["chunks"]:
+        increments[f"work:{work_name(topic, kinds)}"] = {"count": actual["chunks"], "seconds": actual["work_seconds"]}
     if actual["embedded"]:
         increments["embedding"] = {"count": actual["embedded"], "seconds": actual["embed_seconds"]}
     if actual["bytes"]:
