@@ -493,7 +493,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
 def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, name: str,
                    data: bytes) -> tuple[FileEstimate, dict[str, float]]:  # fmt: skip
     """One file's estimate, and the characters of text each kind of call would send for it."""
-    from ragtopics.documents.uploads import clean_file_name
+    from ragtopics.documents.uploads import clean_file_name, is_docling_available
 
     f = FileEstimate(file_name=name, size_bytes=len(data))
     try:
@@ -504,6 +504,9 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
     ext = extension_of(name)
     if ext not in topic.settings.file_types:
         f.refused = f"Topic {topic.name!r} does not accept .{ext} files"
+        return f, {}
+    if ext in DOCUMENT_TYPES and not is_docling_available(topic.settings.docling_server):
+        f.refused = f"it is a document, and the Docling Server of Topic {topic.name!r} is not available"
         return f, {}
     if len(data) > topic.settings.max_file_size_mb * 1024 * 1024:
         f.refused = f"it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB"
