@@ -137,16 +137,17 @@ class Figures:
         row = self.rows.get(name)
         return row if row is not None and row.count >= enough and row.units > 0 else None
 
-    def per_unit(self, kind: str) -> tuple[float, bool]:
-        """Calls per unit of ``kind`` and whether it was measured (else :data:`DEFAULTS`)."""
-        row = self.rows.get(f"call:{kind}")
+    def per_unit(self, kind: str, work: str = "") -> tuple[float, bool]:
+        """Calls per unit of ``kind`` (for a Topic of :func:`work_name` ``work``) and whether it was measured (else
+        :data:`DEFAULTS`)."""
+        row = self.rows.get(call_figure(kind, work))
         if row is not None and row.units >= MIN_MEASURED:  # a measured 0 (no call needed) counts too
             return row.count / row.units, True
         return DEFAULTS[kind].per_unit, False
 
-    def per_call(self, kind: str) -> tuple[float, float, float] | None:
+    def per_call(self, kind: str, work: str = "") -> tuple[float, float, float] | None:
         """Measured ``(tokens in, tokens out, seconds)`` per call of ``kind``; None before :data:`MIN_MEASURED` calls."""
-        row = self.rows.get(f"call:{kind}")
+        row = self.rows.get(call_figure(kind, work))
         if row is None or row.count < MIN_MEASURED:
             return None
         return row.tokens_in / row.count, row.tokens_out / row.count, row.seconds / row.count
@@ -371,6 +372,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+#: Kinds whose calls per chunk depend on the graph the extraction makes: measured per extraction method.
+PER_METHOD = frozenset({"deduplication", "community_report"})
+
+
+def call_figure(kind: str, work: str = "") -> str:
+    """The ``usage_figure`` name of a kind of call: ``call:<kind>``, or ``call:<kind>:<work name>`` for
+    :data:`PER_METHOD` kinds (their rate differs between NLP and LLM extraction)."""
+    return f"call:{kind}:{work}" if kind in PER_METHOD and work else f"call:{kind}"
+
+
 def work_name(topic, kinds: set[str]) -> str:
     """What a Topic's upload work per chunk is measured under: ``rag``, ``graphrag-nlp`` or ``graphrag-llm``."""
     if topic.kind != "graphrag":
@@ -466,10 +477,11 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     estimate.embed_seconds = per_embed * estimate.chunks
     estimate.work_seconds = figures.work_seconds(work_name(topic, kinds))[0] * estimate.chunks
     prices = endpoint_prices(rt)
+    work = work_name(topic, kinds)
     for kind, c in estimate.calls.items():
-        measured = figures.per_call(kind)
+        measured = figures.per_call(kind, work)
         default = DEFAULTS[kind]
-        c.measured = figures.per_unit(kind)[1]
+        c.measured = figures.per_unit(kind, work)[1]
         if measured is not None:
             c.tokens_in, c.tokens_out, c.seconds = (c.calls * v for v in measured)
             c.measured = True
@@ -539,7 +551,7 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
             from ragtopics.graph.extract import looks_like_toc_or_index
 
             count = float(sum(1 for t in texts if not looks_like_toc_or_index(t)))
-        per_unit, _ = figures.per_unit(kind)
+        per_unit, _ = figures.per_unit(kind, work_name(topic, kinds))
         calls = count * per_unit
         if calls:
             f.calls[kind] = calls
@@ -690,7 +702,7 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
         if kind == "describe_picture":
             unit = actual["pictures"]
         if unit or by.get("calls"):
-            increments[f"call:{kind}"] = {"count": by.get("calls", 0), "units": unit, "tokens_in": by.get("tokens_in", 0),
+            increments[call_figure(kind, work_name(topic, kinds))] = {"count": by.get("calls", 0), "units": unit, "tokens_in": by.get("tokens_in", 0),
                                           "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}  # fmt: skip
     if actual["chunks"]:
         increments[f"work:{work_name(topic, kinds)}"] = {"count": actual["chunks"], "seconds": actual["work_seconds"]}
@@ -723,10 +735,13 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
         new_chunks = int(pipe.execute()[0] or 0)
         if not new_chunks or rt.gateway.endpoint("community_report").is_local:  # the bundled model writes no reports
             return
+        from ragtopics.topics.topics import get_topic
+
+        topic = get_topic(rt, topic_id)
         by = actual_from_trace(trace)["by_kind"].get("community_report") or {}
-        add_figures(rt, {"call:community_report": {"count": by.get("calls", 0), "units": new_chunks,
-                                                   "tokens_in": by.get("tokens_in", 0), "tokens_out": by.get("tokens_out", 0),
-                                                   "seconds": by.get("seconds", 0.0)}})  # fmt: skip
+        add_figures(rt, {call_figure("community_report", work_name(topic, active_kinds(rt, topic))): {
+            "count": by.get("calls", 0), "units": new_chunks, "tokens_in": by.get("tokens_in", 0),
+            "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}})  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - see above
         log.warning("cost figures of a community rebuild not recorded: %s", exc)
 

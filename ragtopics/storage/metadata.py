@@ -253,9 +253,11 @@ class UploadCostRow(SQLModel, table=True):
 class UsageFigureRow(SQLModel, table=True):
     """A running total measured on this installation, from which the cost estimate takes its per-call figures.
 
-    ``name`` says what is counted (see :mod:`ragtopics.ingest.cost`): ``call:<kind>`` (``count`` model calls
+    ``name`` says what is counted (see :mod:`ragtopics.ingest.cost`): ``call:<kind>`` (``call:<kind>:<work>`` for
+    deduplication and community reports, by extraction method; ``count`` model calls
     over ``units`` chunks, pictures or records, with their tokens and seconds), ``embedding`` (``count`` texts),
-    ``file:<ext>`` (``count`` chunks over ``units`` bytes), ``pictures:<ext>`` and ``read:<ext>``.
+    ``file:<ext>`` (``count`` chunks over ``units`` bytes), ``pictures:<ext>``, ``read:<ext>`` and ``work:<work>``
+    (seconds of other work over ``count`` chunks).
     """
 
     __tablename__ = "usage_figure"

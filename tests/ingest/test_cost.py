@@ -91,7 +91,7 @@ def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs,
     row = figures.rows["call:graph_extraction"]
     assert row.count == real_calls and row.units == estimate.chunks and row.tokens_in > 0 and row.samples == 2
     assert figures.per_call("graph_extraction")[0] == pytest.approx(row.tokens_in / row.count)
-    dedup = figures.rows["call:deduplication"]
+    dedup = figures.rows["call:deduplication:graphrag-llm"]  # measured per extraction method
     assert dedup.count == len(scripted_llm.prompts("deduplication")) and dedup.units == estimate.chunks
     again = estimate_upload(rt, topic, files)
     assert again.calls["graph_extraction"].measured
