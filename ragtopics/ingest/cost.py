@@ -757,15 +757,19 @@ def comparison(rt: Runtime, job_ids: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def comparison_text(entry: dict[str, Any]) -> str:
-    """``estimated 12 chunks, 12 calls · actual 12 chunks, 13 calls`` for one upload (calls at the upload only)."""
+    """``estimated 12 chunks, 12 calls · actual 12 chunks, 13 calls`` for one upload (calls made during the upload;
+    community reports come at the next rebuild)."""
     est, act = entry.get("estimate") or {}, entry.get("actual") or {}
 
     def calls(counts: dict[str, float]) -> int:
         return round(sum(v for k, v in counts.items() if k in KINDS and not KINDS[k].at_rebuild))
 
-    text = f"estimated {round(est.get('chunks', 0))} chunks, {calls(est.get('calls', {}))} calls"
+    def counted(n: int, word: str) -> str:
+        return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+    text = f"estimated {counted(round(est.get('chunks', 0)), 'chunk')}, {counted(calls(est.get('calls', {})), 'call')}"
     if act:
-        text += f" · actual {act.get('chunks', 0)} chunks, {calls(act.get('calls', {}))} calls"
+        text += f" · actual {counted(act.get('chunks', 0), 'chunk')}, {counted(calls(act.get('calls', {})), 'call')}"
     return text
 
 

@@ -157,9 +157,10 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
             empty = result.get("status") == "empty"
             done = f"{result.get('status', 'done')} · {plural(result.get('chunk_count', 0), 'chunk')}"
             detail = "empty · no readable text, nothing of it can be found" if empty else done
-            if p.job_id in costs:
-                detail += f" · {comparison_text(costs[p.job_id])}"
             bars.append(progress_bar(short_name(name), 1.0, detail, "empty" if empty else "done"))
+            if p.job_id in costs:  # under the bar: the cost estimate kept with the upload beside what it took
+                bars.append(f'<div class="rt-cost" style="font-size:0.8em;color:#6b7280;text-align:right;margin:0 0 4px">'
+                            f"{html.escape(comparison_text(costs[p.job_id]))}</div>")  # fmt: skip
         elif p.status in ("failed", "stopped", "canceled", "missing"):
             bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:

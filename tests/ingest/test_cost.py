@@ -51,7 +51,7 @@ def test_the_chunks_of_text_files_are_estimated_exactly_and_kept_beside_the_real
         n: (float(c), c) for n, c in real.items()}  # fmt: skip
     bars = jobs_html(rt, [(r.job_id, r.file_name, r.id) for r in rows])  # the Upload tab's finished rows
     n = real["manual.txt"]
-    assert f"indexed · {n} chunks · estimated {n} chunks, 0 calls · actual {n} chunks, 0 calls" in bars
+    assert f"indexed · {n} chunks</span>" in bars and f"estimated {n} chunks, 0 calls · actual {n} chunks, 0 calls</div>" in bars
 
 
 def test_the_upload_tabs_preview_shows_the_estimate_of_the_chosen_files(rt, tmp_path):
