@@ -634,6 +634,8 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
             top_seconds += float(event.duration_ms or 0) / 1000
         if event.step == "model_call":
             if data.get("role") == "embedding":
+                if data.get("prompt_name") != "embedding":  # entity embeddings: part of the graph's other work
+                    continue
                 out["embedded"] += int(data.get("items", 1))
                 out["embed_seconds"] += float(data.get("duration_ms") or 0) / 1000
                 continue
