@@ -25,7 +25,9 @@ Sections:
     11. peak memory of the worker and of the console (``bench.memory``);
     12. an open Upload tab's console CPU per tick, 2,000 uploads tracked, 200 running (``bench.console_poll``);
     13. answer containment and token F1 of quoted (EXTRACTIVE) answers against the bundled model's
-        written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``).
+        written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``);
+    14. the cost preview's error: estimated against actual chunks and model calls by kind for a RAG
+        Topic, a GraphRAG NLP Topic and a GraphRAG LLM Topic, scripted model (``bench.estimate``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import numpy as np
 from bench import communities as communities_bench
 from bench import console_poll as console_poll_bench
 from bench.answers import bench_answers
+from bench.estimate import bench_estimate
 from bench import dedup as dedup_bench
 from bench.chat import bench_bundled_model, bench_overhead
 from bench.filetypes import BUILDERS
@@ -571,6 +574,8 @@ def main() -> int:
     section("13. answers: quoted against the bundled model's written answers (bench.answers)")
     with throwaway_runtime(prefix="ragtopics-answers-") as rt:
         bench_answers(rt, folder.parent, free_port=free_port)
+    with throwaway_runtime(prefix="ragtopics-estimate-") as rt:
+        bench_estimate(rt, data, figure, section)
     section("overall")
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("total run time", time.perf_counter() - started, "s")

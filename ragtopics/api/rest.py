@@ -8,7 +8,7 @@ with the console's messages. The JSON objects are the CLI's (:mod:`ragtopics.api
 
 Routes: ``GET /topics``, ``GET /topics/{name}``, ``POST /topics/{name}/ask`` (JSON, or
 server-sent events with ``"stream": true``), ``POST|GET /topics/{name}/documents``,
-``DELETE /topics/{name}/documents/{file_name}``, ``GET /jobs/{job_id}``, and the caller's chats:
+``DELETE /topics/{name}/documents/{file_name}``, ``POST /topics/{name}/uploads/estimate``, ``GET /jobs/{job_id}``, and the caller's chats:
 ``GET /topics/{name}/chats`` and ``GET /chats/{session_id}``; creating, configuring and deleting
 Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.rest_topics`; demo links
 (``POST /topics/{name}/demo-links``, ``GET /demo-links``, ``DELETE /demo-links/{id}``,
@@ -221,6 +221,22 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
                     for item in enqueued if item["job_id"] in failed]  # fmt: skip
         return {"enqueued": [item for item in enqueued if item["job_id"] not in failed], "refused": refused}
 
+    @app.post("/topics/{name}/uploads/estimate", tags=["documents"])
+    def estimate(name: str, files: list[UploadFile] = File(description="The files as they would be uploaded (multipart "
+                                                                       "field `files`, as for `POST /topics/{name}/documents`)."),
+                 user: User = needs("operator")) -> dict:  # fmt: skip
+        """The cost estimate of uploading the files (as `ragtopics ingest --dry-run --json`): `{"topic", "chunks", "calls":
+        {kind: {"calls", "tokens_in", "tokens_out", "seconds", "cost", "measured", "label", "at_rebuild", ...}},
+        "tokens_in", "tokens_out", "seconds", "cost", "files": [...], "notes"}`. Nothing is stored or queued. Needs
+        the operator role."""
+        from ragtopics.ingest.cost import estimate_upload
+
+        try:
+            topic = get_topic(rt, name)
+            return estimate_upload(rt, topic, [(upload.filename or "", upload.file.read()) for upload in files]).to_dict()
+        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+            raise errors.api_error(exc) from None
+
     @app.get("/topics/{name}/documents", tags=["documents"])
     def documents(name: str, user: User = needs("operator")) -> list[dict]:
         """The Topic's Indexed Documents, as `ragtopics docs --json` prints them. Needs the operator role."""
@@ -243,14 +259,19 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
     @app.get("/jobs/{job_id}", tags=["documents"])
     def job(job_id: str, user: User = needs("operator")) -> dict:
         """An indexing job's status and progress: `{"job_id", "status", "phase", "done", "total", "error", "result",
-        "shared_by"}`; status `queued`, `started`, `finished`, `failed`, `stopped` or `canceled`. Needs the operator role."""
+        "shared_by", "cost"}`; status `queued`, `started`, `finished`, `failed`, `stopped` or `canceled`; `cost` the
+        upload's estimate beside what it took (`{"estimate", "actual", "file_name"}`, `actual` empty until it is
+        stored; None for an upload without an estimate). Needs the operator role."""
+        from ragtopics.ingest.cost import comparison
+
         try:
             progress = job_progress(rt, job_id)
+            cost = comparison(rt, [job_id]).get(job_id) if progress.status != "missing" else None
         except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
             raise errors.api_error(exc) from None
         if progress.status == "missing":
             raise errors.ApiError(404, f"no job {job_id} (finished jobs are kept for a while, then forgotten)", "not_found")
-        return shapes.job(progress)
+        return {**shapes.job(progress), "cost": cost}
 
 
 def mount(api: FastAPI, rt: Runtime) -> None:

@@ -287,14 +287,18 @@ class BatchedUploads:
         for row, message in uploads.not_queued: ...
     """
 
-    def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES):
+    def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES,
+                 estimate: bool = True):  # fmt: skip
         self.rt, self.topic = rt, topic
+        self._figures = None
+        #: Whether each file's cost estimate is kept with its job (:func:`~ragtopics.ingest.cost.estimate_and_store`).
+        self.estimate = estimate
         self._groups = JobGroups(batch_files=batch_files, batch_bytes=batch_bytes)
         #: ``(row, message)`` of each file whose shared job could not be enqueued.
         self.not_queued: list[tuple[DocumentRow, str]] = []
 
     def add(self, file_name: str, data: bytes) -> DocumentRow:
-        """Receive one file (:func:`receive_upload`) and enqueue it now or with the next full batch.
+        """Receive one file (:func:`receive_upload`), keep its cost estimate, and enqueue it now or with the next full batch.
 
         Returns:
             The document row; its ``job_id`` is the version's job id.
@@ -304,6 +308,11 @@ class BatchedUploads:
             StoreUnavailableError: the file's own job could not be enqueued (it says ``failed``).
         """
         row = receive_upload(self.rt, self.topic, file_name, data)
+        if self.estimate:  # before the job is queued, so a fast worker finds the estimate to put its counts beside
+            from ragtopics.ingest.cost import estimate_and_store, load_figures
+
+            self._figures = self._figures or load_figures(self.rt)
+            estimate_and_store(self.rt, self.topic, row, data, self._figures)
         if not batchable(self.topic, row.file_name, len(data)):
             enqueue_document(self.rt, row)
             return row

@@ -497,7 +497,8 @@ def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
 
 
 def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]]) -> list[list[dict]]:
-    """After versions became searchable: store their traces and remove the files no longer used.
+    """After versions became searchable: store their traces, record what they took (:mod:`ragtopics.ingest.cost`)
+    and remove the files no longer used.
 
     Neither may fail the upload, which is done: a failure is logged (the traces are then missing
     from the Logs tab; an obsolete file is left behind, unused).
@@ -514,6 +515,10 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
                       events)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the versions are stored; only their traces are lost
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
+    from ragtopics.ingest.cost import record_upload
+
+    for trace, doc, _ in done:  # what each upload took: the cost figures, and its actual counts beside its estimate
+        record_upload(rt, trace, doc)
     for _, doc, obsolete in done:
         for path in obsolete:
             try:

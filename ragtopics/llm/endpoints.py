@@ -84,26 +84,46 @@ def _check_url(url: str) -> str:
     return url
 
 
+def _check_price(value: Any, field: str) -> float | None:
+    """A price per 1M tokens: a number >= 0, or None/"" for none entered."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        price = float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{field}: a number (price per 1M tokens), got {value!r}") from None
+    if not price >= 0 or price == float("inf"):
+        raise ConfigurationError(f"{field}: must be 0 or more, got {value!r}")
+    return price
+
+
 def save_endpoint(rt: Runtime, role: str, *, base_url: str, model: str, api_key: str | None, supports_tools: bool,
-                  supports_images: bool, by: str = "") -> None:  # fmt: skip
+                  supports_images: bool, by: str = "", price_in_per_mtok: float | str | None = None,
+                  price_out_per_mtok: float | str | None = None) -> None:  # fmt: skip
     """Store a role's endpoint and apply it to ``rt``.
 
     Args:
         api_key: the new key; None or "" keeps the stored one (the console never shows it back).
+        price_in_per_mtok, price_out_per_mtok: what the endpoint charges per 1M input / output tokens, in
+            the operator's currency; None or "" for no price (the cost estimate then shows no money for it).
 
     Raises:
-        ConfigurationError: an unknown role, a malformed URL or an empty model name (each names the field).
+        ConfigurationError: an unknown role, a malformed URL, an empty model name or a price that is not a
+            number >= 0 (each names the field).
     """
     if role not in ROLES:
         raise ConfigurationError(f"Role: must be one of {', '.join(ROLES)}, got {role!r}")
     base_url, model = _check_url(base_url), (model or "").strip()
     if not model:
         raise ConfigurationError("Model: name the model the endpoint serves")
+    price_in = _check_price(price_in_per_mtok, "Price per 1M input tokens")
+    price_out = _check_price(price_out_per_mtok, "Price per 1M output tokens")
     with rt.metadata.session() as s:
         row = s.get(RoleEndpointRow, role) or RoleEndpointRow(role=role, base_url=base_url, model=model)
         kept = row.api_key if not api_key else api_key.strip()
         row.base_url, row.model, row.api_key = base_url, model, kept or "not-needed"
         row.supports_tools, row.supports_images, row.updated_by, row.updated_at = supports_tools, supports_images, by, utcnow()
+        row.price_in_per_mtok, row.price_out_per_mtok = price_in, price_out
         s.add(row)
     apply_overrides(rt)
 
@@ -119,10 +139,13 @@ def clear_endpoint(rt: Runtime, role: str) -> bool:
 
 
 def describe(rt: Runtime, role: str) -> dict[str, Any]:
-    """What the console shows of a role's endpoint: URL, model, flags, whether a key is set and where it comes from."""
+    """What the console shows of a role's endpoint: URL, model, flags, whether a key is set and where it comes from,
+    and its prices per 1M input/output tokens (None when none was entered)."""
     endpoint = rt.settings.endpoint(role)
-    stored = role in stored_overrides(rt)
+    row = stored_overrides(rt).get(role)
     has_key = bool(endpoint.api_key) and endpoint.api_key != "not-needed"
     return {"base_url": endpoint.base_url or "", "model": endpoint.model, "api_key": "set" if has_key else "none",
             "supports_tools": endpoint.supports_tools, "supports_images": endpoint.supports_images,
-            "source": "console" if stored else ("bundled model" if endpoint.is_bundled else "environment")}  # fmt: skip
+            "source": "console" if row is not None else ("bundled model" if endpoint.is_bundled else "environment"),
+            "price_in_per_mtok": row.price_in_per_mtok if row is not None else None,
+            "price_out_per_mtok": row.price_out_per_mtok if row is not None else None}  # fmt: skip

@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "UploadCostRow", "UsageFigureRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -226,6 +226,8 @@ class RoleEndpointRow(SQLModel, table=True):
     api_key: str = ""  # kept on the server; the console shows only whether one is set
     supports_tools: bool = False
     supports_images: bool = False
+    price_in_per_mtok: float | None = None  # the operator's price per 1M input tokens; None: not entered
+    price_out_per_mtok: float | None = None  # the operator's price per 1M output tokens; None: not entered
     updated_by: str = ""
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -267,6 +269,45 @@ class DemoTurnRow(SQLModel, table=True):
     answer: str
     sources: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class UploadCostRow(SQLModel, table=True):
+    """The cost estimate of one uploaded file version (its job), and once indexed what it really took.
+
+    ``estimate`` and ``actual`` are the dicts of :mod:`ragtopics.ingest.cost` (chunks, model calls by
+    kind, tokens in and out, seconds); ``actual`` is empty until the version was stored.
+    """
+
+    __tablename__ = "upload_cost"
+    job_id: str = Field(primary_key=True)
+    document_id: str = Field(index=True)
+    topic_id: str = Field(index=True)
+    file_name: str = ""
+    estimate: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    actual: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class UsageFigureRow(SQLModel, table=True):
+    """A running total measured on this installation, from which the cost estimate takes its per-call figures.
+
+    ``name`` says what is counted (see :mod:`ragtopics.ingest.cost`): ``call:<kind>`` (``call:<kind>:<work>`` for
+    deduplication and community reports, by extraction method; ``count`` model calls
+    over ``units`` chunks, pictures or records, with their tokens and seconds), ``embedding`` (``count`` texts),
+    ``file:<ext>`` (``count`` chunks over ``units`` bytes), ``pictures:<ext>``, ``read:<ext>`` and ``work:<work>``
+    (seconds of other work over ``count`` chunks).
+    """
+
+    __tablename__ = "usage_figure"
+    name: str = Field(primary_key=True)
+    count: float = 0.0
+    units: float = 0.0
+    tokens_in: float = 0.0
+    tokens_out: float = 0.0
+    seconds: float = 0.0
+    samples: int = 0
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

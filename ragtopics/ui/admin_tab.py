@@ -25,13 +25,25 @@ TOKEN_HEADERS = ["Id", "User", "Label", "Made", "Last used"]
 
 
 def endpoints_table(rt: Runtime) -> list[list[str]]:
-    """Role → endpoint rows: role, URL, model, API key set or not (never the key), tools, pictures, where it is set."""
+    """Role → endpoint rows: role, URL, model, API key set or not (never the key), tools, pictures, prices per 1M
+    input / output tokens ("" when none entered), where it is set."""
     rows = []
     for role in (*ROLES, "embedding"):
         d = endpoints.describe(rt, role)
         rows.append([role, d["base_url"] or "in-process", d["model"], d["api_key"], "yes" if d["supports_tools"] else "no",
-                     "yes" if d["supports_images"] else "no", d["source"]])  # fmt: skip
+                     "yes" if d["supports_images"] else "no", _price(d.get("price_in_per_mtok")),
+                     _price(d.get("price_out_per_mtok")), d["source"]])  # fmt: skip
     return rows
+
+
+def _price(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def price_form(rt: Runtime, role: str) -> tuple[str, str]:
+    """The edit form's prices for a role: per 1M input and output tokens ("" when none entered)."""
+    d = endpoints.describe(rt, role)
+    return _price(d["price_in_per_mtok"]), _price(d["price_out_per_mtok"])
 
 
 def endpoint_form(rt: Runtime, role: str) -> tuple:
@@ -42,15 +54,17 @@ def endpoint_form(rt: Runtime, role: str) -> tuple:
 
 
 def change_endpoint(rt: Runtime, action: str, role: str, base_url: str, model: str, api_key: str, tools: bool,
-                    images: bool) -> str:  # fmt: skip
-    """Save or reset a role's endpoint; returns the status line (errors name the field)."""
+                    images: bool, price_in: str = "", price_out: str = "") -> str:  # fmt: skip
+    """Save or reset a role's endpoint (``price_in``/``price_out``: per 1M input/output tokens, "" for none); returns
+    the status line (errors name the field)."""
     from ragtopics.ui.web import acting_user
 
     who = acting_user()
     try:
         if action == "save":
             endpoints.save_endpoint(rt, role, base_url=base_url, model=model, api_key=api_key, supports_tools=bool(tools),
-                                    supports_images=bool(images), by=who.username if who else "")  # fmt: skip
+                                    supports_images=bool(images), by=who.username if who else "",
+                                    price_in_per_mtok=price_in, price_out_per_mtok=price_out)  # fmt: skip
             return f"Saved the **{role}** endpoint; it applies to the next model call (workers: their next job)."
         cleared = endpoints.clear_endpoint(rt, role)
     except RagTopicsError as exc:
@@ -162,7 +176,8 @@ def build(rt: Runtime) -> dict:
         with gr.Tab("LLM Configuration"):
             gr.Markdown("Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
                         "the server). *Test connection* makes one real call and shows the reply or the error.")  # fmt: skip
-            table = gr.Dataframe(headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Set in"],
+            table = gr.Dataframe(headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Price in / 1M",
+                                          "Price out / 1M", "Set in"],
                                  interactive=False, label="Model endpoints", elem_id="endpoints")  # fmt: skip
             with gr.Row():
                 role = gr.Dropdown([*ROLES, "embedding"], value=ROLES[0], label="Role", elem_id="test-role")
@@ -176,6 +191,8 @@ def build(rt: Runtime) -> dict:
                 with gr.Row():
                     tools = gr.Checkbox(label="Takes tools", elem_id="endpoint-tools")
                     images = gr.Checkbox(label="Takes pictures", elem_id="endpoint-images")
+                    price_in = gr.Textbox(label="Price per 1M input tokens (empty: none)", elem_id="endpoint-price-in")
+                    price_out = gr.Textbox(label="Price per 1M output tokens (empty: none)", elem_id="endpoint-price-out")
                     save = gr.Button("Save endpoint", variant="primary", elem_id="endpoint-save")
                     reset = gr.Button("Use the environment's", elem_id="endpoint-reset")
                 saved = gr.Markdown(elem_id="endpoint-status")
@@ -224,19 +241,22 @@ def build(rt: Runtime) -> dict:
                 revoke_button = gr.Button("Revoke", elem_id="token-revoke")
 
     form = [url, model, key, tools, images]
+    prices = [price_in, price_out]
+
+    def filled_form(r: str) -> tuple:
+        return (*endpoint_form(rt, r), *price_form(rt, r)) if r in ROLES else (gr.skip(),) * (len(form) + len(prices))
 
     def refresh(current_role, prompt_name):
-        filled = endpoint_form(rt, current_role) if current_role in ROLES else (gr.skip(),) * len(form)
+        filled = filled_form(current_role)
         return (endpoints_table(rt), *filled, prompt_text(rt, None, prompt_name or "system")[0], graph_databases_table(rt),
                 users_table(rt), tokens_table(rt))  # fmt: skip
 
-    tab.select(refresh, [role, shared_name], [table, *form, shared_text, databases, user_list, tokens], **private)
+    tab.select(refresh, [role, shared_name], [table, *form, *prices, shared_text, databases, user_list, tokens], **private)
     test.click(lambda r: check_connection(rt, r), role, tested, **private)
-    role.change(lambda r: endpoint_form(rt, r) if r != "embedding" else (gr.skip(),) * 5, role, form, **private)
+    role.change(filled_form, role, [*form, *prices], **private)
     for button, action in ((save, "save"), (reset, "reset")):
-        button.click(lambda r, *f, a=action: change_endpoint(rt, a, r, *f), [role, *form], saved, **private).then(
-            lambda r: (endpoints_table(rt), *endpoint_form(rt, r)) if r != "embedding" else (endpoints_table(rt), *(gr.skip(),) * 5),
-            role, [table, *form], **private)  # fmt: skip
+        button.click(lambda r, *f, a=action: change_endpoint(rt, a, r, *f), [role, *form, *prices], saved, **private).then(
+            lambda r: (endpoints_table(rt), *filled_form(r)), role, [table, *form, *prices], **private)  # fmt: skip
     shared_name.change(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)
     shared_save.click(lambda n, x: save_prompt(rt, None, n, x), [shared_name, shared_text], shared_status, **private)
     db_add.click(lambda n, u: change_graph_databases(rt, "add", n, u), [db_name, db_url], [databases, db_status], **private)

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("topic")
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--no-wait", action="store_true", help="enqueue and return")
+    ingest.add_argument("--dry-run", action="store_true",
+                        help="print the cost estimate (chunks, model calls, tokens, time, money) and queue nothing")
+    ingest.add_argument("--json", action="store_true", help="with --dry-run: print the estimate as JSON")
     docs = sub.add_parser("docs", help="list a Topic's indexed documents, or delete one")
     docs.add_argument("topic")
     docs.add_argument("--json", action="store_true")
@@ -249,8 +252,10 @@ def _cmd_ingest(args) -> int:
     from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
-    rt.check_store()
     topic = get_topic(rt, args.topic)
+    if args.dry_run:
+        return _dry_run(rt, topic, args)
+    rt.check_store()
     jobs: dict[str, str] = {}
     refused = 0
     with BatchedUploads(rt, topic) as uploads:  # small files share indexing jobs
@@ -271,7 +276,50 @@ def _cmd_ingest(args) -> int:
     if args.no_wait or not jobs:
         return 1 if refused else 0
     failed = _wait_for_jobs(rt, jobs, job_progress)
+    _print_comparison(rt, list(jobs))
     return 1 if failed or refused else 0
+
+
+def _dry_run(rt, topic, args) -> int:
+    """``ingest --dry-run``: the cost estimate of the files on stdout; nothing is stored or queued."""
+    from ragtopics.ingest.cost import estimate_upload
+
+    files = []
+    unreadable = 0
+    for path in args.files:
+        try:
+            files.append((path.name, path.read_bytes()))
+        except OSError as exc:
+            print(f"refused {path}: {exc}", file=sys.stderr)
+            unreadable += 1
+    estimate = estimate_upload(rt, topic, files)
+    print(json.dumps(estimate.to_dict(), indent=1) if args.json else estimate.to_text())
+    return 1 if unreadable or any(f.refused for f in estimate.files) else 0
+
+
+def _print_comparison(rt, job_ids: list[str]) -> None:
+    """After an ingest: the estimate kept with each upload beside what it took, summed (chunks, calls by kind)."""
+    from ragtopics.ingest.cost import KINDS, comparison
+
+    try:
+        entries = [e for e in comparison(rt, job_ids).values() if e["actual"]]
+    except Exception as exc:  # noqa: BLE001 - the ingest is done; only the comparison is missing
+        log.debug("no cost comparison: %s", exc)
+        return
+    if not entries:
+        return
+    est_chunks = sum(e["estimate"].get("chunks", 0) for e in entries)
+    act_chunks = sum(e["actual"].get("chunks", 0) for e in entries)
+    print(f"estimated vs actual ({len(entries)} file(s)): chunks {est_chunks:,.0f} vs {act_chunks:,}", file=sys.stderr)
+    for kind, spec in KINDS.items():
+        est = sum(e["estimate"].get("calls", {}).get(kind, 0) for e in entries)
+        act = sum(e["actual"].get("calls", {}).get(kind, 0) for e in entries)
+        if est or act:
+            shown = "at the next rebuild" if spec.at_rebuild else f"{act:,}"
+            print(f"  {spec.label}: {est:,.0f} vs {shown} call(s)", file=sys.stderr)
+    tokens_in = sum(e["actual"].get("tokens_in", 0) for e in entries)
+    tokens_out = sum(e["actual"].get("tokens_out", 0) for e in entries)
+    print(f"  actual tokens: {tokens_in:,} in, {tokens_out:,} out", file=sys.stderr)
 
 
 #: How many of the oldest unfinished jobs ``ingest`` polls per round.

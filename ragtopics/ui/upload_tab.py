@@ -1,4 +1,4 @@
-"""The Upload tab: multi-file upload, a progress bar per job, the Indexed Documents list."""
+"""The Upload tab: multi-file upload with a cost preview, a progress bar per job, the Indexed Documents list."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ragtopics.documents.delete import delete_document
 from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
+from ragtopics.ingest.cost import comparison, comparison_text
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
@@ -80,6 +81,23 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     return rows
 
 
+def preview_cost(rt: Runtime, topic_name: str | None, paths: list[str] | None) -> str:
+    """The Preview cost panel: the estimate (:func:`~ragtopics.ingest.cost.estimate_upload`) of the chosen files as
+    Markdown; nothing is stored or queued."""
+    from ragtopics.ingest.cost import estimate_upload
+
+    if not topic_name:
+        return "Choose a Topic first."
+    if not paths:
+        return "Choose one or more files first."
+    try:
+        topic = get_topic(rt, topic_name)
+        files = [(Path(path).name, Path(path).read_bytes()) for path in paths]
+        return estimate_upload(rt, topic, files).to_markdown()
+    except (OSError, RagTopicsError) as exc:
+        return f"**No estimate:** {html.escape(str(exc))}"
+
+
 def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None) -> str:
     """Progress bars for the session's uploads: ``(job_id, file_name)`` or ``(job_id, file_name, document_id)``
     each, oldest first.
@@ -126,6 +144,7 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
     partial = [p.job_id for _, p in shown if p.partial]  # read in full only the bars shown
     full = dict(zip(partial, job_progresses(rt, partial), strict=True))
     shown = [(name, full.get(p.job_id, p)) for name, p in shown]
+    costs = comparison(rt, [p.job_id for _, p in shown if p.status == "finished"])  # the estimate beside the actual counts
     bars = [summary]
     if len(shown) < len(progress):
         summary += f"<p style='color:#6b7280;margin:2px 0'>{len(shown)} of {len(progress)} files shown: running, failed and waiting ones first</p>"
@@ -139,6 +158,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
             done = f"{result.get('status', 'done')} · {plural(result.get('chunk_count', 0), 'chunk')}"
             detail = "empty · no readable text, nothing of it can be found" if empty else done
             bars.append(progress_bar(short_name(name), 1.0, detail, "empty" if empty else "done"))
+            if p.job_id in costs:  # under the bar: the cost estimate kept with the upload beside what it took
+                bars.append(f'<div class="rt-cost" style="font-size:0.8em;color:#6b7280;text-align:right;margin:0 0 4px">'
+                            f"{html.escape(comparison_text(costs[p.job_id]))}</div>")  # fmt: skip
         elif p.status in ("failed", "stopped", "canceled", "missing"):
             bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:
@@ -154,7 +176,10 @@ def build(rt: Runtime) -> dict:
     with gr.Tab("Upload", id="upload") as tab:
         topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=True, elem_id="upload-topic")
         files = gr.File(file_count="multiple", label="Files", type="filepath", elem_id="upload-files")
-        upload = gr.Button("Upload", variant="primary")
+        with gr.Row():
+            upload = gr.Button("Upload", variant="primary")
+            preview = gr.Button("Preview cost", elem_id="upload-preview")
+        cost_panel = gr.Markdown(elem_id="upload-cost")
         messages = gr.Markdown(elem_id="upload-messages")
         progress = gr.HTML(elem_id="upload-progress")
         gr.Markdown("#### Indexed Documents")
@@ -202,6 +227,8 @@ def build(rt: Runtime) -> dict:
         return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
 
     upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files", api_visibility="undocumented")
+    preview.click(lambda t, p: preview_cost(rt, t, p), [topic, files], cost_panel, api_name="preview_cost",
+                  api_visibility="undocumented")  # fmt: skip
     def tick(topic_name, current_jobs, shown):
         """Re-render the bars and the list only when they changed, so an idle tab does not flicker.
 

@@ -40,6 +40,7 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
     assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask"),
                                               ("POST", "/topics/x/documents"), ("GET", "/topics/x/documents"),
                                               ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x"),
+                                              ("POST", "/topics/x/uploads/estimate"),
                                               ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
                                               ("POST", "/topics"), ("PATCH", "/topics/x"), ("DELETE", "/topics/x"),
                                               ("POST", "/topics/x/communities"), ("GET", "/topics/x/communities"),
@@ -72,6 +73,7 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
         document = viewer.get("/openapi.json").json()
         assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask", "/topics/{name}/documents",
                                           "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
+                                          "/topics/{name}/uploads/estimate",
                                           "/chats/{session_id}", "/topics/{name}/communities", "/topics/{name}/graph",
                                           "/topics/{name}/graph/entities/{entity}", "/topics/{name}/evals",
                                           "/evals/{run_id}", "/topics/{name}/demo-links", "/demo-links",
@@ -157,6 +159,33 @@ def test_upload_ask_and_delete_through_the_api(secured, rt, run_jobs, scripted_l
         assert again.status_code == 404
         assert again.json()["error"]["message"] == "Topic 'Boilers' has no document 'boilers.md' (it has none)"
         assert operator.get("/jobs/job-nothing").status_code == 404
+
+
+def test_the_cost_estimate_route_and_the_estimate_beside_the_actual_counts_in_the_job(secured, rt, run_jobs, scripted_llm):
+    from ragtopics.topics.topics import create_topic
+
+    _, url = secured
+    scripted_llm.replies["context_line"] = "A heater's inspection interval."
+    create_topic(rt, "Heaters", settings={"file_types": ["txt", "md"], "chunking_strategy": "SEMANTIC", "chunk_size": 200,
+                                          "chunk_overlap": 0})  # fmt: skip
+    text = "\n\n".join(f"Heater H-{i} is checked every {i + 1} weeks by the day shift in hall {i}." for i in range(12)).encode()
+    files = [("files", ("heaters.txt", text, "text/plain")), ("files", ("photo.jpg", b"\xff\xd8\xff", "image/jpeg"))]
+    with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
+        assert viewer.post("/topics/Heaters/uploads/estimate", files=files).status_code == 403
+        response = operator.post("/topics/Heaters/uploads/estimate", files=files)
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"topic", "chunks", "calls", "tokens_in", "tokens_out", "seconds", "cost", "files", "notes"}
+        assert body["chunks"] > 1 and body["calls"]["context_line"]["calls"] == body["chunks"] and body["cost"] is None
+        assert [f["refused"] != "" for f in body["files"]] == [False, True]
+        assert operator.get("/topics/Heaters/documents").json() == []  # nothing stored
+        assert operator.post("/topics/Nothing/uploads/estimate", files=files).json()["error"]["code"] == "not_found"
+
+        [sent] = operator.post("/topics/Heaters/documents", files=files[:1]).json()["enqueued"]
+        run_jobs()
+        job = operator.get(f"/jobs/{sent['job_id']}").json()
+        assert job["cost"]["estimate"]["chunks"] == body["chunks"] == job["cost"]["actual"]["chunks"]
+        assert job["cost"]["actual"]["calls"]["context_line"] == body["chunks"]
 
 
 def test_a_caller_lists_and_reads_only_their_own_chats(secured, rt, kettles, scripted_llm):

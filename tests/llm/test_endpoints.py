@@ -54,6 +54,24 @@ def test_keys_are_never_shown_and_bad_values_name_the_field(rt):
                                 supports_tools=False, supports_images=False)  # fmt: skip
 
 
+def test_prices_per_million_tokens_are_stored_shown_and_checked(rt):
+    from ragtopics.ui.admin_tab import price_form
+
+    assert change_endpoint(rt, "save", "graph_extraction", "https://models.example/v1", "extractor", "", False, False,
+                           "0.5", "1.5").startswith("Saved")  # fmt: skip
+    row = next(r for r in endpoints_table(rt) if r[0] == "graph_extraction")
+    assert row[6:] == ["0.5", "1.5", "console"] and price_form(rt, "graph_extraction") == ("0.5", "1.5")
+    assert endpoints.describe(rt, "graph_extraction")["price_in_per_mtok"] == 0.5
+    assert change_endpoint(rt, "save", "graph_extraction", "https://models.example/v1", "extractor", "", False, False,
+                           "", "").startswith("Saved")  # fmt: skip
+    assert price_form(rt, "graph_extraction") == ("", "")  # emptied: no price
+    refused = change_endpoint(rt, "save", "judge", "https://models.example/v1", "j", "", False, False, "-1", "")
+    assert refused == "**Not saved:** Price per 1M input tokens: must be 0 or more, got &#x27;-1&#x27;"
+    with pytest.raises(ConfigurationError, match="Price per 1M output tokens: a number"):
+        endpoints.save_endpoint(rt, "judge", base_url="http://x/v1", model="m", api_key="", supports_tools=False,
+                                supports_images=False, price_out_per_mtok="cheap")  # fmt: skip
+
+
 def test_test_connection_makes_a_real_call(rt, scripted_llm):
     scripted_llm.replies["test_connection"] = "ready"
     assert check_connection(rt, "language_model").startswith("✅ **language_model**") and "“ready”" in check_connection(rt, "language_model")

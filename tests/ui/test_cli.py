@@ -62,6 +62,7 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     err = capsys.readouterr().err
     assert code == 1  # one file refused
     assert "image.png was refused" in err and "[2/2] files done: 2 indexed; 2 chunks" in err
+    assert "estimated vs actual (2 file(s)): chunks 2 vs 2" in err  # each file's estimate was kept with its job
 
     scripted_llm.replies["answer"] = "Every 90 days [S1]."
     assert main(["ask", "Fleet", "How often is pump P-7 inspected?", "--json"]) == 0
