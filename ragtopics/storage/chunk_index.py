@@ -18,12 +18,13 @@ import math
 import threading
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
 import redis
+import snowballstemmer
 from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
@@ -46,6 +47,16 @@ _NAMES_COMPLETE = ""
 #: the mark that the counts hold every chunk, and the number of chunks.
 _TERMS_COMPLETE = ""
 _TERMS_TOTAL = "*"
+#: The value of the complete mark: what the counts are keyed by (counts keyed otherwise are rebuilt).
+_TERMS_KEYED_BY = "english-stem"
+#: RediSearch matches a word of a TEXT field by its Snowball (Porter2) English stem too, so a count
+#: query for ``films`` counts the chunks holding ``film``; the counts are kept per stem to agree with it.
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def term_stems(words: Iterable[str]) -> set[str]:
+    """The distinct Snowball English stems of ``words`` (``["films", "film"]`` → ``{"film"}``)."""
+    return set(_STEMMER.stemWords(list(words)))
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
 _MAX_GROUPS = 1_000_000
 
@@ -55,7 +66,7 @@ CODE_WEIGHT = 3.0
 #: first, the rest only scored in the candidates (see :func:`candidate_terms`). Chosen with ``make bench``
 #: (the keyword search over 100,000 chunks) and ``make eval`` (recall on the HotpotQA and MuSiQue sets,
 #: whose indexes are small enough that every term stays searched).
-CANDIDATE_POSTINGS = 4_000
+CANDIDATE_POSTINGS = 2_000
 #: Terms always searched, the rarest, whatever their postings.
 CANDIDATE_TERMS_KEPT = 2
 #: Candidates fetched from RediSearch before BM25 scoring, at least.
@@ -239,7 +250,7 @@ class ChunkIndex:
                                                    "datatype": VECTOR_DATATYPE, "ef_runtime": HNSW_EF_RUNTIME})  # fmt: skip
         with self.client.pipeline(transaction=True) as pipe:  # a new index holds no chunk: its term counts are complete
             pipe.delete(self.terms_key)
-            pipe.hset(self.terms_key, mapping={_TERMS_COMPLETE: "1", _TERMS_TOTAL: 0})
+            pipe.hset(self.terms_key, mapping={_TERMS_COMPLETE: _TERMS_KEYED_BY, _TERMS_TOTAL: 0})
             pipe.execute()
         _PROFILES[self.index.name] = (VECTOR_DATATYPE, HNSW_EF_RUNTIME)
         log.info("created chunk index %s (%s, %d dims)", self.index.name, self.embedding_model or "model unknown", self.dims)
@@ -426,9 +437,9 @@ class ChunkIndex:
         """
         delta: Counter[str] = Counter()
         for keywords in old_keywords:
-            delta.subtract(set(keywords.split()))
+            delta.subtract(term_stems(keywords.split()))
         for chunk in new:
-            delta.update(set(chunk.keywords.split()))
+            delta.update(term_stems(chunk.keywords.split()))
         for term, change in delta.items():
             if change:
                 pipe.hincrby(self.terms_key, term, change)
@@ -436,6 +447,8 @@ class ChunkIndex:
 
     def term_frequencies(self, terms: list[str]) -> tuple[list[int], int] | None:
         """For each term, how many chunks' keywords hold it, and how many chunks the index holds; one ``HMGET``.
+
+        A term counts as RediSearch matches it: by its stem (``films`` counts the chunks holding ``film``).
 
         Read from the counts every chunk swap keeps (:meth:`_count_terms`), so the cost does not grow
         with the index, unlike a count query per term (which walks the term's posting list: 1–20 ms a
@@ -446,12 +459,13 @@ class ChunkIndex:
             ``(frequencies in the order of terms, total chunks)``; ``None`` when the counts are not
             complete (a rebuild lost a race with a swap): the caller counts with queries instead.
         """
-        values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *terms])
-        if values[0] is None and not self._rebuild_term_counts():
-            return None
-        if values[0] is None:
-            values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *terms])
-            if values[0] is None:
+        stems = _STEMMER.stemWords(list(terms))
+        values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *stems])
+        if _decode(values[0] or b"") != _TERMS_KEYED_BY:
+            if not self._rebuild_term_counts():
+                return None
+            values = self.client.hmget(self.terms_key, [_TERMS_COMPLETE, _TERMS_TOTAL, *stems])
+            if _decode(values[0] or b"") != _TERMS_KEYED_BY:
                 return None
         return [max(0, int(v or 0)) for v in values[2:]], max(0, int(values[1] or 0))
 
@@ -466,11 +480,11 @@ class ChunkIndex:
             counts: Counter[str] = Counter()
             total = 0
             for keywords in self._all_keywords():
-                counts.update(set(keywords.split()))
+                counts.update(term_stems(keywords.split()))
                 total += 1
             pipe.multi()
             pipe.delete(self.terms_key)
-            pipe.hset(self.terms_key, mapping={**counts, _TERMS_TOTAL: total, _TERMS_COMPLETE: "1"})
+            pipe.hset(self.terms_key, mapping={**counts, _TERMS_TOTAL: total, _TERMS_COMPLETE: _TERMS_KEYED_BY})
             try:
                 pipe.execute()
             except redis.WatchError:
