@@ -9,7 +9,13 @@ row and the file its link serves.
 A holder that stalls past the lock's time to live loses it, and another may take it. Both
 context managers therefore give the block a :class:`Fence`: the lock tokens it holds. A write
 fenced with it (the chunk swap, through :meth:`Fence.watch`) happens only while every token is
-still in its key, and :meth:`Fence.check` stops a holder before a write that cannot be fenced.
+still in its key; :meth:`Fence.execute` runs any other Redis or FalkorDB command that way (the
+graph writes of an upload), and :meth:`Fence.check` stops a holder before a write that cannot be
+fenced (a Graph Database on another server).
+
+A GraphRAG Topic also has a graph write lock (:func:`graph_write_lock`): an upload deduplicates its
+entities against the graph and writes them under it, so concurrent uploads into one Topic never
+create the same entity twice under two names.
 """
 
 from __future__ import annotations
