@@ -169,3 +169,34 @@ def test_a_document_finished_while_recovery_waits_for_its_lock_is_not_queued_aga
     recovery.join(timeout=30)
     assert results == [[]]
     assert get_document(rt, doc.id).status == "indexed" and queue_for(rt).count == 0
+
+
+def test_a_worker_keeps_a_long_job_alive_in_rqs_eyes_and_rq_abandons_it_once_the_heartbeats_stop(rt):
+    from rq.registry import StartedJobRegistry
+
+    from ragtopics.worker.main import ProductWorker
+
+    queue = queue_for(rt)
+    job = queue.enqueue(time.sleep, 4.5)  # longer than three heartbeats of one second
+    registry = StartedJobRegistry(queue=queue)
+    seen = []
+
+    def cleanup_midway() -> None:
+        time.sleep(3.5)
+        registry.cleanup()  # what another worker's maintenance pass does meanwhile
+        seen.append(job.get_status(refresh=True))
+
+    cleaner = threading.Thread(target=cleanup_midway)
+    cleaner.start()
+    ProductWorker([queue], rt=rt, heartbeat_s=1).work(burst=True, logging_level="WARNING")
+    cleaner.join()
+    assert seen == ["started"] and job.get_status(refresh=True) == "finished"
+
+    # a worker that stops sending heartbeats (killed): its execution expires three heartbeats later
+    stalled = queue.enqueue(time.sleep, 0)
+    stalled.set_status("started")
+    rt.redis.zadd(registry.key, {f"{stalled.id}:killed": time.time() + 3})
+    registry.cleanup()
+    assert stalled.get_status(refresh=True) == "started"
+    registry.cleanup(timestamp=time.time() + 3.5)
+    assert stalled.get_status(refresh=True) == "failed"
