@@ -298,13 +298,50 @@ def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
     if status == "deferred":
         reasons = [stranded_reason(rt, dep, depth + 1) for dep in job.dependency_ids]
         pending = [dep for dep, why in zip(job.dependency_ids, reasons) if why is None and _status(rt, dep) != "finished"]
-        return None if pending else f"job {job_id} waits for jobs that will not run"
+        if pending or _about_to_be_enqueued(rt, job):
+            return None
+        return f"job {job_id} waits for jobs that will not run"
     if status == "finished":
         following = (job.return_value() or {}).get("continued_in") if isinstance(job.return_value(), dict) else None
         if following:
             return stranded_reason(rt, following, depth + 1)
         return f"job {job_id} finished without finishing the document"
+    if status == "failed" and depth == 0:
+        # an ingest job that died after it fanned out a GraphRAG extraction: the finishing job it enqueued decides
+        from ragtopics.graph.fanout import finish_job_id
+
+        if rt.redis.exists(Job.key_for(finish_job_id(job_id))):
+            return stranded_reason(rt, finish_job_id(job_id), depth + 1)
     return f"job {job_id} is {status}"
+
+
+#: Seconds after its last dependency ended during which a deferred job is left for rq to enqueue (besides four
+#: heartbeats: an abandoned dependency's last sign of life is that much older than its failure).
+DEPENDENTS_GRACE_S = 120
+
+
+def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
+    """Whether rq enqueues the deferred ``job`` by itself: every dependency has ended (finished; or failed, when the
+    job allows failures, as a GraphRAG upload's finishing job does), the last one moments ago.
+
+    rq enqueues a job's dependents when its last dependency ends, in the same clean-up or worker that ended it; a
+    recovery pass in another worker may look in between. A job still deferred long after that was lost.
+    """
+    from datetime import datetime, timezone
+
+    ended = []
+    for dep in Job.fetch_many(job.dependency_ids, connection=rt.redis):
+        if dep is None:
+            return False
+        status = getattr(dep.get_status(refresh=False), "value", "")
+        if status not in ("finished", "failed") or (status == "failed" and not job.allow_dependency_failures):
+            return False
+        ended.append(max(t for t in (dep.ended_at, dep.last_heartbeat, dep.started_at, dep.enqueued_at) if t is not None))
+    if not ended:
+        return False
+    latest = max(t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in ended)
+    age = (datetime.now(timezone.utc) - latest).total_seconds()
+    return age < DEPENDENTS_GRACE_S + 4 * rt.settings.worker_heartbeat_s
 
 
 def _status(rt: Runtime, job_id: str) -> str:
