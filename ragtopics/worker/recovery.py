@@ -45,8 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Document statuses with a job chain in flight.
 IN_FLIGHT = ("queued", "processing")
-#: Job statuses that still lead somewhere by themselves.
-WAITING = ("queued", "scheduled")
+#: Job statuses that still lead somewhere by themselves (rq queues a ``rate_limited`` job when a slot frees:
+#: a GraphRAG upload's extraction jobs wait so behind ``EXTRACTION_CONCURRENCY``).
+WAITING = ("queued", "scheduled", "rate_limited")
 #: Most links followed along a chain of jobs (ingest → finisher, a finisher's dependencies).
 MAX_DEPTH = 4
 #: How long recovery waits for a document's lock before it leaves the document for its next pass, in seconds.

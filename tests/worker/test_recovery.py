@@ -200,3 +200,14 @@ def test_a_worker_keeps_a_long_job_alive_in_rqs_eyes_and_rq_abandons_it_once_the
     assert stalled.get_status(refresh=True) == "started"
     registry.cleanup(timestamp=time.time() + 3.5)
     assert stalled.get_status(refresh=True) == "failed"
+
+
+def test_a_job_waiting_for_a_rate_limit_slot_is_alive(rt):
+    from rq.rate_limit import RateLimit
+
+    queue = queue_for(rt)
+    limit = RateLimit(key="extraction-test", concurrency=1)
+    first = queue.enqueue_call(time.sleep, args=(0,), rate_limit=limit)
+    waiting = queue.enqueue_call(time.sleep, args=(0,), rate_limit=limit)  # behind the first for the one slot
+    assert first.get_status(refresh=True) == "queued" and waiting.get_status(refresh=True) == "rate_limited"
+    assert stranded_reason(rt, waiting.id) is None
