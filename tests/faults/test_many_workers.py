@@ -10,7 +10,7 @@ Sizes come from the environment, with defaults sized for CI (a worker takes seco
 it loading the embedding model, so a kill costs a worker's work for that long):
 
 - ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
-- ``FAULT_KILL_EVERY_S`` (default 6): seconds between two kills (each of a worker rq says is running a job);
+- ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills (each of a worker rq says is running a job);
 - ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
 - ``FAULT_WORKERS`` (default 3): worker processes.
 
@@ -40,7 +40,7 @@ from tests.faults.processes import document_rows, kill, start_worker, wait_for
 
 RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
 GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
-KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "6"))
+KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
 MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
 WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
 #: Seconds the whole run may take before the test gives up on what is not indexed yet.
@@ -176,7 +176,7 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
           f"{took:.0f} s")  # fmt: skip
     assert not lost and not stuck and not duplicated, (lost, stuck, duplicated)
     assert len(rows[rag.id]) == RAG_UPLOADS and len(rows[graph.id]) == GRAPH_UPLOADS
-    assert fleet.kills >= 3, "the run was too short to kill a worker"
+    assert fleet.kills >= min(2, MAX_KILLS), "the run was too short to kill a worker mid-job"
 
     reference = create_topic(rt, "Sequential graph", kind="graphrag",
                              settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
