@@ -591,8 +591,8 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
             index = rt.chunk_index(topic.id)
             old_ids = sorted(previous_chunk_ids(rt, topic, plan.document_id))
             index.replace_document(plan.document_id, plan.records, fence=fence)
-            fence.check()  # the graph store cannot watch the lock: a holder that lost it stops here
-            removal = apply_graph(rt, topic, plan.document_id, plan.file_name, plan.graph, old_ids)
+            removal = apply_graph(rt, topic, plan.document_id, plan.file_name, plan.graph, old_ids,
+                                  fence=fence)  # every graph write is fenced: a holder that lost the lock writes nothing  # fmt: skip
             mark_recompute_due(rt, topic.id, f"{plan.file_name} was imported")
             documents.finish(rt.metadata, row.id, row.job_id, status=documents.DocumentStatus.INDEXED,
                              chunk_count=len(plan.records), warning=warning, indexed_with=indexed_with, pictures=[])  # fmt: skip

@@ -181,6 +181,9 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
                known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None) -> GraphPlan:  # fmt: skip
     """Extract, deduplicate and embed the entities of a document version's chunks (no writes but the cache).
 
+    :func:`extract_graph` then :func:`complete_plan`; an upload that writes the plan runs the second
+    under the Topic's graph write lock (:func:`~ragtopics.storage.locks.graph_write_lock`).
+
     Args:
         records: the chunks of the version, as they will be stored.
         report: progress per chunk (phase ``extracting``), then per batch of entities embedded (phase
@@ -193,6 +196,33 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     Returns:
         The plan to apply with :func:`apply_graph`.
     """
+    extracted = extract_graph(rt, topic, records, report, trace, known_failures=known_failures,
+                              extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+    return complete_plan(rt, topic, records, extracted, report, trace)
+
+
+@dataclass
+class ExtractedGraph:
+    """The slow half of a plan (:func:`extract_graph`): what the chunks say, before deduplication against the graph.
+
+    Attributes:
+        plan: the plan with its chunks and extraction counts filled in.
+        entities, relationships: what the chunks say, each with its chunk as provenance.
+        name_vectors: entity text (:func:`entity_text`) → vector, for the extracted entities the graph had
+            no vector for when they were embedded.
+    """
+
+    plan: GraphPlan
+    entities: list[Entity]
+    relationships: list[Relationship]
+    name_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def extract_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace, *,
+                  known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None,
+                  ) -> ExtractedGraph:  # fmt: skip
+    """The slow half of :func:`plan_graph`, which needs no lock: extraction per chunk, and the vectors of the
+    names found that the graph has none for (arguments as there)."""
     setup = extraction_setup(rt, topic)
     failures = known_failures or {}
     fresh = extracted_elsewhere or set()
@@ -218,6 +248,26 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
             per_chunk.append((record.chunk_id, extraction))
         ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
     entities, relationships = _graph_items(per_chunk)
+    extracted = ExtractedGraph(plan, entities, relationships)
+    if entities:
+        store = graph_store(rt, topic)
+        new = store.vectors.missing(e.id for e in entities)
+        texts = sorted({entity_text(e) for e in entities if e.id in new})
+        if texts:
+            extracted.name_vectors = _embed_names(rt, texts, trace, report, stored=len(entities) - len(texts))
+    return extracted
+
+
+def complete_plan(rt: Runtime, topic, records: list[ChunkRecord], extracted: ExtractedGraph, report: ProgressFn,
+                  trace: Trace) -> GraphPlan:  # fmt: skip
+    """The half of :func:`plan_graph` that reads the graph: deduplicate against the stored entities, keep
+    this version's provenance, and give each entity new to the graph its vector (from
+    ``extracted.name_vectors``; a name not embedded there is embedded now).
+
+    Two uploads into one Topic converge to the graph a sequential upload gives only when this and
+    :func:`apply_graph` run under the Topic's graph write lock, with no other upload's between them.
+    """
+    plan, entities, relationships = extracted.plan, extracted.entities, extracted.relationships
     store = graph_store(rt, topic)
     ours = frozenset(cid for cid, _ in plan.chunks)
     # What only the previous version's dropped chunks support is no partner: it is about to go.
@@ -235,15 +285,23 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
     todo = [e for e in plan.entities if e.id in new]
     if todo:
-        with trace.step("embed_entities", count=len(todo), stored=len(plan.entities) - len(todo)):
-            texts = [entity_text(e) for e in todo]
-            vectors = []
-            for start in range(0, len(texts), ENTITY_EMBED_BATCH):  # a delete or newer upload stops it between batches
-                report("embedding entities", start, len(texts))
-                vectors.extend(rt.gateway.embed(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
-                                                purpose="entity embedding"))  # fmt: skip
-            plan.embeddings = {e.id: v for e, v in zip(todo, vectors, strict=True)}
+        vectors = dict(extracted.name_vectors)
+        late = sorted({entity_text(e) for e in todo} - set(vectors))
+        if late:
+            vectors.update(_embed_names(rt, late, trace, report, stored=len(plan.entities) - len(todo)))
+        plan.embeddings = {e.id: vectors[entity_text(e)] for e in todo}
     return plan
+
+
+def _embed_names(rt: Runtime, texts: list[str], trace: Trace, report: ProgressFn, *, stored: int) -> dict[str, np.ndarray]:
+    """Vectors of entity texts, in batches of ``ENTITY_EMBED_BATCH`` (a delete or newer upload stops it between them)."""
+    vectors = []
+    with trace.step("embed_entities", count=len(texts), stored=stored):
+        for start in range(0, len(texts), ENTITY_EMBED_BATCH):
+            report("embedding entities", start, len(texts))
+            vectors.extend(rt.gateway.embed(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
+                                            purpose="entity embedding"))  # fmt: skip
+    return dict(zip(texts, vectors, strict=True))
 
 
 def chunk_mentions(extracted: list[Entity], result: DedupResult, chunks: frozenset[str]) -> list[Entity]:
@@ -376,7 +434,7 @@ _NAME_LIKE = re.compile(r"(?:^|[\s(\-])[^\W\d_a-z][^\W\d_A-Z]")
 
 
 def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: GraphPlan, old_chunk_ids: list[str],
-                images: list | None = None) -> RemovalReport:  # fmt: skip
+                images: list | None = None, *, fence=None) -> RemovalReport:  # fmt: skip
     """Write a plan: remove the provenance of chunks the version no longer has, then upsert the rest.
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
@@ -387,12 +445,14 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     entity without a vector (new, or its vector dropped) is embedded.
 
     Runs inside the document's lock, right before the chunk swap (a failure here leaves the chunks and the row
-    at the previous version).
+    at the previous version). With ``fence`` (the locks' :class:`~ragtopics.storage.locks.Fence`) every graph
+    write is fenced (:meth:`~ragtopics.graph.store.GraphStore.fence_writes`): a holder that lost a lock
+    stops with :class:`~ragtopics.storage.locks.LockLostError` at its next write.
 
     Returns:
         What the removal of the dropped chunks removed and kept.
     """
-    store = graph_store(rt, topic)
+    store = graph_store(rt, topic).fence_writes(fence)
     store.ensure()
     if getattr(topic.settings, "local_keyword_search", False):
         store.ensure_keyword_index()

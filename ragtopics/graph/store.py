@@ -343,6 +343,10 @@ def falkordb_for(client: redis.Redis) -> FalkorDB:
     return _CLIENTS[pool]
 
 
+#: The FalkorDB commands that may change a graph (a fenced store runs them under its locks).
+_WRITE_COMMANDS = frozenset({"GRAPH.QUERY", "GRAPH.DELETE", "GRAPH.COPY"})
+
+
 class GraphStore:
     """The FalkorDB graph of one GraphRAG Topic.
 
@@ -358,6 +362,34 @@ class GraphStore:
         self.name = graph_name or f"rt-{topic_id}-graph"
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
+
+    def fence_writes(self, fence) -> "GraphStore":
+        """Make every later write of this store depend on ``fence`` (a :class:`~ragtopics.storage.locks.Fence`).
+
+        On the server that holds the locks (the app's own Redis, the default Graph Database), each
+        write query runs in a transaction that watches the lock keys: a holder that lost its lock
+        writes nothing. A Graph Database on another server cannot watch them: each write is then
+        preceded by :meth:`~ragtopics.storage.locks.Fence.check`. Reads are not fenced.
+
+        Returns:
+            This store.
+        """
+        if fence is None or not fence.held:
+            return self
+        plain = self.graph.execute_command
+        text_client = self.graph.client.connection
+        same_server = fence.covers(self.client)
+
+        def execute(*command, **options):
+            if not command or str(command[0]).upper() not in _WRITE_COMMANDS:
+                return plain(*command, **options)
+            if same_server:
+                return fence.execute(text_client, *command)
+            fence.check()
+            return plain(*command, **options)
+
+        self.graph.execute_command = execute
+        return self
 
     # -- lifecycle -------------------------------------------------------------------------
 

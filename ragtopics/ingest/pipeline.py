@@ -34,7 +34,7 @@ from ragtopics.tracing.trace import Trace, TraceEvent
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks, graph_write_lock
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
@@ -279,6 +279,10 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                    extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
     """Plan the graph share (GraphRAG), then store the version: picture files, chunk swap and graph under the lock.
 
+    For a GraphRAG Topic the extraction runs first, with no lock; the deduplication against the graph, the
+    graph writes and the chunk swap then run under the Topic's graph write lock (one upload of the Topic at
+    a time), the writes also under the document's lock, each fenced with both locks' tokens.
+
     Called at the end of :func:`ingest_document`, or by the job that finishes a GraphRAG
     upload whose extraction fanned out (its chunks' extractions are then in the cache;
     ``graph_failures`` names the chunks whose extraction failed there, ``extracted_elsewhere``
@@ -288,12 +292,19 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 
     def store() -> IngestResult:
         records = version.records
-        graph = None
-        if topic.kind == "graphrag":
-            from ragtopics.graph.ingest import plan_graph  # the NLP library loads only for GraphRAG Topics
+        if topic.kind != "graphrag":
+            return store_under_locks(None, None)
+        from ragtopics.graph.ingest import complete_plan, extract_graph  # the NLP library loads only for GraphRAG Topics
 
-            graph = plan_graph(rt, topic, records, report, trace, known_failures=graph_failures,
-                               extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        # The slow half (extraction, name vectors) needs no lock; deduplication against the graph and the
+        # writes run under the Topic's graph write lock, so concurrent uploads plan against each other's graph.
+        extracted = extract_graph(rt, topic, records, report, trace, known_failures=graph_failures,
+                                  extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
+            return store_under_locks(complete_plan(rt, topic, records, extracted, report, trace), graph_fence)
+
+    def store_under_locks(graph, graph_fence) -> IngestResult:
+        records = version.records
         images = _graph_images(rt, topic, version, graph, trace) if graph is not None else []
         report("storing", len(records), len(records))
         status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
@@ -302,6 +313,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         if graph is not None:
             indexed_with["graph"] = graph.summary()
         with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S) as fence:  # a newer upload or a delete waits for the swap
+            if graph_fence is not None:
+                fence = fence.joined(graph_fence)  # every write needs both locks still held
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
@@ -312,8 +325,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 
                     if records:
                         index.ensure()  # an index built by another embedder refuses the chunks before the graph changes
-                    fence.check()  # the graph store cannot watch the lock: a holder that lost it stops here
-                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images)
+                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images,
+                                          fence=fence)  # every graph write is fenced: a holder that lost a lock writes nothing  # fmt: skip
                     mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
 

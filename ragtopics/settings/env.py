@@ -217,6 +217,9 @@ class Settings(BaseSettings):
                                description="Seconds a console login lasts without activity.")  # fmt: skip
     queue_name: str = Field("ragtopics", alias="RQ_QUEUE", description="Name of the RQ job queue.")
     job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S", description="Longest a job may run, in seconds.")
+    worker_heartbeat_s: int = Field(10, ge=1, le=600, alias="WORKER_HEARTBEAT_S",
+                                    description="Seconds between a worker's signs of life, also while it runs a job; a worker silent for three of "
+                                                "them is dead, and the next worker's maintenance pass (also every this many seconds) queues its job again.")  # fmt: skip
     max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT",
                                          description="Most chunks one file may give; a larger file is refused before any model call.")  # fmt: skip
     extraction_concurrency: int = Field(4, ge=1, le=256, alias="EXTRACTION_CONCURRENCY",

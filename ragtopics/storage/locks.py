@@ -9,7 +9,13 @@ row and the file its link serves.
 A holder that stalls past the lock's time to live loses it, and another may take it. Both
 context managers therefore give the block a :class:`Fence`: the lock tokens it holds. A write
 fenced with it (the chunk swap, through :meth:`Fence.watch`) happens only while every token is
-still in its key, and :meth:`Fence.check` stops a holder before a write that cannot be fenced.
+still in its key; :meth:`Fence.execute` runs any other Redis or FalkorDB command that way (the
+graph writes of an upload), and :meth:`Fence.check` stops a holder before a write that cannot be
+fenced (a Graph Database on another server).
+
+A GraphRAG Topic also has a graph write lock (:func:`graph_write_lock`): an upload deduplicates its
+entities against the graph and writes them under it, so concurrent uploads into one Topic never
+create the same entity twice under two names.
 """
 
 from __future__ import annotations
@@ -96,10 +102,57 @@ class Fence:
             pipe.reset()
             raise
 
+    def covers(self, client: redis.Redis) -> bool:
+        """Whether ``client`` talks to the server (and database) the locks live in, so its writes can be fenced
+        by :meth:`execute`; a write elsewhere can only be preceded by :meth:`check`."""
+        return _server_of(client) == _server_of(self.client)
+
+    def execute(self, client: redis.Redis, *command):
+        """Run one Redis command only while every lock is still this block's, and return its reply.
+
+        WATCH the lock keys, compare the tokens, then send the command in MULTI/EXEC: if a lock changes
+        hands before EXEC, nothing is run. ``client`` must be on the locks' server (:meth:`covers`); it
+        may decode replies (the tokens are compared as bytes either way).
+
+        Raises:
+            LockLostError: a lock is lost, before the command or at its EXEC (the command did not run).
+            ValueError: ``client`` is on another server than the locks.
+        """
+        if not self.held:
+            return client.execute_command(*command)
+        if not self.covers(client):
+            raise ValueError("a fenced write must go to the server that holds the locks")
+        keys = [key for key, _ in self.held]
+        with client.pipeline(transaction=True) as pipe:
+            pipe.watch(*keys)
+            if self.lost:
+                raise self._lost_error()
+            self._compare([_bytes(value) for value in pipe.mget(keys)])
+            pipe.multi()
+            pipe.execute_command(*command)
+            try:
+                [reply] = pipe.execute()
+            except redis.WatchError:
+                raise self.lost_at_exec() from None
+        return reply
+
+    def joined(self, other: "Fence") -> "Fence":
+        """A fence holding this one's locks and ``other``'s (same client), for writes that need both."""
+        return Fence(self.client, self.held + [held for held in other.held if held not in self.held])
+
     def lost_at_exec(self) -> LockLostError:
         """The error for a fenced transaction whose EXEC failed (a watched lock changed hands meanwhile)."""
         self.lost += [key for key, _ in self.held if key not in self.lost]
         return self._lost_error()
+
+
+def _bytes(value) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _server_of(client: redis.Redis) -> tuple:
+    kwargs = client.connection_pool.connection_kwargs
+    return kwargs.get("host"), kwargs.get("port"), kwargs.get("path"), kwargs.get("db", 0)
 
 
 def _name(lock) -> str:
@@ -134,6 +187,38 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
         try:
             lock.release()
         except redis.exceptions.LockError:  # expired while held: someone else may hold it now; nothing to release
+            pass
+
+
+def graph_lock_key(topic_id: str) -> str:
+    """The Redis key of a GraphRAG Topic's graph write lock."""
+    return f"rt:lock:graph:{topic_id}"
+
+
+@contextmanager
+def graph_write_lock(client: redis.Redis, topic_id: str, *, wait_s: float = LOCK_WAIT_S) -> Iterator[Fence]:
+    """Hold a GraphRAG Topic's graph write lock for the duration of the block, which gets the lock's :class:`Fence`.
+
+    An upload decides which of its entities are ones the graph already holds (deduplication) and
+    writes the result under this lock, so two uploads into one Topic never both create an entity
+    the other one is creating under another name: the second plans against the first one's graph.
+    The slow parts of an upload (extraction, embedding) run before it is taken. Taken before a
+    document lock, never while holding one.
+
+    Raises:
+        StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
+    """
+    lock = client.lock(graph_lock_key(topic_id), timeout=LOCK_TTL_S, blocking_timeout=wait_s)
+    if not lock.acquire():
+        raise StoreUnavailableError(f"the graph of Topic {topic_id} is busy (another upload is writing it); try again")
+    try:
+        fence = Fence(client, [(_name(lock), _token(lock))])
+        with _Renewal(client, [lock], fence):
+            yield fence
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:  # expired while held: someone else may hold it now
             pass
 
 

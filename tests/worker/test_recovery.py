@@ -1,9 +1,14 @@
-"""Documents whose job chain a crash cut are found at worker start and indexed after all; live chains are left alone.
+"""Documents whose job chain a crash cut are found and indexed after all; live chains are left alone.
 
 The crash is reproduced on the real Redis as it leaves things: the job hash gone, a job ``started`` by a
-worker that no longer runs, a finishing job ``deferred`` behind extraction jobs that are gone."""
+worker that no longer runs, a finishing job ``deferred`` behind extraction jobs that are gone. With several
+workers, recovery runs while others work: a job between two of rq's lists, or started by a worker whose
+heartbeat rq still holds, is alive; a document finished while recovery looked at it is left as it is."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 from rq import SimpleWorker
 from rq.job import Job
@@ -24,7 +29,7 @@ def test_a_queued_job_is_alive_and_a_lost_one_is_queued_again(rt, run_jobs):
     assert stranded_reason(rt, doc.job_id) is None and recover_stranded(rt) == []
 
     queue_for(rt).remove(doc.job_id)  # what a crash between two writes leaves: the hash says queued, the queue lacks it
-    assert stranded_reason(rt, doc.job_id) == f"job {doc.job_id} says queued but is not in its queue"
+    assert stranded_reason(rt, doc.job_id) == f"job {doc.job_id} says queued but rq holds it nowhere"
     Job.fetch(doc.job_id, connection=rt.redis).delete()
     [recovered] = recover_stranded(rt)
     assert (recovered.file_name, recovered.why, recovered.action) == ("pumps.txt", f"job {doc.job_id} is gone", "requeued")
@@ -103,3 +108,106 @@ def test_a_requeued_job_is_not_failed_later_by_what_the_dead_worker_left(rt, run
     job.set_status("queued")
     run_jobs()
     assert get_document(rt, doc.id).status == "indexed"
+
+
+def _started_by(rt, job_id: str, worker_name: str) -> Job:
+    job = Job.fetch(job_id, connection=rt.redis)
+    job.worker_name = worker_name
+    job.set_status("started")
+    job.save()
+    return job
+
+
+def test_a_job_a_worker_is_taking_or_running_is_never_queued_again(rt, run_jobs):
+    from rq.registry import StartedJobRegistry
+
+    topic = create_topic(rt, "Taking")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    queue = queue_for(rt)
+    # a worker took the job (rq's LMOVE into the intermediate list) and has not started it yet
+    assert rt.redis.lmove(queue.key, queue.intermediate_queue_key) is not None
+    assert stranded_reason(rt, doc.job_id) is None and recover_stranded(rt) == []
+    # it started it; the worker's key has expired, but its execution is renewed in rq's started registry
+    rt.redis.lrem(queue.intermediate_queue_key, 0, doc.job_id)
+    _started_by(rt, doc.job_id, "a-worker-with-an-old-key")
+    registry = StartedJobRegistry(queue=queue)
+    rt.redis.zadd(registry.key, {f"{doc.job_id}:live-execution": time.time() + 60})
+    assert stranded_reason(rt, doc.job_id) is None and recover_stranded(rt) == []
+    assert get_document(rt, doc.id).status == "queued" and queue.count == 0  # nothing queued twice
+
+    # its heartbeats stop: once the execution expires, rq's clean-up fails it as abandoned, and only then is it queued again
+    rt.redis.zadd(registry.key, {f"{doc.job_id}:live-execution": time.time() - 1})
+    registry.cleanup()  # rq's maintenance pass (recover_stranded runs it too)
+    abandoned = Job.fetch(doc.job_id, connection=rt.redis)
+    assert abandoned.get_status(refresh=True) == "failed" and "AbandonedJobError" in (abandoned.exc_info or "")
+    [recovered] = recover_stranded(rt)
+    assert recovered.action == "requeued" and recovered.why == f"job {doc.job_id} is failed"
+    assert queue.count == 1 and recover_stranded(rt) == []  # a second pass (another worker) finds it queued
+    run_jobs()
+    assert get_document(rt, doc.id).status == "indexed"
+
+
+def test_a_document_finished_while_recovery_waits_for_its_lock_is_not_queued_again(rt):
+    from ragtopics.storage.locks import document_lock
+    from ragtopics.storage.metadata import DocumentRow
+
+    topic = create_topic(rt, "Finished meanwhile")
+    doc = upload_file(rt, topic, "pumps.txt", TEXT)
+    queue_for(rt).remove(doc.job_id)
+    _started_by(rt, doc.job_id, "a-worker-about-to-finish")
+    assert stranded_reason(rt, doc.job_id) == f"job {doc.job_id} was started by a worker that no longer runs"
+    results = []
+    with document_lock(rt.redis, doc.id):  # the job's finish holds the lock: recovery waits for it
+        recovery = threading.Thread(target=lambda: results.append(recover_stranded(rt)))
+        recovery.start()
+        time.sleep(0.5)
+        with rt.metadata.session() as s:  # what the finish writes under the lock: the row says indexed
+            row = s.get(DocumentRow, doc.id)
+            row.status = "indexed"
+            s.add(row)
+            s.commit()
+    recovery.join(timeout=30)
+    assert results == [[]]
+    assert get_document(rt, doc.id).status == "indexed" and queue_for(rt).count == 0
+
+
+def test_a_worker_keeps_a_long_job_alive_in_rqs_eyes_and_rq_abandons_it_once_the_heartbeats_stop(rt):
+    from rq.registry import StartedJobRegistry
+
+    from ragtopics.worker.main import ProductWorker
+
+    queue = queue_for(rt)
+    job = queue.enqueue(time.sleep, 4.5)  # longer than three heartbeats of one second
+    registry = StartedJobRegistry(queue=queue)
+    seen = []
+
+    def cleanup_midway() -> None:
+        time.sleep(3.5)
+        registry.cleanup()  # what another worker's maintenance pass does meanwhile
+        seen.append(job.get_status(refresh=True))
+
+    cleaner = threading.Thread(target=cleanup_midway)
+    cleaner.start()
+    ProductWorker([queue], rt=rt, heartbeat_s=1).work(burst=True, logging_level="WARNING")
+    cleaner.join()
+    assert seen == ["started"] and job.get_status(refresh=True) == "finished"
+
+    # a worker that stops sending heartbeats (killed): its execution expires three heartbeats later
+    stalled = queue.enqueue(time.sleep, 0)
+    stalled.set_status("started")
+    rt.redis.zadd(registry.key, {f"{stalled.id}:killed": time.time() + 3})
+    registry.cleanup()
+    assert stalled.get_status(refresh=True) == "started"
+    registry.cleanup(timestamp=time.time() + 3.5)
+    assert stalled.get_status(refresh=True) == "failed"
+
+
+def test_a_job_waiting_for_a_rate_limit_slot_is_alive(rt):
+    from rq.rate_limit import RateLimit
+
+    queue = queue_for(rt)
+    limit = RateLimit(key="extraction-test", concurrency=1)
+    first = queue.enqueue_call(time.sleep, args=(0,), rate_limit=limit)
+    waiting = queue.enqueue_call(time.sleep, args=(0,), rate_limit=limit)  # behind the first for the one slot
+    assert first.get_status(refresh=True) == "queued" and waiting.get_status(refresh=True) == "rate_limited"
+    assert stranded_reason(rt, waiting.id) is None

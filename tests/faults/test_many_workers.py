@@ -1,0 +1,186 @@
+"""Fault injection: three workers share one Redis while one of them is killed (SIGKILL) and restarted every few seconds.
+
+Uploads go into a RAG Topic and a GraphRAG Topic while the workers index them (real ``ragtopics worker``
+processes, as ``docker compose up --scale worker=3`` runs them). At the end every document must have been
+indexed exactly once: it says ``indexed``, the index holds exactly its chunks, one stored version
+(one upload trace) per document, nothing left queued or processing, no entity stored twice, and the
+GraphRAG Topic's graph is the one a sequential ingest of the same files builds.
+
+Sizes come from the environment, with defaults sized for CI (a worker takes seconds to start, most of
+it loading the embedding model, so a kill costs a worker's work for that long):
+
+- ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
+- ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills (each of a worker rq says is running a job);
+- ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
+- ``FAULT_WORKERS`` (default 3): worker processes.
+
+The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``. The workers
+share the test's data folder (the local file store and metadata database); :func:`worker_env` is the
+one place that says where a worker keeps things, to point the workers at other stores.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from rq.worker import Worker
+from sqlmodel import select
+
+from ragtopics.documents.uploads import upload_file
+from ragtopics.graph.ingest import graph_store
+from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.storage.metadata import TraceRow
+from ragtopics.topics.topics import Topic, create_topic
+from tests.faults.processes import document_rows, kill, start_worker, wait_for
+
+RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
+GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
+KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
+MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
+WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
+#: Seconds the whole run may take before the test gives up on what is not indexed yet.
+DEADLINE_S = 600 + 3 * (RAG_UPLOADS + GRAPH_UPLOADS)
+
+SITES = ["Leeds", "Dover", "Bergen", "Aarhus", "Lyon", "Porto", "Ghent", "Turku"]
+OWNERS = [("International Business Machines", "IBM"), ("European Space Agency", "ESA"),
+          ("World Health Organization", "WHO")]  # fmt: skip
+
+
+def rag_text(n: int) -> bytes:
+    """Two or three short paragraphs about one pump, different for every ``n``."""
+    rng = random.Random(n)
+    return "\n\n".join(f"Pump P-{n}-{p} at the {rng.choice(SITES)} plant is inspected every {rng.randint(10, 90)} days; "
+                       f"valve V-{n}-{p} feeds it." for p in range(rng.randint(2, 3))).encode()  # fmt: skip
+
+
+def graph_text(n: int) -> bytes:
+    """Two paragraphs naming sites, people and an organisation, by its long name in even files and its short one in odd."""
+    rng = random.Random(1000 + n)
+    owner = OWNERS[n % len(OWNERS)][n % 2]
+    return (f"{owner} runs the {rng.choice(SITES)} plant, where Engineer {rng.choice(['Ada', 'Ben', 'Cleo'])} Novak "
+            f"inspects pump P-{n}.\n\nThe {rng.choice(SITES)} line of {owner} feeds valve V-{n}.").encode()  # fmt: skip
+
+
+def worker_env(settings) -> dict[str, str]:
+    """What a worker of this test gets besides :func:`~tests.faults.processes.start_worker`'s (the test's Redis,
+    data folder and queue, an rq heartbeat every second): nothing more with the local file store and SQLite."""
+    return {}
+
+
+class Fleet:
+    """The worker processes: started, killed and restarted one at a time, each logging to its own file."""
+
+    def __init__(self, settings, llm_base_url: str, size: int, logs: Path):
+        self.settings, self.llm_base_url, self.logs = settings, llm_base_url, logs
+        self.workers = [self._start(n) for n in range(size)]
+        self.kills = 0
+
+    def _start(self, n: int):
+        return start_worker(self.settings, self.llm_base_url, self.logs / f"worker-{n}.log", worker_env(self.settings))
+
+    def busy(self, rt) -> list[int]:
+        """The workers (by number) that rq says are running a job now."""
+        running = {w.pid for w in Worker.all(connection=rt.redis) if w.get_state() == "busy"}
+        return [n for n, worker in enumerate(self.workers) if worker.pid in running and worker.poll() is None]
+
+    def kill_one(self, n: int) -> None:
+        """SIGKILL worker ``n`` and start it again."""
+        kill(self.workers[n])
+        self.kills += 1
+        self.workers[n] = self._start(n)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            try:
+                kill(worker)
+            except ProcessLookupError:  # it had exited, and its session with it
+                worker.wait(timeout=30)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.logs.glob("*.log")))
+
+
+def stored_traces(rt, topic: Topic) -> Counter:
+    """How many times each document of the Topic had a version stored (one upload trace with a ``store`` step each)."""
+    with rt.metadata.session() as s:
+        rows = s.exec(select(TraceRow).where(TraceRow.kind == "upload", TraceRow.topic_id == topic.id)).all()
+    return Counter(row.owner.split(":")[1] for row in rows if any(ev.get("step") == "store" for ev in row.events))
+
+
+def graph_shape(rt, topic: Topic) -> tuple[frozenset, int, int]:
+    """The graph as a sequential ingest would also build it: each entity as its type and every name it goes by
+    (which of them is its name depends on which file came first), the entity count and the relationship count."""
+    store = graph_store(rt, topic)
+    entities = list(store.all_entities())
+    return (frozenset((e.type, frozenset({e.name, *e.aliases})) for e in entities), len(entities),
+            sum(1 for _ in store.all_relationships()))  # fmt: skip
+
+
+def settled(rt, topics: list[Topic], expected: int) -> bool:
+    rows = [d for topic in topics for d in document_rows(rt, topic.id)]
+    return len(rows) == expected and all(d.status == "indexed" for d in rows)
+
+
+@pytest.mark.faults
+def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly_once(rt, settings, scripted_llm, tmp_path):
+    rag = create_topic(rt, "Many workers RAG", settings={"chunk_size": 120, "chunk_overlap": 0})
+    graph = create_topic(rt, "Many workers graph", kind="graphrag",
+                         settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
+    uploads = [(rag, f"pump-{n:04d}.txt", rag_text(n)) for n in range(RAG_UPLOADS)]
+    uploads += [(graph, f"plant-{n:04d}.txt", graph_text(n)) for n in range(GRAPH_UPLOADS)]
+    random.Random(7).shuffle(uploads)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    started = time.monotonic()
+    fleet = Fleet(settings, scripted_llm.base_url, WORKERS, logs)
+    rng = random.Random(20261203)
+    try:
+        sent = 0
+        next_kill = time.monotonic() + KILL_EVERY_S
+        while not (sent == len(uploads) and settled(rt, [rag, graph], len(uploads))):
+            assert time.monotonic() - started < DEADLINE_S, "not everything was indexed in time:\n" + fleet.log_tail()
+            if sent < len(uploads):  # uploads keep arriving while the workers are killed
+                for topic, name, data in uploads[sent : sent + max(1, len(uploads) // 20)]:
+                    upload_file(rt, topic, name, data)
+                    sent += 1
+            if fleet.kills < MAX_KILLS and time.monotonic() >= next_kill and (busy := fleet.busy(rt)):  # a kill in the middle of a job
+                fleet.kill_one(rng.choice(busy))
+                next_kill = time.monotonic() + KILL_EVERY_S
+            time.sleep(0.2)
+        took = time.monotonic() - started
+    finally:
+        fleet.stop()
+
+    rows = {topic.id: document_rows(rt, topic.id) for topic in (rag, graph)}
+    stuck = [d.file_name for r in rows.values() for d in r if d.status in ("queued", "processing")]
+    lost = [d.file_name for r in rows.values() for d in r if d.status != "indexed"]
+    duplicated = []
+    for topic in (rag, graph):
+        index = rt.chunk_index(topic.id)
+        counts = index.chunk_counts()
+        for d in rows[topic.id]:
+            assert counts.get(d.id, 0) == d.chunk_count > 0, f"{d.file_name}: {counts.get(d.id, 0)} chunks for {d.chunk_count}"
+        assert index.count() == sum(d.chunk_count for d in rows[topic.id]), "chunks that belong to no document"
+        stores = stored_traces(rt, topic)
+        duplicated += [d.file_name for d in rows[topic.id] if stores[d.id] > 1]
+    entities = list(graph_store(rt, graph).all_entities())
+    duplicated += [e.name for e in entities if sum(1 for f in entities if f.id == e.id) > 1]
+    print(f"\n[{WORKERS} workers] uploads {len(uploads)} ({RAG_UPLOADS} RAG, {GRAPH_UPLOADS} GraphRAG), kills {fleet.kills} "
+          f"(one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
+          f"{took:.0f} s")  # fmt: skip
+    assert not lost and not stuck and not duplicated, (lost, stuck, duplicated)
+    assert len(rows[rag.id]) == RAG_UPLOADS and len(rows[graph.id]) == GRAPH_UPLOADS
+    assert fleet.kills >= min(2, MAX_KILLS), "the run was too short to kill a worker mid-job"
+
+    reference = create_topic(rt, "Sequential graph", kind="graphrag",
+                             settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
+    for topic, name, data in sorted(uploads, key=lambda u: u[1]):
+        if topic.id == graph.id:
+            assert ingest_document(rt, upload_file(rt, reference, name, data).id).status == "indexed"
+    assert graph_shape(rt, graph) == graph_shape(rt, reference)

@@ -1,0 +1,121 @@
+"""Concurrent uploads into one GraphRAG Topic, and a writer that lost its lock.
+
+Two uploads naming the same organisations under different names ("International Business Machines"
+and "IBM") plan their deduplication under the Topic's graph write lock: run at once, they build the
+graph one of the two sequential orders builds, with no entity stored twice. A holder whose lock was
+taken over writes nothing: not the graph, not the chunks.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.graph.ingest import graph_store
+from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.storage.locks import LockLostError, document_lock, graph_lock_key, graph_write_lock, lock_key
+from ragtopics.topics.topics import create_topic
+from tests.graph.test_upload import CURIE, NLP
+
+FILES = {
+    "long names.txt": ("International Business Machines opened a research laboratory in Zurich in 1956.\n\n"
+                       "The European Central Bank met in Frankfurt with International Business Machines."),
+    "short names.txt": ("IBM opened a research laboratory in Zurich, where the ECB later held a meeting.\n\n"
+                        "IBM and the ECB met again in Frankfurt in 1999."),
+}  # fmt: skip
+
+
+def graph_of(rt, topic) -> tuple[frozenset[tuple[str, str]], int]:
+    """The ``(name, type)`` of each entity of a Topic's graph, and how many entities it stores."""
+    entities = list(graph_store(rt, topic).all_entities())
+    return frozenset((e.name, e.type) for e in entities), len(entities)
+
+
+def ingest_sequentially(rt, name: str, order: list[str]):
+    topic = create_topic(rt, name, kind="graphrag", settings=NLP)
+    for file_name in order:
+        doc = upload_file(rt, topic, file_name, FILES[file_name].encode())
+        assert ingest_document(rt, doc.id).status == "indexed"
+    return graph_of(rt, topic)
+
+
+def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_graph(rt):
+    expected = {ingest_sequentially(rt, "In order", list(FILES)), ingest_sequentially(rt, "Reversed", list(FILES)[::-1])}
+    names, count = next(iter(expected))
+    assert len(names) == count, "a sequential upload stores an entity twice"
+
+    topic = create_topic(rt, "At once", kind="graphrag", settings=NLP)
+    docs = [upload_file(rt, topic, file_name, text.encode()) for file_name, text in FILES.items()]
+    both_extracting = threading.Barrier(len(docs))
+    results, errors = [], []
+
+    def upload(doc) -> None:
+        waited = []
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase == "extracting" and not waited:  # both have read their file before either plans its graph
+                waited.append(True)
+                both_extracting.wait(timeout=120)
+
+        try:
+            results.append(ingest_document(rt, doc.id, progress).status)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upload, args=(doc,)) for doc in docs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors and results == ["indexed", "indexed"], (errors, results)
+    names, count = graph_of(rt, topic)
+    assert len(names) == count, "an entity is stored twice"
+    assert (names, count) in expected, f"{sorted(names)} is not what a sequential upload builds: {expected}"
+    named = {name for name, _ in names}
+    assert "IBM" not in named or "International Business Machines" not in named
+
+
+@pytest.fixture
+def curie(rt):
+    topic = create_topic(rt, "Fenced", kind="graphrag", settings=NLP)
+    doc = upload_file(rt, topic, "curie.txt", CURIE.encode())
+    assert ingest_document(rt, doc.id).status == "indexed"
+    return topic, get_document(rt, doc.id)
+
+
+def stored_state(rt, topic, doc) -> tuple:
+    store = graph_store(rt, topic)
+    entities = sorted((e.id, e.name, e.description, tuple(sorted(e.chunk_ids))) for e in store.all_entities())
+    return entities, store.stats(), sorted(rt.chunk_index(topic.id).document_chunk_ids(doc.id))
+
+
+def test_a_holder_whose_document_lock_was_taken_over_writes_nothing(rt, curie):
+    topic, doc = curie
+    before = stored_state(rt, topic, doc)
+    assert before[0] and before[2]
+    with document_lock(rt.redis, doc.id) as fence:
+        rt.redis.set(lock_key(doc.id), b"the-next-holder")  # it expired while this holder stalled, and was taken
+        store = graph_store(rt, topic).fence_writes(fence)
+        with pytest.raises(LockLostError):
+            store.remove_document(doc.id)
+        with pytest.raises(LockLostError):
+            store.remove_chunks(before[2])
+        with pytest.raises(LockLostError):
+            rt.chunk_index(topic.id).replace_document(doc.id, [], fence=fence)
+    assert stored_state(rt, topic, doc) == before
+
+
+def test_a_holder_whose_graph_lock_was_taken_over_writes_nothing(rt, curie):
+    topic, doc = curie
+    before = stored_state(rt, topic, doc)
+    with graph_write_lock(rt.redis, topic.id) as graph_fence, document_lock(rt.redis, doc.id) as fence:
+        both = fence.joined(graph_fence)
+        store = graph_store(rt, topic).fence_writes(both)
+        store.ensure()  # both locks held: fenced queries run (and their replies parse)
+        assert store.document_chunk_ids(doc.id) == before[2]
+        rt.redis.set(graph_lock_key(topic.id), b"another-upload")
+        with pytest.raises(LockLostError):
+            store.remove_document(doc.id)
+    assert stored_state(rt, topic, doc) == before
