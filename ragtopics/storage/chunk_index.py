@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 import redis
-import snowballstemmer
+import Stemmer
 from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
@@ -51,7 +51,8 @@ _TERMS_TOTAL = "*"
 _TERMS_KEYED_BY = "english-stem"
 #: RediSearch matches a word of a TEXT field by its Snowball (Porter2) English stem too, so a count
 #: query for ``films`` counts the chunks holding ``film``; the counts are kept per stem to agree with it.
-_STEMMER = snowballstemmer.stemmer("english")
+#: PyStemmer wraps the same C library (libstemmer) RediSearch uses, at about 0.3 µs a word.
+_STEMMER = Stemmer.Stemmer("english")
 
 
 def term_stems(words: Iterable[str]) -> set[str]:
