@@ -99,3 +99,15 @@ def install(api: FastAPI) -> None:
         problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}"
                              for e in exc.errors())  # fmt: skip
         return ApiError(400, f"invalid request: {problems}", "invalid_request").response()
+
+
+def answered(call):
+    """``call()``, any error it raises answered in the API's error shape (:func:`api_error`).
+
+    Raises:
+        ApiError: for every exception of ``call``.
+    """
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        raise api_error(exc) from None

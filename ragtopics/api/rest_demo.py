@@ -27,11 +27,6 @@ class CreateDemoLinkRequest(BaseModel):
     link_rate: int = Field(links.DEFAULT_LINK_RATE, description="Questions per minute all visitors of the link may ask together.")
 
 
-def _run(call):
-    try:
-        return call()
-    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
-        raise errors.api_error(exc) from None
 
 
 def add_routes(app: FastAPI, rt: Runtime) -> None:
@@ -43,7 +38,7 @@ def add_routes(app: FastAPI, rt: Runtime) -> None:
         `urls` (behind PUBLIC_BASE_URL, the address of this request, the share link) and `notes` (where it works).
         Needs the operator role."""
         base = request_base_url(request.headers, request.url.scheme)
-        return _run(lambda: links.create_link(rt, name, hours=body.hours, allow_sources=body.allow_sources,
+        return errors.answered(lambda: links.create_link(rt, name, hours=body.hours, allow_sources=body.allow_sources,
                                               visitor_rate=body.rate, link_rate=body.link_rate, created_by=user.username,
                                               base_urls=[base] if base else []).to_dict())  # fmt: skip
 
@@ -51,16 +46,16 @@ def add_routes(app: FastAPI, rt: Runtime) -> None:
     def listed(topic: str | None = None, user: User = needs("operator")) -> list[dict]:
         """Every demo link (of one Topic with `?topic=NAME`), newest first: `[{"id", "topic", "state", "expires_at",
         "allow_sources", "visitor_rate", "link_rate", "turns", ...}]`, never a token. Needs the operator role."""
-        return _run(lambda: [k.to_dict() for k in links.list_links(rt, topic)])
+        return errors.answered(lambda: [k.to_dict() for k in links.list_links(rt, topic)])
 
     @app.delete("/demo-links/{link_id}", tags=["demo links"])
     def revoke(link_id: str, delete_chats: bool = False, user: User = needs("operator")) -> dict:
         """Revoke a demo link now (`?delete_chats=true` also deletes what its visitors asked):
         `{"id", "revoked_at", "deleted_turns"}`. Needs the operator role."""
-        return _run(lambda: links.revoke_link(rt, link_id, delete_chats=delete_chats))
+        return errors.answered(lambda: links.revoke_link(rt, link_id, delete_chats=delete_chats))
 
     @app.get("/demo-links/{link_id}/chats", tags=["demo links"])
     def chats(link_id: str, user: User = needs("operator")) -> list[dict]:
         """What visitors asked through a demo link, oldest first: `[{"id", "visitor", "question", "answer", "sources",
         "created_at"}]`. Needs the operator role."""
-        return _run(lambda: links.list_turns(rt, link_id))
+        return errors.answered(lambda: links.list_turns(rt, link_id))

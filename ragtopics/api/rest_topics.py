@@ -51,12 +51,6 @@ class EvalRunRequest(BaseModel):
     retrieval_only: bool = Field(True, description="Route and search only, no answers (fast).")
 
 
-def _run(call):
-    """``call()``, its errors answered in the API's shape."""
-    try:
-        return call()
-    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
-        raise errors.api_error(exc) from None
 
 
 def add_routes(app: FastAPI, rt: Runtime) -> None:
@@ -73,14 +67,14 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
     def create(body: CreateTopicRequest, user: User = needs("operator")) -> dict:
         """Create a Topic with its settings (checked as the console and `ragtopics topic create` check them): the
         Topic as `GET /topics/{name}` shows it. Needs the operator role."""
-        return _run(lambda: shapes.topic_detail(create_topic(rt, body.name, kind=body.kind, description=body.description,
+        return errors.answered(lambda: shapes.topic_detail(create_topic(rt, body.name, kind=body.kind, description=body.description,
                                                              settings=body.settings)))  # fmt: skip
 
     @app.patch("/topics/{name}", tags=["topics"])
     def configure(name: str, body: ConfigureTopicRequest, user: User = needs("operator")) -> dict:
         """Change settings (as `ragtopics topic set`): the Topic at its new settings version. Nothing is stored when a
         value is refused. Needs the operator role."""
-        return _run(lambda: shapes.topic_detail(update_settings(rt, name, body.settings)))
+        return errors.answered(lambda: shapes.topic_detail(update_settings(rt, name, body.settings)))
 
     @app.delete("/topics/{name}", tags=["topics"])
     def delete(name: str, user: User = needs("operator")) -> dict:
@@ -93,7 +87,7 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
             rt.check_store()
             return shapes.topic_deletion(delete_topic(rt, name))
 
-        return _run(remove)
+        return errors.answered(remove)
 
 
 def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
@@ -113,7 +107,7 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
             job_id = enqueue_rebuild(rt, topic)
             return {"job_id": job_id, "status": job_progress(rt, job_id).status}
 
-        return _run(enqueue)
+        return errors.answered(enqueue)
 
     @app.get("/topics/{name}/communities", tags=["graph"])
     def communities(name: str, user: User = needs("operator")) -> dict:
@@ -130,19 +124,19 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
             known = progress is not None and progress.status != "missing"
             return {**stats, "job": shapes.job(progress) if known else None, "next_refresh": next_refresh(rt, topic.id)}
 
-        return _run(status)
+        return errors.answered(status)
 
     @app.get("/topics/{name}/graph", tags=["graph"])
     def graph(name: str, user: User = needs("viewer")) -> dict:
         """The graph's counts, as `ragtopics graph --stats` prints them: chunks, entities, relationships, documents,
         communities, summaries, the last community run, `recompute_due`. Needs the viewer role."""
-        return _run(lambda: graph_stats(rt, get_topic(rt, name)))
+        return errors.answered(lambda: graph_stats(rt, get_topic(rt, name)))
 
     @app.get("/topics/{name}/graph/entities/{entity}", tags=["graph"])
     def entity(name: str, entity: str, user: User = needs("viewer")) -> dict:
         """One entity by name or alias, as `ragtopics graph --entity` prints it: type, description, aliases, chunks,
         relationships and communities. Needs the viewer role."""
-        return _run(lambda: entity_info(rt, get_topic(rt, name), entity))
+        return errors.answered(lambda: entity_info(rt, get_topic(rt, name), entity))
 
 
 def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
@@ -155,7 +149,7 @@ def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
         its job's id. Needs the operator role."""
         assignments = [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in body.settings.items()]
         text = json.dumps(body.questions, ensure_ascii=False)
-        return _run(lambda: {"run_id": start_run(rt, name, text, assignments=assignments, route=body.route,
+        return errors.answered(lambda: {"run_id": starterrors.answered(rt, name, text, assignments=assignments, route=body.route,
                                                  retrieval_only=body.retrieval_only)})  # fmt: skip
 
     @app.get("/evals/{run_id}", tags=["evaluation"])
@@ -164,8 +158,8 @@ def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
         answers) and one result row per question. Needs the operator role."""
 
         def load() -> dict:
-            info, questions = load_run(rt, run_id)
+            info, questions = loaderrors.answered(rt, run_id)
             progress = job_progress(rt, run_id)
-            return shapes.eval_run(info, questions, progress if progress.status != "missing" else None)
+            return shapes.evalerrors.answered(info, questions, progress if progress.status != "missing" else None)
 
-        return _run(load)
+        return errors.answered(load)

@@ -176,18 +176,9 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
     Raises:
         StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
     """
-    lock = client.lock(lock_key(document_id), timeout=LOCK_TTL_S, blocking_timeout=wait_s)
-    if not lock.acquire():
-        raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); try again")
-    try:
-        fence = Fence(client, [(_name(lock), _token(lock))])
-        with _Renewal(client, [lock], fence):
-            yield fence
-    finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:  # expired while held: someone else may hold it now; nothing to release
-            pass
+    with _held(client, lock_key(document_id), wait_s,
+               f"document {document_id} is busy (another upload or delete holds it); try again") as fence:
+        yield fence
 
 
 def graph_lock_key(topic_id: str) -> str:
@@ -208,9 +199,21 @@ def graph_write_lock(client: redis.Redis, topic_id: str, *, wait_s: float = LOCK
     Raises:
         StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
     """
-    lock = client.lock(graph_lock_key(topic_id), timeout=LOCK_TTL_S, blocking_timeout=wait_s)
+    with _held(client, graph_lock_key(topic_id), wait_s,
+               f"the graph of Topic {topic_id} is busy (another upload is writing it); try again") as fence:
+        yield fence
+
+
+@contextmanager
+def _held(client: redis.Redis, key: str, wait_s: float, busy: str) -> Iterator[Fence]:
+    """Hold the lock at ``key`` (renewed while held) for the block, which gets its :class:`Fence`.
+
+    Raises:
+        StoreUnavailableError: with the message ``busy`` when the lock is not free within ``wait_s`` seconds.
+    """
+    lock = client.lock(key, timeout=LOCK_TTL_S, blocking_timeout=wait_s)
     if not lock.acquire():
-        raise StoreUnavailableError(f"the graph of Topic {topic_id} is busy (another upload is writing it); try again")
+        raise StoreUnavailableError(busy)
     try:
         fence = Fence(client, [(_name(lock), _token(lock))])
         with _Renewal(client, [lock], fence):
@@ -218,7 +221,7 @@ def graph_write_lock(client: redis.Redis, topic_id: str, *, wait_s: float = LOCK
     finally:
         try:
             lock.release()
-        except redis.exceptions.LockError:  # expired while held: someone else may hold it now
+        except redis.exceptions.LockError:  # expired while held: someone else may hold it now; nothing to release
             pass
 
 
