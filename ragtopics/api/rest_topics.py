@@ -149,7 +149,7 @@ def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
         its job's id. Needs the operator role."""
         assignments = [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in body.settings.items()]
         text = json.dumps(body.questions, ensure_ascii=False)
-        return errors.answered(lambda: {"run_id": starterrors.answered(rt, name, text, assignments=assignments, route=body.route,
+        return errors.answered(lambda: {"run_id": start_run(rt, name, text, assignments=assignments, route=body.route,
                                                  retrieval_only=body.retrieval_only)})  # fmt: skip
 
     @app.get("/evals/{run_id}", tags=["evaluation"])
@@ -158,8 +158,8 @@ def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
         answers) and one result row per question. Needs the operator role."""
 
         def load() -> dict:
-            info, questions = loaderrors.answered(rt, run_id)
+            info, questions = load_run(rt, run_id)
             progress = job_progress(rt, run_id)
-            return shapes.evalerrors.answered(info, questions, progress if progress.status != "missing" else None)
+            return shapes.eval_run(info, questions, progress if progress.status != "missing" else None)
 
         return errors.answered(load)
