@@ -17,8 +17,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import free_port
 
@@ -200,3 +204,18 @@ class SeaweedS3:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def running(service, prefix: str) -> Iterator:
+    """A module fixture's body: ``service`` (``PostgresCluster`` or ``SeaweedS3``) started in a temporary
+    folder named ``prefix…``, stopped and removed after; the test is skipped, saying why, when it cannot run here."""
+    reason = service.missing()
+    if reason:
+        pytest.skip(reason)
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    server = service(folder).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -288,9 +288,14 @@ def get_link(rt: Runtime, link_id: str) -> DemoLink:
     """
     with rt.metadata.session() as s:
         row = s.get(DemoLinkRow, link_id)
+    return _link(_found(row, link_id))
+
+
+def _found(row: DemoLinkRow | None, link_id: str) -> DemoLinkRow:
+    """``row``, or NotFoundError naming ``link_id`` when there is none."""
     if row is None:
         raise NotFoundError(f"no demo link {link_id!r} (`ragtopics demo list` shows them)")
-    return _link(row)
+    return row
 
 
 def revoke_link(rt: Runtime, link_id: str, *, delete_chats: bool = False) -> dict:
@@ -308,9 +313,7 @@ def revoke_link(rt: Runtime, link_id: str, *, delete_chats: bool = False) -> dic
         NotFoundError: no such link.
     """
     with rt.metadata.session() as s:
-        row = s.get(DemoLinkRow, link_id)
-        if row is None:
-            raise NotFoundError(f"no demo link {link_id!r} (`ragtopics demo list` shows them)")
+        row = _found(s.get(DemoLinkRow, link_id), link_id)
         if row.revoked_at is None:
             row.revoked_at = utcnow()
             s.add(row)

@@ -6,7 +6,6 @@ only Redis, the metadata database and the bucket.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,23 +28,14 @@ from ragtopics.topics.topics import create_topic
 from ragtopics.ui.files_route import add_file_route
 from ragtopics.ui.web import SCOPE_USER
 from ragtopics.worker.queue import queue_for
-from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, SeaweedS3
+from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, SeaweedS3, running
 
 BUCKET = "ragtopics-files"
 
 
 @pytest.fixture(scope="module")
 def s3_server():
-    reason = SeaweedS3.missing()
-    if reason:
-        pytest.skip(reason)
-    folder = Path(tempfile.mkdtemp(prefix="ragtopics-s3-"))
-    server = SeaweedS3(folder).start()
-    yield server
-    server.stop()
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
+    yield from running(SeaweedS3, "ragtopics-s3-")
 
 
 @pytest.fixture

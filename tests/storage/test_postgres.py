@@ -4,11 +4,8 @@ through the product's own functions. Skipped, saying why, where PostgreSQL is no
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -30,19 +27,12 @@ from ragtopics.storage.migrate import head_revision, schema_revision
 from ragtopics.storage.topics import count_topic_rows
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, update_settings
-from tests.services import PostgresCluster
+from tests.services import PostgresCluster, running
 
 
 @pytest.fixture(scope="module")
 def postgres():
-    reason = PostgresCluster.missing()
-    if reason:
-        pytest.skip(reason)
-    folder = Path(tempfile.mkdtemp(prefix="ragtopics-pg-"))
-    cluster = PostgresCluster(folder).start()
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(folder, ignore_errors=True)
+    yield from running(PostgresCluster, "ragtopics-pg-")
 
 
 @pytest.fixture
