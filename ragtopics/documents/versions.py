@@ -120,7 +120,7 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
     plan = version.graph
     store = graph_store(rt, topic).fence_writes(fence)
     old_ids = document_chunk_ids(rt, topic, store, version.document_id)  # the graph's too: a re-embed drops the index
-    entity_ids = {e.id for e in plan.mentions or plan.entities}
+    entity_ids = {e.id for e in [*plan.entities, *plan.mentions]}
     entity_ids |= {r.source_id for r in plan.relationships} | {r.target_id for r in plan.relationships}
     share = read_share(store, version.document_id, old_ids | {cid for cid, _ in plan.chunks}, entity_ids,
                        [(r.source_id, r.target_id) for r in plan.relationships])  # fmt: skip
@@ -134,7 +134,7 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
 
 def store_versions(rt: Runtime, topic, versions: list[Version], *, fence: Fence,
                    on_swap: Callable[[dict[str, int], float], None] | None = None) -> list[Stored]:  # fmt: skip
-    """Store the rows and chunks of versions with no graph share (or whose share is written): all or none.
+    """Store the rows and chunks of versions (RAG, or GraphRAG once the graph share is written): all or none.
 
     One SQL transaction writes every row; right before it commits, one chunk swap (one MULTI/EXEC)
     replaces every document's chunks. If the swap fails the transaction rolls back; if the commit

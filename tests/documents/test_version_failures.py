@@ -5,12 +5,13 @@ first version, then injects a failure into one step of storing the next one (the
 write, the row write) and compares every store with what it held before: the chunk hashes of the
 document, every node and edge of the Topic's graph with all their properties, and the row's version
 fields. The row then says ``failed``, naming the failure and that the previous version is still
-searchable. Uploads of a RAG and of a GraphRAG Topic, and graph imports, are covered; a clean retry
-afterwards stores the new version.
+searchable. Uploads of a RAG and of a GraphRAG Topic (with pictures in the graph too), and graph imports,
+are covered; a clean retry afterwards stores the new version.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 
@@ -28,6 +29,7 @@ from ragtopics.worker.queue import job_progress
 from tests.scripted_llm import capitalised_entities
 
 GRAPH = {"graph_extraction_method": "LLM", "chunk_size": 120, "chunk_overlap": 0}
+NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
 RAG = {"chunk_size": 120, "chunk_overlap": 0}
 FIRST = ("Alderney ships pumps to Brecqhou every spring.\n\n"
          "Caldey repairs the pumps that Alderney ships.")  # fmt: skip
@@ -180,3 +182,30 @@ def test_a_failed_graph_re_import_leaves_the_previous_import_whole(rt, monkeypat
     assert get_document(rt, doc_id).status == "indexed"
     store = graph_store(rt, topic)
     assert store.entity_by_name("Caldey") is None and store.entity_by_name("Fetlar") is not None
+
+
+def pictured_docx(person: str, colour: tuple[int, int, int]) -> bytes:
+    from tests.ingest.test_docling import png_bytes
+    from tests.ingest.test_docling_chunks import docx_bytes
+
+    def build(document):
+        document.add_paragraph(f"{person} worked with Henri Becquerel in Paris on radioactivity for many years.")
+        document.add_picture(io.BytesIO(png_bytes(colour)))
+        document.add_paragraph(f"Figure 1: {person} in the laboratory")
+
+    return docx_bytes(build)
+
+
+def test_a_failed_re_upload_with_pictures_in_the_graph_keeps_the_previous_image_nodes(rt, run_jobs, monkeypatch):
+    topic = create_topic(rt, "Pictured", kind="graphrag", settings={**NLP, "chunk_size": 1000, "file_types": "docx"})
+    doc_id = uploaded(rt, topic, "lab.docx", pictured_docx("Marie Curie", (200, 30, 30)), run_jobs)
+    before = state(rt, topic, doc_id)
+    assert graph_store(rt, topic).stats()["images"] == 1
+
+    monkeypatch.setattr(*STEPS["sql row"])  # the graph share (its Image node and SHOWS edges too) is written by then
+    upload_file(rt, topic, "lab.docx", pictured_docx("Pierre Curie", (30, 30, 200)))
+    run_jobs()
+    assert_failed_keeping_the_previous_version(rt, topic, doc_id, before)
+    store = graph_store(rt, topic)
+    marie = store.entity_by_name("Marie Curie")
+    assert store.stats()["images"] == 1 and len(store.images_of([marie.id])[marie.id]) == 1
