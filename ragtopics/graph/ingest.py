@@ -446,9 +446,10 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
 
     Called by the one owner of storing a version (:func:`ragtopics.documents.versions.store_version`) inside the
     document's lock, before the row and the chunk swap; when this or a later step fails, the owner writes the
-    document's share back as it read it before (:mod:`ragtopics.graph.share`). With ``fence`` (the locks' :class:`~ragtopics.storage.locks.Fence`) every graph
-    write is fenced (:meth:`~ragtopics.graph.store.GraphStore.fence_writes`): a holder that lost a lock
-    stops with :class:`~ragtopics.storage.locks.LockLostError` at its next write.
+    document's share back as it read it before (:mod:`ragtopics.graph.share`). With ``fence`` (the locks'
+    :class:`~ragtopics.storage.locks.Fence`) every graph write is fenced
+    (:meth:`~ragtopics.graph.store.GraphStore.fence_writes`): a holder that lost a lock stops with
+    :class:`~ragtopics.storage.locks.LockLostError` at its next write.
 
     Returns:
         What the removal of the dropped chunks removed and kept.

@@ -328,7 +328,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                 ev.data["replaced"] = stored.replaced
                 if graph is not None:
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(stored.removal)}
-            _after_finish(rt, [(trace, doc, stored.obsolete)])  # under the lock: a re-upload of the old file waits for its removal
+            # Under the lock: a re-upload of the old file waits for its removal.
+            _after_finish(rt, [(trace, doc, stored.obsolete)])
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
         return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 
