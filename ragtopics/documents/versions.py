@@ -40,7 +40,7 @@ from ragtopics.storage.metadata import DocumentRow, PictureRow
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Version:
     """One version of a document to store.
 
@@ -128,7 +128,10 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
         removal = apply_graph(rt, topic, version.document_id, version.file_name, plan, sorted(old_ids), version.images,
                               fence=fence)  # fmt: skip
         [stored] = store_versions(rt, topic, [version], fence=fence)
-    mark_recompute_due(rt, topic.id, version.change or f"{version.file_name} was uploaded")
+    try:
+        mark_recompute_due(rt, topic.id, version.change or f"{version.file_name} was uploaded")
+    except Exception as exc:  # noqa: BLE001 - the version is stored; only the next rebuild's reminder is missing
+        log.warning("the recompute mark of Topic %s was not set after storing %s: %s", topic.id, version.file_name, exc)
     return Stored(stored.row, stored.obsolete, stored.replaced, removal)
 
 
