@@ -15,7 +15,9 @@ its document row marked ``indexed_with["origin"] = "graph ingestion"``:
 Importing the same source again replaces its previous share (as a re-upload does), and
 deleting ``<source> (graph ingestion)`` through the normal document delete removes it,
 keeping what uploads also support. Everything is parsed, checked, deduplicated and
-embedded before the first write; the writes then run under the document's lock.
+embedded before the first write; the writes then run under the Topic's graph write lock and
+the document's lock, through the one owner of storing a version (:mod:`ragtopics.documents.versions`),
+so a failure at any step leaves the previous import whole.
 """
 
 from __future__ import annotations
@@ -33,15 +35,15 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from falkordb import FalkorDB
 
+from ragtopics.documents.versions import Version, store_version
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
-from ragtopics.graph.ingest import (GraphPlan, apply_graph, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
+from ragtopics.graph.ingest import (GraphPlan, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
                                      entity_text, graph_store)
-from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, graph_write_lock
 from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
@@ -566,7 +568,9 @@ def node_text(node: GraphNode, related: list[tuple[str, str]]) -> str:
 
 
 def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace):
-    """Store a planned import under the document's lock: row, chunk swap, graph share, recompute mark, row done.
+    """Store a planned import under the Topic's graph write lock and the document's lock: the row staged,
+    then the version through its one owner (:func:`~ragtopics.documents.versions.store_version`: graph
+    share, row and chunk swap, all or none), in the order an upload stores one.
 
     Returns:
         What the removal of the previous import's chunks removed (:class:`~ragtopics.graph.store.RemovalReport`).
@@ -574,6 +578,7 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
     Raises:
         RefusedFileError: when an uploaded file took the name meanwhile.
         SupersededError: when the pseudo-document is being deleted right now.
+        Whatever storing failed with; the previous import is then whole (its row says ``failed``).
     """
     skipped = len(plan.skipped_edges) + len(imported.skipped_nodes)
     first = (plan.skipped_edges or list(imported.skipped_nodes) or [{}])[0].get("reason", "")
@@ -582,24 +587,22 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
                     "nodes": len(imported.nodes), "edges": len(imported.edges), "embedding_model": rt.gateway.embedder.model,
                     "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
                               "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
-    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence, trace.step("store", chunks=len(plan.records)):
+    # The graph write lock first, as an upload takes them: one writer of the Topic's graph at a time.
+    with (graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence,
+          document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence,
+          trace.step("store", chunks=len(plan.records))):  # fmt: skip
         _check_name_free(rt, plan.document_id, plan.file_name)
         row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
                                         sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip
         documents.start_processing(rt.metadata, row.id, row.job_id)
+        version = Version(plan.document_id, row.job_id, plan.file_name, plan.records, documents.DocumentStatus.INDEXED,
+                          warning, indexed_with, graph=plan.graph, change=f"{plan.file_name} was imported")  # fmt: skip
         try:
-            index = rt.chunk_index(topic.id)
-            old_ids = sorted(previous_chunk_ids(rt, topic, plan.document_id))
-            index.replace_document(plan.document_id, plan.records, fence=fence)
-            removal = apply_graph(rt, topic, plan.document_id, plan.file_name, plan.graph, old_ids,
-                                  fence=fence)  # every graph write is fenced: a holder that lost the lock writes nothing  # fmt: skip
-            mark_recompute_due(rt, topic.id, f"{plan.file_name} was imported")
-            documents.finish(rt.metadata, row.id, row.job_id, status=documents.DocumentStatus.INDEXED,
-                             chunk_count=len(plan.records), warning=warning, indexed_with=indexed_with, pictures=[])  # fmt: skip
+            stored = store_version(rt, topic, version, fence=fence.joined(graph_fence))  # every write fenced by both locks
         except Exception as exc:
             documents.fail(rt.metadata, row.id, row.job_id, f"graph ingestion failed: {exc}")
             raise
-    return removal
+    return stored.removal
 
 
 def previous_chunk_ids(rt: Runtime, topic, document_id: str) -> set[str]:

@@ -3,7 +3,7 @@
 The upload pipeline (:mod:`ragtopics.ingest.pipeline`) reads, chunks and embeds a file
 as for a RAG Topic; for a GraphRAG Topic it then calls :func:`plan_graph` (slow, no
 writes: extraction per chunk, deduplication against the graph, entity embeddings)
-and, inside the document's lock together with the chunk swap, :func:`apply_graph`
+and, inside the document's lock before the row and the chunk swap, :func:`apply_graph`
 (removes the provenance of chunks the new version no longer has, writes the rest).
 
 What each chunk says about an entity or relationship is written with the chunk's
@@ -444,10 +444,12 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     descriptions of what they and the version touch are rebuilt from the chunks that support them; an
     entity without a vector (new, or its vector dropped) is embedded.
 
-    Runs inside the document's lock, right before the chunk swap (a failure here leaves the chunks and the row
-    at the previous version). With ``fence`` (the locks' :class:`~ragtopics.storage.locks.Fence`) every graph
-    write is fenced (:meth:`~ragtopics.graph.store.GraphStore.fence_writes`): a holder that lost a lock
-    stops with :class:`~ragtopics.storage.locks.LockLostError` at its next write.
+    Called by the one owner of storing a version (:func:`ragtopics.documents.versions.store_version`) inside the
+    document's lock, before the row and the chunk swap; when this or a later step fails, the owner writes the
+    document's share back as it read it before (:mod:`ragtopics.graph.share`). With ``fence`` (the locks'
+    :class:`~ragtopics.storage.locks.Fence`) every graph write is fenced
+    (:meth:`~ragtopics.graph.store.GraphStore.fence_writes`): a holder that lost a lock stops with
+    :class:`~ragtopics.storage.locks.LockLostError` at its next write.
 
     Returns:
         What the removal of the dropped chunks removed and kept.

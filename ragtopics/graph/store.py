@@ -596,6 +596,10 @@ class GraphStore:
 
     # -- reads -----------------------------------------------------------------------------
 
+    def read(self, query: str, params: dict | None = None) -> list[list]:
+        """Rows of a read-only Cypher query with ``params``; ``[]`` when the graph does not exist (never creates it)."""
+        return self._read(query, params)
+
     def _read(self, query: str, params: dict | None = None, *, timeout_ms: int | None = None) -> list[list]:
         """Rows of a read-only query; ``[]`` when the graph does not exist (a read never creates it)."""
         try:

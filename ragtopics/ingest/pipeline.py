@@ -2,10 +2,11 @@
 
 Thin by design: each step is a function elsewhere; this module calls them in order,
 reports progress, traces each step, and writes once at the end: new picture blobs,
-then one SQL transaction that makes the version the searchable one (and swaps the
-picture rows) with the chunk swap, a single Redis transaction, run inside it right
-before it commits. A failure anywhere before that commit leaves the previous version
-of the file searchable, with its pictures, its row and its file.
+then the version through its one owner (:mod:`ragtopics.documents.versions`): the graph
+share (GraphRAG), then one SQL transaction that makes the version the searchable one
+(and swaps the picture rows) with the chunk swap, a single Redis transaction, run inside
+it right before it commits. A failure anywhere before that commit leaves the previous
+version of the file whole: searchable, with its graph share, pictures, row and file.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ragtopics.storage import documents
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks, graph_write_lock
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
+from ragtopics.documents.versions import Version, store_version, store_versions
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +279,8 @@ class PreparedVersion:
 def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace,
                    report: ProgressFn, progress: ProgressFn | None, graph_failures: dict[str, str] | None = None,
                    extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
-    """Plan the graph share (GraphRAG), then store the version: picture files, chunk swap and graph under the lock.
+    """Plan the graph share (GraphRAG), then store the version: picture files, then graph share, row and chunk swap
+    under the locks (:func:`~ragtopics.documents.versions.store_version`: all of them, or none).
 
     For a GraphRAG Topic the extraction runs first, with no lock; the deduplication against the graph, the
     graph writes and the chunk swap then run under the Topic's graph write lock (one upload of the Topic at
@@ -318,26 +321,15 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
-                index = rt.chunk_index(topic.id)
-                if graph is not None:  # the graph first: if it fails, the chunks and the row still show the old version
-                    from ragtopics.graph.ingest import apply_graph
-                    from ragtopics.graph.lifecycle import mark_recompute_due
-
-                    if records:
-                        index.ensure()  # an index built by another embedder refuses the chunks before the graph changes
-                    removal = apply_graph(rt, topic, doc.id, doc.file_name, graph, index.document_chunk_ids(doc.id), images,
-                                          fence=fence)  # every graph write is fenced: a holder that lost a lock writes nothing  # fmt: skip
-                    mark_recompute_due(rt, topic.id, f"{doc.file_name} was uploaded")
-                    ev.data["graph"] = {**graph.summary(), "removed": asdict(removal)}
-
-                def swap() -> None:  # inside the row's transaction: the chunks and the row change together
-                    ev.data["replaced"] = index.replace_document(doc.id, records, fence=fence)
-
-                with _swap_then_commit(lambda: "replaced" in ev.data):
-                    _, obsolete = documents.finish(rt.metadata, doc.id, job_id, status=status, chunk_count=len(records),
-                                                   warning=warning, indexed_with=indexed_with, pictures=version.pictures,
-                                                   before_commit=swap)  # fmt: skip
-            _after_finish(rt, [(trace, doc, obsolete)])  # under the lock: a re-upload of the old file waits for its removal
+                # One owner stores the version: graph share, row and chunk swap in one order, or nothing.
+                stored = store_version(rt, topic, Version(doc.id, job_id, doc.file_name, records, status, warning, indexed_with,
+                                                          version.pictures, graph, images, f"{doc.file_name} was uploaded"),
+                                       fence=fence)  # fmt: skip
+                ev.data["replaced"] = stored.replaced
+                if graph is not None:
+                    ev.data["graph"] = {**graph.summary(), "removed": asdict(stored.removal)}
+            # Under the lock: a re-upload of the old file waits for its removal.
+            _after_finish(rt, [(trace, doc, stored.obsolete)])
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
         return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 
@@ -449,7 +441,6 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
     results: dict[str, IngestResult] = {}
     live: list[tuple[DocumentRow, str, Trace, PreparedVersion]] = []
     new_blobs: dict[str, list[str]] = {doc.id: [] for doc, *_ in batch}
-    replaced: dict[str, int] = {}
     try:
         with document_locks(rt.redis, [doc.id for doc, *_ in batch], wait_s=WORKER_LOCK_WAIT_S) as fence:
             stale = documents.current_jobs(rt.metadata, [(doc.id, job_id) for doc, job_id, _, _ in batch])
@@ -462,51 +453,28 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
                 return results
             for doc, _, _, version in live:
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs[doc.id])
-            outcomes = []
+            versions = []
             for doc, job_id, _, version in live:
                 status = documents.DocumentStatus.INDEXED if version.records else documents.DocumentStatus.EMPTY
                 warning = _warning(version.records, version.read_warnings, doc, topic.name)
-                outcomes.append(documents.Outcome(doc.id, job_id, status, len(version.records), warning,
-                                                  version.indexed_with, version.pictures))  # fmt: skip
+                versions.append(Version(doc.id, job_id, doc.file_name, version.records, status, warning, version.indexed_with,
+                                        version.pictures))  # fmt: skip
 
-            def swap() -> None:  # inside the rows' transaction: the chunks and the rows change together
-                t0 = time.perf_counter()
-                replaced.update(rt.chunk_index(topic.id).replace_documents({doc.id: v.records for doc, _, _, v in live}, fence=fence))
-                swap_ms = round((time.perf_counter() - t0) * 1000, 3)
+            def traced(replaced: dict[str, int], swap_ms: float) -> None:
                 for doc, _, trace, version in live:
                     trace.add("store", chunks=len(version.records), pictures=len(version.pictures),
                               replaced=replaced[doc.id], batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
 
-            with _swap_then_commit(lambda: bool(replaced)):
-                finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
-            events = _after_finish(rt, [(trace, doc, obsolete) for (doc, _, trace, _), (_, obsolete) in zip(live, finished, strict=True)])
+            stored = store_versions(rt, topic, versions, fence=fence, on_swap=traced)
+            events = _after_finish(rt, [(trace, doc, s.obsolete) for (doc, _, trace, _), s in zip(live, stored, strict=True)])
     except Exception as exc:  # nothing was swapped and committed: each file not settled yet fails (or stops) alone
         for doc, job_id, trace, _ in batch:
             if job_id not in results:
                 results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace, new_blobs[doc.id])
         return results
-    for (doc, job_id, _, version), outcome, listed in zip(live, outcomes, events, strict=True):
-        results[job_id] = IngestResult(doc.id, outcome.status.value, len(version.records), replaced[doc.id], listed)
+    for (doc, job_id, _, version), v, done, listed in zip(live, versions, stored, events, strict=True):
+        results[job_id] = IngestResult(doc.id, v.status.value, len(version.records), done.replaced, listed)
     return results
-
-
-@contextlib.contextmanager
-def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
-    """Around a finish whose ``before_commit`` swaps the chunks: an error after the swap (the commit itself
-    failed) becomes :class:`StoreUnavailableError`.
-
-    The new chunks are then searchable while the rows still name the previous version; failing the files
-    would drop the new files those chunks come from. As after a store outage, the files stay
-    ``processing`` with everything kept, and the worker's next start indexes them again, which swaps in
-    the same chunks and writes the rows.
-    """
-    try:
-        yield
-    except Exception as exc:
-        if swapped() and not isinstance(exc, StoreUnavailableError):
-            raise StoreUnavailableError(f"the new version is searchable but its row could not be written ({exc}); "
-                                        "it is indexed again when the worker restarts") from exc  # fmt: skip
-        raise
 
 
 def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]]) -> list[list[dict]]:

@@ -1,0 +1,221 @@
+"""The one owner of storing a document version across the graph, the chunk index and the SQL row.
+
+Every way a version is stored goes through here: an upload or re-upload (one file, or a batch of RAG
+files), a re-embed (which indexes the stored files again) and a graph import. The order is always:
+
+1. the graph share (GraphRAG only, :func:`~ragtopics.graph.ingest.apply_graph`), after reading what it
+   can change (:func:`~ragtopics.graph.share.read_share`);
+2. the SQL row, written into an open transaction (any SQL or state error surfaces here), then
+3. the chunk swap (one MULTI/EXEC) inside that transaction, right before it commits.
+
+A failure at step 1 or 2, or a chunk swap that fails, rolls the SQL transaction back, leaves the chunk
+index untouched, and puts the graph share back as it was (:func:`~ragtopics.graph.share.restore_share`):
+the previous version stays whole in all three stores (its row is then marked ``failed`` by the caller,
+saying the previous version is still searchable). Only a failing commit itself, after the swap, is not
+rolled back: the new chunks and graph share are then searchable and agree with each other, the row still
+names the pending version, and the worker's next start indexes it again (:class:`StoreUnavailableError`),
+as before.
+
+Callers hold the document's lock (and, for a graph share, the Topic's graph write lock) around the call
+and pass the locks' joined fence: every Redis and FalkorDB write is fenced, so a holder that lost a lock
+writes nothing (and does not try to restore what the new holder now owns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragtopics.errors import StoreUnavailableError
+from ragtopics.runtime import Runtime
+from ragtopics.storage import documents
+from ragtopics.storage.chunk_index import ChunkRecord
+from ragtopics.storage.locks import Fence, LockLostError
+from ragtopics.storage.metadata import DocumentRow, PictureRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One version of a document to store.
+
+    Attributes:
+        document_id, job_id: the document and the job of its pending version.
+        file_name: the document's file name.
+        records: its chunks as they will be stored (``[]``: nothing searchable).
+        status: ``indexed`` or ``empty``.
+        warning: kept with the row.
+        indexed_with: the settings and counts shown in the Indexed Documents list.
+        pictures: the picture rows of the version (blob paths filled in).
+        graph: its share of the graph (a :class:`~ragtopics.graph.ingest.GraphPlan`; None for a RAG Topic).
+        images: the Image nodes of its pictures (Picture in the graph).
+        change: what the recompute mark says once stored (``"x.txt was uploaded"``); graph only.
+    """
+
+    document_id: str
+    job_id: str
+    file_name: str
+    records: list[ChunkRecord]
+    status: documents.DocumentStatus
+    warning: str = ""
+    indexed_with: dict[str, Any] = field(default_factory=dict)
+    pictures: list[PictureRow] = field(default_factory=list)
+    graph: Any = None
+    images: list = field(default_factory=list)
+    change: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What storing one version did.
+
+    Attributes:
+        row: the document row, now naming the version.
+        obsolete: blob paths no longer used (the previous file, its pictures not kept), for the caller to remove.
+        replaced: chunks of the previous version removed from the chunk index.
+        removal: for a graph share, what removing the dropped chunks removed
+            (:class:`~ragtopics.graph.store.RemovalReport`); None otherwise.
+    """
+
+    row: DocumentRow
+    obsolete: list[str]
+    replaced: int
+    removal: Any = None
+
+
+def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stored:
+    """Store one version: graph share (GraphRAG), SQL row and chunk swap, in that order, or nothing.
+
+    Args:
+        topic: the document's Topic.
+        version: what to store.
+        fence: the fence of the locks the caller holds (the document's, joined with the Topic's graph
+            write lock when ``version.graph`` is given).
+
+    Returns:
+        What was stored.
+
+    Raises:
+        SupersededError: the job's version was replaced or the document is being deleted (nothing changed).
+        StoreUnavailableError: the commit failed after the swap (see the module docstring), or a store
+            went away (whatever was written is put back when the store allows).
+        Whatever a step raised; the previous version is then whole in all three stores.
+    """
+    documents.check_current(rt.metadata, version.document_id, version.job_id)
+    index = rt.chunk_index(topic.id)
+    if version.records:
+        index.ensure()  # an index built by another embedder refuses the chunks before the graph changes
+    if version.graph is None:
+        return store_versions(rt, topic, [version], fence=fence)[0]
+    # Imported here: the graph package (and its NLP library) loads only for GraphRAG Topics.
+    from ragtopics.graph.ingest import apply_graph, document_chunk_ids, graph_store
+    from ragtopics.graph.lifecycle import mark_recompute_due
+    from ragtopics.graph.share import read_share
+
+    plan = version.graph
+    store = graph_store(rt, topic).fence_writes(fence)
+    old_ids = document_chunk_ids(rt, topic, store, version.document_id)  # the graph's too: a re-embed drops the index
+    entity_ids = {e.id for e in [*plan.entities, *plan.mentions]}
+    entity_ids |= {r.source_id for r in plan.relationships} | {r.target_id for r in plan.relationships}
+    share = read_share(store, version.document_id, old_ids | {cid for cid, _ in plan.chunks}, entity_ids,
+                       [(r.source_id, r.target_id) for r in plan.relationships])  # fmt: skip
+    with _restored_on_failure(store, share):
+        removal = apply_graph(rt, topic, version.document_id, version.file_name, plan, sorted(old_ids), version.images,
+                              fence=fence)  # fmt: skip
+        [stored] = store_versions(rt, topic, [version], fence=fence)
+    try:
+        mark_recompute_due(rt, topic.id, version.change or f"{version.file_name} was uploaded")
+    except Exception as exc:  # noqa: BLE001 - the version is stored; only the next rebuild's reminder is missing
+        log.warning("the recompute mark of Topic %s was not set after storing %s: %s", topic.id, version.file_name, exc)
+    return Stored(stored.row, stored.obsolete, stored.replaced, removal)
+
+
+def store_versions(rt: Runtime, topic, versions: list[Version], *, fence: Fence,
+                   on_swap: Callable[[dict[str, int], float], None] | None = None) -> list[Stored]:  # fmt: skip
+    """Store the rows and chunks of versions (RAG, or GraphRAG once the graph share is written): all or none.
+
+    One SQL transaction writes every row; right before it commits, one chunk swap (one MULTI/EXEC)
+    replaces every document's chunks. If the swap fails the transaction rolls back; if the commit
+    fails after the swap, :class:`StoreUnavailableError` says so (see the module docstring).
+
+    Args:
+        versions: the versions, each of another document.
+        fence: the fence of the document locks the caller holds.
+        on_swap: ``on_swap({document id: chunks replaced}, swap milliseconds)`` right after the swap.
+
+    Returns:
+        Per version, in order, what was stored.
+
+    Raises:
+        SupersededError: one of the versions was replaced or its document deleted (nothing changes).
+        StoreUnavailableError: the commit failed after the swap.
+        Whatever the row write or the swap raised (nothing changes).
+    """
+    index = rt.chunk_index(topic.id)
+    replaced: dict[str, int] = {}
+
+    def swap() -> None:  # inside the rows' transaction: the chunks and the rows change together
+        t0 = time.perf_counter()
+        replaced.update(index.replace_documents({v.document_id: v.records for v in versions}, fence=fence))
+        if on_swap is not None:
+            on_swap(replaced, round((time.perf_counter() - t0) * 1000, 3))
+
+    outcomes = [documents.Outcome(v.document_id, v.job_id, v.status, len(v.records), v.warning, v.indexed_with, v.pictures)
+                for v in versions]  # fmt: skip
+    with _swap_then_commit(lambda: bool(replaced)):
+        finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
+    return [Stored(row, obsolete, replaced[v.document_id]) for v, (row, obsolete) in zip(versions, finished, strict=True)]
+
+
+@contextlib.contextmanager
+def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
+    """Around a finish whose ``before_commit`` swaps the chunks: an error after the swap (the commit itself
+    failed) becomes :class:`StoreUnavailableError`.
+
+    The new chunks are then searchable while the rows still name the previous version; failing the files
+    would drop the new files those chunks come from. As after a store outage, the files stay
+    ``processing`` with everything kept, and the worker's next start indexes them again, which swaps in
+    the same chunks and writes the rows.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if swapped() and not isinstance(exc, StoreUnavailableError):
+            raise _CommitFailed(f"the new version is searchable but its row could not be written ({exc}); "
+                                "it is indexed again when the worker restarts") from exc  # fmt: skip
+        raise
+
+
+class _CommitFailed(StoreUnavailableError):
+    """The SQL commit failed after the chunk swap: the new version is searchable, and is kept (rolled forward)."""
+
+
+@contextlib.contextmanager
+def _restored_on_failure(store, share) -> Iterator[None]:
+    """Put the graph share back when the block fails before the new version was swapped in.
+
+    Not after a failed commit (the new chunks are searchable then: the new graph share agrees with them),
+    nor when a lock was lost (the lock's new holder owns the graph now; whatever this holder wrote of the
+    share is replaced by the next version stored).
+    """
+    try:
+        yield
+    except _CommitFailed:
+        raise
+    except LockLostError:
+        log.warning("graph share of %s not restored: the lock was lost, its next holder replaces it", share.document_id)
+        raise
+    except BaseException:
+        from ragtopics.graph.share import restore_share
+
+        try:
+            restore_share(store, share)
+        except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+            log.error("the graph share of %s could not be restored after a failed write: %s; it is replaced "
+                      "by the next version stored", share.document_id, exc)  # fmt: skip
+        raise
