@@ -273,28 +273,29 @@ def fit_hazard(obs: list[list[float]]) -> tuple[float, float]:
 
     Each observation is ``[mentions e, graph entities N before it, unclear pairs, calls]``; an upload asked
     when it had an unclear pair. The log-likelihood ``Σ_asked log(1 - exp(-λ)) - Σ_not λ`` with
-    ``λ = e·(a + b·√N)`` is concave in ``(a, b)``: ``b`` is searched on a logarithmic grid (and 0), and
-    for each ``b`` the best ``a ≥ 0`` by golden-section search.
+    ``λ = e·(a + b·√N)`` is concave in ``(a, b)``: ``b`` is searched on a logarithmic grid (and 0), then
+    between the best point's neighbours, each time with the best ``a ≥ 0`` for that ``b`` (golden-section searches).
     """
     data = np.asarray(obs, dtype=float)[:, :4]
     asked = data[:, 2] > 0
     if not asked.any():
         return 0.0, 0.0
     scale = float(np.mean(data[:, 0])) or 1.0
-    best = (-math.inf, 0.0, 0.0)
-    for b in [0.0, *np.geomspace(1e-7, 1.0, 121).tolist()]:
-        lo, hi = 0.0, 20.0 / scale
-        for _ in range(60):  # golden section over a: the likelihood is concave in it
+
+    def golden(f, lo: float, hi: float) -> float:  # the maximum of a concave function on [lo, hi]
+        for _ in range(30):  # to 1e-6 of the interval
             m1, m2 = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
-            if _log_likelihood(data, asked, m1, b) < _log_likelihood(data, asked, m2, b):
-                lo = m1
-            else:
-                hi = m2
-        a = (lo + hi) / 2
-        ll = _log_likelihood(data, asked, a, b)
-        if ll > best[0]:
-            best = (ll, a, b)
-    return best[1], best[2]
+            lo, hi = (m1, hi) if f(m1) < f(m2) else (lo, m2)
+        return (lo + hi) / 2
+
+    def best_a(b: float) -> tuple[float, float]:  # the profile likelihood: best a for this b
+        a = golden(lambda x: _log_likelihood(data, asked, x, b), 0.0, 20.0 / scale)
+        return _log_likelihood(data, asked, a, b), a
+
+    grid = [0.0, *np.geomspace(1e-7, 1.0, 49).tolist()]
+    i = max(range(len(grid)), key=lambda k: best_a(grid[k])[0])
+    b = golden(lambda x: best_a(x)[0], grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)])
+    return best_a(b)[1], b
 
 
 def dedup_calls(mentions: float, entities: float, hazard: tuple[float, float], pairs_per_hazard: float) -> float:

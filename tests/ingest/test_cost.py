@@ -171,12 +171,12 @@ def test_the_deduplication_fit_recovers_the_rate_of_simulated_uploads():
     """Uploads drawn from a known hazard a + b·√N per mention: the maximum-likelihood fit finds it again, and the
     expected calls follow the model's batches (one call per asking upload, a call per 8 pairs on a large one)."""
     rng = np.random.default_rng(7)
-    a, b = 0.004, 0.002
+    a, b = 0.02, 0.0005  # about as much from the upload's own names as from a graph of 1,600 entities
     mentions = rng.integers(5, 40, size=3000).astype(float)
     graph = rng.uniform(0, 5000, size=3000)
     asked = rng.random(3000) < -np.expm1(-mentions * (a + b * np.sqrt(graph)))
     fitted = fit_hazard([[e, n, float(q), float(q)] for e, n, q in zip(mentions, graph, asked)])
-    assert fitted[0] == pytest.approx(a, rel=0.25) and fitted[1] == pytest.approx(b, rel=0.15)
+    assert fitted[0] == pytest.approx(a, rel=0.25) and fitted[1] == pytest.approx(b, rel=0.25)
     assert fit_hazard([[10, 100, 0, 0]] * 20) == (0.0, 0.0)  # never asked: no calls expected
     small = dedup_calls(10, 100, (0.001, 0.0), 1.0)
     assert small == pytest.approx(-math.expm1(-0.01))
