@@ -25,6 +25,7 @@ actual counts beside it (``upload_cost`` rows), so the estimate can be judged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -280,6 +281,18 @@ def fit_hazard(obs: list[list[float]]) -> tuple[float, float]:
     asked = data[:, 2] > 0
     if not asked.any():
         return 0.0, 0.0
+    key = hashlib.sha1(data.tobytes()).digest()  # each file of a batch is estimated on the same observations
+    if key not in _FITTED:
+        if len(_FITTED) >= 32:
+            _FITTED.clear()
+        _FITTED[key] = _fit_hazard(data, asked)
+    return _FITTED[key]
+
+
+_FITTED: dict[bytes, tuple[float, float]] = {}
+
+
+def _fit_hazard(data: np.ndarray, asked: np.ndarray) -> tuple[float, float]:
     scale = float(np.mean(data[:, 0])) or 1.0
 
     def golden(f, lo: float, hi: float) -> float:  # the maximum of a concave function on [lo, hi]
