@@ -10,7 +10,7 @@ a throwaway embedded Redis, with every model role on the scripted loopback serve
 - a GraphRAG Topic with the LLM extraction method.
 
 For each, two rounds of :data:`PASSAGES` passages (different ones): the first is estimated from the
-stated defaults (the measured figures are cleared before it), the second from the figures the first
+stated defaults (the measured figures and observations are cleared before it), the second from the figures the first
 round recorded. Each
 round: :func:`~ragtopics.ingest.cost.estimate_upload`, then the real in-process ingest
 (``receive_upload`` + ``ingest_documents``; a GraphRAG Topic's files one at a time), then for GraphRAG
@@ -28,15 +28,12 @@ import logging
 import sys
 import time
 
-from sqlmodel import delete
-
 from bench.graph import scripted_model
 from ragtopics.documents.uploads import receive_upload
 from ragtopics.graph.refresh import run_rebuild
-from ragtopics.ingest.cost import KINDS, error_percent, estimate_upload
+from ragtopics.ingest.cost import KINDS, clear_figures, error_percent, estimate_upload
 from ragtopics.ingest.pipeline import ingest_document, ingest_documents
 from ragtopics.runtime import Runtime
-from ragtopics.storage.metadata import UsageFigureRow
 from ragtopics.topics.topics import create_topic
 
 #: Passages per round (each Topic has two rounds).
@@ -103,8 +100,7 @@ def bench_estimate(rt: Runtime, data, figure, section, *, passages: int = PASSAG
         llm.replies.update(RAG_REPLIES)
         for n, (name, (kind, settings)) in enumerate(TOPICS.items()):
             topic = create_topic(rt, f"bench-estimate-{n}", kind=kind, settings=settings)
-            with rt.metadata.session() as s:  # each Topic's first round starts from the stated defaults
-                s.exec(delete(UsageFigureRow))
+            clear_figures(rt)  # each Topic's first round starts from the stated defaults
             for round_no, label in ((0, "defaults"), (1, "measured")):
                 start = (2 * n + round_no) * passages
                 results[f"{name}, {label}"] = run_round(rt, topic, _files(data, start, passages), llm, figure,

@@ -158,6 +158,10 @@ class RebuildReport:
         resolution: the Resolution the run used.
         entities, relationships: size of the graph read.
         finished_at: wall-clock end, seconds since the epoch.
+        half_entities, half_reportable, half_kept: the same detection on the graph of half the Topic's chunks
+            (:func:`half_graph_growth`): its entities, its communities of two or more entities, and how many of
+            those come out unchanged in the whole graph. The cost estimate reads how the reports grow and
+            change with the graph from them (:mod:`ragtopics.ingest.cost`).
     """
 
     written: int
@@ -173,6 +177,9 @@ class RebuildReport:
     entities: int = 0
     relationships: int = 0
     finished_at: float = 0.0
+    half_entities: int = 0
+    half_reportable: int = 0
+    half_kept: int = 0
 
 
 # ----------------------------------------------------------------------------- detection
@@ -217,6 +224,41 @@ def detect_communities(entities: Iterable[Entity], relationships: Iterable[Relat
             inside.setdefault(label_of[rel.source_id], []).append(rel)
     found = [_community([by_id[i] for i in members], inside.get(label, [])) for label, members in groups.items()]
     return sorted(found, key=lambda c: (-c.size, c.id))
+
+
+def in_half(chunk_id: str) -> bool:
+    """Whether a chunk is in the fixed half of a Topic's chunks that :func:`half_graph_growth` keeps (by a hash of its id)."""
+    return hashlib.sha1(chunk_id.encode()).digest()[0] < 128
+
+
+def half_graph_growth(entities: list[Entity], relationships: list[Relationship], communities: list[Community], *,
+                      resolution: float, seed: int = 42) -> tuple[int, int, int]:  # fmt: skip
+    """How the communities change when the graph grows: the graph as half of its chunks made it, against the whole.
+
+    The half graph holds the entities and relationships that a fixed half of the chunks (:func:`in_half`)
+    mention, as if only those had been uploaded; the other half plays the upload that came after. A community
+    of the half graph is *kept* when the whole graph has the same community (same members) and the other
+    half mentions none of its members and none of its internal relationships, so its content is unchanged
+    too (:func:`content_hash_for` covers what those chunks add).
+
+    Args:
+        entities, relationships: the whole graph, with each item's ``chunk_ids``.
+        communities: :func:`detect_communities` of the whole graph at ``resolution``.
+
+    Returns:
+        ``(entities of the half graph, its communities of two or more entities, of those kept in the whole)``.
+    """
+    half = [e for e in entities if any(in_half(c) for c in e.chunk_ids)]
+    if not half:
+        return 0, 0, 0
+    ids = {e.id for e in half}
+    rels = [r for r in relationships if r.source_id in ids and r.target_id in ids and any(in_half(c) for c in r.chunk_ids)]
+    found = [c for c in detect_communities(half, rels, resolution=resolution, seed=seed) if c.size >= MIN_REPORT_ENTITIES]
+    whole = {c.id for c in communities}
+    touched = {e.id for e in half if not all(in_half(c) for c in e.chunk_ids)}
+    touched |= {i for r in rels if not all(in_half(c) for c in r.chunk_ids) for i in (r.source_id, r.target_id)}
+    kept = sum(1 for c in found if c.id in whole and not touched.intersection(c.entity_ids))
+    return len(half), len(found), kept
 
 
 def leiden_membership(n: int, edges: list[tuple[int, int]], weights: list[float], *, resolution: float,
@@ -495,8 +537,10 @@ def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: Mo
         relationships = list(store.all_relationships())
         communities = detect_communities(entities, relationships, resolution=resolution, seed=seed)
         reportable = [c for c in communities if c.size >= MIN_REPORT_ENTITIES]
+        half = half_graph_growth(entities, relationships, communities, resolution=resolution, seed=seed)
         ev.data.update(entities=len(entities), relationships=len(relationships), communities=len(communities),
-                       skipped_small=len(communities) - len(reportable), sizes=[c.size for c in reportable[:50]])  # fmt: skip
+                       skipped_small=len(communities) - len(reportable), sizes=[c.size for c in reportable[:50]],
+                       half_graph=list(half))  # fmt: skip
     report("detect", 1, 1)
     index.ensure()
     stored = index.get_hashes()
@@ -519,7 +563,8 @@ def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: Mo
                            skipped_small=len(communities) - len(reportable), seconds=round(time.perf_counter() - t0, 3),
                            model_calls=breaker.calls, model_failures=breaker.failures,
                            method="model" if use_model else "graph", resolution=resolution, entities=len(entities),
-                           relationships=len(relationships), finished_at=time.time())  # fmt: skip
+                           relationships=len(relationships), finished_at=time.time(), half_entities=half[0],
+                           half_reportable=half[1], half_kept=half[2])  # fmt: skip
     record_run(index.client, topic_id, result)
     log.info("communities of Topic %s rebuilt: %s", topic_id, result)
     return result

@@ -590,6 +590,7 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
             if not groups.union(edge.a, edge.b, edge.rule, edge.score) and groups.is_blocked(edge.a, edge.b):
                 apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "both already in the graph"))
         open_pairs = _open_pairs(groups, [e for e in edges if e.verdict == "unclear"])
+        event.data["open_pairs"] = len(open_pairs)  # the pairs the model is asked about, MODEL_BATCH_PAIRS a call
         if model is not None:
             apart += _decide_by_model(nodes, groups, open_pairs, model, event.data)
         still_open = _open_pairs(groups, [e for e in open_pairs if e.verdict == "unclear"])

@@ -127,7 +127,7 @@ class GraphPlan:
         """Counts for the Indexed Documents list (``indexed_with["graph"]``)."""
         return {"method": self.method, "entities": len(self.entities), "relationships": len(self.relationships),
                 "chunks_extracted": self.extracted, "chunks_cached": self.cached, "chunks_skipped": len(self.skipped),
-                "chunks_failed": len(self.failed), "merges": len(self.merges)}  # fmt: skip
+                "chunks_failed": len(self.failed), "merges": len(self.merges), "new_entities": len(self.embeddings)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,7 +246,9 @@ def extract_graph(rt: Runtime, topic, records: list[ChunkRecord], report: Progre
             else:
                 plan.cached += 1
             per_chunk.append((record.chunk_id, extraction))
-        ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed)
+        read = {cid for cid, _ in per_chunk}  # characters of the chunks with an extraction, for the cost estimate
+        ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed,
+                       chars=sum(len(r.text) for r in records if r.chunk_id in read))
     entities, relationships = _graph_items(per_chunk)
     extracted = ExtractedGraph(plan, entities, relationships)
     if entities:
@@ -402,7 +404,8 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
     """
     with trace.step("find_partners", incoming=len(entities)) as ev:
         partners = store.dedup_partners(partner_keys(entities), leaving=leaving)
-        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words))
+        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words),
+                       graph_entities=store.entity_count())  # the graph's size, for the cost estimate's pair rate
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         template = resolve_prompts(rt, store.topic_id)["deduplication"]

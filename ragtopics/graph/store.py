@@ -783,6 +783,11 @@ class GraphStore:
             raise
         return [(_entity(row[:6]), float(row[6])) for row in rows]
 
+    def entity_count(self) -> int:
+        """Number of entities in the graph (0 without a graph)."""
+        rows = self._read("MATCH (n:Entity) RETURN count(n)")
+        return int(rows[0][0]) if rows else 0
+
     def stats(self) -> dict[str, int]:
         """Counts: ``{"entities", "relationships", "chunks", "documents", "images"}`` (all 0 without a graph)."""
         counts = {}

@@ -10,7 +10,9 @@
 - **Model calls** per kind (:data:`KINDS`), from the settings that make them: Graph Extraction
   (LLM method; one call per chunk, chunks that look like a table of contents skipped), SEMANTIC
   context lines, NARRATE, LLM keywords, picture descriptions, deduplication (a real Deduplication
-  endpoint) and community reports at the next rebuild (a real Community Report endpoint).
+  endpoint) and community reports at the next rebuild (a real Community Report endpoint). The last two
+  follow the graph, not the file: :func:`graph_calls` (entity mentions per character, the graph's size as
+  each file meets it, :func:`dedup_calls`, :meth:`GraphOutlook.reports`).
 - **Tokens and time** per call: the averages measured on this installation (:class:`Figures`),
   or the stated defaults (:data:`DEFAULTS`) before any upload made such a call.
 - **Money** only for roles whose endpoint has a price per 1M input/output tokens (Admin → LLM
@@ -23,12 +25,15 @@ actual counts beside it (``upload_cost`` rows), so the estimate can be judged.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -90,8 +95,8 @@ class Default:
 
 
 #: Defaults before any measurement. Calls per unit follow the pipeline (one call per chunk, picture or
-#: record); deduplication and community reports per chunk were measured on the benchmark's hotpotqa
-#: subset (``python -m bench.estimate``). Prompt tokens are the prompt's own words (its default text at
+#: record); deduplication and community reports are counted from the graph instead (:data:`GRAPH_DEFAULTS`),
+#: their ``per_unit`` is unused. Prompt tokens are the prompt's own words (its default text at
 #: about 4 characters a token) plus the text sent, counted per call; reply tokens are about half of each
 #: call's reply limit; 2 s a call is a mid-sized model on one GPU. Text sent is counted as 4 characters a token.
 DEFAULTS: dict[str, Default] = {
@@ -108,6 +113,7 @@ DEFAULTS: dict[str, Default] = {
 DEFAULT_EMBED_SECONDS = 0.01
 #: Seconds of other work per chunk (chunking, storing; for GraphRAG also NLP extraction, the deduplication rules
 #: and the entities' embeddings) before any measurement, by :func:`work_name`; measured on the benchmark's subset.
+#: A GraphRAG Topic's is fitted as ``w0 + w1·N`` once :data:`MIN_FIT_OBSERVATIONS` uploads were measured (:func:`fit_work`).
 DEFAULT_WORK_SECONDS = {"rag": 0.02, "graphrag-nlp": 2.0, "graphrag-llm": 1.5}
 #: Characters per token, for text sent to a model before any measurement.
 CHARS_PER_TOKEN = 4.0
@@ -121,6 +127,45 @@ DEFAULT_READ_SECONDS_PER_BYTE = 2e-5
 MIN_MEASURED = 3
 #: Redis key (under the Topic's prefix) of the chunks stored since its last community rebuild.
 SINCE_REBUILD_KEY = "rt:{topic_id}:cost:chunks-since-rebuild"
+#: Redis list of the latest uploads' own figures for a fit (``dedup:<work>``, ``work:<work>``), JSON per upload.
+OBSERVATIONS_KEY = "rt:cost:observations:{name}"
+#: Uploads kept per observation list (the latest).
+MAX_OBSERVATIONS = 2000
+#: Uploads a fit needs before it replaces the defaults.
+MIN_FIT_OBSERVATIONS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class GraphDefault:
+    """The graph figures of an extraction method before this installation has measured any.
+
+    Measured on 50 HotpotQA passages of the benchmark's subset that its GraphRAG rounds do not use (one passage
+    a file into an empty Topic, resolution 1.0; passages 300-349 for NLP, 0-49 for LLM, in ``corpus.json``
+    order): NLP with the bundled rules; LLM with the benchmark's scripted extraction (every capitalised word of
+    four or more letters an entity, each linked to the next), which stands in for a real model until an upload
+    measured one. The unclear pairs of a corpus differ more than anything else between passages (12 and 28
+    asking uploads in two sets of 50), so the deduplication default is the roughest.
+
+    Attributes:
+        mentions_per_char: entity mentions the extraction finds per character of chunk text.
+        new_per_char: entities new to the graph per character (mentions less those merged).
+        hazard: ``(a, b)`` of a name's chance of an unclear pair, ``a + b·√N`` per mention (see :func:`dedup_calls`).
+        pairs_per_hazard: unclear pairs per unit of that hazard (see :func:`dedup_calls`).
+        reports_per_entity: communities of two or more entities per entity (Leiden, resolution 1.0).
+    """
+
+    mentions_per_char: float
+    new_per_char: float
+    hazard: tuple[float, float]
+    pairs_per_hazard: float
+    reports_per_entity: float
+
+
+#: Graph figures by :func:`work_name` before any measurement.
+GRAPH_DEFAULTS = {
+    "graphrag-nlp": GraphDefault(0.0244, 0.0200, (0.0554, 0.0), 1.05, 0.0755),
+    "graphrag-llm": GraphDefault(0.026, 0.0187, (0.0, 0.0031), 0.86, 0.037),
+}
 
 
 class Figures:
@@ -186,6 +231,258 @@ class Figures:
         if row is not None and row.count >= 1 and row.units > 0:
             return row.seconds / row.units
         return DEFAULT_READ_SECONDS_PER_BYTE if ext in DOCUMENT_TYPES else 0.0
+
+
+# ----------------------------------------------------------------------------- the graph's calls
+
+
+def observe(rt: Runtime, name: str, values: list[float]) -> None:
+    """Keep one upload's own figures for a fit (:data:`OBSERVATIONS_KEY`; the latest :data:`MAX_OBSERVATIONS`)."""
+    key = OBSERVATIONS_KEY.format(name=name)
+    pipe = rt.redis.pipeline()
+    pipe.rpush(key, json.dumps([float(v) for v in values]))
+    pipe.ltrim(key, -MAX_OBSERVATIONS, -1)
+    pipe.execute()
+
+
+def observations(rt: Runtime, name: str) -> list[list[float]]:
+    """The uploads' figures kept under ``name`` by :func:`observe`, oldest first."""
+    return [json.loads(v) for v in rt.redis.lrange(OBSERVATIONS_KEY.format(name=name), 0, -1)]
+
+
+def clear_figures(rt: Runtime) -> None:
+    """Forget everything measured (figures and observations): the next estimate starts from the defaults."""
+    from sqlmodel import delete
+
+    with rt.metadata.session() as s:
+        s.exec(delete(UsageFigureRow))
+    keys = list(rt.redis.scan_iter(OBSERVATIONS_KEY.format(name="*")))
+    if keys:
+        rt.redis.delete(*keys)
+
+
+def _hazards(obs: np.ndarray, a: float, b: float) -> np.ndarray:
+    return obs[:, 0] * (a + b * np.sqrt(obs[:, 1]))
+
+
+def _log_likelihood(obs: np.ndarray, asked: np.ndarray, a: float, b: float) -> float:
+    lam = _hazards(obs, a, b)
+    with np.errstate(divide="ignore"):
+        return float(np.sum(np.where(asked, np.log(-np.expm1(-lam)), -lam)))
+
+
+def fit_hazard(obs: list[list[float]]) -> tuple[float, float]:
+    """Maximum-likelihood ``(a, b)`` of the chance that an upload asks the Deduplication model (see :func:`dedup_calls`).
+
+    Each observation is ``[mentions e, graph entities N before it, unclear pairs, calls]``; an upload asked
+    when it had an unclear pair. The log-likelihood ``Σ_asked log(1 - exp(-λ)) - Σ_not λ`` with
+    ``λ = e·(a + b·√N)`` is concave in ``(a, b)``: ``b`` is searched on a logarithmic grid (and 0), then
+    between the best point's neighbours, each time with the best ``a ≥ 0`` for that ``b`` (golden-section searches).
+    """
+    data = np.asarray(obs, dtype=float)[:, :4]
+    asked = data[:, 2] > 0
+    if not asked.any():
+        return 0.0, 0.0
+    key = hashlib.sha1(data.tobytes()).digest()  # each file of a batch is estimated on the same observations
+    if key not in _FITTED:
+        if len(_FITTED) >= 32:
+            _FITTED.clear()
+        _FITTED[key] = _fit_hazard(data, asked)
+    return _FITTED[key]
+
+
+_FITTED: dict[bytes, tuple[float, float]] = {}
+
+
+def _fit_hazard(data: np.ndarray, asked: np.ndarray) -> tuple[float, float]:
+    scale = float(np.mean(data[:, 0])) or 1.0
+
+    def golden(f, lo: float, hi: float) -> float:  # the maximum of a concave function on [lo, hi]
+        for _ in range(30):  # to 1e-6 of the interval
+            m1, m2 = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
+            lo, hi = (m1, hi) if f(m1) < f(m2) else (lo, m2)
+        return (lo + hi) / 2
+
+    def best_a(b: float) -> tuple[float, float]:  # the profile likelihood: best a for this b
+        a = golden(lambda x: _log_likelihood(data, asked, x, b), 0.0, 20.0 / scale)
+        return _log_likelihood(data, asked, a, b), a
+
+    grid = [0.0, *np.geomspace(1e-7, 1.0, 49).tolist()]
+    i = max(range(len(grid)), key=lambda k: best_a(grid[k])[0])
+    b = golden(lambda x: best_a(x)[0], grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)])
+    return best_a(b)[1], b
+
+
+def dedup_calls(mentions: float, entities: float, hazard: tuple[float, float], pairs_per_hazard: float) -> float:
+    """Expected Deduplication calls of one upload (:func:`ragtopics.graph.dedup.deduplicate`, rule 5).
+
+    An upload asks the model about its unclear pairs, :data:`~ragtopics.graph.dedup.MODEL_BATCH_PAIRS` a call.
+    Each of its ``e`` entity mentions may find an unclear partner among its own names or the graph's ``N``
+    stored ones; the chance grows with the graph but less than in proportion, since later names repeat earlier
+    ones: hazard ``a + b·√N`` per mention, so the upload asks with probability ``P = 1 - exp(-e·(a + b·√N))``
+    and has ``λ = pairs_per_hazard · e·(a + b·√N)`` unclear pairs on average. One call when it asks, and
+    ``⌈pairs / 8⌉`` on a large upload (about ``λ/8 + 1/2``, half a batch rounded up): ``max(P, λ/8 + P/2)``.
+    ``a``, ``b`` are fitted on earlier uploads (:func:`fit_hazard`), ``pairs_per_hazard`` is their pairs over
+    their summed hazard.
+
+    Args:
+        mentions: the upload's expected entity mentions ``e``.
+        entities: entities in the graph before it ``N``.
+        hazard: ``(a, b)``.
+        pairs_per_hazard: unclear pairs per unit of hazard.
+
+    Returns:
+        Expected calls (a fraction).
+    """
+    from ragtopics.graph.dedup import MODEL_BATCH_PAIRS
+
+    lam = mentions * (hazard[0] + hazard[1] * math.sqrt(max(0.0, entities)))
+    asks = -math.expm1(-lam)
+    return max(asks, pairs_per_hazard * lam / MODEL_BATCH_PAIRS + asks / 2)
+
+
+@dataclass
+class GraphOutlook:
+    """What a GraphRAG Topic's next uploads will find and do to its graph (figures measured, else defaults).
+
+    Attributes:
+        entities: entities in the graph now.
+        mentions_per_char, new_per_char: entity mentions and entities new to the graph per character of chunk text.
+        hazard, pairs_per_hazard: the Deduplication model's figures (:func:`dedup_calls`).
+        reports_per_entity: communities of two or more entities per entity, before the Topic's own rebuild.
+        last: the Topic's last community rebuild at its Resolution (None: none yet).
+        work: ``(w0, w1)``: seconds of other work per chunk ``w0 + w1·N`` (None: not fitted yet).
+        measured: kind → whether its figures were measured here.
+    """
+
+    entities: float
+    mentions_per_char: float
+    new_per_char: float
+    hazard: tuple[float, float]
+    pairs_per_hazard: float
+    reports_per_entity: float
+    last: Any = None
+    work: tuple[float, float] | None = None
+    measured: dict[str, bool] = field(default_factory=dict)
+
+    def reports(self, entities: float) -> float:
+        """Community reports the next rebuild writes once the graph has ``entities`` entities.
+
+        Written reports = communities of two or more entities then (``R(N)``) less the stored reports whose
+        community comes out unchanged. Without a rebuild of the Topic: ``R(N) = ρ·N`` (``ρ``: communities per
+        entity measured on this installation's rebuilds at this Resolution, else the default), nothing stored.
+        After one (``N₀`` entities, ``R₀`` reports), Leiden's own growth on this graph decides: the rebuild
+        also grouped the graph that half of the Topic's chunks make (``N½`` entities, ``R½`` communities,
+        ``K½`` of them unchanged in the whole; :func:`ragtopics.graph.communities.half_graph_growth`), so
+        ``R(N) = R₀·(N/N₀)^β`` with ``β = ln(R₀/R½) / ln(N₀/N½)``, and a stored report survives a growth by
+        ``N/N₀`` with probability ``s^(ln(N/N₀) / ln(N₀/N½))``, ``s = K½/R½`` being its survival of the growth
+        from the half graph to the whole. Written: ``R(N) - R₀·survival``. A graph whose communities are
+        separate groups grows them in proportion (``β ≈ 1``, most reports kept); one connected graph keeps
+        about as many communities, each larger, and changes nearly all of them (``β`` and ``s`` near 0).
+        A rebuild made before the half graph was measured counts as ``β = 1`` and ``s = N½/N₀ = 1/2``.
+        """
+        run = self.last
+        if run is None or not run.entities:
+            return self.reports_per_entity * max(0.0, entities)
+        n0, r0 = float(run.entities), float(run.communities - run.skipped_small)
+        if r0 <= 0:  # no community of two: the new entities' own
+            return self.reports_per_entity * max(0.0, entities - n0)
+        if entities <= n0:
+            return 0.0
+        if run.half_entities and run.half_reportable and run.half_entities < n0:
+            span = math.log(n0 / run.half_entities)
+            beta = min(1.5, max(0.0, math.log(r0 / run.half_reportable) / span))
+            survive = run.half_kept / run.half_reportable
+        else:
+            span, beta, survive = math.log(2.0), 1.0, 0.5
+        grown = math.log(entities / n0)
+        kept = r0 * (survive ** (grown / span) if survive > 0 else 0.0)
+        return max(0.0, r0 * (entities / n0) ** beta - kept)
+
+    def work_seconds(self, chunks: float, entities: float) -> float | None:
+        """Seconds of other work for ``chunks`` chunks into a graph of ``entities``; None when not fitted."""
+        if self.work is None:
+            return None
+        return chunks * (self.work[0] + self.work[1] * entities)
+
+
+def fit_work(obs: list[list[float]]) -> tuple[float, float] | None:
+    """Least-squares ``(w0, w1)`` of an upload's other work ``y ≈ c·(w0 + w1·N)`` seconds (``c`` chunks, ``N``
+    graph entities before it), from observations ``[c, N, y]``: partner look-ups, the deduplication rules and
+    the graph writes grow with the graph. Both kept ≥ 0 (a negative slope: ``w1 = 0``, ``w0 = Σy/Σc``)."""
+    data = np.asarray(obs, dtype=float)
+    if len(data) < MIN_FIT_OBSERVATIONS or not data[:, 0].sum():
+        return None
+    x = np.stack([data[:, 0], data[:, 0] * data[:, 1]], axis=1)
+    try:
+        w0, w1 = np.linalg.solve(x.T @ x, x.T @ data[:, 2])
+    except np.linalg.LinAlgError:
+        w0, w1 = -1.0, -1.0
+    if w0 < 0 or w1 < 0:
+        return float(data[:, 2].sum() / data[:, 0].sum()), 0.0
+    return float(w0), float(w1)
+
+
+def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlook:
+    """The :class:`GraphOutlook` of a GraphRAG Topic: its graph's size and last rebuild, this installation's figures."""
+    from ragtopics.graph.communities import last_run
+    from ragtopics.graph.ingest import graph_store
+
+    default = GRAPH_DEFAULTS.get(work, GRAPH_DEFAULTS["graphrag-nlp"])
+    store = graph_store(rt, topic)
+    outlook = GraphOutlook(entities=float(store.entity_count()) if store.exists() else 0.0,
+                           mentions_per_char=default.mentions_per_char, new_per_char=default.new_per_char,
+                           hazard=default.hazard, pairs_per_hazard=default.pairs_per_hazard,
+                           reports_per_entity=default.reports_per_entity)  # fmt: skip
+    for name, attr in ((f"graph:mentions:{work}", "mentions_per_char"), (f"graph:new:{work}", "new_per_char")):
+        row = figures.rows.get(name)
+        if row is not None and row.units >= 1000 and row.samples >= MIN_MEASURED:  # a few uploads' text
+            setattr(outlook, attr, row.count / row.units)
+    obs = observations(rt, f"dedup:{work}")
+    if len(obs) >= MIN_FIT_OBSERVATIONS:
+        outlook.hazard = fit_hazard(obs)
+        data = np.asarray(obs, dtype=float)
+        total = float(_hazards(data, *outlook.hazard).sum())
+        outlook.pairs_per_hazard = float(data[:, 2].sum()) / total if total > 0 else outlook.pairs_per_hazard
+        outlook.measured["deduplication"] = True
+    resolution = f"{float(topic.settings.resolution):g}"
+    row = figures.rows.get(f"communities:{work}:{resolution}")
+    if row is not None and row.units > 0:
+        outlook.reports_per_entity = row.count / row.units
+        outlook.measured["community_report"] = True
+    run = last_run(rt.redis, topic.id)
+    if run is not None and f"{run.resolution:g}" == resolution:
+        outlook.last = run
+        outlook.measured["community_report"] = True
+    outlook.work = fit_work(observations(rt, f"work:{work}"))
+    return outlook
+
+
+def graph_calls(rt: Runtime, topic, kinds: set[str], figures: Figures,
+                files: list[tuple[FileEstimate, float]]) -> GraphOutlook:  # fmt: skip
+    """Fill in the deduplication calls and community reports of a GraphRAG Topic's files, one after another.
+
+    Files are stored one at a time (each deduplicates against the graph the earlier ones left): file ``i``
+    with ``c_i`` characters of chunk text brings ``e_i = mentions_per_char·c_i`` mentions into a graph of
+    ``N_i = N + new_per_char·(c_1 + … + c_(i-1))`` entities (:func:`dedup_calls`), and its community reports
+    are what it adds to those of the next rebuild: ``reports(N_(i+1)) - reports(N_i)`` (:meth:`GraphOutlook.reports`).
+
+    Args:
+        files: each file's estimate (not refused) with the characters of its chunks the extraction reads.
+
+    Returns:
+        The outlook used.
+    """
+    outlook = graph_outlook(rt, topic, work_name(topic, kinds), figures)
+    n = outlook.entities
+    for f, chars in files:
+        mentions, added = outlook.mentions_per_char * chars, outlook.new_per_char * chars
+        if "deduplication" in kinds:
+            f.calls["deduplication"] = dedup_calls(mentions, n, outlook.hazard, outlook.pairs_per_hazard)
+        if "community_report" in kinds:
+            f.calls["community_report"] = max(0.0, outlook.reports(n + added) - outlook.reports(n))
+        n += added
+    return outlook
 
 
 def load_figures(rt: Runtime) -> Figures:
@@ -462,6 +759,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     figures = load_figures(rt)
     estimate = CostEstimate(topic=topic.name, calls={k: CallEstimate(k, KINDS[k].role) for k in KINDS if k in kinds})
     text_chars: dict[str, float] = {k: 0.0 for k in kinds}  # text each kind sends, for the default token counts
+    graph_files: list[tuple[FileEstimate, float]] = []
     for name, data in files:
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, name, data)
         estimate.files.append(f)
@@ -471,20 +769,31 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
         estimate.read_seconds += figures.read_seconds_per_byte(extension_of(f.file_name)) * f.size_bytes
         for kind, sent in chars.items():
             text_chars[kind] = text_chars.get(kind, 0.0) + sent
+        graph_files.append((f, chars.get("graph", 0.0)))
+    work = work_name(topic, kinds)
+    per_work = figures.work_seconds(work)[0]
+    estimate.work_seconds = per_work * estimate.chunks
+    outlook = None
+    if topic.kind == "graphrag":
+        outlook = graph_calls(rt, topic, kinds, figures, graph_files)
+        if outlook.work is not None:  # the graph's work per chunk grows with the graph the upload finds
+            n, estimate.work_seconds = outlook.entities, 0.0
+            for f, chars in graph_files:
+                estimate.work_seconds += outlook.work_seconds(f.chunks, n) or 0.0
+                n += outlook.new_per_char * chars
+    for f, _ in graph_files:
         for kind, n in f.calls.items():
             estimate.calls[kind].calls += n
     per_embed, _ = figures.embed_seconds()
     estimate.embed_seconds = per_embed * estimate.chunks
-    estimate.work_seconds = figures.work_seconds(work_name(topic, kinds))[0] * estimate.chunks
     prices = endpoint_prices(rt)
-    work = work_name(topic, kinds)
     for kind, c in estimate.calls.items():
         measured = figures.per_call(kind, work)
         default = DEFAULTS[kind]
-        c.measured = figures.per_unit(kind, work)[1]
+        c.measured = outlook.measured.get(kind, False) if outlook is not None and kind in PER_METHOD else figures.per_unit(kind, work)[1]
         if measured is not None:
             c.tokens_in, c.tokens_out, c.seconds = (c.calls * v for v in measured)
-            c.measured = True
+            c.measured = c.measured or kind not in PER_METHOD
         else:
             c.tokens_in = c.calls * default.tokens_in + text_chars.get(kind, 0.0) / CHARS_PER_TOKEN
             c.tokens_out, c.seconds = c.calls * default.tokens_out, c.calls * default.seconds
@@ -546,6 +855,8 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
     units = {"chunk": f.chunks, "picture": f.pictures, "record": float(f.records)}
     for kind in kinds:
         spec = KINDS[kind]
+        if kind in PER_METHOD:  # they follow the graph, not the file: graph_calls
+            continue
         count = units[spec.unit]
         if kind == "graph_extraction" and texts is not None:
             from ragtopics.graph.extract import looks_like_toc_or_index
@@ -557,6 +868,11 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
             f.calls[kind] = calls
         if spec.unit == "chunk" and kind in ("graph_extraction", "keywords", "context_line"):
             chars[kind] = chunk_chars * (per_unit if kind == "graph_extraction" else 1.0)
+    if topic.kind == "graphrag":  # the text the graph extraction reads (tables of contents skipped)
+        from ragtopics.graph.extract import looks_like_toc_or_index
+
+        chars["graph"] = (float(sum(len(t) for t in texts if not looks_like_toc_or_index(t))) if texts is not None
+                          else chunk_chars)  # fmt: skip
     if "context_line" in f.calls:  # each context line's prompt also shows the start of the document
         from ragtopics.ingest.pipeline import CONTEXT_DOCUMENT_CHARS
 
@@ -612,8 +928,11 @@ def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | 
         from ragtopics.ingest.pipeline import ingest_settings
 
         cfg = ingest_settings(topic.settings, rt)
-        f, _ = _estimate_file(rt, topic, cfg, active_kinds(rt, topic), figures or load_figures(rt), row.file_name, data)
+        kinds, figures = active_kinds(rt, topic), figures or load_figures(rt)
+        f, chars = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
         if not f.refused:
+            if topic.kind == "graphrag":  # as if it were the next upload into the graph as it is now
+                graph_calls(rt, topic, kinds, figures, [(f, chars.get("graph", 0.0))])
             store_estimate(rt, row, f, topic)
     except Exception as exc:  # noqa: BLE001 - see above
         log.warning("no cost estimate kept for %s: %s", row.file_name, exc)
@@ -625,7 +944,7 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
     {"calls", "tokens_in", "tokens_out", "seconds"}}}``."""
     out: dict[str, Any] = {"chunks": 0, "calls": {}, "tokens_in": 0, "tokens_out": 0, "seconds": 0.0, "embedded": 0,
                            "embed_seconds": 0.0, "bytes": 0, "pictures": 0, "records": 0, "read_seconds": 0.0,
-                           "extracted": None, "by_kind": {}}  # fmt: skip
+                           "extracted": None, "by_kind": {}, "graph": {}}  # fmt: skip
     share = 1.0
     top_seconds = embed_step_seconds = 0.0
     for event in trace.events:
@@ -649,6 +968,13 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
             embed_step_seconds += float(event.duration_ms or 0) / 1000
             if data.get("batch_chunks"):  # files embedded together share the batch's time
                 share = min(1.0, int(data.get("count") or 0) / int(data["batch_chunks"]))
+        elif event.step == "find_partners":
+            out["graph"]["graph_entities"] = int(data.get("graph_entities") or 0)
+        elif event.step == "deduplicate":
+            out["graph"].update(mentions=int(data.get("incoming") or 0), open_pairs=int(data.get("open_pairs") or 0),
+                                dedup_calls=int(data.get("model_calls") or 0))  # fmt: skip
+        elif event.step == "extract_graph":
+            out["graph"]["chars"] = int(data.get("chars") or 0)
         elif event.step == "read":
             out["bytes"] = int(data.get("bytes") or 0)
             out["pictures"] = int(data.get("pictures") or 0)
@@ -659,6 +985,7 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
             graph = data.get("graph")
             if isinstance(graph, dict):
                 out["extracted"] = int(graph.get("chunks_extracted") or 0)
+                out["graph"]["new_entities"] = int(graph.get("new_entities") or 0)
     out["embed_seconds"] *= share
     out["calls"] = {k: v["calls"] for k, v in out["by_kind"].items() if k in KINDS}
     for v in out["by_kind"].values():
@@ -715,6 +1042,14 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
         if ext in DOCUMENT_TYPES:
             increments[f"file:{ext}"] = {"count": actual["chunks"], "units": actual["bytes"]}
             increments[f"pictures:{ext}"] = {"count": actual["pictures"], "units": actual["bytes"]}
+    graph, work = actual["graph"], work_name(topic, kinds)
+    if topic.kind == "graphrag" and graph.get("chars"):
+        increments[f"graph:mentions:{work}"] = {"count": graph.get("mentions", 0), "units": graph["chars"]}
+        increments[f"graph:new:{work}"] = {"count": graph.get("new_entities", 0), "units": graph["chars"]}
+        if "deduplication" in kinds:
+            observe(rt, f"dedup:{work}", [graph.get("mentions", 0), graph.get("graph_entities", 0),
+                                          graph.get("open_pairs", 0), graph.get("dedup_calls", 0)])  # fmt: skip
+        observe(rt, f"work:{work}", [actual["chunks"], graph.get("graph_entities", 0), actual["work_seconds"]])
     add_figures(rt, increments)
     if topic.kind == "graphrag" and actual["chunks"]:
         rt.redis.incrby(SINCE_REBUILD_KEY.format(topic_id=topic.id), actual["chunks"])
@@ -741,9 +1076,16 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
 
         topic = get_topic(rt, topic_id)
         by = actual_from_trace(trace)["by_kind"].get("community_report") or {}
-        add_figures(rt, {call_figure("community_report", work_name(topic, active_kinds(rt, topic))): {
+        work = work_name(topic, active_kinds(rt, topic))
+        increments = {call_figure("community_report", work): {
             "count": by.get("calls", 0), "units": new_chunks, "tokens_in": by.get("tokens_in", 0),
-            "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}})  # fmt: skip
+            "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}}  # fmt: skip
+        detect = next((e.data for e in trace.events if e.step == "detect_communities"), None)
+        if detect and detect.get("entities"):  # communities of two or more per entity, at this Resolution
+            reportable = int(detect.get("communities") or 0) - int(detect.get("skipped_small") or 0)
+            increments[f"communities:{work}:{float(detect.get('resolution', 1.0)):g}"] = {
+                "count": reportable, "units": int(detect["entities"])}  # fmt: skip
+        add_figures(rt, increments)
     except Exception as exc:  # noqa: BLE001 - see above
         log.warning("cost figures of a community rebuild not recorded: %s", exc)
 
@@ -782,6 +1124,7 @@ def error_percent(estimated: float, actual: float) -> float | None:
     return (estimated - actual) / actual * 100
 
 
-__all__ = ["KINDS", "DEFAULTS", "CostEstimate", "FileEstimate", "CallEstimate", "Figures", "estimate_upload",
+__all__ = ["KINDS", "DEFAULTS", "GRAPH_DEFAULTS", "GraphOutlook", "graph_outlook", "graph_calls", "dedup_calls", "fit_hazard",
+           "fit_work", "observe", "observations", "clear_figures", "CostEstimate", "FileEstimate", "CallEstimate", "Figures", "estimate_upload",
            "load_figures", "add_figures", "record_upload", "record_rebuild", "comparison", "comparison_text",
            "estimate_and_store", "store_estimate", "actual_from_trace", "active_kinds", "endpoint_prices", "error_percent"]  # fmt: skip

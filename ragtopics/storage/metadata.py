@@ -295,8 +295,10 @@ class UsageFigureRow(SQLModel, table=True):
     ``name`` says what is counted (see :mod:`ragtopics.ingest.cost`): ``call:<kind>`` (``call:<kind>:<work>`` for
     deduplication and community reports, by extraction method; ``count`` model calls
     over ``units`` chunks, pictures or records, with their tokens and seconds), ``embedding`` (``count`` texts),
-    ``file:<ext>`` (``count`` chunks over ``units`` bytes), ``pictures:<ext>``, ``read:<ext>`` and ``work:<work>``
-    (seconds of other work over ``count`` chunks).
+    ``file:<ext>`` (``count`` chunks over ``units`` bytes), ``pictures:<ext>``, ``read:<ext>``, ``work:<work>``
+    (seconds of other work over ``count`` chunks), ``graph:mentions:<work>`` and ``graph:new:<work>`` (entity
+    mentions and entities new to the graph over ``units`` characters of chunk text) and
+    ``communities:<work>:<resolution>`` (communities of two or more entities over ``units`` entities, at rebuilds).
     """
 
     __tablename__ = "usage_figure"

@@ -12,7 +12,7 @@ import pytest
 
 from ragtopics.graph.communities import (
     MAX_CONSECUTIVE_MODEL_FAILURES, PROMPT_MAX_CHARS, Community, community_content, detect_communities,
-    graph_report, last_run, rebuild, report_prompt, run_key,
+    graph_report, half_graph_growth, in_half, last_run, rebuild, report_prompt, run_key,
 )  # fmt: skip
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
@@ -338,3 +338,20 @@ def test_community_index_put_search_delete_and_drop(rt, index):
     index.put(records)
     index.drop()
     assert not index.index.exists() and list(rt.redis.scan_iter(match="rt:topic-c:*")) == []
+
+
+def test_the_half_graph_counts_the_communities_that_half_the_chunks_make_and_those_the_other_half_leaves_alone():
+    """X and Z come from chunks of the kept half, Y from the other half, which also names Z's first member:
+    the half graph has X and Z; in the whole graph X is unchanged, Z is touched, Y is new."""
+    inside = [c for c in (f"chunk-{i}" for i in range(100)) if in_half(c)][:2]
+    outside = [c for c in (f"chunk-{i}" for i in range(100)) if not in_half(c)][:2]
+    groups = {"X": ["Xa", "Xb", "Xc"], "Y": ["Ya", "Yb", "Yc"], "Z": ["Za", "Zb", "Zc"]}
+    chunk = {"X": inside[0], "Y": outside[0], "Z": inside[1]}
+    entities = [ent(n, chunk[g]) for g, names in groups.items() for n in names]
+    entities = [e if e.name != "Za" else Entity(e.id, e.name, e.type, e.description, (), frozenset({inside[1], outside[1]}))
+                for e in entities]  # fmt: skip
+    relationships = [rel(a, b, chunk[g]) for g, names in groups.items() for a, b in zip(names, names[1:] + names[:1])]
+    whole = detect_communities(entities, relationships, resolution=1.0)
+    assert sorted(c.size for c in whole) == [3, 3, 3]
+    assert half_graph_growth(entities, relationships, whole, resolution=1.0) == (6, 2, 1)
+    assert half_graph_growth([], [], [], resolution=1.0) == (0, 0, 0)

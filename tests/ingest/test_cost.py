@@ -4,12 +4,17 @@ within the tolerance, the figures measured after an upload, prices, and a dry ru
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from sqlmodel import select
 
 from ragtopics.documents.uploads import BatchedUploads, get_document
-from ragtopics.ingest.cost import DEFAULTS, comparison, estimate_upload, load_figures
+from ragtopics.graph.communities import RebuildReport, last_run
+from ragtopics.graph.refresh import run_rebuild
+from ragtopics.ingest.cost import (DEFAULTS, GraphOutlook, comparison, dedup_calls, estimate_upload, fit_hazard,
+                                   graph_outlook, load_figures, observations)
 from ragtopics.llm.endpoints import save_endpoint
 from ragtopics.storage.metadata import DocumentRow, UploadCostRow
 from ragtopics.topics.topics import create_topic, get_topic
@@ -93,10 +98,89 @@ def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs,
     assert figures.per_call("graph_extraction")[0] == pytest.approx(row.tokens_in / row.count)
     dedup = figures.rows["call:deduplication:graphrag-llm"]  # measured per extraction method
     assert dedup.count == len(scripted_llm.prompts("deduplication")) and dedup.units == estimate.chunks
+    seen = observations(rt, "dedup:graphrag-llm")  # each upload's mentions, graph size, unclear pairs, calls
+    assert len(seen) == 2 and sorted(o[1] for o in seen)[0] == 0 and sum(o[3] for o in seen) == dedup.count
     again = estimate_upload(rt, topic, files)
     assert again.calls["graph_extraction"].measured
     assert again.calls["graph_extraction"].tokens_in == pytest.approx(again.calls["graph_extraction"].calls * row.tokens_in / row.count)
-    assert abs(again.calls["deduplication"].calls - dedup.count) <= max(1, TOLERANCE * dedup.count)
+
+
+LEDGER = "\n\n".join(f"Entry {i}. The Southern Ferry Company moved Cargo {i} from Stromness to Scrabster aboard "
+                      f"Vessel {chr(65 + i % 26)}, signed by Quartermaster Abernethy." for i in range(25)).encode()  # fmt: skip
+
+
+def test_the_graphs_figures_measured_by_one_upload_make_the_next_estimate_of_community_reports_exact(rt, run_jobs, scripted_llm):
+    """Topic A measures entity mentions, new entities and communities per entity; the same files into an empty Topic B
+    then make the same graph (the scripted extraction is deterministic), so B's estimate of community reports is
+    A's measured ratio times the entities the files bring: exactly the reports B's rebuild writes."""
+    scripted_llm.replies["graph_extraction"] = capitalised_entities
+    scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
+    scripted_llm.replies["community_report"] = json.dumps({"title": "A group", "summary": "Things named together."})
+    settings = {"graph_extraction_method": "LLM", "chunk_size": 250, "chunk_overlap": 0}
+    files = [("manual.txt", MANUAL), ("notes.md", NOTES), ("ledger.txt", LEDGER)]
+    first = create_topic(rt, "Harbours A", kind="graphrag", settings=settings)
+    upload_all(rt, first, files)
+    run_jobs()
+    scripted_llm.requests.clear()
+    run_rebuild(rt, first.id, reason="test")
+    written_a = len(scripted_llm.prompts("community_report"))
+    run = last_run(rt.redis, first.id)
+    assert written_a == run.written == run.communities - run.skipped_small > 0
+    assert 0 < run.half_entities < run.entities and run.half_reportable > 0  # the half graph was grouped too
+
+    figures = load_figures(rt)
+    new = figures.rows["graph:new:graphrag-llm"]
+    assert new.count == run.entities and new.samples == 3  # from an empty graph every entity was new once
+    assert figures.rows["communities:graphrag-llm:1"].count == written_a
+
+    second = create_topic(rt, "Harbours B", kind="graphrag", settings=settings)
+    estimate = estimate_upload(rt, second, files)
+    assert estimate.calls["community_report"].measured
+    assert estimate.calls["community_report"].calls == pytest.approx(written_a)
+    upload_all(rt, second, files)
+    run_jobs()
+    scripted_llm.requests.clear()
+    run_rebuild(rt, second.id, reason="test")
+    assert len(scripted_llm.prompts("community_report")) == written_a  # the estimate, within rounding
+
+    # A third upload into A: its reports come from A's own rebuild (the half graph's growth), not the ratio.
+    outlook = graph_outlook(rt, get_topic(rt, first.id), "graphrag-llm", load_figures(rt))
+    assert outlook.last is not None and outlook.entities == run.entities
+    assert outlook.reports(run.entities) == 0.0 and outlook.reports(2 * run.entities) > 0
+
+
+def test_reports_at_the_next_rebuild_follow_the_half_graphs_growth():
+    """The formula of GraphOutlook.reports on a rebuild record: R(N) = R0·(N/N0)^β less the stored reports kept."""
+    run = RebuildReport(written=20, kept=0, deleted=0, communities=25, skipped_small=5, seconds=0.1, entities=100,
+                        half_entities=50, half_reportable=10, half_kept=5)  # fmt: skip
+    outlook = GraphOutlook(entities=100, mentions_per_char=0.02, new_per_char=0.02, hazard=(0.0, 0.001),
+                           pairs_per_hazard=1.0, reports_per_entity=0.1, last=run)  # fmt: skip
+    # β = ln(20/10)/ln(100/50) = 1; a report survives a doubling with 5/10: at 200 entities 40 less 20 · 0.5 kept.
+    assert outlook.reports(100) == 0.0
+    assert outlook.reports(200) == pytest.approx(40 - 10)
+    assert outlook.reports(400) == pytest.approx(80 - 5)
+    connected = RebuildReport(written=20, kept=0, deleted=0, communities=20, skipped_small=0, seconds=0.1, entities=100,
+                              half_entities=50, half_reportable=20, half_kept=0)  # fmt: skip
+    outlook.last = connected  # as many communities at half the size, none kept: every report is written again
+    assert outlook.reports(150) == pytest.approx(20)
+    outlook.last = None  # no rebuild yet: communities per entity
+    assert outlook.reports(300) == pytest.approx(30)
+
+
+def test_the_deduplication_fit_recovers_the_rate_of_simulated_uploads():
+    """Uploads drawn from a known hazard a + b·√N per mention: the maximum-likelihood fit finds it again, and the
+    expected calls follow the model's batches (one call per asking upload, a call per 8 pairs on a large one)."""
+    rng = np.random.default_rng(7)
+    a, b = 0.02, 0.0005  # about as much from the upload's own names as from a graph of 1,600 entities
+    mentions = rng.integers(5, 40, size=3000).astype(float)
+    graph = rng.uniform(0, 5000, size=3000)
+    asked = rng.random(3000) < -np.expm1(-mentions * (a + b * np.sqrt(graph)))
+    fitted = fit_hazard([[e, n, float(q), float(q)] for e, n, q in zip(mentions, graph, asked)])
+    assert fitted[0] == pytest.approx(a, rel=0.25) and fitted[1] == pytest.approx(b, rel=0.25)
+    assert fit_hazard([[10, 100, 0, 0]] * 20) == (0.0, 0.0)  # never asked: no calls expected
+    small = dedup_calls(10, 100, (0.001, 0.0), 1.0)
+    assert small == pytest.approx(-math.expm1(-0.01))
+    assert dedup_calls(1000, 10_000, (0.0, 0.01), 1.0) == pytest.approx(1000 * 0.01 * 100 / 8 + 0.5)
 
 
 def test_money_only_for_roles_with_a_price(rt):
