@@ -267,7 +267,7 @@ def load_rules(rt: Runtime, topic_id: str) -> RuleSet:
 
 
 def _graph_store(rt: Runtime, topic) -> GraphStore:
-    from ragtopics.graph.ingest import graph_store  # ingest imports this module: the kinds of ingest need the rules
+    from ragtopics.graph.ingest import graph_store  # ingest imports this module for the rules
 
     if topic.kind != "graphrag":
         raise InvalidSettingError(f"Topic {topic.name!r} is a {topic.kind} Topic; only GraphRAG Topics have a graph to correct")
@@ -300,6 +300,7 @@ def _record(rt: Runtime, topic, kind: str, entity: Entity, names: list[str], tar
             edit) -> Correction:  # fmt: skip
     """Run ``edit(store)`` on the graph under the Topic's graph write lock and store the rule in the same breath:
     the row is committed only once the graph changed (a failed edit stores no rule)."""
+    from ragtopics.graph.ingest import embed_entities  # ingest imports this module for the rules
     from ragtopics.graph.lifecycle import mark_recompute_due
 
     store = _graph_store(rt, topic)
@@ -307,7 +308,10 @@ def _record(rt: Runtime, topic, kind: str, entity: Entity, names: list[str], tar
                              names=list(dict.fromkeys(names)), target_name=target[0], target_type=target[1],
                              created_by=by)  # fmt: skip
     with graph_write_lock(rt.redis, topic.id) as fence, rt.metadata.session() as s:
-        outcome: EditOutcome = edit(store.fence_writes(fence))
+        fenced = store.fence_writes(fence)
+        outcome: EditOutcome = edit(fenced)
+        if outcome.target_id:  # a new entity (a split alias, a new name or type) gets the vector of its name
+            embed_entities(rt, fenced, [outcome.target_id])
         row.outcome = outcome.as_dict()
         s.add(row)
         s.flush()
