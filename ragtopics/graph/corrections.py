@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -296,23 +297,36 @@ def _clean(text: str, what: str) -> str:
     return text
 
 
-def _record(rt: Runtime, topic, kind: str, entity: Entity, names: list[str], target: tuple[str, str], by: str,
-            edit) -> Correction:  # fmt: skip
-    """Run ``edit(store)`` on the graph under the Topic's graph write lock and store the rule in the same breath:
-    the row is committed only once the graph changed (a failed edit stores no rule)."""
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A correction checked against the graph, ready to run: the rule to store and the edit that makes it."""
+
+    kind: str
+    entity: Entity
+    names: list[str]
+    target: tuple[str, str]
+    edit: Callable[[GraphStore], EditOutcome]
+
+
+def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned]) -> Correction:
+    """Under the Topic's graph write lock: find and check the entities (``plan``), edit the graph, store the rule.
+
+    The rule's row is committed only once the graph changed (a refused or failed edit stores no rule);
+    a new entity gets the vector of its name; the communities are marked due for a recompute.
+    """
     from ragtopics.graph.ingest import embed_entities  # ingest imports this module for the rules
     from ragtopics.graph.lifecycle import mark_recompute_due
 
     store = _graph_store(rt, topic)
-    row = GraphCorrectionRow(topic_id=topic.id, kind=kind, name=entity.name, type=entity.type,
-                             names=list(dict.fromkeys(names)), target_name=target[0], target_type=target[1],
-                             created_by=by)  # fmt: skip
     with graph_write_lock(rt.redis, topic.id) as fence, rt.metadata.session() as s:
         fenced = store.fence_writes(fence)
-        outcome: EditOutcome = edit(fenced)
-        if outcome.target_id:  # a new entity (a split alias, a new name or type) gets the vector of its name
+        planned = plan(fenced)
+        outcome = planned.edit(fenced)
+        if outcome.target_id:
             embed_entities(rt, fenced, [outcome.target_id])
-        row.outcome = outcome.as_dict()
+        row = GraphCorrectionRow(topic_id=topic.id, kind=planned.kind, name=planned.entity.name, type=planned.entity.type,
+                                 names=list(dict.fromkeys(planned.names)), target_name=planned.target[0],
+                                 target_type=planned.target[1], outcome=outcome.as_dict(), created_by=by)  # fmt: skip
         s.add(row)
         s.flush()
         correction = _correction(row)
@@ -324,16 +338,22 @@ def _record(rt: Runtime, topic, kind: str, entity: Entity, names: list[str], tar
 def merge_entities(rt: Runtime, topic, name: str, into: str, *, by: str = "") -> Correction:
     """Merge the entity ``name`` into the entity ``into`` (see the module docstring).
 
+    Args:
+        by: the console user who asks ("" from the CLI); likewise for every correction.
+
     Raises:
         NotFoundError: when either entity is unknown.
         InvalidSettingError: for a RAG Topic, or when both names are one entity.
     """
-    store = _graph_store(rt, topic)
-    source, target = _find(store, topic, name), _find(store, topic, into)
-    if source.id == target.id:
-        raise InvalidSettingError(f"{name!r} and {into!r} are already one entity ({target.name!r})")
-    return _record(rt, topic, "merge", source, [source.name, *source.aliases], (target.name, target.type), by,
-                   lambda s: move_mentions(s, source, target.name, target.type))  # fmt: skip
+
+    def plan(store: GraphStore) -> _Planned:
+        source, target = _find(store, topic, name), _find(store, topic, into)
+        if source.id == target.id:
+            raise InvalidSettingError(f"{name!r} and {into!r} are already one entity ({target.name!r})")
+        return _Planned("merge", source, [source.name, *source.aliases], (target.name, target.type),
+                        lambda s: move_mentions(s, source, target.name, target.type))  # fmt: skip
+
+    return _run(rt, topic, by, plan)
 
 
 def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "") -> Correction:
@@ -344,25 +364,28 @@ def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "
         InvalidSettingError: when ``alias`` is not one of its aliases, differs from its name only in case,
             spaces or punctuation, or is used by none of its chunks (or by all of them: rename it instead).
     """
-    store = _graph_store(rt, topic)
-    entity = _find(store, topic, entity_name)
     alias = _clean(alias, "alias")
     key = normalize_name(alias)
-    if key == normalize_name(entity.name):
-        raise InvalidSettingError(f"{alias!r} is {entity.name!r} itself (names are compared ignoring case, spaces and "
-                                  "punctuation): nothing to split; rename the entity to change how it is written")  # fmt: skip
-    spelled = next((a for a in entity.aliases if normalize_name(a) == key), None)
-    if spelled is None:
-        raise InvalidSettingError(f"{alias!r} is not an alias of {entity.name!r} (its aliases: "
-                                  f"{', '.join(entity.aliases) or 'none'})")  # fmt: skip
-    said = mentions_of(store, [entity.id])[entity.id]
-    chunks = {cid for cid, m in said.items() if key in {normalize_name(n) for n in m.names}}
-    if not chunks:
-        raise InvalidSettingError(f"no chunk names {entity.name!r} as {spelled!r}: nothing to split off")
-    if chunks == set(said):
-        raise InvalidSettingError(f"every chunk of {entity.name!r} names it {spelled!r}: rename it instead")
-    return _record(rt, topic, "split", entity, [spelled], (entity.name, entity.type), by,
-                   lambda s: move_mentions(s, entity, spelled, entity.type, chunks=chunks, drop_names=[entity.name]))  # fmt: skip
+
+    def plan(store: GraphStore) -> _Planned:
+        entity = _find(store, topic, entity_name)
+        if key == normalize_name(entity.name):
+            raise InvalidSettingError(f"{alias!r} is {entity.name!r} itself (names are compared ignoring case, spaces "
+                                      "and punctuation): nothing to split; rename the entity to change how it is written")  # fmt: skip
+        spelled = next((a for a in entity.aliases if normalize_name(a) == key), None)
+        if spelled is None:
+            raise InvalidSettingError(f"{alias!r} is not an alias of {entity.name!r} (its aliases: "
+                                      f"{', '.join(entity.aliases) or 'none'})")  # fmt: skip
+        said = mentions_of(store, [entity.id])[entity.id]
+        chunks = {cid for cid, m in said.items() if key in {normalize_name(n) for n in m.names}}
+        if not chunks:
+            raise InvalidSettingError(f"no chunk names {entity.name!r} as {spelled!r}: nothing to split off")
+        if chunks == set(said):
+            raise InvalidSettingError(f"every chunk of {entity.name!r} names it {spelled!r}: rename it instead")
+        return _Planned("split", entity, [spelled], (entity.name, entity.type),
+                        lambda s: move_mentions(s, entity, spelled, entity.type, chunks=chunks, drop_names=[entity.name]))  # fmt: skip
+
+    return _run(rt, topic, by, plan)
 
 
 def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "") -> Correction:
@@ -372,13 +395,16 @@ def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "")
         NotFoundError: when the entity is unknown.
         InvalidSettingError: when the new name is empty, too long or the same.
     """
-    store = _graph_store(rt, topic)
-    entity = _find(store, topic, name)
     new_name = _clean(new_name, "new name")
-    if new_name == entity.name:
-        raise InvalidSettingError(f"{entity.name!r} is already called that")
-    return _record(rt, topic, "rename", entity, [entity.name, *entity.aliases], (new_name, entity.type), by,
-                   lambda s: move_mentions(s, entity, new_name, entity.type))  # fmt: skip
+
+    def plan(store: GraphStore) -> _Planned:
+        entity = _find(store, topic, name)
+        if new_name == entity.name:
+            raise InvalidSettingError(f"{entity.name!r} is already called that")
+        return _Planned("rename", entity, [entity.name, *entity.aliases], (new_name, entity.type),
+                        lambda s: move_mentions(s, entity, new_name, entity.type))  # fmt: skip
+
+    return _run(rt, topic, by, plan)
 
 
 def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "") -> Correction:
@@ -389,13 +415,16 @@ def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "")
         NotFoundError: when the entity is unknown.
         InvalidSettingError: when the type is empty, too long or the same.
     """
-    store = _graph_store(rt, topic)
-    entity = _find(store, topic, name)
     new_type = _clean(new_type, "type").upper()
-    if new_type == entity.type:
-        raise InvalidSettingError(f"{entity.name!r} is already of type {new_type}")
-    return _record(rt, topic, "retype", entity, [entity.name, *entity.aliases], (entity.name, new_type), by,
-                   lambda s: move_mentions(s, entity, entity.name, new_type))  # fmt: skip
+
+    def plan(store: GraphStore) -> _Planned:
+        entity = _find(store, topic, name)
+        if new_type == entity.type:
+            raise InvalidSettingError(f"{entity.name!r} is already of type {new_type}")
+        return _Planned("retype", entity, [entity.name, *entity.aliases], (entity.name, new_type),
+                        lambda s: move_mentions(s, entity, entity.name, new_type))  # fmt: skip
+
+    return _run(rt, topic, by, plan)
 
 
 def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "") -> Correction:
@@ -404,10 +433,12 @@ def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "") -> Correc
     Raises:
         NotFoundError: when the entity is unknown.
     """
-    store = _graph_store(rt, topic)
-    entity = _find(store, topic, name)
-    return _record(rt, topic, "delete", entity, [entity.name, *entity.aliases], ("", ""), by,
-                   lambda s: delete_entity(s, entity))
+
+    def plan(store: GraphStore) -> _Planned:
+        entity = _find(store, topic, name)
+        return _Planned("delete", entity, [entity.name, *entity.aliases], ("", ""), lambda s: delete_entity(s, entity))
+
+    return _run(rt, topic, by, plan)
 
 
 def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: str = "") -> Correction:

@@ -45,12 +45,13 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
                                               ("POST", "/topics"), ("PATCH", "/topics/x"), ("DELETE", "/topics/x"),
                                               ("POST", "/topics/x/communities"), ("GET", "/topics/x/communities"),
                                               ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"),
+                                              ("POST", "/topics/x/graph/corrections"), ("GET", "/topics/x/graph/corrections"),
                                               ("POST", "/topics/x/evals"), ("GET", "/evals/x"),
                                               ("POST", "/topics/x/demo-links"), ("GET", "/demo-links"),
                                               ("DELETE", "/demo-links/x"), ("GET", "/demo-links/x/chats")}  # fmt: skip
     assert {(m, p) for m, p, need in routes if need == "viewer"} == {
         ("GET", "/topics"), ("POST", "/topics/x/ask"), ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
-        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x")}  # fmt: skip
+        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"), ("GET", "/topics/x/graph/corrections")}  # fmt: skip
     assert {need for _, _, need in routes} == {"viewer", "operator"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
