@@ -49,8 +49,8 @@ def apply_correction(rt: Runtime, topic_name: str | None, kind: str | None, name
     except RagTopicsError as exc:
         return f"**Not corrected:** {html.escape(str(exc), quote=False)}", ""
     shown = "" if done.kind == "delete" else done.names[0] if done.kind == "split" else done.target_name or done.name
-    return (f"Correction **#{done.id}**: {md_text(done.summary())}. Later uploads apply it too; communities are due for "
-            "a recompute.", shown)  # fmt: skip
+    text = f"Correction **#{done.id}**: {md_text(done.summary())}. Later uploads apply it too; communities are due for a recompute."
+    return text, shown
 
 
 def build(rt: Runtime, graph: dict) -> dict:
@@ -88,9 +88,8 @@ def build(rt: Runtime, graph: dict) -> dict:
             return text, rows, gr.skip(), gr.skip(), gr.skip()
         return (text, rows, shown, *neighbourhood(rt, topic_name, shown, depth))
 
-    private = {"api_visibility": "private"}
-    kind.change(on_kind, kind, [name, value], **private)
-    box.expand(lambda t: corrections_table(rt, t), graph["topic"], table, **private)  # a viewer never sees the panel
+    kind.change(on_kind, kind, [name, value], api_visibility="private")
+    box.expand(lambda t: corrections_table(rt, t), graph["topic"], table, api_visibility="private")  # never a viewer's
     apply.click(on_apply, [graph["topic"], kind, name, value, graph["hops"]],
                 [status, table, graph["name"], graph["picture"], graph["details"]],
                 api_name="correct_graph", api_visibility="undocumented")  # fmt: skip

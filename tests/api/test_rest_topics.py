@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.report import graph_stats
 from ragtopics.quality.runs import run_folder
 from ragtopics.storage import topics as topic_store
 from ragtopics.topics.topics import get_topic, list_topics, topic_id_for
-from ragtopics.graph.ingest import graph_store
 from tests.api.test_rest import api_client
 from tests.graph.test_corrections import plant  # noqa: F401 - a GraphRAG Topic with one uploaded file, a fixture
 from tests.quality.conftest import QUESTIONS, fleet  # noqa: F401 - a RAG Topic of three files, a fixture

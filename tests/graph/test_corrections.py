@@ -4,6 +4,7 @@ and a delete and upload again (the graph then rebuilt from nothing), against the
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -27,7 +28,7 @@ LLM = {"graph_extraction_method": "LLM", "chunk_size": 100, "chunk_overlap": 0}
 KNOWN = {"International Business Machines": "ORGANIZATION", "IBM": "ORGANIZATION", "United States": "PLACE",
          "USA": "PLACE", "Pump P1": "PRODUCT", "Boiler": "PRODUCT", "Jaguar": "ANIMAL", "Gremlin": "PERSON"}  # fmt: skip
 #: One paragraph per chunk (each under 100 characters, two never fit one chunk).
-PLANT = "\n\n".join([
+PARAGRAPHS = (
     "International Business Machines built the control system of the old plant in the valley here.",
     "IBM shipped the control system to the plant in the year 1970 after a long and careful test.",
     "United States federal money bought the whole system for the plant and its many workers here.",
@@ -35,7 +36,8 @@ PLANT = "\n\n".join([
     "Pump P1 feeds the Boiler with water from the river that runs past the plant to the sea.",
     "Jaguar is the name of the mascot painted on the Boiler of the plant, near its main door.",
     "Gremlin is what the workers call the fault that broke the Boiler once in a cold winter.",
-]).encode()  # fmt: skip
+)
+PLANT = "\n\n".join(PARAGRAPHS).encode()
 
 
 def extraction(body: dict) -> str:
@@ -44,7 +46,7 @@ def extraction(body: dict) -> str:
     names = [n for n in KNOWN if re.search(rf"\b{re.escape(n)}\b", text)]
     entities = [{"name": n, "type": KNOWN[n], "description": "", "aliases": []} for n in names]
     relationships = [{"source": a, "target": b, "description": f"{a} works with {b}.", "strength": 4}
-                     for a, b in zip(names, names[1:])]  # fmt: skip
+                     for a, b in itertools.pairwise(names)]  # fmt: skip
     return json.dumps({"entities": entities, "relationships": relationships})
 
 
