@@ -48,7 +48,7 @@ from ragtopics.graph.entity_edits import EditOutcome, delete_entity, mentions_of
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.graph.store import GraphStore
 from ragtopics.runtime import Runtime
-from ragtopics.storage.locks import graph_write_lock
+from ragtopics.storage.locks import LOCK_WAIT_S, graph_write_lock
 from ragtopics.storage.metadata import GraphCorrectionRow
 from ragtopics.tracing.trace import Trace
 
@@ -308,7 +308,7 @@ class _Planned:
     edit: Callable[[GraphStore], EditOutcome]
 
 
-def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned]) -> Correction:
+def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned], wait_s: float) -> Correction:
     """Under the Topic's graph write lock: find and check the entities (``plan``), edit the graph, store the rule.
 
     The rule's row is committed only once the graph changed (a refused or failed edit stores no rule);
@@ -318,7 +318,7 @@ def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned]) ->
     from ragtopics.graph.lifecycle import mark_recompute_due
 
     store = _graph_store(rt, topic)
-    with graph_write_lock(rt.redis, topic.id) as fence, rt.metadata.session() as s:
+    with graph_write_lock(rt.redis, topic.id, wait_s=wait_s) as fence, rt.metadata.session() as s:
         fenced = store.fence_writes(fence)
         planned = plan(fenced)
         outcome = planned.edit(fenced)
@@ -335,11 +335,12 @@ def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned]) ->
     return correction
 
 
-def merge_entities(rt: Runtime, topic, name: str, into: str, *, by: str = "") -> Correction:
+def merge_entities(rt: Runtime, topic, name: str, into: str, *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """Merge the entity ``name`` into the entity ``into`` (see the module docstring).
 
     Args:
         by: the console user who asks ("" from the CLI); likewise for every correction.
+        wait_s: how long to wait for the Topic's graph write lock (an upload holds it while it writes); likewise.
 
     Raises:
         NotFoundError: when either entity is unknown.
@@ -353,10 +354,10 @@ def merge_entities(rt: Runtime, topic, name: str, into: str, *, by: str = "") ->
         return _Planned("merge", source, [source.name, *source.aliases], (target.name, target.type),
                         lambda s: move_mentions(s, source, target.name, target.type))  # fmt: skip
 
-    return _run(rt, topic, by, plan)
+    return _run(rt, topic, by, plan, wait_s)
 
 
-def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "") -> Correction:
+def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """Split the alias ``alias`` off the entity ``entity_name`` into an entity of its own (see the module docstring).
 
     Raises:
@@ -385,10 +386,10 @@ def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "
         return _Planned("split", entity, [spelled], (entity.name, entity.type),
                         lambda s: move_mentions(s, entity, spelled, entity.type, chunks=chunks, drop_names=[entity.name]))  # fmt: skip
 
-    return _run(rt, topic, by, plan)
+    return _run(rt, topic, by, plan, wait_s)
 
 
-def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "") -> Correction:
+def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """Rename the entity ``name`` to ``new_name`` (into the entity of that name and type, when there is one).
 
     Raises:
@@ -404,10 +405,10 @@ def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "")
         return _Planned("rename", entity, [entity.name, *entity.aliases], (new_name, entity.type),
                         lambda s: move_mentions(s, entity, new_name, entity.type))  # fmt: skip
 
-    return _run(rt, topic, by, plan)
+    return _run(rt, topic, by, plan, wait_s)
 
 
-def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "") -> Correction:
+def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """Change the type of the entity ``name`` to ``new_type`` (upper-case; into the entity of its name and that
     type, when there is one).
 
@@ -424,10 +425,10 @@ def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "")
         return _Planned("retype", entity, [entity.name, *entity.aliases], (entity.name, new_type),
                         lambda s: move_mentions(s, entity, entity.name, new_type))  # fmt: skip
 
-    return _run(rt, topic, by, plan)
+    return _run(rt, topic, by, plan, wait_s)
 
 
-def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "") -> Correction:
+def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """Delete the entity ``name`` now and at every later upload (see the module docstring).
 
     Raises:
@@ -438,10 +439,10 @@ def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "") -> Correc
         entity = _find(store, topic, name)
         return _Planned("delete", entity, [entity.name, *entity.aliases], ("", ""), lambda s: delete_entity(s, entity))
 
-    return _run(rt, topic, by, plan)
+    return _run(rt, topic, by, plan, wait_s)
 
 
-def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: str = "") -> Correction:
+def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
     """One correction by kind, as the console and the CLI name it.
 
     Args:
@@ -451,6 +452,7 @@ def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: st
 
     Raises:
         InvalidSettingError: an unknown kind, or a missing value; as the kind's function otherwise.
+        StoreUnavailableError: when the graph write lock is not free within ``wait_s`` seconds (nothing changes).
     """
     if kind not in KINDS:
         raise InvalidSettingError(f"no correction {kind!r}; corrections: {', '.join(KINDS)}")
@@ -458,14 +460,14 @@ def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: st
         raise InvalidSettingError({"merge": "name the entity to merge into", "split": "name the entity to split the alias off",
                                    "rename": "give the new name", "retype": "give the new type"}[kind])  # fmt: skip
     if kind == "merge":
-        return merge_entities(rt, topic, name, value, by=by)
+        return merge_entities(rt, topic, name, value, by=by, wait_s=wait_s)
     if kind == "split":
-        return split_alias(rt, topic, name, value, by=by)
+        return split_alias(rt, topic, name, value, by=by, wait_s=wait_s)
     if kind == "rename":
-        return rename_entity(rt, topic, name, value, by=by)
+        return rename_entity(rt, topic, name, value, by=by, wait_s=wait_s)
     if kind == "retype":
-        return retype_entity(rt, topic, name, value, by=by)
-    return delete_entity_rule(rt, topic, name, by=by)
+        return retype_entity(rt, topic, name, value, by=by, wait_s=wait_s)
+    return delete_entity_rule(rt, topic, name, by=by, wait_s=wait_s)
 
 
 def history_of(rt: Runtime, topic_id: str, entity: Entity) -> list[dict[str, Any]]:

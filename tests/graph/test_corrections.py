@@ -12,13 +12,14 @@ import pytest
 
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
-from ragtopics.errors import InvalidSettingError, NotFoundError
+from ragtopics.errors import InvalidSettingError, NotFoundError, StoreUnavailableError
 from ragtopics.graph.corrections import Correction, compile_rules, correct, list_corrections
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.graph.report import entity_info
+from ragtopics.storage.locks import graph_write_lock
 from ragtopics.topics.topics import create_topic
 from ragtopics.tracing import reports
 
@@ -208,3 +209,12 @@ def test_a_graph_import_applies_the_rules_too(rt, plant):
     store = graph_store(rt, plant)
     assert store.entity_by_name("Gremlin") is None and store.entity_by_name("Jaguar").type == "CONCEPT"
     assert any(s["reason"] == "an end is an entity the operator deleted" for s in result["skipped_edges"])
+
+
+def test_a_correction_waits_for_the_graph_write_lock_and_changes_nothing_without_it(rt, plant):
+    # An upload writing the graph holds the lock.
+    with graph_write_lock(rt.redis, plant.id), pytest.raises(StoreUnavailableError, match="is busy"):
+        correct(rt, plant, "delete", "Gremlin", wait_s=0.2)
+    assert list_corrections(rt, plant.id) == [] and graph_store(rt, plant).entity_by_name("Gremlin") is not None
+    correct(rt, plant, "delete", "Gremlin", wait_s=0.2)  # the lock is free again
+    assert graph_store(rt, plant).entity_by_name("Gremlin") is None
