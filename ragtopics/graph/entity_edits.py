@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ragtopics.graph.dedup import block_keys
 from ragtopics.graph.model import Entity, entity_id_for, normalize_name
-from ragtopics.graph.store import GraphStore, _merged_sentences
+from ragtopics.graph.store import GraphStore, merged_sentences
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class _Relationship:
     def row(self) -> dict:
         ids = list(self.parts)
         sentences = [self.parts[c][1] for c in ids]
-        description = self.description if self.legacy else _merged_sentences(s for part in sentences for s in part)
+        description = self.description if self.legacy else merged_sentences(s for part in sentences for s in part)
         return {"source": self.source, "target": self.target, "chunk_ids": ids, "strengths": [self.parts[c][0] for c in ids],
                 "sentences": None if self.legacy else sentences, "description": description,
                 "strength": sum(self.parts[c][0] for c in ids)}  # fmt: skip
@@ -154,7 +154,7 @@ class EditOutcome:
 def mentions_of(store: GraphStore, ids: list[str]) -> dict[str, dict[str, _Mention]]:
     """What each chunk says about each of these entities: entity id → chunk id → its mention (names, sentences)."""
     found: dict[str, dict[str, _Mention]] = {i: {} for i in ids}
-    for eid, cid, sentences, names, keys, at, subject in store._read(_MENTIONS_OF, {"ids": ids}):
+    for eid, cid, sentences, names, keys, at, subject in store.read(_MENTIONS_OF, {"ids": ids}):
         found[eid][cid] = _Mention(cid, list(sentences or []), list(names or []), list(keys or []), int(at or 0), bool(subject))
     return found
 
@@ -162,7 +162,7 @@ def mentions_of(store: GraphStore, ids: list[str]) -> dict[str, dict[str, _Menti
 def _relationships(store: GraphStore, ids: list[str]) -> dict[tuple[str, str], _Relationship]:
     found: dict[tuple[str, str], _Relationship] = {}
     for query in (_OUT, _IN):
-        for source, target, description, strength, chunk_ids, strengths, sentences in store._read(query, {"ids": ids}):
+        for source, target, description, strength, chunk_ids, strengths, sentences in store.read(query, {"ids": ids}):
             chunk_ids = list(chunk_ids or [])
             shares = list(strengths or []) or [float(strength or 0.0) / max(len(chunk_ids), 1)] * len(chunk_ids)
             per_chunk = list(sentences) if sentences is not None else [[] for _ in chunk_ids]
@@ -221,7 +221,7 @@ def move_mentions(store: GraphStore, source: Entity, target_name: str, target_ty
     if left:
         entities.append({"id": source.id, "name": source.name, "type": source.type, "key": normalize_name(source.name),
                          "block_keys": block_keys([source.name])[0], "chunk_ids": sorted(set(source.chunk_ids) - moving)})  # fmt: skip
-    shows = [] if left else [{"image": i, "entity": target_id} for (i,) in store._read(_SHOWN_IN, {"id": source.id})]
+    shows = [] if left else [{"image": i, "entity": target_id} for (i,) in store.read(_SHOWN_IN, {"id": source.id})]
     store.graph.query(_WRITE, {
         "gone_mentions": [{"entity": source.id, "chunk": cid} for cid in sorted(moving)] if left else [],
         "gone_relationships": [{"source": s, "target": t} for s, t in sorted(gone_rels)], "gone_entities": gone_entities,
@@ -268,7 +268,7 @@ def _moved_relationships(relationships: dict[tuple[str, str], _Relationship], ta
             into.parts[cid] = (old[0] + strength, _union(old[1], sentences)) if old else (strength, sentences)
         if rel.legacy or into.legacy:
             into.legacy = True
-            into.description = _merged_sentences([into.description, rel.description])
+            into.description = merged_sentences([into.description, rel.description])
     gone -= set(out)
     return list(out.values()), gone, touched
 
