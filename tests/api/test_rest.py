@@ -76,11 +76,12 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
                                           "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
                                           "/topics/{name}/uploads/estimate",
                                           "/chats/{session_id}", "/topics/{name}/communities", "/topics/{name}/graph",
-                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/evals",
+                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/graph/corrections",
+                                          "/topics/{name}/evals",
                                           "/evals/{run_id}", "/topics/{name}/demo-links", "/demo-links",
                                           "/demo-links/{link_id}", "/demo-links/{link_id}/chats"}  # fmt: skip
         assert {"CreateTopicRequest", "ConfigureTopicRequest", "EvalRunRequest",
-                "CreateDemoLinkRequest"} <= set(document["components"]["schemas"])  # fmt: skip
+                "CreateDemoLinkRequest", "GraphCorrectionRequest"} <= set(document["components"]["schemas"])  # fmt: skip
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
