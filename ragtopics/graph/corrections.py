@@ -204,12 +204,16 @@ class RuleSet:
             if source and target and source != target:
                 moved.append(r if (source, target) == (r.source_id, r.target_id) else replace(r, source_id=source, target_id=target))
         if trace is not None:
-            with trace.step("corrections", rules=len(self.kinds)) as ev:
-                ev.data.update(applied=[{"rule": rid, "kind": self.kinds.get(rid, ""), "mentions": n}
-                                        for rid, n in sorted(applied.items())],
-                               dropped_mentions=sum(1 for v in ids.values() if v is None),
-                               dropped_relationships=len(relationships) - len(moved))  # fmt: skip
+            self.record(trace, applied, dropped_mentions=len(entities) - len(kept),
+                        dropped_relationships=len(relationships) - len(moved))  # fmt: skip
         return kept, moved
+
+    def record(self, trace: Trace, applied: Counter, **counts: int) -> None:
+        """Add the ``corrections`` step to an upload's trace (its DEV report): each rule applied, with how many
+        mentions it changed, and ``counts`` (what was dropped)."""
+        with trace.step("corrections", rules=len(self.kinds)) as ev:
+            ev.data.update(applied=[{"rule": rid, "kind": self.kinds.get(rid, ""), "mentions": n}
+                                    for rid, n in sorted(applied.items())], **counts)  # fmt: skip
 
     def apart_pairs(self) -> list[frozenset[Identity]]:
         """The split pairs, for :func:`~ragtopics.graph.dedup.deduplicate`'s ``apart``."""

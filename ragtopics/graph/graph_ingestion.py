@@ -34,9 +34,9 @@ import redis
 from falkordb import FalkorDB
 
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
+from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.ingest import (GraphPlan, apply_graph, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
                                      entity_text, graph_store)
-from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime
@@ -478,10 +478,8 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     rules = load_rules(rt, topic.id)
     extracted = len(entities)
     entities, ids, applied = rules.rewrite(entities)
-    if applied:
-        with trace.step("corrections", rules=len(rules.kinds)) as ev:
-            ev.data.update(applied=[{"rule": rid, "kind": rules.kinds.get(rid, ""), "mentions": n} for rid, n in sorted(applied.items())],
-                           dropped_mentions=extracted - len(entities))  # fmt: skip
+    if rules:
+        rules.record(trace, applied, dropped_mentions=extracted - len(entities))
     # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
     result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace, leaving=old_ids, apart=rules.apart_pairs())
     mapping = {old: result.mapping[new] for old, new in ids.items() if new is not None}
