@@ -103,6 +103,7 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
 def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
     """A GraphRAG Topic's communities (recompute, status; operator, as the Upload page's graph panel) and graph
     (counts, one entity; viewer, as the Graph page)."""
+    from ragtopics.graph.corrections import correct, list_corrections
     from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
     from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
 
@@ -147,16 +148,12 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
         """Correct the graph (merge, split, rename, retype or delete an entity), as `ragtopics graph --merge ...` and the
         Graph tab do: the graph changes at once and the correction is kept as a rule every later upload applies.
         Answers the correction (`id`, `kind`, `summary`, `outcome`, ...). Needs the operator role."""
-        from ragtopics.graph.corrections import correct
-
         by = "" if user is None else user.username
         return errors.answered(lambda: correct(rt, get_topic(rt, name), body.kind, body.name, body.value, by=by).as_dict())
 
     @app.get("/topics/{name}/graph/corrections", tags=["graph"])
     def corrections(name: str, user: User = needs("viewer")) -> list[dict]:
         """The graph's corrections, oldest first, as `ragtopics graph --corrections` prints them. Needs the viewer role."""
-        from ragtopics.graph.corrections import list_corrections
-
         return errors.answered(lambda: [c.as_dict() for c in list_corrections(rt, get_topic(rt, name).id)])
 
     @app.get("/topics/{name}/graph/entities/{entity}", tags=["graph"])

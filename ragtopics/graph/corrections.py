@@ -45,6 +45,7 @@ from sqlmodel import col, select
 
 from ragtopics.errors import InvalidSettingError, NotFoundError
 from ragtopics.graph.entity_edits import EditOutcome, delete_entity, mentions_of, move_mentions
+from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.graph.store import GraphStore
 from ragtopics.runtime import Runtime
@@ -319,7 +320,6 @@ def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned], wa
     a new entity gets the vector of its name; the communities are marked due for a recompute.
     """
     from ragtopics.graph.ingest import embed_entities  # ingest imports this module for the rules
-    from ragtopics.graph.lifecycle import mark_recompute_due
 
     store = _graph_store(rt, topic)
     with graph_write_lock(rt.redis, topic.id, wait_s=wait_s) as fence, rt.metadata.session() as s:

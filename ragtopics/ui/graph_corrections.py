@@ -18,6 +18,7 @@ from ragtopics.graph.corrections import KINDS, correct, list_corrections
 from ragtopics.runtime import Runtime
 from ragtopics.ui import web
 from ragtopics.ui.common import find_topic, md_text
+from ragtopics.ui.graph_view import neighbourhood
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,6 @@ def build(rt: Runtime, graph: dict) -> dict:
     Returns:
         ``{"box": ...}``: the panel, hidden until the load event shows it to an operator.
     """
-    from ragtopics.ui.graph_view import neighbourhood
-
     with gr.Accordion("Correct the graph", open=False, visible=False, elem_id="graph-corrections") as box:
         gr.Markdown("Merge two entities, split an alias off into its own entity, rename an entity, change its type, or "
                     "delete it. The graph changes at once, and the correction is kept as a rule that every later upload "

@@ -143,7 +143,7 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
 
 def history_lines(rt: Runtime, topic_id: str, entity: Entity) -> list[str]:
     """The entity's history under the details: the operator's corrections that concern it (none: no lines)."""
-    from ragtopics.graph.corrections import history_of
+    from ragtopics.graph.corrections import history_of  # as the other graph modules here: loaded when a graph is shown
 
     history = history_of(rt, topic_id, entity)
     if not history:
