@@ -14,6 +14,7 @@ from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.errors import InvalidSettingError, NotFoundError, StoreUnavailableError
 from ragtopics.graph.corrections import Correction, compile_rules, correct, list_corrections
+from ragtopics.graph.dedup import deduplicate
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
@@ -218,3 +219,18 @@ def test_a_correction_waits_for_the_graph_write_lock_and_changes_nothing_without
     assert list_corrections(rt, plant.id) == [] and graph_store(rt, plant).entity_by_name("Gremlin") is not None
     correct(rt, plant, "delete", "Gremlin", wait_s=0.2)  # the lock is free again
     assert graph_store(rt, plant).entity_by_name("Gremlin") is None
+
+
+def test_deduplication_never_merges_a_split_pair_by_any_rule():
+    names = {"International Business Machines": "ORGANIZATION", "IBM": "ORGANIZATION", "I.B.M.": "ORGANIZATION",
+             "J. R. R. Tolkien": "PERSON", "J. R. R. Tolkein": "PERSON"}  # an abbreviation, a swap of two letters
+    incoming = [Entity(entity_id_for(n, t), n, t, "", (), frozenset({f"c{i}"})) for i, (n, t) in enumerate(names.items())]
+    merged = deduplicate(incoming, [])
+    assert len({merged.mapping[e.id] for e in incoming}) == 2  # without a rule: IBM and Tolkien, once each
+    split = [frozenset({("ibm", "ORGANIZATION"), ("internationalbusinessmachines", "ORGANIZATION")}),
+             frozenset({("jrrtolkien", "PERSON"), ("jrrtolkein", "PERSON")})]  # fmt: skip
+    kept = deduplicate(incoming, [], apart=split)
+    groups = {e.name: kept.mapping[e.id] for e in incoming}
+    assert groups["IBM"] == groups["I.B.M."] != groups["International Business Machines"]  # one name, written twice
+    assert groups["J. R. R. Tolkien"] != groups["J. R. R. Tolkein"]
+    assert sum(k.reason == "operator split" for k in kept.kept_apart) == 2
