@@ -1,7 +1,7 @@
 """Console users, their roles and API tokens, stored in the metadata database.
 
 Roles are ordered: a **viewer** chats; an **operator** also creates and configures Topics,
-uploads files, edits prompts and runs QA; an **admin** also reaches Admin (model endpoints,
+uploads files, edits prompts, runs QA and corrects a GraphRAG Topic's graph; an **admin** also reaches Admin (model endpoints,
 graph databases, users). **DEV_REPORTING** is a separate permission (admins always have it)
 that opens the DEV Reports tab and its data.
 

@@ -6,7 +6,8 @@ Each route calls the function the console and the CLI call (:func:`~ragtopics.to
 :func:`~ragtopics.graph.report.entity_info`, :func:`~ragtopics.quality.runs.start_run`,
 :func:`~ragtopics.quality.runs.load_run`), so the checks and messages are theirs. Roles follow the
 console's pages: the Topics page (create, configure, delete), the Upload page (communities) and the
-QA page (evaluation runs) need ``operator``; the Graph page (graph counts, an entity) ``viewer``.
+QA page (evaluation runs) and graph corrections need ``operator``; the Graph page (graph counts, an entity, the
+list of corrections) ``viewer``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class ConfigureTopicRequest(BaseModel):
     """Settings changed on a Topic (a new settings version)."""
 
     settings: dict[str, Any] = Field(min_length=1, description='The settings to change, e.g. `{"top_k_results": 8}`.')
+
+
+class GraphCorrectionRequest(BaseModel):
+    """An operator's correction of a GraphRAG Topic's graph (kept as a rule that every later upload applies)."""
+
+    kind: str = Field(description="`merge`, `split`, `rename`, `retype` or `delete`.")
+    name: str = Field(description="The entity (name, alias or id); for `split`, the alias to split off.")
+    value: str = Field("", description="`merge`: the entity to merge into; `split`: the entity the alias is split off; "
+                       "`rename`: the new name; `retype`: the new type; `delete`: nothing.")  # fmt: skip
 
 
 class EvalRunRequest(BaseModel):
@@ -93,6 +103,7 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
 def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
     """A GraphRAG Topic's communities (recompute, status; operator, as the Upload page's graph panel) and graph
     (counts, one entity; viewer, as the Graph page)."""
+    from ragtopics.graph.corrections import correct, list_corrections
     from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
     from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
 
@@ -131,6 +142,19 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
         """The graph's counts, as `ragtopics graph --stats` prints them: chunks, entities, relationships, documents,
         communities, summaries, the last community run, `recompute_due`. Needs the viewer role."""
         return errors.answered(lambda: graph_stats(rt, get_topic(rt, name)))
+
+    @app.post("/topics/{name}/graph/corrections", tags=["graph"], status_code=201)
+    def correct_graph(name: str, body: GraphCorrectionRequest, user: User = needs("operator")) -> dict:
+        """Correct the graph (merge, split, rename, retype or delete an entity), as `ragtopics graph --merge ...` and the
+        Graph tab do: the graph changes at once and the correction is kept as a rule every later upload applies.
+        Answers the correction (`id`, `kind`, `summary`, `outcome`, ...). Needs the operator role."""
+        by = "" if user is None else user.username
+        return errors.answered(lambda: correct(rt, get_topic(rt, name), body.kind, body.name, body.value, by=by).as_dict())
+
+    @app.get("/topics/{name}/graph/corrections", tags=["graph"])
+    def corrections(name: str, user: User = needs("viewer")) -> list[dict]:
+        """The graph's corrections, oldest first, as `ragtopics graph --corrections` prints them. Needs the viewer role."""
+        return errors.answered(lambda: [c.as_dict() for c in list_corrections(rt, get_topic(rt, name).id)])
 
     @app.get("/topics/{name}/graph/entities/{entity}", tags=["graph"])
     def entity(name: str, entity: str, user: User = needs("viewer")) -> dict:

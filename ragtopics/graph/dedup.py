@@ -561,7 +561,7 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
 
 def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed | None = None, model: DedupModel | None = None,
                 fuzzy_threshold: float = FUZZY_THRESHOLD, common_words: Iterable[str] = (),
-                trace: Trace | None = None) -> DedupResult:  # fmt: skip
+                apart: Iterable[frozenset[tuple[str, str]]] = (), trace: Trace | None = None) -> DedupResult:  # fmt: skip
     """Merge incoming entities into each other and into existing ones, rule by rule (see the module docstring).
 
     Args:
@@ -575,19 +575,25 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
         common_words: words (as in :func:`name_form`) shared by more than :data:`MAX_WORD_BLOCK`
             stored names when ``existing`` is only the part of the graph that may pair
             (:class:`Partners`): their blocks are left out, as they would be over the whole graph.
+        apart: pairs of ``(normalize_name(name), TYPE)`` identities an operator split apart
+            (:mod:`ragtopics.graph.corrections`): no rule and no model merges a group holding one
+            with a group holding the other (noted in ``kept_apart`` as ``operator split``).
         trace: the upload's trace; gets a ``deduplicate`` step with every decision.
 
     Returns:
         A :class:`DedupResult`. A model call that fails leaves its pairs unclear (logged and traced).
     """
+    split = apart
     with _step(trace, len(incoming), len(existing)) as event:
         nodes, node_of, apart = _group_by_name(incoming, existing)
-        groups = _Groups(nodes)
+        groups = _Groups(nodes, frozenset(split))
         edges = _rule_edges(nodes) + _fuzzy_edges(nodes, fuzzy_threshold, apart, frozenset(common_words))
         if embed is not None:
             apart += _check_descriptions(nodes, edges, embed)
         for edge in sorted((e for e in edges if e.verdict == "merge"), key=lambda e: (_RANK[e.rule], -e.score, e.a, e.b)):
-            if not groups.union(edge.a, edge.b, edge.rule, edge.score) and groups.is_blocked(edge.a, edge.b):
+            if groups.is_split(edge.a, edge.b):
+                apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "operator split"))
+            elif not groups.union(edge.a, edge.b, edge.rule, edge.score) and groups.is_blocked(edge.a, edge.b):
                 apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "both already in the graph"))
         open_pairs = _open_pairs(groups, [e for e in edges if e.verdict == "unclear"])
         event.data["open_pairs"] = len(open_pairs)  # the pairs the model is asked about, MODEL_BATCH_PAIRS a call
@@ -688,10 +694,13 @@ class _Groups:
     number in a group is its canonical node; a union keeps the lower root.
     """
 
-    def __init__(self, nodes: list[_Node]):
+    def __init__(self, nodes: list[_Node], apart: frozenset[frozenset[tuple[str, str]]] = frozenset()):
         self.parent = list(range(len(nodes)))
         self.existing = [n.existing for n in nodes]
         self.attached: dict[int, tuple[str, float]] = {}  # node → (rule, score) of the union that attached its group
+        # An operator's split keeps two names apart: each group's (name key, type) identities, kept only when needed.
+        self.apart = apart
+        self.names = [{(n.key, n.type)} for n in nodes] if apart else []
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -704,12 +713,21 @@ class _Groups:
         ra, rb = self.find(a), self.find(b)
         return ra != rb and self.existing[ra] and self.existing[rb]
 
+    def is_split(self, a: int, b: int) -> bool:
+        """Whether an operator's split keeps the groups of two nodes apart (a name of one, a name of the other)."""
+        if not self.apart:
+            return False
+        ra, rb = self.find(a), self.find(b)
+        return ra != rb and any(frozenset((x, y)) in self.apart for x in self.names[ra] for y in self.names[rb])
+
     def union(self, a: int, b: int, rule: str, score: float) -> bool:
         ra, rb = self.find(a), self.find(b)
-        if ra == rb or (self.existing[ra] and self.existing[rb]):
+        if ra == rb or (self.existing[ra] and self.existing[rb]) or self.is_split(a, b):
             return False
         keep, lose = min(ra, rb), max(ra, rb)  # node index order: existing first, then first seen
         self.parent[lose] = keep
+        if self.apart:
+            self.names[keep] |= self.names[lose]
         self.existing[keep] = self.existing[keep] or self.existing[lose]
         self.attached[lose] = (rule, score)
         return True
@@ -868,7 +886,7 @@ def _open_pairs(groups: _Groups, edges: list[_Edge]) -> list[_Edge]:
     for edge in edges:
         ra, rb = groups.find(edge.a), groups.find(edge.b)
         key = (min(ra, rb), max(ra, rb))
-        if ra != rb and not (groups.existing[ra] and groups.existing[rb]) and key not in seen:
+        if ra != rb and not (groups.existing[ra] and groups.existing[rb]) and key not in seen and not groups.is_split(ra, rb):
             seen.add(key)
             kept.append(edge)
     return kept

@@ -37,6 +37,7 @@ from falkordb import FalkorDB
 
 from ragtopics.documents.versions import Version, store_version
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
+from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.ingest import (GraphPlan, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
                                      entity_text, graph_store)
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
@@ -459,30 +460,43 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
                 for i, n in enumerate(nodes)]  # fmt: skip
     relationships = [Relationship(ent_ids[s], ent_ids[t], e.description, e.strength, frozenset({chunk_ids[s]}))
                      for s, t, e in edges]  # fmt: skip
-    unclear, loops = _deduplicate_into(rt, topic, plan, entities, relationships, old_ids, trace)
+    unclear, loops, deleted = _deduplicate_into(rt, topic, plan, entities, relationships, old_ids, trace)
     skipped += [_skip(edges[i][2], "both ends are one entity after deduplication") for i in loops]
+    skipped += [_skip(edges[i][2], "an end is an entity the operator deleted") for i in deleted]
     digest = hashlib.sha256(json.dumps([[asdict(n) for n in nodes], [asdict(e) for _, _, e in edges]]).encode()).hexdigest()
     return ImportPlan(document_id, file_name, records, plan, skipped, unclear, digest)
 
 
 def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity], relationships: list[Relationship],
-                      old_ids: set[str], trace: Trace) -> tuple[list[dict], list[int]]:  # fmt: skip
+                      old_ids: set[str], trace: Trace) -> tuple[list[dict], list[int], list[int]]:  # fmt: skip
     """Deduplicate against the graph as an upload does, then embed: fills the plan's entities, relationships,
     merges and embeddings.
 
     Returns:
-        The pairs left unclear, and the indices of ``relationships`` whose ends became one entity.
+        The pairs left unclear, the indices of ``relationships`` whose ends became one entity, and those
+        of relationships with an end the operator deleted (:mod:`ragtopics.graph.corrections`).
     """
+    # The operator's corrections first (renamed, retyped, merged, deleted, split names), as for an upload.
+    rules = load_rules(rt, topic.id)
+    extracted = len(entities)
+    entities, ids, applied = rules.rewrite(entities)
+    if rules:
+        rules.record(trace, applied, dropped_mentions=extracted - len(entities))
     # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
-    result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace, leaving=old_ids)
+    result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace, leaving=old_ids, apart=rules.apart_pairs())
+    mapping = {old: result.mapping[new] for old, new in ids.items() if new is not None}
+    result = replace(result, mapping={**result.mapping, **mapping})
     ours = frozenset(cid for cid, _ in plan.chunks)
     plan.merges = list(result.merges)
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
     plan.mentions = chunk_mentions(entities, result, ours)  # each node's own description, not the partner's
     # Each node's chunk is about the node (LOCAL's entity bridging leads there from a mention elsewhere).
     plan.subjects = {(result.mapping.get(e.id, e.id), cid) for e in entities for cid in e.chunk_ids & ours}
-    loops = []
+    loops, deleted = [], []
     for i, r in enumerate(relationships):
+        if ids.get(r.source_id, "") is None or ids.get(r.target_id, "") is None:
+            deleted.append(i)
+            continue
         source, target = result.mapping.get(r.source_id, r.source_id), result.mapping.get(r.target_id, r.target_id)
         if source == target:
             loops.append(i)
@@ -492,7 +506,7 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
         texts = [entity_text(e) for e in plan.entities]
         vectors = rt.gateway.embed(texts, trace=trace, purpose="entity embedding")
         plan.embeddings = {e.id: v for e, v in zip(plan.entities, vectors, strict=True)}
-    return [u._asdict() for u in result.unclear], loops
+    return [u._asdict() for u in result.unclear], loops, deleted
 
 
 def resolve_edges(imported: ImportedGraph) -> tuple[list[GraphNode], list[tuple[int, int, GraphEdge]], list[dict]]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import redis
 
+from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.dedup import DedupResult, ask_model, deduplicate, partner_keys
 from ragtopics.graph.extract import choose_method, extract_chunk, extraction_version, looks_like_toc_or_index
 from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
@@ -274,7 +275,9 @@ def complete_plan(rt: Runtime, topic, records: list[ChunkRecord], extracted: Ext
     ours = frozenset(cid for cid, _ in plan.chunks)
     # What only the previous version's dropped chunks support is no partner: it is about to go.
     leaving = document_chunk_ids(rt, topic, store, records[0].document_id) - ours if records else set()
-    result = deduplicate_against_graph(rt, store, entities, trace, leaving=leaving)
+    rules = load_rules(rt, topic.id)  # the operator's corrections: renamed, retyped, merged, deleted, split names
+    entities, relationships = rules.apply(entities, relationships, trace)
+    result = deduplicate_against_graph(rt, store, entities, trace, leaving=leaving, apart=rules.apart_pairs())
     plan.merges = list(result.merges)
     # A merge with a stored entity unions provenance; the plan carries only this version's chunks
     # (the store unions them with what it holds, and the previous version's chunks are removed first).
@@ -390,7 +393,7 @@ def document_chunk_ids(rt: Runtime, topic, store: GraphStore, document_id: str) 
 
 
 def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Entity], trace: Trace, *,
-                              leaving: Iterable[str] = ()) -> DedupResult:  # fmt: skip
+                              leaving: Iterable[str] = (), apart: Iterable[frozenset] = ()) -> DedupResult:  # fmt: skip
     """Deduplicate an upload's entities among themselves and against the stored entities they may pair with.
 
     The stored partners come from :meth:`GraphStore.dedup_partners` (a ``find_partners`` trace step);
@@ -401,6 +404,7 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
         entities: the upload's entities, in the order found.
         leaving: chunk ids the upload is about to remove (a re-import's previous chunks): what only they
             support is left out, so it cannot bring stale descriptions back.
+        apart: identity pairs an operator split (:meth:`~ragtopics.graph.corrections.RuleSet.apart_pairs`).
     """
     with trace.step("find_partners", incoming=len(entities)) as ev:
         partners = store.dedup_partners(partner_keys(entities), leaving=leaving)
@@ -411,7 +415,7 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
         template = resolve_prompts(rt, store.topic_id)["deduplication"]
         model = lambda pairs: ask_model(rt.gateway, pairs, trace, template=template)  # noqa: E731
     return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
-                       model=model, common_words=partners.common_words, trace=trace)  # fmt: skip
+                       model=model, common_words=partners.common_words, apart=apart, trace=trace)  # fmt: skip
 
 
 def extraction_text(record: ChunkRecord) -> str:

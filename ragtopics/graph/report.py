@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
+from ragtopics.graph.corrections import history_of
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import recompute_due
 from ragtopics.runtime import Runtime
@@ -50,7 +51,8 @@ def community_stats(rt: Runtime, topic) -> dict[str, Any]:
 
 
 def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
-    """One entity by name or alias: its type, description, aliases, chunks, relationships (with the other end's name).
+    """One entity by name or alias: its type, description, aliases, chunks, relationships (with the other end's name),
+    communities, and its history: the operator's corrections that concern it (:func:`~ragtopics.graph.corrections.history_of`).
 
     Raises:
         ConfigurationError: for a RAG Topic.
@@ -72,7 +74,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
     relationships.sort(key=lambda r: -r["strength"])
     return {"id": entity.id, "name": entity.name, "type": entity.type, "description": entity.description,
             "aliases": list(entity.aliases), "chunk_ids": sorted(entity.chunk_ids), "relationships": relationships,
-            "communities": _communities_of(rt, topic, entity.id)}  # fmt: skip
+            "communities": _communities_of(rt, topic, entity.id), "history": history_of(rt, topic.id, entity)}  # fmt: skip
 
 
 def _communities_of(rt: Runtime, topic, entity_id: str) -> list[dict[str, Any]]:

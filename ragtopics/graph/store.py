@@ -496,7 +496,7 @@ class GraphStore:
         for eid, mentions in found.items():
             mentions.sort(key=lambda m: (m[7], m[8] or "", m[9] if m[9] is not None else 0))
             _, name, name_key, old, *_ = mentions[0]
-            description = _merged_sentences(s for m in mentions for s in (m[4] or ()))
+            description = merged_sentences(s for m in mentions for s in (m[4] or ()))
             aliases = list(dict.fromkeys(a for m in mentions for a in (m[5] or ()) if a != name))
             keys = list(dict.fromkeys(k for m in mentions for k in (m[6] or ()) if k != name_key))
             rows.append({"id": eid, "description": description, "aliases": aliases, "keys": keys})
@@ -608,6 +608,13 @@ class GraphStore:
             if "empty key" in str(exc):
                 return []
             raise
+
+    def read(self, query: str, params: dict | None = None) -> list[list]:
+        """Rows of a read-only Cypher query (user text only as ``params``); ``[]`` when the graph does not exist.
+
+        For the graph's editors (:mod:`ragtopics.graph.entity_edits`), which read mentions and relationships whole.
+        """
+        return self._read(query, params)
 
     def entities(self, ids: Iterable[str]) -> list[Entity]:
         """The stored entities with these ids, in the order asked (unknown ids left out)."""
@@ -896,7 +903,7 @@ class GraphStore:
             after = ids[-1]
 
 
-def _merged_sentences(sentences: Iterable[str]) -> str:
+def merged_sentences(sentences: Iterable[str]) -> str:
     """Sentences joined in order, each left out when the text so far contains it or it would pass
     :data:`MAX_DESCRIPTION_CHARS` (as the graph merges a relationship's sentences)."""
     text = ""

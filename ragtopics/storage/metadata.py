@@ -22,7 +22,7 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
 __all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "UploadCostRow", "UsageFigureRow", "schema_revision", "utcnow"]  # fmt: skip
+           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "UploadCostRow", "UsageFigureRow", "GraphCorrectionRow", "schema_revision", "utcnow"]  # fmt: skip
 
 
 def utcnow() -> datetime:
@@ -310,6 +310,29 @@ class UsageFigureRow(SQLModel, table=True):
     seconds: float = 0.0
     samples: int = 0
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class GraphCorrectionRow(SQLModel, table=True):
+    """An operator's correction of a GraphRAG Topic's graph, kept as a rule that deduplication applies to every later upload.
+
+    ``kind`` is ``merge``, ``split``, ``rename``, ``retype`` or ``delete``; ``name`` and ``type`` name the entity it was
+    made on, ``names`` every name it covers (the entity's name and the aliases it had then; a split's alias alone);
+    ``target_name`` and ``target_type`` where those names go (merge, rename, retype) or what they are kept apart from
+    (split); empty for a delete. ``outcome`` is what the correction changed in the graph when it was made.
+    """
+
+    __tablename__ = "graph_correction"
+    id: int | None = Field(default=None, primary_key=True)
+    topic_id: str = Field(index=True)
+    kind: str
+    name: str
+    type: str
+    names: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    target_name: str = ""
+    target_type: str = ""
+    outcome: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_by: str = ""  # the console user, "" from the CLI
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class MetadataStore:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func
 from sqlmodel import col, delete, select
 
-from ragtopics.storage.metadata import (ChatSessionRow, ChatTurnRow, DocumentRow, MetadataStore, PictureRow, PromptOverrideRow,
+from ragtopics.storage.metadata import (ChatSessionRow, ChatTurnRow, DocumentRow, GraphCorrectionRow, MetadataStore, PictureRow, PromptOverrideRow,
                                         TopicRow, TopicSettingsVersion, TraceRow, utcnow)  # fmt: skip
 
 
@@ -53,6 +53,7 @@ def _topic_tables(topic_id: str) -> list[tuple[type, object]]:
         (PictureRow, PictureRow.topic_id == topic_id),
         (DocumentRow, DocumentRow.topic_id == topic_id),
         (TraceRow, TraceRow.topic_id == topic_id),
+        (GraphCorrectionRow, GraphCorrectionRow.topic_id == topic_id),
         (PromptOverrideRow, PromptOverrideRow.scope == topic_id),
         (TopicSettingsVersion, TopicSettingsVersion.topic_id == topic_id),
         (TopicRow, TopicRow.id == topic_id),

@@ -18,7 +18,7 @@ from ragtopics.api import add_api_routes
 from ragtopics.demo.links import remember_share_url
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
-from ragtopics.ui import admin_tab, chat_tab, demo_panel, dev_reports_tab, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.ui import admin_tab, chat_tab, demo_panel, dev_reports_tab, graph_corrections, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.demo_page import add_demo_routes
 from ragtopics.ui.files_route import UploadFolderHeaders, add_file_route
@@ -62,6 +62,8 @@ def build_app(rt: Runtime) -> gr.Blocks:
                 qa = qa_tab.build(rt)
             with roles.page("graph"):
                 graph = graph_view.build(rt)
+            with roles.page("graph_corrections"), graph["tab"]:  # a panel at the end of the Graph tab, for operators
+                corrections = graph_corrections.build(rt, graph)
             with roles.page("logs"):
                 logs = logs_tab.build(rt)
             with roles.page("admin"):
@@ -96,14 +98,16 @@ def build_app(rt: Runtime) -> gr.Blocks:
             table = topics_tab.topics_table(rt) if "topics" in allowed else gr.skip()
             first = next((page.id for name, page in pages.items() if name in allowed), None)
             signed_in = user is not None and user is not users.LOCAL_USER
+            may_correct = user is not None and user.may(web.ROLE_OF_PAGE["graph_corrections"])
             return [whoami_text(rt, user), gr.Button(visible=signed_in), gr.Tabs(selected=first) if first else gr.skip(), *shown,
-                    *lists, table]  # fmt: skip
+                    *lists, table, gr.Accordion(visible=True) if may_correct else gr.skip()]  # fmt: skip
 
         with roles.page("topics"):  # follows a Topic's creation or delete, which only an operator can run
             topics["created"].then(refresh, boxes, boxes, api_visibility="private")
             topics["deleted"].then(refresh, boxes, boxes, api_visibility="private")
         with roles.page("console"):
-            app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"]], api_visibility="private")
+            app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"], corrections["box"]],
+                     api_visibility="private")  # fmt: skip
     web.guard_events(rt, app, roles.needs)
     app.ragtopics_needs = dict(roles.needs)
     return app

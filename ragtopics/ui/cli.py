@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--delete", metavar="FILE", default=None,
                       help="delete the document FILE: its chunks, keywords, pictures, stored files and links")
 
-    graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, one entity, or import nodes and edges (JSON)")
+    graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, one entity, import nodes and edges, or correct it")
     graph.add_argument("topic")
     shown = graph.add_mutually_exclusive_group(required=True)
     shown.add_argument("--stats", action="store_true", help="chunks, entities, relationships, communities, summaries, last run")
@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help='graph ingestion: a JSON file {"nodes": [...], "edges": [...]}, or a CSV nodes file (with --edges)')
     shown.add_argument("--from-falkordb", metavar="DB", help="graph ingestion from a graph in FalkorDB (with --graph): "
                        "a registered graph database's name (see graphdb list) or a redis:// URL")
+    shown.add_argument("--merge", metavar="NAME", help="correct the graph: merge this entity into --into (kept as a rule)")
+    shown.add_argument("--split", metavar="ALIAS", help="correct the graph: split this alias off --from into its own entity")
+    shown.add_argument("--rename", metavar="NAME", help="correct the graph: rename this entity to --to")
+    shown.add_argument("--retype", metavar="NAME", help="correct the graph: change this entity's type to --type")
+    shown.add_argument("--delete-entity", metavar="NAME", help="correct the graph: delete this entity, now and at later uploads")
+    shown.add_argument("--corrections", action="store_true", help="list the graph's corrections (the rules every upload applies)")
+    graph.add_argument("--into", metavar="NAME", help="the entity --merge merges into")
+    graph.add_argument("--from", dest="split_from", metavar="NAME", help="the entity --split takes the alias from")
+    graph.add_argument("--to", metavar="NAME", help="the new name of --rename")
+    graph.add_argument("--type", dest="new_type", metavar="TYPE", help="the new type of --retype")
     graph.add_argument("--edges", metavar="FILE", type=Path, help="the CSV edges file of --import (source, target, ...)")
     graph.add_argument("--graph", dest="graph_name", metavar="NAME", help="the FalkorDB graph of --from-falkordb")
     communities = sub.add_parser("communities", help="rebuild a GraphRAG Topic's communities and their summaries")
@@ -495,15 +505,45 @@ def _cmd_graph(args) -> int:
         raise RagTopicsError("--edges goes with --import (a CSV nodes file)")
     if (args.from_falkordb is None) != (args.graph_name is None):
         raise RagTopicsError("--from-falkordb URL and --graph NAME go together")
+    correction = _graph_correction(args)
     rt = get_runtime()
     rt.check_store()
     topic = get_topic(rt, args.topic)
     if args.import_file is not None or args.from_falkordb is not None:
         shown = _graph_ingestion(rt, topic, args)
+    elif args.corrections:
+        from ragtopics.graph.corrections import list_corrections
+
+        shown = [c.as_dict() for c in list_corrections(rt, topic.id)]
+    elif correction is not None:
+        from ragtopics.graph.corrections import correct
+
+        shown = correct(rt, topic, correction[0], correction[1], correction[2] or "").as_dict()
     else:
         shown = graph_stats(rt, topic) if args.stats else entity_info(rt, topic, args.entity)
     print(json.dumps(shown, indent=2, ensure_ascii=False, default=str))
     return 0
+
+
+#: Each correction option of ``graph``: (its correction kind, the option that gives its value, that option's name).
+_CORRECTIONS = {"merge": ("merge", "into", "--into"), "split": ("split", "split_from", "--from"),
+                "rename": ("rename", "to", "--to"), "retype": ("retype", "new_type", "--type"),
+                "delete_entity": ("delete", None, None)}  # fmt: skip
+
+
+def _graph_correction(args) -> tuple[str, str, str | None] | None:
+    """``(kind, name, value)`` of the correction the options ask for, or None; a value option without its
+    correction, or a correction without its value, is refused."""
+    asked = None
+    for option, (kind, value_option, flag) in _CORRECTIONS.items():
+        name, value = getattr(args, option), getattr(args, value_option) if value_option else None
+        if name is not None:
+            if value_option and value is None:
+                raise RagTopicsError(f"--{option.replace('_', '-')} needs {flag}")
+            asked = (kind, name, value)
+        elif value is not None:
+            raise RagTopicsError(f"{flag} goes with --{option.replace('_', '-')}")
+    return asked
 
 
 def _graph_ingestion(rt, topic, args) -> dict:

@@ -137,7 +137,20 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     for r in sorted(ties, key=lambda r: -r.strength)[:15]:
         other = names.get(r.target_id if r.source_id == centre.id else r.source_id, "?")
         lines.append(f"- {'→' if r.source_id == centre.id else '←'} **{other}**: {r.description}")
+    lines += history_lines(rt, topic.id, centre)
     return svg, "\n".join(lines)
+
+
+def history_lines(rt: Runtime, topic_id: str, entity: Entity) -> list[str]:
+    """The entity's history under the details: the operator's corrections that concern it (none: no lines)."""
+    from ragtopics.graph.corrections import history_of  # as the other graph modules here: loaded when a graph is shown
+
+    history = history_of(rt, topic_id, entity)
+    if not history:
+        return []
+    return ["", "**History** (corrections, applied again at every upload):",
+            *(f"- #{h['id']} {html.escape(h['summary'], quote=False)}, {h['at'][:16].replace('T', ' ')} UTC"
+              f"{' by ' + html.escape(h['by'], quote=False) if h['by'] else ''}" for h in history)]  # fmt: skip
 
 
 def communities_table(rt: Runtime, topic_name: str) -> list[list]:
@@ -159,7 +172,7 @@ def graphrag_names(rt: Runtime) -> list[str]:
 
 
 def build(rt: Runtime) -> dict:
-    """Lay out the Graph tab; returns ``{"tab", "topic"}``."""
+    """Lay out the Graph tab; returns ``{"tab", "topic", "name", "hops", "picture", "details"}``."""
     private = {"api_visibility": "private"}
     with gr.Tab("Graph", id="graph") as tab:
         gr.Markdown("The knowledge graph of a GraphRAG Topic. Search an entity; click one in the picture to move to it.")
@@ -196,4 +209,4 @@ def build(rt: Runtime) -> dict:
 
     topic.change(community_list, topic, [communities, note], **private)
     tab.select(lambda current: gr.Dropdown(choices=graphrag_names(rt), value=current), topic, topic, **private)
-    return {"tab": tab, "topic": topic}
+    return {"tab": tab, "topic": topic, "name": name, "hops": hops, "picture": picture, "details": details}

@@ -227,7 +227,7 @@ def caller_of(request) -> User | None:
 #: The role each page's events need; ``console`` holds the events of the console's frame (its load event).
 ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
                 "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer",
-                "demo_links": "operator", "console": "viewer"}  # fmt: skip
+                "demo_links": "operator", "graph_corrections": "operator", "console": "viewer"}  # fmt: skip
 #: What an event registered outside every :meth:`EventRoles.page` needs: a new event is denied (to all but
 #: admins) until it is given a page.
 UNLISTED_EVENT_ROLE = "admin"

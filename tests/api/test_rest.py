@@ -45,12 +45,13 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
                                               ("POST", "/topics"), ("PATCH", "/topics/x"), ("DELETE", "/topics/x"),
                                               ("POST", "/topics/x/communities"), ("GET", "/topics/x/communities"),
                                               ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"),
+                                              ("POST", "/topics/x/graph/corrections"), ("GET", "/topics/x/graph/corrections"),
                                               ("POST", "/topics/x/evals"), ("GET", "/evals/x"),
                                               ("POST", "/topics/x/demo-links"), ("GET", "/demo-links"),
                                               ("DELETE", "/demo-links/x"), ("GET", "/demo-links/x/chats")}  # fmt: skip
     assert {(m, p) for m, p, need in routes if need == "viewer"} == {
         ("GET", "/topics"), ("POST", "/topics/x/ask"), ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
-        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x")}  # fmt: skip
+        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"), ("GET", "/topics/x/graph/corrections")}  # fmt: skip
     assert {need for _, _, need in routes} == {"viewer", "operator"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
@@ -75,11 +76,12 @@ def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured,
                                           "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
                                           "/topics/{name}/uploads/estimate",
                                           "/chats/{session_id}", "/topics/{name}/communities", "/topics/{name}/graph",
-                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/evals",
+                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/graph/corrections",
+                                          "/topics/{name}/evals",
                                           "/evals/{run_id}", "/topics/{name}/demo-links", "/demo-links",
                                           "/demo-links/{link_id}", "/demo-links/{link_id}/chats"}  # fmt: skip
         assert {"CreateTopicRequest", "ConfigureTopicRequest", "EvalRunRequest",
-                "CreateDemoLinkRequest"} <= set(document["components"]["schemas"])  # fmt: skip
+                "CreateDemoLinkRequest", "GraphCorrectionRequest"} <= set(document["components"]["schemas"])  # fmt: skip
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text

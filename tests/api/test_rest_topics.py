@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.report import graph_stats
 from ragtopics.quality.runs import run_folder
 from ragtopics.storage import topics as topic_store
 from ragtopics.topics.topics import get_topic, list_topics, topic_id_for
 from tests.api.test_rest import api_client
+from tests.graph.test_corrections import plant  # noqa: F401 - a GraphRAG Topic with one uploaded file, a fixture
 from tests.quality.conftest import QUESTIONS, fleet  # noqa: F401 - a RAG Topic of three files, a fixture
 from tests.ui.test_graph_panel import CURIE, NLP, REPORT
 
@@ -141,3 +143,20 @@ def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, flee
         assert operator.post("/topics/Teapots/evals", json={"questions": QUESTIONS}).status_code == 404
         assert operator.get("/evals/eval-20260101-000000-abcdef").status_code == 404
         assert operator.get("/evals/..%2F..%2Fetc").status_code == 404
+
+
+def test_an_operator_corrects_the_graph_through_the_api_and_a_viewer_only_reads_the_corrections(secured, rt, plant):  # noqa: F811
+    _, url = secured
+    with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
+        refused = viewer.post("/topics/Plant/graph/corrections", json={"kind": "delete", "name": "Gremlin"})
+        assert refused.status_code == 403 and graph_store(rt, plant).entity_by_name("Gremlin") is not None
+        made = operator.post("/topics/Plant/graph/corrections", json={"kind": "merge", "name": "USA", "value": "United States"})
+        assert made.status_code == 201, made.text
+        assert made.json()["summary"] == 'merged "USA" (PLACE) into "United States" (PLACE)' and made.json()["by"] == "otto"
+        assert graph_store(rt, plant).entity_by_name("USA").name == "United States"
+        bad = operator.post("/topics/Plant/graph/corrections", json={"kind": "rename", "name": "Nobody", "value": "X"})
+        assert bad.status_code == 404 and "no entity called 'Nobody'" in bad.json()["error"]["message"]
+        listed = viewer.get("/topics/Plant/graph/corrections")
+        assert listed.status_code == 200 and [c["kind"] for c in listed.json()] == ["merge"]
+        history = viewer.get("/topics/Plant/graph/entities/USA").json()["history"]
+        assert [h["id"] for h in history] == [made.json()["id"]]

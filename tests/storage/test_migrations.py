@@ -76,11 +76,11 @@ def test_database_from_before_migrations_keeps_every_row_and_value(tmp_path):
     before = dump(FIXTURE)
     store = MetadataStore(copy_fixture(tmp_path / "ragtopics.db"))
 
-    assert schema_revision(store.engine) == head_revision() == "0012"
+    assert schema_revision(store.engine) == head_revision() == "0013"
     after = dump(tmp_path / "ragtopics.db")
     assert {t: len(r) for t, r in after.items()} == {**{t: len(r) for t, r in before.items()}, "graph_database": 0, "user": 0, "api_token": 0, "dev_report": 0,
                                                                  "role_endpoint": 0, "demo_link": 0, "demo_turn": 0,
-                                                                 "upload_cost": 0, "usage_figure": 0}
+                                                                 "upload_cost": 0, "usage_figure": 0, "graph_correction": 0}
     assert {t: len(r) for t, r in before.items()} == {"topic": 1, "topic_settings_version": 2, "document": 2, "picture": 1,
                                                       "chat_session": 1, "chat_turn": 2, "prompt_override": 1, "trace": 1}
     for table, rows in before.items():
@@ -188,7 +188,8 @@ def test_each_applied_migration_logs_one_line(tmp_path, caplog):
                                                           "applied schema migration 0003", "applied schema migration 0004",
                                                           "applied schema migration 0005", "applied schema migration 0006",
                                                           "applied schema migration 0007", "applied schema migration 0008",
-                                                          "applied schema migration 0009", "applied schema migration 0010", "applied schema migration 0011", "applied schema migration 0012"]  # fmt: skip
+                                                          "applied schema migration 0009", "applied schema migration 0010", "applied schema migration 0011", "applied schema migration 0012",
+                                                          "applied schema migration 0013"]  # fmt: skip
 
 
 def test_a_failed_migration_leaves_the_database_as_it_was(tmp_path):

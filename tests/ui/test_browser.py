@@ -320,6 +320,9 @@ def test_a_viewer_sees_only_the_chat_and_graph(browser_for, tmp_path):
     tabs = [t.inner_text() for t in page.get_by_role("tab").all() if t.is_visible()]
     assert "Chat" in tabs and "Graph" in tabs
     assert not {"Topics", "Upload", "Prompts", "QA", "Admin", "DEV Reports"} & set(tabs)
+    page.get_by_role("tab", name="Graph").click()
+    page.locator("#graph-show").wait_for()
+    assert not page.locator("#graph-corrections").is_visible()  # correcting the graph is an operator's
     page.get_by_role("button", name="Log out").click()
     page.get_by_role("button", name="Log in").wait_for()
     page.goto(page.url.split("/login")[0] + "/")
