@@ -14,8 +14,11 @@ its document row marked ``indexed_with["origin"] = "graph ingestion"``:
 
 Importing the same source again replaces its previous share (as a re-upload does), and
 deleting ``<source> (graph ingestion)`` through the normal document delete removes it,
-keeping what uploads also support. Everything is parsed, checked, deduplicated and
-embedded before the first write; the writes then run under the document's lock.
+keeping what uploads also support. Everything is parsed, checked and its chunks embedded before any lock
+is taken; the deduplication against the graph, the entity vectors and the writes then run under the
+Topic's graph write lock (as an upload's do, so an import and concurrent uploads or imports into one
+Topic converge to the graph a sequential run builds), the writes also under the document's lock, each
+fenced with both locks' tokens.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, graph_write_lock
 from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
@@ -362,10 +365,13 @@ class ImportPlan:
     Attributes:
         document_id, file_name: the pseudo-document (``<source> (graph ingestion)``).
         records: one chunk per node, embedded.
-        graph: entities (deduplicated, embedded) and relationships with provenance in ``records``.
+        graph: entities (deduplicated, embedded) and relationships with provenance in ``records``; filled in
+            by :func:`deduplicate_import`, under the Topic's graph write lock.
         skipped_edges: ``{"edge", "source", "target", "reason"}`` of edges left out.
         unclear: name pairs deduplication left apart without a decision.
         sha256: hash of the imported nodes and edges (the row's content hash).
+        entities, relationships: each node's entity and each edge's relationship as imported, before deduplication.
+        edges: the resolved edges, ``(source index, target index, edge)``, in the order of ``relationships``.
     """
 
     document_id: str
@@ -375,6 +381,9 @@ class ImportPlan:
     skipped_edges: list[dict]
     unclear: list[dict]
     sha256: str
+    entities: list[Entity] = field(default_factory=list)
+    relationships: list[Relationship] = field(default_factory=list)
+    edges: list[tuple[int, int, GraphEdge]] = field(default_factory=list)
 
 
 def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) -> dict[str, Any]:
@@ -402,7 +411,10 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
     trace = Trace("upload", f"{source_name}{SUFFIX}", topic.settings.role_models)
     with trace.step("graph_ingestion", format=imported.format, nodes=len(imported.nodes), edges=len(imported.edges)) as ev:
         plan = plan_import(rt, topic, source_name, imported, trace)
-        removal = write_import(rt, topic, plan, imported, trace)
+        # One writer of the Topic's graph at a time, from the deduplication to the last write.
+        with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
+            deduplicate_import(rt, topic, plan, trace)
+            removal = write_import(rt, topic, plan, imported, trace, graph_fence=graph_fence)
         ev.data.update(entities=len(plan.graph.entities), relationships=len(plan.graph.relationships),
                        skipped_edges=len(plan.skipped_edges), removed=asdict(removal))  # fmt: skip
     record_trace(rt, trace, kind="upload", owner=f"document:{plan.document_id}", subject=plan.file_name, topic_id=topic.id)
@@ -418,7 +430,7 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
 
 
 def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, trace: Trace) -> ImportPlan:
-    """Check, deduplicate and embed an import (no writes).
+    """Check an import and embed its chunks (no writes, no lock); :func:`deduplicate_import` completes the plan.
 
     Raises:
         see :func:`ingest_graph`.
@@ -446,7 +458,6 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
     chunk_ids = chunk_ids_for(document_id, fingerprints)
     index = rt.chunk_index(topic.id)
     index.check_embedder()
-    old_ids = previous_chunk_ids(rt, topic, document_id)
     with trace.step("embed", chunks=len(texts)):
         vectors = rt.gateway.embed(texts, trace=trace)
     records = [ChunkRecord(cid, document_id, file_name, i, text, vectors[i], 0, len(text))
@@ -457,10 +468,23 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
                 for i, n in enumerate(nodes)]  # fmt: skip
     relationships = [Relationship(ent_ids[s], ent_ids[t], e.description, e.strength, frozenset({chunk_ids[s]}))
                      for s, t, e in edges]  # fmt: skip
-    unclear, loops = _deduplicate_into(rt, topic, plan, entities, relationships, old_ids, trace)
-    skipped += [_skip(edges[i][2], "both ends are one entity after deduplication") for i in loops]
     digest = hashlib.sha256(json.dumps([[asdict(n) for n in nodes], [asdict(e) for _, _, e in edges]]).encode()).hexdigest()
-    return ImportPlan(document_id, file_name, records, plan, skipped, unclear, digest)
+    return ImportPlan(document_id, file_name, records, plan, skipped, [], digest, entities, relationships, edges)
+
+
+def deduplicate_import(rt: Runtime, topic, plan: ImportPlan, trace: Trace) -> None:
+    """Deduplicate a planned import against the graph and embed its entities: fills ``plan.graph`` (entities,
+    relationships, merges, embeddings) and ``plan.unclear``, and adds the edges whose ends became one entity to
+    ``plan.skipped_edges``.
+
+    It reads the graph, so it runs under the Topic's graph write lock, right before :func:`write_import`:
+    an upload or import that wrote meanwhile is one it plans against, never one it misses.
+    """
+    # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
+    old_ids = previous_chunk_ids(rt, topic, plan.document_id)
+    unclear, loops = _deduplicate_into(rt, topic, plan.graph, plan.entities, plan.relationships, old_ids, trace)
+    plan.unclear = unclear
+    plan.skipped_edges += [_skip(plan.edges[i][2], "both ends are one entity after deduplication") for i in loops]
 
 
 def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity], relationships: list[Relationship],
@@ -471,7 +495,6 @@ def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity
     Returns:
         The pairs left unclear, and the indices of ``relationships`` whose ends became one entity.
     """
-    # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
     result = deduplicate_against_graph(rt, graph_store(rt, topic), entities, trace, leaving=old_ids)
     ours = frozenset(cid for cid, _ in plan.chunks)
     plan.merges = list(result.merges)
@@ -565,8 +588,13 @@ def node_text(node: GraphNode, related: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace):
+def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace, *,
+                 graph_fence: Fence | None = None):  # fmt: skip
     """Store a planned import under the document's lock: row, chunk swap, graph share, recompute mark, row done.
+
+    Args:
+        graph_fence: the Topic's graph write lock the caller holds (see :func:`ingest_graph`); the chunk swap
+            and the graph writes are fenced with it as well as with the document lock.
 
     Returns:
         What the removal of the previous import's chunks removed (:class:`~ragtopics.graph.store.RemovalReport`).
@@ -583,6 +611,8 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
                     "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
                               "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
     with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence, trace.step("store", chunks=len(plan.records)):
+        if graph_fence is not None:
+            fence = fence.joined(graph_fence)  # every write needs both locks still held
         _check_name_free(rt, plan.document_id, plan.file_name)
         row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
                                         sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip
