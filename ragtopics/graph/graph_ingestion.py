@@ -627,7 +627,7 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
             documents.finish(rt.metadata, row.id, row.job_id, status=documents.DocumentStatus.INDEXED,
                              chunk_count=len(plan.records), warning=warning, indexed_with=indexed_with, pictures=[])  # fmt: skip
         except Exception as exc:
-            documents.fail(rt.metadata, row.id, row.job_id, f"graph ingestion failed: {exc}")
+            documents.fail(rt.metadata, row.id, row.job_id, f"graph ingestion failed: {exc}", before_commit=fence.check)
             raise
     return removal
 

@@ -91,8 +91,8 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
         if stranded_reason(rt, row.job_id) is None:
             continue
         try:
-            with document_lock(rt.redis, row.id, wait_s=RECHECK_WAIT_S):
-                done = _recover_locked(rt, row.id, row.job_id)
+            with document_lock(rt.redis, row.id, wait_s=RECHECK_WAIT_S) as fence:
+                done = _recover_locked(rt, row.id, row.job_id, fence)
         except StoreUnavailableError:  # busy: someone is working on the document right now
             continue
         if done is not None:
@@ -100,8 +100,9 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
     return out
 
 
-def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | None:
-    """Under the document's lock: read the row and its job chain again, and queue it again if it is still stranded."""
+def _recover_locked(rt: Runtime, document_id: str, job_id: str, fence) -> Recovered | None:
+    """Under the document's lock (``fence``: its token, checked before each write): read the row and its job chain
+    again, and queue it again if it is still stranded."""
     row = document_store.get_document(rt.metadata, document_id)
     if row is None or row.status not in IN_FLIGHT or row.job_id != job_id:
         return None  # finished, superseded or deleted since it was first read
@@ -109,6 +110,7 @@ def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | N
     if why is None:
         return None  # another worker queued it again meanwhile, or its chain moved on
     if row.pending_blob_path and rt.blobs.exists(row.pending_blob_path):
+        fence.check()
         if document_store.requeue_lost(rt.metadata, row.id, job_id) is None:
             return None  # superseded meanwhile: the newer job owns the document
         forget_dead_runs(rt, job_id)
@@ -116,7 +118,7 @@ def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | N
         action = "requeued"
     else:
         document_store.fail(rt.metadata, row.id, job_id, f"its indexing job was lost ({why}) and the file with "
-                            "it; upload it again")  # fmt: skip
+                            "it; upload it again", before_commit=fence.check)  # fmt: skip
         action = "failed"
     log.warning("document %s (%s): %s; %s", row.file_name, row.id, why, action)
     return Recovered(row.id, row.file_name, why, action)

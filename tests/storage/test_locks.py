@@ -163,3 +163,59 @@ def test_an_upload_whose_lock_is_lost_before_the_swap_writes_no_chunks(rt, run_j
     assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
     monkeypatch.setattr(pipeline, "_put_picture_blobs", put_pictures)
     rt.redis.delete(lock_key(doc.id))
+
+
+def stored_files(rt) -> list[str]:
+    """Every file of the (local) file store, as relative paths."""
+    return sorted(str(p.relative_to(rt.blobs.root)) for p in rt.blobs.root.rglob("*") if p.is_file())
+
+
+def test_an_upload_whose_lock_is_lost_before_its_pictures_are_written_writes_no_picture(rt, run_jobs, monkeypatch):
+    from ragtopics.documents.uploads import get_document
+    from ragtopics.ingest import pipeline
+    from ragtopics.topics.topics import create_topic
+    from tests.ingest.test_ingest import upload
+    from tests.ingest.test_pictures import pictures_of, pump_docx
+
+    topic = create_topic(rt, "Pumps")
+    doc, _ = upload(rt, topic, "pump.docx", pump_docx())
+    staged = stored_files(rt)
+    put_pictures = pipeline._put_picture_blobs
+
+    def stalled_then_put(*args, **kwargs):  # under the document lock, before the picture files
+        assert len(args[1]) == 1, "the file has one picture to store"
+        _take_over(rt, doc.id)
+        return put_pictures(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_put_picture_blobs", stalled_then_put)
+    run_jobs()
+    assert stored_files(rt) == staged  # the upload's own file only: no picture written
+    assert pictures_of(rt, doc.id) == [] and rt.chunk_index(topic.id).document_chunk_ids(doc.id) == []
+    assert get_document(rt, doc.id).status == "processing"  # queued again by the next recovery pass
+    assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
+    rt.redis.delete(lock_key(doc.id))
+
+
+def test_a_failed_upload_whose_lock_is_lost_before_its_row_is_written_leaves_the_row_and_file(rt, run_jobs, monkeypatch):
+    from ragtopics.documents.uploads import get_document
+    from ragtopics.storage import documents
+    from ragtopics.topics.topics import create_topic
+    from tests.ingest.test_ingest import upload
+
+    topic = create_topic(rt, "Binary")
+    doc, _ = upload(rt, topic, "data.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))  # cannot be read
+    staged = get_document(rt, doc.id).pending_blob_path
+    fail = documents.fail
+
+    def stalled_then_fail(*args, **kwargs):  # under the lock the failure is written with, right before the row
+        _take_over(rt, doc.id)
+        return fail(*args, **kwargs)
+
+    monkeypatch.setattr(documents, "fail", stalled_then_fail)
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "processing" and row.error in ("", None)  # left to the lock's new holder
+    assert row.pending_blob_path == staged and rt.blobs.exists(staged)
+    assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
+    monkeypatch.setattr(documents, "fail", fail)
+    rt.redis.delete(lock_key(doc.id))
