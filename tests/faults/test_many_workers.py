@@ -37,11 +37,11 @@ from rq.worker import Worker
 from sqlmodel import select
 
 from ragtopics.documents.uploads import upload_file
+from ragtopics.graph.ingest import graph_store
+from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
-from ragtopics.graph.ingest import graph_store
-from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.storage.metadata import TraceRow
 from ragtopics.topics.topics import Topic, create_topic
 from tests.faults.processes import document_rows, kill, start_worker
