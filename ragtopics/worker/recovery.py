@@ -261,6 +261,7 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
     if not lock.acquire():
         return [], []
     try:
+        release_locks_of_dead_workers(rt)
         recovered = recover_stranded(rt)
         if lost_chunks:
             recovered += recover_lost_chunks(rt)
@@ -270,6 +271,15 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
             lock.release()
         except Exception:  # noqa: BLE001 - expired: the next pass takes it again
             pass
+
+
+def release_locks_of_dead_workers(rt: Runtime) -> list[str]:
+    """Release the document and graph locks held by workers rq no longer knows (their key expired: dead, or stalled
+    past three heartbeats), so their documents and Topics need not wait for the locks' time to live
+    (:func:`~ragtopics.storage.locks.release_dead_holders`); returns the keys released."""
+    from ragtopics.storage.locks import release_dead_holders
+
+    return release_dead_holders(rt.redis, {worker.name for worker in Worker.all(connection=rt.redis)})
 
 
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:

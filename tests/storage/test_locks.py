@@ -219,3 +219,32 @@ def test_a_failed_upload_whose_lock_is_lost_before_its_row_is_written_leaves_the
     assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
     monkeypatch.setattr(documents, "fail", fail)
     rt.redis.delete(lock_key(doc.id))
+
+
+def test_the_locks_of_a_worker_rq_no_longer_knows_are_released_by_the_next_recovery_pass(rt):
+    from ragtopics.storage import locks
+    from ragtopics.worker.recovery import recovery_pass
+
+    locks.set_holder("worker-1")
+    try:
+        with document_lock(rt.redis, "doc-a") as fence:
+            assert rt.redis.get(lock_key("doc-a")).startswith(b"worker-1/")  # the token names its worker
+            assert locks.release_dead_holders(rt.redis, {"worker-1"}) == []  # alive: kept
+            fence.check()
+            assert locks.release_dead_holders(rt.redis, set()) == [lock_key("doc-a")]  # dead (or stalled): released
+            with pytest.raises(locks.LockLostError):  # and a stalled holder that wakes up writes nothing
+                fence.check()
+    finally:
+        locks.set_holder("")
+    with document_lock(rt.redis, "doc-a", wait_s=0.2):  # free at once, not after LOCK_TTL_S
+        assert rt.redis.get(lock_key("doc-a")).count(b"/") == 0  # taken outside a worker: no name
+
+    # a killed worker's document and graph locks; a console's lock; the recovery pass's own lock key stays free
+    rt.redis.set(lock_key("doc-b"), b"worker-killed/5f3a", px=120_000)
+    rt.redis.set(locks.graph_lock_key("topic-x"), b"worker-killed/77c1", px=120_000)
+    rt.redis.set(lock_key("doc-c"), b"0a1b2c3d", px=120_000)
+    recovery_pass(rt)  # no rq worker is alive in this test: worker-killed is dead
+    assert not rt.redis.exists(lock_key("doc-b")) and not rt.redis.exists(locks.graph_lock_key("topic-x"))
+    assert rt.redis.get(lock_key("doc-c")) == b"0a1b2c3d"
+    with pytest.raises(ValueError, match="cannot hold '/'"):
+        locks.set_holder("a/b")
