@@ -17,6 +17,9 @@ it loading the embedding model, so a kill costs a worker's work for that long):
   (pytest's own timeout is raised to match).
 
 The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``.
+It needs a host where a worker starts in well under ``3 × FAULT_KILL_EVERY_S`` seconds (each of three workers
+lives about that long); where a start takes longer, the workers are killed before they finish a job (see
+BENCHMARKS.md, "Several workers on several machines, killed").
 
 Nothing is shared on disk, as between machines: every worker has a data folder of its own, the test (the
 console's side) another; the files go to an S3-compatible object store (SeaweedFS), the metadata to a
