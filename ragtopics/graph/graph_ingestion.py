@@ -14,10 +14,12 @@ its document row marked ``indexed_with["origin"] = "graph ingestion"``:
 
 Importing the same source again replaces its previous share (as a re-upload does), and
 deleting ``<source> (graph ingestion)`` through the normal document delete removes it,
-keeping what uploads also support. Everything is parsed, checked, deduplicated and
-embedded before the first write; the writes then run under the Topic's graph write lock and
-the document's lock, through the one owner of storing a version (:mod:`ragtopics.documents.versions`),
-so a failure at any step leaves the previous import whole.
+keeping what uploads also support. Everything is parsed, checked and its chunks embedded before any lock
+is taken; the operator's corrections, the deduplication against the graph, the entity vectors and the
+writes then run under the Topic's graph write lock (as an upload's do, so an import and concurrent uploads
+or imports into one Topic converge to the graph a sequential run builds), the writes also under the
+document's lock, fenced with both locks' tokens, through the one owner of storing a version
+(:mod:`ragtopics.documents.versions`), so a failure at any step leaves the previous import whole.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, graph_write_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, graph_write_lock
 from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
@@ -365,10 +367,13 @@ class ImportPlan:
     Attributes:
         document_id, file_name: the pseudo-document (``<source> (graph ingestion)``).
         records: one chunk per node, embedded.
-        graph: entities (deduplicated, embedded) and relationships with provenance in ``records``.
+        graph: entities (deduplicated, embedded) and relationships with provenance in ``records``; filled in
+            by :func:`deduplicate_import`, under the Topic's graph write lock.
         skipped_edges: ``{"edge", "source", "target", "reason"}`` of edges left out.
         unclear: name pairs deduplication left apart without a decision.
         sha256: hash of the imported nodes and edges (the row's content hash).
+        entities, relationships: each node's entity and each edge's relationship as imported, before deduplication.
+        edges: the resolved edges, ``(source index, target index, edge)``, in the order of ``relationships``.
     """
 
     document_id: str
@@ -378,6 +383,9 @@ class ImportPlan:
     skipped_edges: list[dict]
     unclear: list[dict]
     sha256: str
+    entities: list[Entity] = field(default_factory=list)
+    relationships: list[Relationship] = field(default_factory=list)
+    edges: list[tuple[int, int, GraphEdge]] = field(default_factory=list)
 
 
 def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) -> dict[str, Any]:
@@ -405,7 +413,10 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
     trace = Trace("upload", f"{source_name}{SUFFIX}", topic.settings.role_models)
     with trace.step("graph_ingestion", format=imported.format, nodes=len(imported.nodes), edges=len(imported.edges)) as ev:
         plan = plan_import(rt, topic, source_name, imported, trace)
-        removal = write_import(rt, topic, plan, imported, trace)
+        # One writer of the Topic's graph at a time, from the deduplication to the last write.
+        with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
+            deduplicate_import(rt, topic, plan, trace)
+            removal = write_import(rt, topic, plan, imported, trace, graph_fence=graph_fence)
         ev.data.update(entities=len(plan.graph.entities), relationships=len(plan.graph.relationships),
                        skipped_edges=len(plan.skipped_edges), removed=asdict(removal))  # fmt: skip
     record_trace(rt, trace, kind="upload", owner=f"document:{plan.document_id}", subject=plan.file_name, topic_id=topic.id)
@@ -421,7 +432,7 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
 
 
 def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, trace: Trace) -> ImportPlan:
-    """Check, deduplicate and embed an import (no writes).
+    """Check an import and embed its chunks (no writes, no lock); :func:`deduplicate_import` completes the plan.
 
     Raises:
         see :func:`ingest_graph`.
@@ -449,7 +460,6 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
     chunk_ids = chunk_ids_for(document_id, fingerprints)
     index = rt.chunk_index(topic.id)
     index.check_embedder()
-    old_ids = previous_chunk_ids(rt, topic, document_id)
     with trace.step("embed", chunks=len(texts)):
         vectors = rt.gateway.embed(texts, trace=trace)
     records = [ChunkRecord(cid, document_id, file_name, i, text, vectors[i], 0, len(text))
@@ -460,11 +470,24 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
                 for i, n in enumerate(nodes)]  # fmt: skip
     relationships = [Relationship(ent_ids[s], ent_ids[t], e.description, e.strength, frozenset({chunk_ids[s]}))
                      for s, t, e in edges]  # fmt: skip
-    unclear, loops, deleted = _deduplicate_into(rt, topic, plan, entities, relationships, old_ids, trace)
-    skipped += [_skip(edges[i][2], "both ends are one entity after deduplication") for i in loops]
-    skipped += [_skip(edges[i][2], "an end is an entity the operator deleted") for i in deleted]
     digest = hashlib.sha256(json.dumps([[asdict(n) for n in nodes], [asdict(e) for _, _, e in edges]]).encode()).hexdigest()
-    return ImportPlan(document_id, file_name, records, plan, skipped, unclear, digest)
+    return ImportPlan(document_id, file_name, records, plan, skipped, [], digest, entities, relationships, edges)
+
+
+def deduplicate_import(rt: Runtime, topic, plan: ImportPlan, trace: Trace) -> None:
+    """Deduplicate a planned import against the graph and embed its entities: fills ``plan.graph`` (entities,
+    relationships, merges, embeddings) and ``plan.unclear``, and adds the edges whose ends became one entity to
+    ``plan.skipped_edges``.
+
+    It reads the graph, so it runs under the Topic's graph write lock, right before :func:`write_import`:
+    an upload or import that wrote meanwhile is one it plans against, never one it misses.
+    """
+    # Entities only the previous import supports go with it: matching them would bring back stale descriptions.
+    old_ids = previous_chunk_ids(rt, topic, plan.document_id)
+    unclear, loops, deleted = _deduplicate_into(rt, topic, plan.graph, plan.entities, plan.relationships, old_ids, trace)
+    plan.unclear = unclear
+    plan.skipped_edges += [_skip(plan.edges[i][2], "both ends are one entity after deduplication") for i in loops]
+    plan.skipped_edges += [_skip(plan.edges[i][2], "an end is an entity the operator deleted") for i in deleted]
 
 
 def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity], relationships: list[Relationship],
@@ -581,10 +604,15 @@ def node_text(node: GraphNode, related: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace):
-    """Store a planned import under the Topic's graph write lock and the document's lock: the row staged,
-    then the version through its one owner (:func:`~ragtopics.documents.versions.store_version`: graph
-    share, row and chunk swap, all or none), in the order an upload stores one.
+def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace, *,
+                 graph_fence: Fence | None = None):  # fmt: skip
+    """Store a planned import under the document's lock: the row staged, then the version through its one
+    owner (:func:`~ragtopics.documents.versions.store_version`: graph share, row and chunk swap, all or
+    none), in the order an upload stores one.
+
+    Args:
+        graph_fence: the Topic's graph write lock the caller holds (see :func:`ingest_graph`); the chunk swap
+            and the graph writes are fenced with it as well as with the document lock.
 
     Returns:
         What the removal of the previous import's chunks removed (:class:`~ragtopics.graph.store.RemovalReport`).
@@ -601,10 +629,9 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
                     "nodes": len(imported.nodes), "edges": len(imported.edges), "embedding_model": rt.gateway.embedder.model,
                     "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
                               "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
-    # The graph write lock first, as an upload takes them: one writer of the Topic's graph at a time.
-    with (graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence,
-          document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence,
-          trace.step("store", chunks=len(plan.records))):  # fmt: skip
+    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence, trace.step("store", chunks=len(plan.records)):
+        if graph_fence is not None:
+            fence = fence.joined(graph_fence)  # every write needs both locks still held
         _check_name_free(rt, plan.document_id, plan.file_name)
         row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
                                         sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip
@@ -612,9 +639,9 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
         version = Version(plan.document_id, row.job_id, plan.file_name, plan.records, documents.DocumentStatus.INDEXED,
                           warning, indexed_with, graph=plan.graph, change=f"{plan.file_name} was imported")  # fmt: skip
         try:
-            stored = store_version(rt, topic, version, fence=fence.joined(graph_fence))  # every write fenced by both locks
+            stored = store_version(rt, topic, version, fence=fence)
         except Exception as exc:
-            documents.fail(rt.metadata, row.id, row.job_id, f"graph ingestion failed: {exc}")
+            documents.fail(rt.metadata, row.id, row.job_id, f"graph ingestion failed: {exc}", before_commit=fence.check)
             raise
     return stored.removal
 

@@ -35,7 +35,7 @@ from ragtopics.tracing.trace import Trace, TraceEvent
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks, graph_write_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks, graph_write_lock
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 from ragtopics.documents.versions import Version, store_version, store_versions
@@ -320,7 +320,7 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                 fence = fence.joined(graph_fence)  # every write needs both locks still held
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
-                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs)
+                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs, fence)
                 # One owner stores the version: graph share, row and chunk swap in one order, or nothing.
                 stored = store_version(rt, topic, Version(doc.id, job_id, doc.file_name, records, status, warning, indexed_with,
                                                           version.pictures, graph, images, f"{doc.file_name} was uploaded"),
@@ -452,7 +452,7 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
             if not live:
                 return results
             for doc, _, _, version in live:
-                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs[doc.id])
+                _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs[doc.id], fence)
             versions = []
             for doc, job_id, _, version in live:
                 status = documents.DocumentStatus.INDEXED if version.records else documents.DocumentStatus.EMPTY
@@ -647,11 +647,27 @@ def _superseded(rt: Runtime, document_id: str, job_id: str) -> bool:
     return False
 
 
-def _drop_unused(rt: Runtime, document_id: str, new_blobs: list[str]) -> None:
-    """Remove picture files a stopped or failed job wrote that the searchable version does not use."""
+def _drop_unused(rt: Runtime, document_id: str, new_blobs: list[str], fence: Fence | None = None) -> None:
+    """Remove picture files a stopped or failed job wrote that the searchable version does not use.
+
+    Under the document's lock (``fence``: the caller holds it; else it is taken here), each removal
+    preceded by a check that the lock is still held: a picture another run of the same version
+    (a job queued again after a crash) wrote at the same path, and is about to store with its row, stays.
+
+    Raises:
+        LockLostError: the lock was lost (what is left is left to the lock's new holder).
+        StoreUnavailableError: the lock could not be taken.
+    """
+    if not new_blobs:
+        return
+    if fence is None:
+        with document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S) as held:
+            _drop_unused(rt, document_id, new_blobs, held)
+        return
     kept = documents.picture_blobs(rt.metadata, document_id)
     for path in new_blobs:
         if path not in kept:  # the previous version's identical picture stays
+            fence.check()  # the file store cannot be fenced: stop before the removal once the lock is lost
             rt.blobs.remove(path)
 
 
@@ -837,9 +853,18 @@ def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows
     return tags
 
 
-def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[PictureRow], written: list[str]) -> None:
-    """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths."""
+def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[PictureRow], written: list[str],
+                       fence: Fence) -> None:  # fmt: skip
+    """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths.
+
+    The file store cannot be fenced, so each write is preceded by a check that the document locks
+    (``fence``) are still held: a holder that lost its lock writes no picture.
+
+    Raises:
+        LockLostError: a lock was lost (the pictures written before stay listed in ``written``).
+    """
     for row, (index, png) in zip(rows, pngs, strict=True):
+        fence.check()
         row.blob_path, _ = rt.blobs.put(row.topic_id, row.document_id, f"picture-{index}.png", png)
         written.append(row.blob_path)
 
@@ -872,11 +897,17 @@ def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Tr
 
 
 def _mark_failed(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> None:
+    """Mark the document failed (its row, its unused files removed) under its lock, every write fenced with it.
+
+    Raises:
+        LockLostError: the lock was lost before a write (the row is left as it was, for its new holder).
+    """
     log.error("upload of %s failed: %s", document_id, exc)
-    _drop_unused(rt, document_id, new_blobs)
-    with document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S):
-        doc, obsolete = documents.fail(rt.metadata, document_id, job_id, str(exc))
+    with document_lock(rt.redis, document_id, wait_s=WORKER_LOCK_WAIT_S) as fence:
+        _drop_unused(rt, document_id, new_blobs, fence)
+        doc, obsolete = documents.fail(rt.metadata, document_id, job_id, str(exc), before_commit=fence.check)
         for path in obsolete:
+            fence.check()
             rt.blobs.remove(path)
     if doc is not None:
         record_trace(rt, trace, kind="upload", owner=f"document:{document_id}", subject=doc.file_name, topic_id=doc.topic_id)

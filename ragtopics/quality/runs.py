@@ -1,17 +1,22 @@
 """Evaluation runs started from the console: queued, run by the worker, saved, listed and reopened.
 
-A run lives in ``<data dir>/evals/<run id>/``: ``request.json`` (what was asked: Topic,
-questions, settings changed for the run, forced way, retrieval only), then the files of
-:func:`~ragtopics.quality.evaluate.write_results` (``summary.json``, ``questions.json``,
-``questions.csv``) once the worker has finished it. The job's progress (questions done) is in
-its ``job.meta``, as an upload's is.
+A run lives in the file store (``FILE_STORE``: the data dir's ``files/`` folder or the object store,
+so that a worker on another machine reads what the console saved) under ``evals/<run id>/``:
+``request.json`` (what was asked: Topic, questions, settings changed for the run, forced way,
+retrieval only), then the files of :func:`~ragtopics.quality.evaluate.write_results`
+(``summary.json``, ``questions.json``, ``questions.csv``) once the worker has finished it. The
+job's progress (questions done) is in its ``job.meta``, as an upload's is. Runs saved by an
+earlier version in ``<data dir>/evals/`` are moved into the file store when runs are next listed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,10 +28,14 @@ from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import parse_assignments
 from ragtopics.topics.topics import get_topic
 
+log = logging.getLogger(__name__)
+
 #: Most questions one console run takes (a bigger file belongs to ``ragtopics eval``).
 MAX_QUESTIONS = 2000
 #: The file a failed run leaves in its folder: ``{"error": message}``.
 ERROR_FILE = "error.json"
+#: The folder of the file store that holds every run.
+RUNS = "evals"
 _RUN_ID = re.compile(r"^eval-\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
@@ -65,20 +74,27 @@ class RunInfo:
         return f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''}{failed} · {self.run_id}"
 
 
-def runs_folder(rt: Runtime) -> Path:
-    """Where runs are kept."""
-    return Path(rt.settings.data_dir) / "evals"
-
-
-def run_folder(rt: Runtime, run_id: str) -> Path:
-    """One run's folder.
+def run_path(run_id: str, name: str) -> str:
+    """Where a run's file ``name`` is kept in the file store: ``evals/<run id>/<name>``.
 
     Raises:
-        NotFoundError: for an id that is not a run id (nothing outside the runs folder is reachable).
+        NotFoundError: for an id that is not a run id (nothing outside the run's folder is reachable).
     """
     if not _RUN_ID.match(run_id or ""):
         raise NotFoundError(f"no evaluation run {run_id!r}")
-    return runs_folder(rt) / run_id
+    return f"{RUNS}/{run_id}/{name}"
+
+
+def _read(rt: Runtime, run_id: str, name: str) -> bytes | None:
+    """A run's file, or None when it is not stored."""
+    try:
+        return rt.blobs.read(run_path(run_id, name))
+    except FileNotFoundError:
+        return None
+
+
+def _write_json(rt: Runtime, run_id: str, name: str, value: Any) -> None:
+    rt.blobs.write(run_path(run_id, name), json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
 def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: list[str] = (), route: str | None = None,
@@ -112,12 +128,10 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
             raise RagTopicsError(f"way {route!r}: a {topic.kind} Topic has {', '.join(ways)}")
         route = route.upper()
     run_id = f"eval-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
-    folder = run_folder(rt, run_id)
-    folder.mkdir(parents=True)
     request = {"run_id": run_id, "topic": topic.name, "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                "questions": [asdict(q) for q in questions], "settings_changed": changes, "route": route,
                "retrieval_only": retrieval_only}  # fmt: skip
-    (folder / "request.json").write_text(json.dumps(request, ensure_ascii=False, indent=1), encoding="utf-8")
+    _write_json(rt, run_id, "request.json", request)
     from ragtopics.worker.queue import queue_for
 
     queue_for(rt).enqueue_call("ragtopics.worker.jobs.evaluate_run", args=(run_id,), job_id=run_id,
@@ -136,20 +150,19 @@ def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
         NotFoundError: when the run or its Topic is gone.
         Whatever stopped the evaluation (every question failing, say; see :func:`~ragtopics.quality.evaluate.evaluate`).
     """
-    folder = run_folder(rt, run_id)
+    data = _read(rt, run_id, "request.json")
+    if data is None:
+        raise NotFoundError(f"no evaluation run {run_id!r}")
+    request = json.loads(data)
+    rt.blobs.remove(run_path(run_id, ERROR_FILE))
     try:
-        request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise NotFoundError(f"no evaluation run {run_id!r}") from exc
-    (folder / ERROR_FILE).unlink(missing_ok=True)
-    try:
-        return _execute(rt, folder, run_id, request, progress)
+        return _execute(rt, run_id, request, progress)
     except Exception as exc:
-        (folder / ERROR_FILE).write_text(json.dumps({"error": str(exc)}, ensure_ascii=False), encoding="utf-8")
+        _write_json(rt, run_id, ERROR_FILE, {"error": str(exc)})
         raise
 
 
-def _execute(rt: Runtime, folder: Path, run_id: str, request: dict[str, Any], progress) -> dict[str, Any]:
+def _execute(rt: Runtime, run_id: str, request: dict[str, Any], progress) -> dict[str, Any]:
     """:func:`execute_run` once its request is read."""
     topic = ev.with_settings(get_topic(rt, request["topic"]), request["settings_changed"])
     questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"],
@@ -159,27 +172,38 @@ def _execute(rt: Runtime, folder: Path, run_id: str, request: dict[str, Any], pr
                                    progress=progress)  # fmt: skip
     summary = ev.run_summary(summary, topic=topic.name, route=request["route"], retrieval_only=request["retrieval_only"],
                              settings_changed=request["settings_changed"], run_id=run_id)  # fmt: skip
-    ev.write_results(folder, summary, results)
+    with tempfile.TemporaryDirectory(prefix="ragtopics-eval-") as tmp:
+        paths = ev.write_results(Path(tmp), summary, results)
+        for path in paths[1:] + paths[:1]:  # the summary last: a run with a summary has all its files
+            rt.blobs.write(run_path(run_id, path.name), path.read_bytes())
     return summary
 
 
 def result_files(rt: Runtime, run_id: str) -> list[Path]:
-    """The files a finished run wrote (``summary.json``, ``questions.json``, ``questions.csv``), for download."""
-    folder = run_folder(rt, run_id)
-    return [folder / name for name in ev.RESULT_FILES if (folder / name).is_file()]
+    """The files a finished run wrote (``summary.json``, ``questions.json``, ``questions.csv``), for download: copies
+    on this machine, under ``<data dir>/cache/evals/<run id>/`` (fetched from the file store each time)."""
+    run_path(run_id, "summary.json")  # an id that is no run id names no folder
+    folder = Path(rt.settings.data_dir) / "cache" / RUNS / run_id
+    out = []
+    for name in ev.RESULT_FILES:
+        data = _read(rt, run_id, name)
+        if data is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+            out.append(folder / name)
+    return out
 
 
 def list_runs(rt: Runtime, limit: int = 200) -> list[RunInfo]:
     """Saved runs, newest first."""
-    folder = runs_folder(rt)
-    if not folder.is_dir():
-        return []
+    _adopt_local_runs(rt)
+    run_ids = sorted({path.split("/")[1] for path in rt.blobs.list(RUNS) if path.count("/") == 2}, reverse=True)
     out = []
-    for path in sorted(folder.iterdir(), reverse=True)[:limit]:
+    for run_id in run_ids[:limit]:
         try:
-            out.append(_info(path))
-        except (OSError, ValueError, KeyError):
-            continue  # a run folder being written, or damaged: left out of the list
+            out.append(_info(rt, run_id))
+        except (OSError, ValueError, KeyError, RagTopicsError):
+            continue  # a run being written, or damaged: left out of the list
     return out
 
 
@@ -189,21 +213,48 @@ def load_run(rt: Runtime, run_id: str) -> tuple[RunInfo, list[dict[str, Any]]]:
     Raises:
         NotFoundError: for an unknown run.
     """
-    folder = run_folder(rt, run_id)
+    run_path(run_id, "request.json")  # an id that is no run id is refused before the store is asked
+    _adopt_local_runs(rt)
     try:
-        info = _info(folder)
+        info = _info(rt, run_id)
     except (OSError, ValueError, KeyError) as exc:
         raise NotFoundError(f"no evaluation run {run_id!r}") from exc
-    questions = folder / "questions.json"
-    return info, json.loads(questions.read_text(encoding="utf-8")) if questions.is_file() else []
+    questions = _read(rt, run_id, "questions.json")
+    return info, json.loads(questions) if questions is not None else []
 
 
-def _info(folder: Path) -> RunInfo:
-    request = json.loads((folder / "request.json").read_text(encoding="utf-8"))
-    summary_path = folder / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
-    error_path = folder / ERROR_FILE
-    error = json.loads(error_path.read_text(encoding="utf-8")).get("error", "failed") if summary is None and error_path.is_file() else ""
+def _info(rt: Runtime, run_id: str) -> RunInfo:
+    data = _read(rt, run_id, "request.json")
+    if data is None:
+        raise NotFoundError(f"no evaluation run {run_id!r}")
+    request = json.loads(data)
+    summary_data = _read(rt, run_id, "summary.json")
+    summary = json.loads(summary_data) if summary_data is not None else None
+    error_data = _read(rt, run_id, ERROR_FILE) if summary is None else None
+    error = json.loads(error_data).get("error", "failed") if error_data is not None else ""
     return RunInfo(request["run_id"], request["topic"], request["created"], len(request["questions"]),
                    request["route"] or "routed", bool(request["retrieval_only"]), request["settings_changed"], summary,
                    error)  # fmt: skip
+
+
+def _adopt_local_runs(rt: Runtime) -> int:
+    """Move the runs an earlier version kept in ``<data dir>/evals/`` into the file store; returns how many moved."""
+    legacy = Path(rt.settings.data_dir) / RUNS
+    if not legacy.is_dir():
+        return 0
+    moved = 0
+    for folder in sorted(legacy.iterdir()):
+        if not (folder.is_dir() and _RUN_ID.match(folder.name)):
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                rt.blobs.write(run_path(folder.name, path.name), path.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)
+        moved += 1
+    try:
+        legacy.rmdir()
+    except OSError:
+        pass  # something else is in it: left where it is
+    if moved:
+        log.info("moved %d evaluation run(s) from %s into the file store", moved, legacy)
+    return moved

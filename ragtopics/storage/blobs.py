@@ -73,9 +73,29 @@ class FileStore(ABC):
         self._write(rel, data)
         return rel, digest
 
+    def write(self, relative: str, data: bytes) -> str:
+        """Store ``data`` at ``relative`` (a file of the product's own, not a document version: an evaluation run's
+        file, a DEV report), replacing what is there; returns ``relative``. A reader never sees a partly written file.
+
+        Raises:
+            ValueError: when ``relative`` points outside the store.
+            FileStoreError: when the object store cannot be written.
+        """
+        self._write(self.check(relative), data)
+        return relative
+
     @abstractmethod
     def _write(self, relative: str, data: bytes) -> None:
         """Write ``data`` at ``relative`` atomically (replacing what is there)."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """The relative paths of every file under the folder ``prefix``, sorted (empty when there is none).
+
+        Raises:
+            ValueError: when ``prefix`` is empty or points outside the store.
+            FileStoreError: when the object store cannot be listed.
+        """
 
     @abstractmethod
     def exists(self, relative: str) -> bool:
@@ -186,6 +206,14 @@ class BlobStore(FileStore):
             target.parent.rmdir()
         except OSError:
             pass
+
+    def list(self, prefix: str) -> list[str]:
+        """The relative paths of the files under the folder ``prefix``, sorted (temporary files of a write left out)."""
+        folder = self.path(_checked(prefix))
+        if not folder.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in folder.rglob("*")
+                      if p.is_file() and not p.name.startswith("tmp"))  # fmt: skip
 
     def remove_tree(self, prefix: str) -> int:
         """Remove the folder ``prefix`` with everything in it; returns how many files it held (0 when absent)."""
@@ -333,6 +361,21 @@ class S3FileStore(FileStore):
             if isinstance(exc, ClientError) and _code(exc) == "NoSuchBucket":
                 return
             raise self._failure(f"delete {relative}", exc) from exc
+
+    def list(self, prefix: str) -> list[str]:
+        """The relative paths of the objects whose key starts with ``<prefix>/``, sorted."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        folder = self.key(prefix) + "/"
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
+            return sorted(item["Key"][len(self.prefix):] for page in pages for item in page.get("Contents", []))
+        except ClientError as exc:
+            if _code(exc) == "NoSuchBucket":
+                return []
+            raise self._failure(f"list the files under {prefix}", exc) from exc
+        except BotoCoreError as exc:
+            raise self._failure(f"list the files under {prefix}", exc) from exc
 
     def remove_tree(self, prefix: str) -> int:
         """Delete every object whose key starts with ``<prefix>/``; returns how many were deleted."""

@@ -296,10 +296,16 @@ def picture_blobs(store: MetadataStore, document_id: str) -> set[str]:
         return {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
 
 
-def fail(store: MetadataStore, document_id: str, job_id: str, error: str) -> tuple[DocumentRow | None, list[str]]:
+def fail(store: MetadataStore, document_id: str, job_id: str, error: str,
+         before_commit: Callable[[], None] | None = None) -> tuple[DocumentRow | None, list[str]]:  # fmt: skip
     """Mark a document ``failed`` for its current job, dropping the pending version; the searchable version, if any, stays.
 
     A superseded job changes nothing (the newer upload, or the delete, owns the row).
+
+    Args:
+        before_commit: run inside the transaction, the row locked and changed, right before the commit; if it
+            raises, nothing is written (the document lock's :meth:`~ragtopics.storage.locks.Fence.check`, so
+            that a holder that lost the lock cannot mark the row failed).
 
     Returns:
         The row (None when the job was superseded), and the pending blob path to remove (if any).
@@ -314,6 +320,9 @@ def fail(store: MetadataStore, document_id: str, job_id: str, error: str) -> tup
         _move(doc, _S.FAILED)
         doc.error = error + (" (the previous version is still searchable)" if doc.content_sha256 else "")
         s.add(doc)
+        if before_commit is not None:
+            s.flush()
+            before_commit()
     return doc, obsolete
 
 

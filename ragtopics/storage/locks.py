@@ -16,6 +16,12 @@ fenced (a Graph Database on another server).
 A GraphRAG Topic also has a graph write lock (:func:`graph_write_lock`): an upload deduplicates its
 entities against the graph and writes them under it, so concurrent uploads into one Topic never
 create the same entity twice under two names.
+
+A lock taken by an rq worker names the worker in its token (``<worker name>/<random hex>``, see
+:func:`set_holder`), so that the locks of a worker rq found dead (its key expired: it missed three
+heartbeats) are released by the next recovery pass (:func:`release_dead_holders`) instead of blocking
+their document, or a GraphRAG Topic's graph, until their time to live runs out. Releasing them is
+safe because of the fence: a holder that was only stalled writes nothing once its lock is gone.
 """
 
 from __future__ import annotations
@@ -41,6 +47,61 @@ LOCK_WAIT_S = 60
 #: How long a worker's job waits: longer than a lock lives, so a lock left by a killed worker has
 #: expired before the job gives up (a job that gave up would fail and wait for the next worker start).
 WORKER_LOCK_WAIT_S = LOCK_TTL_S + 10
+
+
+#: What every lock key starts with (:func:`release_dead_holders` looks at these only).
+LOCK_PREFIX = "rt:lock:"
+#: The rq worker this process runs as ("" in the console and other processes): named in every lock token.
+_holder = ""
+#: Delete a key only while it still holds the given token (redis-py's own release script does the same).
+_DELETE_IF_TOKEN = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+def set_holder(name: str) -> None:
+    """Name the rq worker this process runs as in the tokens of the locks it takes from now on ("" for none).
+
+    Raises:
+        ValueError: for a name holding ``/`` (the token's separator).
+    """
+    global _holder
+    if "/" in name:
+        raise ValueError(f"a lock holder's name cannot hold '/': {name!r}")
+    _holder = name
+
+
+def new_token() -> bytes:
+    """A fresh lock token: ``<worker name>/<random hex>`` in an rq worker (:func:`set_holder`), else the random hex."""
+    random = uuid.uuid4().hex
+    return (f"{_holder}/{random}" if _holder else random).encode()
+
+
+def token_holder(token: bytes | str | None) -> str:
+    """The worker a lock token names ("" for a token taken outside a worker, or none)."""
+    if token is None:
+        return ""
+    text = token.decode(errors="replace") if isinstance(token, bytes) else token
+    return text.split("/", 1)[0] if "/" in text else ""
+
+
+def release_dead_holders(client: redis.Redis, live: set[str]) -> list[str]:
+    """Delete every lock whose token names a worker that is not in ``live``; returns the keys released.
+
+    Each key is deleted only while it still holds the token read (a script compares and deletes), so a
+    lock taken meanwhile by a live holder stays. Locks taken outside a worker carry no name and are left
+    to expire.
+
+    Args:
+        live: the names of the rq workers alive now (their keys are in Redis).
+    """
+    released = []
+    for key in client.scan_iter(match=f"{LOCK_PREFIX}*", count=1000):
+        token = client.get(key)
+        holder = token_holder(token)
+        if holder and holder not in live and client.eval(_DELETE_IF_TOKEN, 1, key, token):
+            released.append(key.decode() if isinstance(key, bytes) else key)
+    if released:
+        log.warning("released %d lock(s) of worker(s) no longer alive: %s", len(released), ", ".join(released))
+    return released
 
 
 class LockLostError(StoreUnavailableError):
@@ -166,7 +227,7 @@ def _token(lock) -> bytes:
 
 def lock_key(document_id: str) -> str:
     """The Redis key of a document's lock."""
-    return f"rt:lock:document:{document_id}"
+    return f"{LOCK_PREFIX}document:{document_id}"
 
 
 @contextmanager
@@ -183,7 +244,7 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
 
 def graph_lock_key(topic_id: str) -> str:
     """The Redis key of a GraphRAG Topic's graph write lock."""
-    return f"rt:lock:graph:{topic_id}"
+    return f"{LOCK_PREFIX}graph:{topic_id}"
 
 
 @contextmanager
@@ -212,7 +273,7 @@ def _held(client: redis.Redis, key: str, wait_s: float, busy: str) -> Iterator[F
         StoreUnavailableError: with the message ``busy`` when the lock is not free within ``wait_s`` seconds.
     """
     lock = client.lock(key, timeout=LOCK_TTL_S, blocking_timeout=wait_s)
-    if not lock.acquire():
+    if not lock.acquire(token=new_token()):
         raise StoreUnavailableError(busy)
     try:
         fence = Fence(client, [(_name(lock), _token(lock))])
@@ -240,7 +301,7 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
     """
     ids = sorted(set(document_ids))
     locks = [client.lock(lock_key(d), timeout=LOCK_TTL_S, blocking_timeout=wait_s) for d in ids]
-    tokens = [uuid.uuid4().hex.encode() for _ in ids]
+    tokens = [new_token() for _ in ids]
     pipe = client.pipeline(transaction=False)
     for lock, token in zip(locks, tokens, strict=True):
         pipe.set(lock.name, token, nx=True, px=int(LOCK_TTL_S * 1000))
@@ -256,7 +317,7 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
         try:
             with renewal:  # those taken stay ours while a later one is waited for (up to wait_s each)
                 for document_id, lock in zip(ids, locks, strict=True):
-                    if not lock.acquire():
+                    if not lock.acquire(token=new_token()):
                         raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); "
                                                     "try again")  # fmt: skip
                     taken.append(lock)

@@ -5,9 +5,10 @@ report is the same step tree *unbounded*: the text read, each chunk, entities an
 relationships found, dedup merges and why, the router's way, confidence and reason, the
 evidence with scores and fused ranks, the rerank order, the exact prompts, the answer
 before and after the source check, and every model call with its tokens and time. A report
-is a JSON file under ``<data>/dev-reports/``; an index row (:class:`DevReportRow`) makes
-reports browsable by Topic, kind and time. Reports older than ``DEV_REPORT_RETENTION_DAYS``
-are deleted.
+is a JSON file under ``dev-reports/`` of the file store (``FILE_STORE``: the data dir's ``files/``
+folder or the object store, so that the console shows what a worker on another machine wrote);
+an index row (:class:`DevReportRow`) makes reports browsable by Topic, kind and time. Reports
+older than ``DEV_REPORT_RETENTION_DAYS`` are deleted.
 
 The three switches (:data:`KINDS`) live in Redis, so the console turns them on for the
 workers too; :func:`reset_switches` turns them all off, and the console calls it at every
@@ -102,10 +103,6 @@ def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
     return ids
 
 
-def _folder(rt: Runtime) -> Path:
-    return Path(rt.settings.data_dir) / FOLDER
-
-
 def summary_of(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts of a report: steps, model calls, tokens (prompt + completion) and the top-level time in ms."""
     calls = [e for e in events if e["step"] == "model_call"]
@@ -130,11 +127,9 @@ def write_report(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
         relative = f"{FOLDER}/{created:%Y-%m-%d}/{report_id}.json"
         body = {"id": report_id, "kind": kind, "topic": row.topic_name, "topic_id": topic_id, "subject": subject,
                 "owner": owner, "created_at": created.isoformat(), "summary": stats, "events": events}  # fmt: skip
-        target = Path(rt.settings.data_dir) / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(body, ensure_ascii=False, default=str, indent=1)
-        target.write_text(text, encoding="utf-8")
-        row.path, row.size_bytes = relative, len(text.encode("utf-8"))
+        data = json.dumps(body, ensure_ascii=False, default=str, indent=1).encode("utf-8")
+        rt.blobs.write(relative, data)
+        row.path, row.size_bytes = relative, len(data)
         s.add(row)
     return report_id
 
@@ -153,23 +148,27 @@ def list_reports(rt: Runtime, *, topic_id: str | None = None, kind: str | None =
         return list(s.exec(query))
 
 
-def report_file(rt: Runtime, report_id: int) -> Path:
-    """The JSON file of a report.
+def report_bytes(rt: Runtime, report_id: int) -> bytes:
+    """The JSON file of a report, as written.
 
     Raises:
         NotFoundError: no such report, or its file is gone.
     """
     with rt.metadata.session() as s:
         row = s.get(DevReportRow, report_id)
-    path = Path(rt.settings.data_dir) / row.path if row is not None and row.path else None
-    if path is None or not path.is_file():
-        raise NotFoundError(f"no DEV report {report_id} (it may have passed its retention period)")
-    return path
+    if row is not None and row.path:
+        try:
+            return rt.blobs.read(row.path)
+        except (FileNotFoundError, ValueError):
+            local = Path(rt.settings.data_dir) / row.path  # written by an earlier version, into the data dir
+            if local.is_file():
+                return local.read_bytes()
+    raise NotFoundError(f"no DEV report {report_id} (it may have passed its retention period)")
 
 
 def load_report(rt: Runtime, report_id: int) -> dict[str, Any]:
-    """A report as written. Raises NotFoundError like :func:`report_file`."""
-    return json.loads(report_file(rt, report_id).read_text(encoding="utf-8"))
+    """A report as written. Raises NotFoundError like :func:`report_bytes`."""
+    return json.loads(report_bytes(rt, report_id).decode("utf-8"))
 
 
 def purge_expired(rt: Runtime, now: datetime | None = None) -> int:
@@ -179,6 +178,7 @@ def purge_expired(rt: Runtime, now: datetime | None = None) -> int:
         old = list(s.exec(select(DevReportRow).where(DevReportRow.created_at < cutoff)))
         for row in old:
             if row.path:
-                (Path(rt.settings.data_dir) / row.path).unlink(missing_ok=True)
+                rt.blobs.remove(row.path)
+                (Path(rt.settings.data_dir) / row.path).unlink(missing_ok=True)  # an earlier version's, in the data dir
             s.delete(row)
     return len(old)

@@ -23,7 +23,8 @@ import secrets
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from ragtopics.access.context import acting_username
 from ragtopics.answer.turn import ask
@@ -32,7 +33,8 @@ from ragtopics.demo.links import DEMO_PREFIX, DemoLink, DemoLinkGone, RateLimite
 from ragtopics.errors import RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.storage.links import LinkError
-from ragtopics.ui.files_route import served_as
+from ragtopics.storage.blobs import FileStoreError
+from ragtopics.ui.files_route import content_disposition, served_as
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +231,22 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             return gone_page(refused)
         try:
             relative, owner = rt.signer.grant(file_token)
-            path = rt.blobs.path(relative)
+            rt.blobs.check(relative)
         except (LinkError, ValueError) as exc:
             return gone_page(DemoLinkGone(403, "This source link is not valid",
                                           f"{exc}. Ask the question again for a fresh link."))  # fmt: skip
         if owner != links.source_owner(link) or not relative.startswith(f"{topic.id}/"):
             return gone_page(DemoLinkGone(403, "This source link is not part of this demo", "Ask the question here for a link."))
-        if not path.is_file():
+        try:  # the local store and the object store alike; a blocking read runs off the event loop
+            data = await run_in_threadpool(rt.blobs.read, relative)
+        except FileNotFoundError:
             return gone_page(DemoLinkGone(410, "This file is no longer stored",
                                           "Ask the question again for a link to the current file."))  # fmt: skip
-        serving = served_as(path.name)
-        return FileResponse(path, filename=path.name, media_type=serving.media_type, content_disposition_type=serving.disposition,
-                            headers={**serving.headers, "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip
+        except FileStoreError as exc:
+            log.warning("source file %s of a demo could not be read: %s", relative, exc)
+            return gone_page(DemoLinkGone(503, "The file store is not reachable", f"{exc}. Try again in a moment."))
+        name = rt.blobs.file_name(relative)
+        serving = served_as(name)
+        return Response(data, media_type=serving.media_type,
+                        headers={**serving.headers, "Content-Disposition": content_disposition(serving.disposition, name),
+                                 "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import gradio as gr
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from ragtopics.access.users import DEV_REPORTING
 from ragtopics.errors import NotFoundError, RagTopicsError
@@ -159,7 +159,8 @@ def add_report_route(api: FastAPI, rt: Runtime) -> None:
         if user is None or not user.may(DEV_REPORTING):
             return JSONResponse({"error": "DEV reports need the DEV_REPORTING permission"}, status_code=403)
         try:
-            path = reports.report_file(rt, report_id)
+            data = reports.report_bytes(rt, report_id)
         except NotFoundError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
-        return FileResponse(path, media_type="application/json", filename=f"dev-report-{report_id}.json")
+        return Response(data, media_type="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="dev-report-{report_id}.json"'})

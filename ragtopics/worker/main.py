@@ -18,6 +18,7 @@ from rq.queue import Queue
 from rq.worker import WorkerStatus
 
 from ragtopics.runtime import Runtime, get_runtime
+from ragtopics.storage.locks import set_holder
 from ragtopics.worker.queue import queue_for
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def run_worker(*, burst: bool = False) -> None:
     if scheduled:
         log.info("scheduled the Refresh Cycle of %d GraphRAG Topic(s)", scheduled)
     worker = ProductWorker([queue_for(rt)], rt=rt, heartbeat_s=rt.settings.worker_heartbeat_s)
+    set_holder(worker.name)  # the locks its jobs take name it: released soon after it dies, not when they expire
     log.info("worker %s listening on queue %s", worker.name, rt.settings.queue_name)
     # with_scheduler: rq's scheduler moves due Refresh Cycle jobs to the queue (one worker at a time holds it).
     worker.work(burst=burst, logging_level=rt.settings.log_level, with_scheduler=True)

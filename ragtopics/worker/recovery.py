@@ -91,8 +91,8 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
         if stranded_reason(rt, row.job_id) is None:
             continue
         try:
-            with document_lock(rt.redis, row.id, wait_s=RECHECK_WAIT_S):
-                done = _recover_locked(rt, row.id, row.job_id)
+            with document_lock(rt.redis, row.id, wait_s=RECHECK_WAIT_S) as fence:
+                done = _recover_locked(rt, row.id, row.job_id, fence)
         except StoreUnavailableError:  # busy: someone is working on the document right now
             continue
         if done is not None:
@@ -100,8 +100,9 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
     return out
 
 
-def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | None:
-    """Under the document's lock: read the row and its job chain again, and queue it again if it is still stranded."""
+def _recover_locked(rt: Runtime, document_id: str, job_id: str, fence) -> Recovered | None:
+    """Under the document's lock (``fence``: its token, checked before each write): read the row and its job chain
+    again, and queue it again if it is still stranded."""
     row = document_store.get_document(rt.metadata, document_id)
     if row is None or row.status not in IN_FLIGHT or row.job_id != job_id:
         return None  # finished, superseded or deleted since it was first read
@@ -109,6 +110,7 @@ def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | N
     if why is None:
         return None  # another worker queued it again meanwhile, or its chain moved on
     if row.pending_blob_path and rt.blobs.exists(row.pending_blob_path):
+        fence.check()
         if document_store.requeue_lost(rt.metadata, row.id, job_id) is None:
             return None  # superseded meanwhile: the newer job owns the document
         forget_dead_runs(rt, job_id)
@@ -116,7 +118,7 @@ def _recover_locked(rt: Runtime, document_id: str, job_id: str) -> Recovered | N
         action = "requeued"
     else:
         document_store.fail(rt.metadata, row.id, job_id, f"its indexing job was lost ({why}) and the file with "
-                            "it; upload it again")  # fmt: skip
+                            "it; upload it again", before_commit=fence.check)  # fmt: skip
         action = "failed"
     log.warning("document %s (%s): %s; %s", row.file_name, row.id, why, action)
     return Recovered(row.id, row.file_name, why, action)
@@ -259,6 +261,7 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
     if not lock.acquire():
         return [], []
     try:
+        release_locks_of_dead_workers(rt)
         recovered = recover_stranded(rt)
         if lost_chunks:
             recovered += recover_lost_chunks(rt)
@@ -268,6 +271,15 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
             lock.release()
         except Exception:  # noqa: BLE001 - expired: the next pass takes it again
             pass
+
+
+def release_locks_of_dead_workers(rt: Runtime) -> list[str]:
+    """Release the document and graph locks held by workers rq no longer knows (their key expired: dead, or stalled
+    past three heartbeats), so their documents and Topics need not wait for the locks' time to live
+    (:func:`~ragtopics.storage.locks.release_dead_holders`); returns the keys released."""
+    from ragtopics.storage.locks import release_dead_holders
+
+    return release_dead_holders(rt.redis, {worker.name for worker in Worker.all(connection=rt.redis)})
 
 
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:

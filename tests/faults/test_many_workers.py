@@ -12,11 +12,19 @@ it loading the embedding model, so a kill costs a worker's work for that long):
 - ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
 - ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills (each of a worker rq says is running a job);
 - ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
-- ``FAULT_WORKERS`` (default 3): worker processes.
+- ``FAULT_WORKERS`` (default 3): worker processes;
+- ``FAULT_DEADLINE_S`` (default 600 + 3 s per upload): how long the run may take before the test gives up
+  (pytest's own timeout is raised to match).
 
-The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``. The workers
-share the test's data folder (the local file store and metadata database); :func:`worker_env` is the
-one place that says where a worker keeps things, to point the workers at other stores.
+The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``.
+It needs a host where a worker starts in well under ``3 × FAULT_KILL_EVERY_S`` seconds (each of three workers
+lives about that long); where a start takes longer, the workers are killed before they finish a job (see
+BENCHMARKS.md, "Several workers on several machines, killed").
+
+Nothing is shared on disk, as between machines: every worker has a data folder of its own, the test (the
+console's side) another; the files go to an S3-compatible object store (SeaweedFS), the metadata to a
+PostgreSQL cluster, and all share one Redis (search and graph). :func:`worker_env` is the one place that
+says where a worker keeps things. The test is skipped, saying why, where PostgreSQL or SeaweedFS is missing.
 """
 
 from __future__ import annotations
@@ -34,17 +42,21 @@ from sqlmodel import select
 from ragtopics.documents.uploads import upload_file
 from ragtopics.graph.ingest import graph_store
 from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.llm.gateway import ModelGateway
+from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.settings.env import Settings
 from ragtopics.storage.metadata import TraceRow
 from ragtopics.topics.topics import Topic, create_topic
-from tests.faults.processes import document_rows, kill, start_worker, wait_for
+from tests.faults.processes import document_rows, kill, start_worker
+from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, PostgresCluster, SeaweedS3, running
 
 RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
 GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
 KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
 MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
 WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
-#: Seconds the whole run may take before the test gives up on what is not indexed yet.
-DEADLINE_S = 600 + 3 * (RAG_UPLOADS + GRAPH_UPLOADS)
+#: Seconds the whole run may take before the test gives up on what is not indexed yet (``FAULT_DEADLINE_S``).
+DEADLINE_S = float(os.environ.get("FAULT_DEADLINE_S", 600 + 3 * (RAG_UPLOADS + GRAPH_UPLOADS)))
 
 SITES = ["Leeds", "Dover", "Bergen", "Aarhus", "Lyon", "Porto", "Ghent", "Turku"]
 OWNERS = [("International Business Machines", "IBM"), ("European Space Agency", "ESA"),
@@ -66,22 +78,57 @@ def graph_text(n: int) -> bytes:
             f"inspects pump P-{n}.\n\nThe {rng.choice(SITES)} line of {owner} feeds valve V-{n}.").encode()  # fmt: skip
 
 
-def worker_env(settings) -> dict[str, str]:
-    """What a worker of this test gets besides :func:`~tests.faults.processes.start_worker`'s (the test's Redis,
-    data folder and queue, an rq heartbeat every second): nothing more with the local file store and SQLite."""
-    return {}
+@pytest.fixture(scope="module")
+def postgres():
+    yield from running(PostgresCluster, "ragtopics-pg-")
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    yield from running(SeaweedS3, "ragtopics-s3-")
+
+
+@pytest.fixture
+def shared_stores(tmp_path, postgres, s3_server) -> dict[str, str]:
+    """The settings every machine of the test shares: a database of its own on the PostgreSQL cluster and
+    the object store (one key prefix per test)."""
+    database = postgres.create_database(f"t_{tmp_path.name.lower().replace('-', '_')}"[:60])
+    return {"DATABASE_URL": database, "FILE_STORE": "s3", "S3_ENDPOINT_URL": s3_server.endpoint_url,
+            "S3_BUCKET": "ragtopics-faults", "S3_PREFIX": tmp_path.name, "S3_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "S3_SECRET_ACCESS_KEY": S3_SECRET_KEY}  # fmt: skip
+
+
+@pytest.fixture
+def console(settings, shared_stores, embedder, scripted_llm, tmp_path):
+    """The console's runtime (uploads and checks): its own data folder, the shared database and object store."""
+    mine = Settings(**{**settings.model_dump(by_alias=True), **shared_stores, "RAGTOPICS_DATA_DIR": tmp_path / "console"},
+                    _env_file=None)  # fmt: skip
+    runtime = Runtime(mine)
+    runtime.redis.flushall()
+    runtime._gateway = ModelGateway(mine, embedder=embedder)
+    scripted_llm.reset()
+    set_runtime(runtime)
+    yield runtime
+    set_runtime(None)
+
+
+def worker_env(shared: dict[str, str], folder: Path) -> dict[str, str]:
+    """What a worker of this test gets besides :func:`~tests.faults.processes.start_worker`'s (the test's Redis and
+    queue, an rq heartbeat every second): a data folder of its own, the shared database and object store."""
+    return {**shared, "RAGTOPICS_DATA_DIR": str(folder)}
 
 
 class Fleet:
     """The worker processes: started, killed and restarted one at a time, each logging to its own file."""
 
-    def __init__(self, settings, llm_base_url: str, size: int, logs: Path):
-        self.settings, self.llm_base_url, self.logs = settings, llm_base_url, logs
+    def __init__(self, settings, llm_base_url: str, size: int, logs: Path, shared: dict[str, str], folders: Path):
+        self.settings, self.llm_base_url, self.logs, self.shared, self.folders = settings, llm_base_url, logs, shared, folders
         self.workers = [self._start(n) for n in range(size)]
         self.kills = 0
 
     def _start(self, n: int):
-        return start_worker(self.settings, self.llm_base_url, self.logs / f"worker-{n}.log", worker_env(self.settings))
+        env = worker_env(self.shared, self.folders / f"worker-{n}")
+        return start_worker(self.settings, self.llm_base_url, self.logs / f"worker-{n}.log", env)
 
     def busy(self, rt) -> list[int]:
         """The workers (by number) that rq says are running a job now."""
@@ -127,7 +174,10 @@ def settled(rt, topics: list[Topic], expected: int) -> bool:
 
 
 @pytest.mark.faults
-def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly_once(rt, settings, scripted_llm, tmp_path):
+@pytest.mark.timeout(DEADLINE_S + 900)  # the run's own deadline, then the checks and a sequential ingest of the graph files
+def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly_once(console, shared_stores, s3_server,
+                                                                                      postgres, scripted_llm, tmp_path):
+    rt, settings = console, console.settings
     rag = create_topic(rt, "Many workers RAG", settings={"chunk_size": 120, "chunk_overlap": 0})
     graph = create_topic(rt, "Many workers graph", kind="graphrag",
                          settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
@@ -138,7 +188,7 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
     logs.mkdir()
 
     started = time.monotonic()
-    fleet = Fleet(settings, scripted_llm.base_url, WORKERS, logs)
+    fleet = Fleet(settings, scripted_llm.base_url, WORKERS, logs, shared_stores, tmp_path)
     rng = random.Random(20261203)
     try:
         sent = 0
@@ -173,10 +223,12 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
     duplicated += [e.name for e in entities if sum(1 for f in entities if f.id == e.id) > 1]
     print(f"\n[{WORKERS} workers] uploads {len(uploads)} ({RAG_UPLOADS} RAG, {GRAPH_UPLOADS} GraphRAG), kills {fleet.kills} "
           f"(one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
-          f"{took:.0f} s")  # fmt: skip
+          f"{took:.0f} s; {s3_server.version}; {postgres.version}")  # fmt: skip
     assert not lost and not stuck and not duplicated, (lost, stuck, duplicated)
     assert len(rows[rag.id]) == RAG_UPLOADS and len(rows[graph.id]) == GRAPH_UPLOADS
     assert fleet.kills >= min(2, MAX_KILLS), "the run was too short to kill a worker mid-job"
+    kept = [p for p in tmp_path.glob("*/files/**/*") if p.is_file()]
+    assert kept == [], f"files kept on a machine's disk instead of the object store: {kept[:5]}"
 
     reference = create_topic(rt, "Sequential graph", kind="graphrag",
                              settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip

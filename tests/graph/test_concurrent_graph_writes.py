@@ -2,17 +2,19 @@
 
 Two uploads naming the same organisations under different names ("International Business Machines"
 and "IBM") plan their deduplication under the Topic's graph write lock: run at once, they build the
-graph one of the two sequential orders builds, with no entity stored twice. A holder whose lock was
-taken over writes nothing: not the graph, not the chunks.
+graph one of the two sequential orders builds, with no entity stored twice. Two graph imports do the
+same. A holder whose lock was taken over writes nothing: not the graph, not the chunks.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
 from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.storage.locks import LockLostError, document_lock, graph_lock_key, graph_write_lock, lock_key
@@ -75,6 +77,63 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
     assert (names, count) in expected, f"{sorted(names)} is not what a sequential upload builds: {expected}"
     named = {name for name, _ in names}
     assert "IBM" not in named or "International Business Machines" not in named
+
+
+IMPORTS = {
+    "long names.json": {"nodes": [
+        {"id": "a", "name": "International Business Machines", "type": "Organization", "description": "A computer maker."},
+        {"id": "b", "name": "Zurich Research Laboratory", "type": "Organization", "description": "A laboratory in Zurich."}],
+        "edges": [{"source": "a", "target": "b", "description": "Opened the laboratory in 1956."}]},
+    "short names.json": {"nodes": [
+        {"id": "a", "name": "IBM", "type": "Organization", "description": "A computer maker."},
+        {"id": "e", "name": "European Central Bank", "type": "Organization", "description": "A central bank."}],
+        "edges": [{"source": "e", "target": "a", "description": "Bought computers from IBM."}]},
+}  # fmt: skip
+
+
+def import_sequentially(rt, name: str, order: list[str]):
+    topic = create_topic(rt, name, kind="graphrag", settings=NLP)
+    for source in order:
+        ingest_graph(rt, topic, source, parse_nodes_edges_json(json.dumps(IMPORTS[source]).encode()))
+    return graph_of(rt, topic)
+
+
+def test_concurrent_graph_imports_naming_the_same_entities_converge_to_a_sequential_graph(rt, monkeypatch):
+    expected = {import_sequentially(rt, "In order", list(IMPORTS)), import_sequentially(rt, "Reversed", list(IMPORTS)[::-1])}
+    names, count = next(iter(expected))
+    assert len(names) == count == 3, f"a sequential import does not merge IBM: {sorted(names)}"
+
+    topic = create_topic(rt, "At once", kind="graphrag", settings=NLP)
+    both_embedded = threading.Barrier(len(IMPORTS))
+    waited = threading.local()
+    embed = rt.gateway.embed
+
+    def embed_then_wait(texts, **kwargs):  # both imports have embedded their node chunks before either plans its graph
+        vectors = embed(texts, **kwargs)
+        if kwargs.get("purpose", "embedding") == "embedding" and not getattr(waited, "done", False):
+            waited.done = True
+            both_embedded.wait(timeout=120)
+        return vectors
+
+    monkeypatch.setattr(rt.gateway, "embed", embed_then_wait)
+    errors = []
+
+    def run(source: str) -> None:
+        try:
+            ingest_graph(rt, topic, source, parse_nodes_edges_json(json.dumps(IMPORTS[source]).encode()))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(source,)) for source in IMPORTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == []
+    names, count = graph_of(rt, topic)
+    assert len(names) == count, "an entity is stored twice"
+    assert (names, count) in expected, f"{sorted(names)} is not what a sequential import builds: {expected}"
+    assert len(list(graph_store(rt, topic).all_relationships())) == 2
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from gradio_client import Client
 
 from ragtopics.errors import NotFoundError, RagTopicsError
-from ragtopics.quality.runs import list_runs, load_run, run_folder, start_run
+from ragtopics.quality.runs import list_runs, load_run, run_path, start_run
 from ragtopics.ui.app import launch_console
 from ragtopics.ui.qa_tab import compare_html, question_rows, summary_html
 from ragtopics.worker.queue import job_progress
@@ -35,7 +35,7 @@ def test_a_run_is_queued_saved_and_reopened(rt, fleet, run_jobs):
     assert rows[0][:2] == ["How often is pump P-7 inspected?", "SEARCH"] and rows[0][5] == "pumps.txt"
     html = summary_html(info)
     assert "recall@5" in html and "top_k_results=1" in html and "SEARCH 3" in html
-    csv_rows = list(csv.reader((run_folder(rt, run_id) / "questions.csv").open()))
+    csv_rows = list(csv.reader(rt.blobs.read(run_path(run_id, "questions.csv")).decode().splitlines()))
     assert csv_rows[2][0].startswith("'=HYPERLINK")  # never a formula when opened in a spreadsheet
     assert [r.run_id for r in list_runs(rt)] == [run_id]
 

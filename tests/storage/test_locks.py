@@ -163,3 +163,88 @@ def test_an_upload_whose_lock_is_lost_before_the_swap_writes_no_chunks(rt, run_j
     assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
     monkeypatch.setattr(pipeline, "_put_picture_blobs", put_pictures)
     rt.redis.delete(lock_key(doc.id))
+
+
+def stored_files(rt) -> list[str]:
+    """Every file of the (local) file store, as relative paths."""
+    return sorted(str(p.relative_to(rt.blobs.root)) for p in rt.blobs.root.rglob("*") if p.is_file())
+
+
+def test_an_upload_whose_lock_is_lost_before_its_pictures_are_written_writes_no_picture(rt, run_jobs, monkeypatch):
+    from ragtopics.documents.uploads import get_document
+    from ragtopics.ingest import pipeline
+    from ragtopics.topics.topics import create_topic
+    from tests.ingest.test_ingest import upload
+    from tests.ingest.test_pictures import pictures_of, pump_docx
+
+    topic = create_topic(rt, "Pumps")
+    doc, _ = upload(rt, topic, "pump.docx", pump_docx())
+    staged = stored_files(rt)
+    put_pictures = pipeline._put_picture_blobs
+
+    def stalled_then_put(*args, **kwargs):  # under the document lock, before the picture files
+        assert len(args[1]) == 1, "the file has one picture to store"
+        _take_over(rt, doc.id)
+        return put_pictures(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_put_picture_blobs", stalled_then_put)
+    run_jobs()
+    assert stored_files(rt) == staged  # the upload's own file only: no picture written
+    assert pictures_of(rt, doc.id) == [] and rt.chunk_index(topic.id).document_chunk_ids(doc.id) == []
+    assert get_document(rt, doc.id).status == "processing"  # queued again by the next recovery pass
+    assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
+    rt.redis.delete(lock_key(doc.id))
+
+
+def test_a_failed_upload_whose_lock_is_lost_before_its_row_is_written_leaves_the_row_and_file(rt, run_jobs, monkeypatch):
+    from ragtopics.documents.uploads import get_document
+    from ragtopics.storage import documents
+    from ragtopics.topics.topics import create_topic
+    from tests.ingest.test_ingest import upload
+
+    topic = create_topic(rt, "Binary")
+    doc, _ = upload(rt, topic, "data.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))  # cannot be read
+    staged = get_document(rt, doc.id).pending_blob_path
+    fail = documents.fail
+
+    def stalled_then_fail(*args, **kwargs):  # under the lock the failure is written with, right before the row
+        _take_over(rt, doc.id)
+        return fail(*args, **kwargs)
+
+    monkeypatch.setattr(documents, "fail", stalled_then_fail)
+    run_jobs()
+    row = get_document(rt, doc.id)
+    assert row.status == "processing" and row.error in ("", None)  # left to the lock's new holder
+    assert row.pending_blob_path == staged and rt.blobs.exists(staged)
+    assert rt.redis.get(lock_key(doc.id)) == b"the-new-holder"
+    monkeypatch.setattr(documents, "fail", fail)
+    rt.redis.delete(lock_key(doc.id))
+
+
+def test_the_locks_of_a_worker_rq_no_longer_knows_are_released_by_the_next_recovery_pass(rt):
+    from ragtopics.storage import locks
+    from ragtopics.worker.recovery import recovery_pass
+
+    locks.set_holder("worker-1")
+    try:
+        with document_lock(rt.redis, "doc-a") as fence:
+            assert rt.redis.get(lock_key("doc-a")).startswith(b"worker-1/")  # the token names its worker
+            assert locks.release_dead_holders(rt.redis, {"worker-1"}) == []  # alive: kept
+            fence.check()
+            assert locks.release_dead_holders(rt.redis, set()) == [lock_key("doc-a")]  # dead (or stalled): released
+            with pytest.raises(locks.LockLostError):  # and a stalled holder that wakes up writes nothing
+                fence.check()
+    finally:
+        locks.set_holder("")
+    with document_lock(rt.redis, "doc-a", wait_s=0.2):  # free at once, not after LOCK_TTL_S
+        assert rt.redis.get(lock_key("doc-a")).count(b"/") == 0  # taken outside a worker: no name
+
+    # a killed worker's document and graph locks; a console's lock; the recovery pass's own lock key stays free
+    rt.redis.set(lock_key("doc-b"), b"worker-killed/5f3a", px=120_000)
+    rt.redis.set(locks.graph_lock_key("topic-x"), b"worker-killed/77c1", px=120_000)
+    rt.redis.set(lock_key("doc-c"), b"0a1b2c3d", px=120_000)
+    recovery_pass(rt)  # no rq worker is alive in this test: worker-killed is dead
+    assert not rt.redis.exists(lock_key("doc-b")) and not rt.redis.exists(locks.graph_lock_key("topic-x"))
+    assert rt.redis.get(lock_key("doc-c")) == b"0a1b2c3d"
+    with pytest.raises(ValueError, match="cannot hold '/'"):
+        locks.set_holder("a/b")

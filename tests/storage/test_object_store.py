@@ -212,3 +212,34 @@ def test_pictures_of_a_document_are_objects_too(machines, s3_server):
 
     assert delete_document(console, topic, "pump.docx")["files"] == 2  # the file and its picture
     assert [k for k in s3_server.keys(BUCKET) if k.startswith(prefix)] == []
+
+
+def test_an_evaluation_run_and_a_dev_report_reach_the_console_from_a_worker_on_another_machine(machines, s3_server):
+    import json
+
+    from ragtopics.quality.runs import list_runs, load_run, result_files, start_run
+    from ragtopics.tracing import reports
+    from ragtopics.worker.queue import job_progress
+
+    console, worker = machines
+    topic = create_topic(console, "Boilers", settings={"chunk_size": 200, "chunk_overlap": 0, "min_similarity_score": 0.0,
+                                                       "route_before_retrieval": False})  # fmt: skip
+    reports.set_switch(console, "upload", True)
+    upload_file(console, topic, "boilers.txt", b"Boiler B-12 must be descaled every spring.")
+    questions = [{"question": "When is boiler B-12 descaled?", "answer": "every spring", "gold_sources": ["boilers.txt"]}]
+    run_id = start_run(console, "Boilers", json.dumps(questions), retrieval_only=True)
+    run_worker(worker)  # the upload, then the run: the worker reads the run's request from the bucket
+
+    assert job_progress(console, run_id).status == "finished"
+    info, rows = load_run(console, run_id)
+    assert info.summary["n"] == 1 and info.summary["recall@1"] == 1.0 and rows[0]["files"] == ["boilers.txt"]
+    assert [r.run_id for r in list_runs(console)] == [run_id]
+    files = result_files(console, run_id)  # copies on the console's machine, for download
+    assert sorted(p.name for p in files) == ["questions.csv", "questions.json", "summary.json"]
+    assert json.loads(files[0].read_text())["n"] == 1
+    (row,) = reports.list_reports(console)
+    assert reports.load_report(console, row.id)["subject"] == "boilers.txt"  # written by the worker, read by the console
+    assert local_files(worker) == []  # the worker kept nothing on its disk
+    keys = s3_server.keys(BUCKET)
+    assert f"{console.settings.s3_prefix}/evals/{run_id}/request.json" in keys
+    assert f"{console.settings.s3_prefix}/{row.path}" in keys

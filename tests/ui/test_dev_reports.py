@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import httpx
 
@@ -71,11 +70,10 @@ def test_old_reports_are_deleted_after_the_retention_period(rt, run_jobs):
     upload(rt, create_topic(rt, "Kettles"), "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
     run_jobs()
     (row,) = reports.list_reports(rt)
-    path = Path(rt.settings.data_dir) / row.path
-    assert path.is_file()
+    assert rt.blobs.exists(row.path) and row.path.startswith("dev-reports/")
     assert reports.purge_expired(rt, now=datetime.now(timezone.utc) + timedelta(days=rt.settings.dev_report_retention_days - 1)) == 0
     assert reports.purge_expired(rt, now=datetime.now(timezone.utc) + timedelta(days=rt.settings.dev_report_retention_days + 1)) == 1
-    assert not path.exists() and reports.list_reports(rt) == []
+    assert not rt.blobs.exists(row.path) and reports.list_reports(rt) == []
 
 
 def test_switches_are_off_after_a_start_and_reports_reach_dev_reporting_users_only(rt, run_jobs, scripted_llm):
