@@ -34,10 +34,10 @@ from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime
 from ragtopics.storage import chats
-from ragtopics.tracing.otel import export_trace
-from ragtopics.tracing.reports import record_trace
 from ragtopics.topics.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.topics.topics import Topic, get_topic
+from ragtopics.tracing.otel import export_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)

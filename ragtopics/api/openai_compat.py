@@ -218,7 +218,7 @@ def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, bas
                 yield _chunk(chunk_id, model, {"content": shown[len(sent):]})
                 sent = shown
             update = next(updates)
-    except Exception as exc:  # noqa: BLE001 - said to the client in the stream, which has started
+    except Exception as exc:
         failure = api_error(exc)
         yield f"data: {json.dumps(error_body(failure.status, failure.message, failure.code), ensure_ascii=False)}\n\n"
     finally:
@@ -249,9 +249,9 @@ def final_update(first: ChatUpdate, stepped: Iterator[ChatUpdate]) -> ChatUpdate
     final = first
     try:
         if not first.done:
-            for final in stepped:
+            for final in stepped:  # noqa: B007 (the last update of the stream is the answer)
                 pass
-    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+    except Exception as exc:
         raise api_error(exc) from None
     return final
 
@@ -265,7 +265,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
         require(request)
         try:
             topics = list_topics(rt)
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise api_error(exc) from None
         return {"object": "list", "data": [{"id": t.name, "object": "model", "created": 0, "owned_by": "ragtopics",
                                             "kind": t.kind, "description": t.description} for t in topics]}  # fmt: skip
@@ -281,13 +281,13 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
             with acting_as(user):
                 try:
                     topic = get_topic(rt, body.model)
-                except Exception as exc:  # noqa: BLE001 - an unknown model is an unknown Topic
+                except Exception as exc:
                     raise api_error(exc, not_found_code="model_not_found") from None
                 try:
                     session_id = chat_for(rt, user, topic, pairs)
                     updates = ask(rt, topic, question, session_id=session_id)
                     first = next(updates)
-                except Exception as exc:  # noqa: BLE001 - an empty question, a model that does not answer...
+                except Exception as exc:
                     raise api_error(exc) from None
             return topic, updates, first
 

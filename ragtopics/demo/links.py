@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from sqlmodel import col, delete, func, select
@@ -143,7 +143,7 @@ def _aware(value: datetime | None) -> datetime | None:
     """A datetime read back from SQLite (naive, UTC) made timezone-aware."""
     if value is None or value.tzinfo is not None:
         return value
-    return value.replace(tzinfo=timezone.utc)
+    return value.replace(tzinfo=UTC)
 
 
 def _link(row: DemoLinkRow, turns: int = 0) -> DemoLink:
@@ -251,7 +251,7 @@ def _is_local(base: str) -> bool:
 def _share_url(rt: Runtime) -> str | None:
     try:
         value = rt.redis.get(SHARE_URL_KEY)
-    except Exception:  # noqa: BLE001 - a store outage hides the share link, it does not stop the link being made
+    except Exception:
         return None
     return value.decode() if isinstance(value, bytes) else value
 

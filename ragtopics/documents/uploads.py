@@ -11,16 +11,16 @@ from typing import Any
 
 import redis
 
-from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.documents.sniff import check_content
+from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.ingest.docling import check_zip_archive
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
-from ragtopics.topics.topics import Topic
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
+from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ class BatchedUploads:
         except StoreUnavailableError as exc:
             self.not_queued += [(row, str(exc)) for row in rows]
 
-    def __enter__(self) -> "BatchedUploads":
+    def __enter__(self) -> BatchedUploads:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -375,7 +375,7 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
     rows = document_store.topic_documents(rt.metadata, topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
-                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)  # fmt: skip
+                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)
         for r in rows
     ]
 

@@ -91,7 +91,7 @@ MAX_WORD_BLOCK = 1000
 #: Longest normalised name that gets one-deletion keys (longer names are found by their words).
 MAX_DELETION_KEY_CHARS = 64
 #: Words that initials skip ("United States of America" → USA) and word blocks ignore.
-SMALL_WORDS = frozenset("a an and at de del der des di die du für in la le of on the to und van von".split())
+SMALL_WORDS = frozenset(["a", "an", "and", "at", "de", "del", "der", "des", "di", "die", "du", "für", "in", "la", "le", "of", "on", "the", "to", "und", "van", "von"])
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -342,7 +342,7 @@ def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
     reordered = _pairs_in_blocks(np.array(sorted_keys, dtype=np.int64), np.array(sorted_owners, dtype=np.int64), probe, n)
     found.append(_word_block_pairs(np.array(word_keys, dtype=np.int64), np.array(word_owners, dtype=np.int64), probe, forms,
                                    min_score))  # fmt: skip
-    return np.unique(np.concatenate(found + [reordered])), np.unique(reordered)
+    return np.unique(np.concatenate([*found, reordered])), np.unique(reordered)
 
 
 #: Polynomial hashing of the one-deletion keys (mod 2**64): base, and its powers up to the longest key.
@@ -542,7 +542,7 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
     blocks = set(hashes.tolist())
     words: dict[int, str] = {}
     name_keys: set[str] = set()
-    for name, form in zip(names, forms):
+    for _name, form in zip(names, forms):
         key = form.replace(" ", "")
         name_keys.add(key)
         if " " in form:

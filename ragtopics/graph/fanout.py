@@ -32,7 +32,7 @@ from rq.rate_limit import RateLimit
 
 from ragtopics.errors import SupersededError
 from ragtopics.graph.extract import looks_like_toc_or_index
-from ragtopics.graph.ingest import extraction_setup, extract_cached, extraction_text
+from ragtopics.graph.ingest import extract_cached, extraction_setup, extraction_text
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.tracing.trace import Trace
@@ -120,7 +120,7 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
         queue.enqueue_call("ragtopics.worker.jobs.extract_batch", args=(topic.id, doc.id, job_id, batch),
                            job_id=f"{job_id}-x{n}", description=f"extract {len(batch)} chunk(s) of {doc.file_name}",
                            result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600, meta=meta, rate_limit=limit,
-                           retry=Retry(max=BATCH_RETRIES))  # fmt: skip
+                           retry=Retry(max=BATCH_RETRIES))
         for n, batch in enumerate(batches)
     ]
     finisher = queue.enqueue_call(

@@ -147,7 +147,7 @@ class GlobalRetriever:
 
     def _map_by_embedding(self, question: str, hits: list[CommunityHit], vector: np.ndarray) -> list[tuple[CommunityHit, list[str], float]]:
         """The best sentences and key relationships of each summary by cosine to the question (no model call)."""
-        candidates = [(h, [s for s in _sentences(h.summary)] + list(h.key_relationships)) for h in hits]
+        candidates = [(h, list(_sentences(h.summary)) + list(h.key_relationships)) for h in hits]
         texts = [t for _, ts in candidates for t in ts]
         vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, len(vector)))
         out, at = [], 0

@@ -34,8 +34,15 @@ import redis
 from falkordb import FalkorDB
 
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
-from ragtopics.graph.ingest import (GraphPlan, apply_graph, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
-                                     entity_text, graph_store)
+from ragtopics.graph.ingest import (
+    GraphPlan,
+    apply_graph,
+    chunk_mentions,
+    deduplicate_against_graph,
+    document_chunk_ids,
+    entity_text,
+    graph_store,
+)
 from ragtopics.graph.lifecycle import mark_recompute_due
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime

@@ -408,7 +408,7 @@ def personalized_pagerank(sub: Subgraph, chunk_links: dict[str, list[str]], seed
         if cid in at:
             reset[at[cid]] += passage_weight * ((cos - low) / (high - low) if high > low else 1.0)
     if sum(reset) <= 0:
-        return {name: 0.0 for name in names}
+        return dict.fromkeys(names, 0.0)
     scores = graph.personalized_pagerank(directed=False, damping=damping, reset=reset, weights=weights or None)
     return dict(zip(names, scores))
 

@@ -30,8 +30,14 @@ from rapidfuzz import fuzz, process
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery
 from ragtopics.graph.dedup import name_form
 from ragtopics.graph.ingest import graph_store
-from ragtopics.graph.local import (MAX_CANDIDATE_CHUNKS, LocalRetriever, fetch_chunks, graph_chunk_evidence,
-                                   provenance_of, short_description)  # fmt: skip
+from ragtopics.graph.local import (
+    MAX_CANDIDATE_CHUNKS,
+    LocalRetriever,
+    fetch_chunks,
+    graph_chunk_evidence,
+    provenance_of,  # fmt: skip
+    short_description,
+)
 from ragtopics.graph.model import Entity
 from ragtopics.graph.store import GraphPath, GraphStore
 from ragtopics.ingest.keywords import STOP_WORDS, is_searchable, query_keywords
@@ -51,11 +57,8 @@ FUZZY_POOL = 20
 #: Longest run of words tried as a name.
 MAX_NAME_WORDS = 8
 #: Words that start a question (capitalised there) or ask for a connection: never a name of their own.
-QUESTION_WORDS = frozenset("how what who whom whose which where when why is are was were do does did can could "
-                           "in on of the a an and or between compare tell explain name "
-                           "related relate relates relation relationship connected connect connects connection "
-                           "link linked links tie tied".split())  # fmt: skip
-_JOINERS = frozenset("of the de del der des di du la le van von da y & and".split())
+QUESTION_WORDS = frozenset(["how", "what", "who", "whom", "whose", "which", "where", "when", "why", "is", "are", "was", "were", "do", "does", "did", "can", "could", "in", "on", "of", "the", "a", "an", "and", "or", "between", "compare", "tell", "explain", "name", "related", "relate", "relates", "relation", "relationship", "connected", "connect", "connects", "connection", "link", "linked", "links", "tie", "tied"])  # fmt: skip
+_JOINERS = frozenset(["of", "the", "de", "del", "der", "des", "di", "du", "la", "le", "van", "von", "da", "y", "&", "and"])
 _TOKEN = re.compile(r"[^\W_][\w'’.&-]*[\w]|[^\W_]", re.UNICODE)
 _QUOTED = re.compile(r"[\"“”‘’']([^\"“”‘’']{2,80})[\"“”‘’']")
 
@@ -136,7 +139,7 @@ def candidate_names(question: str) -> list[str]:
     """
     tokens = [(m.start(), m.group(0)) for m in _TOKEN.finditer(question)]
     capital_runs, word_runs, run, words = [], [], [], []
-    for _, tok in tokens + [(len(question), "")]:
+    for _, tok in [*tokens, (len(question), "")]:
         is_capital = bool(tok) and (tok[0].isupper() or tok[0].isdigit())
         if is_capital or (run and tok.lower() in _JOINERS):
             run.append(tok)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
@@ -44,7 +44,7 @@ def community_stats(rt: Runtime, topic) -> dict[str, Any]:
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
     last = None
     if run:  # finished_at (seconds since the epoch) also as a readable UTC time
-        finished = datetime.fromtimestamp(run.finished_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        finished = datetime.fromtimestamp(run.finished_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         last = {**asdict(run), "finished": finished if run.finished_at else ""}
     return {"communities": run.communities if run else 0, "summaries": index.count(), "last_run": last}
 

@@ -363,7 +363,7 @@ class GraphStore:
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
 
-    def fence_writes(self, fence) -> "GraphStore":
+    def fence_writes(self, fence) -> GraphStore:
         """Make every later write of this store depend on ``fence`` (a :class:`~ragtopics.storage.locks.Fence`).
 
         On the server that holds the locks (the app's own Redis, the default Graph Database), each

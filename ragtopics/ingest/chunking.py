@@ -24,6 +24,7 @@ The separator hierarchy follows the widely used recursive character splitter
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -245,7 +246,7 @@ def _split_span(text: str, start: int, end: int, size: int, levels: tuple[_Cutte
         return [_Atom(s, min(s + size, end)) for s in range(start, end, size)]
     bounds = [start, *levels[level](text, start, end), end]
     atoms: list[_Atom] = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         atoms.extend(_split_span(text, a, b, size, levels, level + 1))
     return atoms
 

@@ -36,7 +36,7 @@ from sqlmodel import col, select
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 from ragtopics.runtime import Runtime
-from ragtopics.storage.metadata import RoleEndpointRow, UploadCostRow, UsageFigureRow, utcnow
+from ragtopics.storage.metadata import UploadCostRow, UsageFigureRow, utcnow
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -461,7 +461,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     kinds = active_kinds(rt, topic)
     figures = load_figures(rt)
     estimate = CostEstimate(topic=topic.name, calls={k: CallEstimate(k, KINDS[k].role) for k in KINDS if k in kinds})
-    text_chars: dict[str, float] = {k: 0.0 for k in kinds}  # text each kind sends, for the default token counts
+    text_chars: dict[str, float] = dict.fromkeys(kinds, 0.0)  # text each kind sends, for the default token counts
     for name, data in files:
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, name, data)
         estimate.files.append(f)
@@ -615,7 +615,7 @@ def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | 
         f, _ = _estimate_file(rt, topic, cfg, active_kinds(rt, topic), figures or load_figures(rt), row.file_name, data)
         if not f.refused:
             store_estimate(rt, row, f, topic)
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("no cost estimate kept for %s: %s", row.file_name, exc)
 
 
@@ -681,7 +681,7 @@ def record_upload(rt: Runtime, trace: Trace, doc) -> None:
     """
     try:
         _record_upload(rt, trace, doc)
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("cost figures of %s not recorded: %s", getattr(doc, "file_name", "?"), exc)
 
 
@@ -744,7 +744,7 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
         add_figures(rt, {call_figure("community_report", work_name(topic, active_kinds(rt, topic))): {
             "count": by.get("calls", 0), "units": new_chunks, "tokens_in": by.get("tokens_in", 0),
             "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}})  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("cost figures of a community rebuild not recorded: %s", exc)
 
 
@@ -782,6 +782,24 @@ def error_percent(estimated: float, actual: float) -> float | None:
     return (estimated - actual) / actual * 100
 
 
-__all__ = ["KINDS", "DEFAULTS", "CostEstimate", "FileEstimate", "CallEstimate", "Figures", "estimate_upload",
-           "load_figures", "add_figures", "record_upload", "record_rebuild", "comparison", "comparison_text",
-           "estimate_and_store", "store_estimate", "actual_from_trace", "active_kinds", "endpoint_prices", "error_percent"]  # fmt: skip
+__all__ = [
+    "DEFAULTS",
+    "KINDS",
+    "CallEstimate",
+    "CostEstimate",
+    "Figures",
+    "FileEstimate",
+    "active_kinds",
+    "actual_from_trace",
+    "add_figures",
+    "comparison",
+    "comparison_text",
+    "endpoint_prices",
+    "error_percent",
+    "estimate_and_store",
+    "estimate_upload",
+    "load_figures",
+    "record_rebuild",
+    "record_upload",
+    "store_estimate",
+]  # fmt: skip

@@ -83,7 +83,7 @@ def engine_unavailable_reason() -> str:
     """
     try:
         import rapidocr_onnxruntime  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure (missing wheel, libGL, ABI) means no OCR
+    except Exception as exc:
         return f"the OCR engine rapidocr-onnxruntime does not import ({type(exc).__name__}: {exc})"
     return ""
 

@@ -18,25 +18,25 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
-from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError, is_store_outage
+from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.ingest.keywords import index_keywords
-from ragtopics.llm.gateway import ModelCall
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
+from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
+from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
+from ragtopics.llm.gateway import ModelCall
+from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
-from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
-from ragtopics.topics.topics import get_topic
-from ragtopics.tracing.trace import Trace, TraceEvent
-from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
-from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
+from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, document_locks, graph_write_lock
-from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
+from ragtopics.topics.topics import get_topic
+from ragtopics.tracing.reports import record_trace, record_traces
+from ragtopics.tracing.trace import Trace, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
     if embedder.max_tokens and texts:
         try:
             counts = embedder.count_tokens(texts)
-        except Exception as exc:  # noqa: BLE001 - each file counts again, and fails with its own message
+        except Exception as exc:
             log.debug("counting the batch's tokens failed: %s", exc)
     if not counts or len(counts) != len(texts):
         return [None] * len(chunked)
@@ -237,7 +237,7 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
 
 
 def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace,
-              report: ProgressFn) -> "PreparedVersion":  # fmt: skip
+              report: ProgressFn) -> PreparedVersion:  # fmt: skip
     """The embedded draft as a version to store: keyword fields, picture rows and links, chunk records."""
     result, pieces = draft.result, draft.pieces
     keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
@@ -247,7 +247,7 @@ def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTop
     records = [
         ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
                     position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
-                    context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
+                    context=ctx, pages=p.pages, version=doc.pending_sha256)
         for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, draft.contexts, strict=True))
     ]
     indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, draft.descriptions, draft.capped, trace)
@@ -526,7 +526,7 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
     try:
         record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for trace, doc, _ in done],
                       events)  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - the versions are stored; only their traces are lost
+    except Exception as exc:
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
     from ragtopics.ingest.cost import record_upload
 

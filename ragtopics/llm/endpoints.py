@@ -70,7 +70,7 @@ def refresh(rt: Runtime) -> None:
     """Re-read the stored endpoints (workers call this as each job starts); a failure keeps the current ones."""
     try:
         apply_overrides(rt)
-    except Exception as exc:  # noqa: BLE001 - the job can still run on the endpoints it has
+    except Exception as exc:
         log.warning("could not re-read the model endpoints set in the console: %s", exc)
 
 

@@ -29,9 +29,9 @@ from instructor.core.exceptions import InstructorError
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ragtopics.settings.env import ModelEndpoint, Settings
-from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, StructuredOutputError
+from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
+from ragtopics.settings.env import ModelEndpoint, Settings
 from ragtopics.tracing import metrics
 from ragtopics.tracing.trace import Trace
 
@@ -364,7 +364,9 @@ class ModelGateway:
                 )  # fmt: skip
             except InstructorError as exc:  # instructor wraps transport errors; unwrap them for the retry policy
                 cause = _api_error_in(exc)
-                raise cause if cause is not None else exc
+                if cause is None:
+                    raise
+                raise cause from exc
 
         try:
             with slot:

@@ -13,6 +13,7 @@ string for both kinds: it is what the metadata rows keep and what download links
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -182,10 +183,8 @@ class BlobStore(FileStore):
             return
         target = self.path(relative)
         target.unlink(missing_ok=True)
-        try:
+        with contextlib.suppress(OSError):
             target.parent.rmdir()
-        except OSError:
-            pass
 
     def remove_tree(self, prefix: str) -> int:
         """Remove the folder ``prefix`` with everything in it; returns how many files it held (0 when absent)."""

@@ -34,8 +34,8 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import Tag
 
 from ragtopics.errors import EmbeddingMismatchError
-from ragtopics.storage.locks import Fence
 from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
+from ragtopics.storage.locks import Fence
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,8 +74,7 @@ CANDIDATE_TERMS_KEPT = 2
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
-    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they "
-    "this to was will with".split()
+    ["a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
 )
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2

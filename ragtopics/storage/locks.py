@@ -136,7 +136,7 @@ class Fence:
                 raise self.lost_at_exec() from None
         return reply
 
-    def joined(self, other: "Fence") -> "Fence":
+    def joined(self, other: Fence) -> Fence:
         """A fence holding this one's locks and ``other``'s (same client), for writes that need both."""
         return Fence(self.client, self.held + [held for held in other.held if held not in self.held])
 

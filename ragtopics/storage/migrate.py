@@ -129,9 +129,8 @@ def upgrade_to_head(url: str) -> None:
     try:
         if schema_revision(engine) == head_revision():
             return
-        with _exclusive(url), quiet_alembic():
-            with engine.begin() as conn:
-                _upgrade(conn)
+        with _exclusive(url), quiet_alembic(), engine.begin() as conn:
+            _upgrade(conn)
     finally:
         engine.dispose()
 

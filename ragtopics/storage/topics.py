@@ -5,8 +5,18 @@ from __future__ import annotations
 from sqlalchemy import func
 from sqlmodel import col, delete, select
 
-from ragtopics.storage.metadata import (ChatSessionRow, ChatTurnRow, DocumentRow, MetadataStore, PictureRow, PromptOverrideRow,
-                                        TopicRow, TopicSettingsVersion, TraceRow, utcnow)  # fmt: skip
+from ragtopics.storage.metadata import (
+    ChatSessionRow,
+    ChatTurnRow,
+    DocumentRow,
+    MetadataStore,
+    PictureRow,
+    PromptOverrideRow,
+    TopicRow,  # fmt: skip
+    TopicSettingsVersion,
+    TraceRow,
+    utcnow,
+)
 
 
 def find_topic(store: MetadataStore, name_or_id: str) -> TopicRow | None:

@@ -181,8 +181,8 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
+    import ragtopics.demo.links
     import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
-    import ragtopics.demo.links  # noqa: F401 - adds the step that ends the Topic's demo links
 
     topic = get_topic(rt, name_or_id)
     deletion = TopicDeletion(rt, topic)

@@ -111,7 +111,7 @@ def export_traces(settings: Settings, traces: Iterable[tuple[Trace, str, str, st
     try:
         tracer = tracer_provider(settings).get_tracer(SCOPE)
         return sum(_export_one(tracer, *entry, record_content=settings.otel_record_content) for entry in traces)
-    except Exception as exc:  # noqa: BLE001 - see the docstring
+    except Exception as exc:
         log.warning("OpenTelemetry spans not exported: %s", exc)
         return 0
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,7 @@ def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
         for trace, kind, owner, subject, topic_id in traces:
             if on.get(kind):
                 write_report(rt, trace, kind=kind, owner=owner, subject=subject, topic_id=topic_id)
-    except Exception as exc:  # noqa: BLE001 - see record_trace
+    except Exception as exc:
         log.warning("DEV reports of %d trace(s) not written: %s", len(traces), exc)
     return ids
 
@@ -174,7 +174,7 @@ def load_report(rt: Runtime, report_id: int) -> dict[str, Any]:
 
 def purge_expired(rt: Runtime, now: datetime | None = None) -> int:
     """Delete reports older than ``DEV_REPORT_RETENTION_DAYS``; returns how many were deleted."""
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=rt.settings.dev_report_retention_days)
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=rt.settings.dev_report_retention_days)
     with rt.metadata.session() as s:
         old = list(s.exec(select(DevReportRow).where(DevReportRow.created_at < cutoff)))
         for row in old:

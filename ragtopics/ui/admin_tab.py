@@ -266,6 +266,6 @@ def build(rt: Runtime) -> dict:
     add.click(lambda *a: change_user(rt, "add", *a), fields, user_status, **private).then(**after, **private)
     update.click(lambda *a: change_user(rt, "update", *a), fields, user_status, **private).then(**after, **private)
     delete.click(lambda *a: change_user(rt, "delete", *a), [*fields, confirm], user_status, **private).then(**after, **private)
-    make.click(lambda u, l: new_token(rt, u, l), [username, token_label], [token_out, user_status], **private).then(**after, **private)
+    make.click(lambda user, label: new_token(rt, user, label), [username, token_label], [token_out, user_status], **private).then(**after, **private)
     revoke_button.click(lambda i: revoke(rt, i), token_id, user_status, **private).then(**after, **private)
     return {"tab": tab}

@@ -102,7 +102,7 @@ def sources_line(update: ChatUpdate) -> str:
     if not by_file:
         return ""
     parts = []
-    for name, hits in by_file.items():
+    for hits in by_file.values():
         label = html.escape(_named(hits)).replace("[", "&#91;").replace("]", "&#93;")
         label += _STATUS_NOTE.get(hits[0].status, ("", ""))[0]
         link = hits[0].link
@@ -205,7 +205,7 @@ def build(rt: Runtime) -> dict:
     def respond(topic_name, message, history, session_id, attachment_path):
         history = list(history or [])
         if not topic_name:
-            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
+            yield [*history, {"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
             return
         shown = md_text(message) + (f"\n\n📎 {md_text(Path(attachment_path).name)}" if attachment_path else "")  # as typed
         history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]

@@ -197,8 +197,8 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_serve_model(args) -> int:
-    from ragtopics.settings.env import get_settings
     from ragtopics.llm.local_server import LocalModelServer
+    from ragtopics.settings.env import get_settings
 
     server = LocalModelServer(get_settings()).start()
     print(f"serving the bundled model at {server.base_url} (Ctrl-C stops)", flush=True)
@@ -210,9 +210,9 @@ def _cmd_serve_model(args) -> int:
 
 
 def _cmd_topic(args) -> int:
-    from ragtopics.topics import topics
     from ragtopics.runtime import get_runtime
     from ragtopics.settings.topic import parse_assignments
+    from ragtopics.topics import topics
 
     rt = get_runtime()
     if args.topic_command == "create":
@@ -303,7 +303,7 @@ def _print_comparison(rt, job_ids: list[str]) -> None:
 
     try:
         entries = [e for e in comparison(rt, job_ids).values() if e["actual"]]
-    except Exception as exc:  # noqa: BLE001 - the ingest is done; only the comparison is missing
+    except Exception as exc:
         log.debug("no cost comparison: %s", exc)
         return
     if not entries:
@@ -631,9 +631,9 @@ def _cmd_user(args) -> int:
 
 
 def _cmd_communities(args) -> int:
+    from ragtopics.graph.refresh import enqueue_rebuild
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.graph.refresh import enqueue_rebuild
     from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()

@@ -29,7 +29,7 @@ from ragtopics.access.context import acting_username
 from ragtopics.answer.turn import ask
 from ragtopics.demo import links
 from ragtopics.demo.links import DEMO_PREFIX, DemoLink, DemoLinkGone, RateLimited
-from ragtopics.errors import RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
+from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
 from ragtopics.storage.links import LinkError
 from ragtopics.ui.files_route import served_as
@@ -146,7 +146,7 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             return await anyio.to_thread.run_sync(opened, token), None
         except DemoLinkGone as gone:
             return None, gone
-        except Exception as exc:  # noqa: BLE001 - the store is down: say so
+        except Exception as exc:
             if not is_store_outage(exc):
                 raise
             return None, DemoLinkGone(503, "This demo cannot answer right now", STORE_DOWN_MESSAGE)
@@ -208,7 +208,7 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             status = 503 if is_store_outage(exc) else 400
             return JSONResponse({"error": STORE_DOWN_MESSAGE if status == 503 else str(exc)}, status_code=status,
                                 headers=_headers())  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a visitor sees a sentence; the log has the details
+        except Exception as exc:
             if is_store_outage(exc):
                 return JSONResponse({"error": STORE_DOWN_MESSAGE}, status_code=503, headers=_headers())
             log.exception("a demo answer failed (link %s)", link.id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import gradio as gr
 
 from ragtopics.errors import RagTopicsError

@@ -8,10 +8,10 @@ from pathlib import Path
 import gradio as gr
 
 from ragtopics.documents.delete import delete_document
-from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.ingest.cost import comparison, comparison_text
+from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel

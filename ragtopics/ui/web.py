@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from ipaddress import ip_address
@@ -35,16 +35,16 @@ from urllib.parse import quote, urlsplit
 
 import anyio
 import gradio as gr
-from gradio import utils as gr_utils
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from gradio import utils as gr_utils
 
 from ragtopics.access import sessions, users
-from ragtopics.access.users import LOCAL_USER, User
-from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
-from ragtopics.runtime import Runtime
 from ragtopics.access.context import acting_username
+from ragtopics.access.users import LOCAL_USER, User
+from ragtopics.errors import STORE_DOWN_MESSAGE, AccessDeniedError, RagTopicsError, is_store_outage
+from ragtopics.runtime import Runtime
 from ragtopics.ui import session_binding
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def _cookie(raw: str | None, name: str) -> str | None:
     jar = SimpleCookie()
     try:
         jar.load(raw)
-    except Exception:  # noqa: BLE001 - a malformed cookie header is no session
+    except Exception:
         return None
     return jar[name].value if name in jar else None
 
@@ -143,7 +143,7 @@ class AccessMiddleware:
             user = await anyio.to_thread.run_sync(functools.partial(
                 resolve_caller, self.rt, authorization=headers.get("authorization"),
                 session_id=_cookie(headers.get("cookie"), sessions.SESSION_COOKIE)))  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - the store is down or broken: say so, do not serve anonymously
+        except Exception as exc:
             if not is_store_outage(exc):
                 log.exception("could not check the caller of %s", path)
             return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
@@ -154,7 +154,7 @@ class AccessMiddleware:
         if user is not None and user is not LOCAL_USER:  # open mode has one user: there is nobody to bind to
             try:
                 refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
-            except Exception as exc:  # noqa: BLE001 - the store is down: say so, as for the caller's session
+            except Exception as exc:
                 if not is_store_outage(exc):
                     log.exception("could not check the session hash of %s", path)
                 return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
@@ -486,10 +486,8 @@ class ConsoleServer:
         """Stop serving and wait for the server thread (at most 10 s)."""
         self.server.should_exit = True
         self.thread.join(timeout=10)
-        try:
+        with suppress(Exception):
             self.blocks.close()
-        except Exception:  # noqa: BLE001 - the mounted app may hold nothing to close
-            pass
 
 
 def serve(api: FastAPI, blocks: gr.Blocks, *, host: str, port: int) -> ConsoleServer:

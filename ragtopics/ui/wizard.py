@@ -23,10 +23,10 @@ from pydantic import BaseModel
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.runtime import Runtime
-from ragtopics.ui.common import md_text
 from ragtopics.settings.docs import describe_default, describe_type
 from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
 from ragtopics.topics.topics import create_topic
+from ragtopics.ui.common import md_text
 
 #: File Types, grouped the way people think of them; each group expands to its single types.
 FILE_TYPE_GROUPS: dict[str, list[str]] = {

@@ -27,8 +27,10 @@ touched either way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import UTC
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -264,10 +266,8 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
             recovered += recover_lost_chunks(rt)
         return recovered, recover_rebuilds(rt)
     finally:
-        try:
+        with contextlib.suppress(Exception):
             lock.release()
-        except Exception:  # noqa: BLE001 - expired: the next pass takes it again
-            pass
 
 
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
@@ -328,7 +328,7 @@ def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
     rq enqueues a job's dependents when its last dependency ends, in the same clean-up or worker that ended it; a
     recovery pass in another worker may look in between. A job still deferred long after that was lost.
     """
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     ended = []
     for dep in Job.fetch_many(job.dependency_ids, connection=rt.redis):
@@ -340,8 +340,8 @@ def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
         ended.append(max(t for t in (dep.ended_at, dep.last_heartbeat, dep.started_at, dep.enqueued_at) if t is not None))
     if not ended:
         return False
-    latest = max(t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in ended)
-    age = (datetime.now(timezone.utc) - latest).total_seconds()
+    latest = max(t if t.tzinfo else t.replace(tzinfo=UTC) for t in ended)
+    age = (datetime.now(UTC) - latest).total_seconds()
     return age < DEPENDENTS_GRACE_S + 4 * rt.settings.worker_heartbeat_s
 
 

@@ -14,8 +14,8 @@ from ragtopics.answer.turn import NO_SOURCE_CHECK, ask
 from ragtopics.errors import ConfigurationError
 from ragtopics.rag.rerank import KEPT_BUNDLED, KEPT_FAILED, RERANKED
 from ragtopics.settings.env import LOCAL_MODEL_NAME
-from ragtopics.topics.topics import create_topic
 from ragtopics.storage.links import LinkError
+from ragtopics.topics.topics import create_topic
 from ragtopics.ui.chat_tab import route_line
 from tests.ingest.test_ingest import upload
 

@@ -118,7 +118,7 @@ def test_communities_recompute_and_status_and_the_graph_through_the_api(secured,
             assert response.json()["error"]["message"] == "Topic 'Plain' is a rag Topic; only GraphRAG Topics have a graph"
 
 
-def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, fleet, run_jobs):  # noqa: F811
+def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, fleet, run_jobs):
     _, url = secured
     with api_client(url, rt, "otto") as operator:
         started = operator.post("/topics/Fleet/evals", json={"questions": QUESTIONS, "settings": {"top_k_results": 1}})

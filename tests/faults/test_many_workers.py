@@ -36,7 +36,7 @@ from ragtopics.graph.ingest import graph_store
 from ragtopics.ingest.pipeline import ingest_document
 from ragtopics.storage.metadata import TraceRow
 from ragtopics.topics.topics import Topic, create_topic
-from tests.faults.processes import document_rows, kill, start_worker, wait_for
+from tests.faults.processes import document_rows, kill, start_worker
 
 RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
 GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))

@@ -61,7 +61,7 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
 
         try:
             results.append(ingest_document(rt, doc.id, progress).status)
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=upload, args=(doc,)) for doc in docs]

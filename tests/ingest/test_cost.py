@@ -34,7 +34,7 @@ def upload_all(rt, topic, files):
 def test_the_chunks_of_text_files_are_estimated_exactly_and_kept_beside_the_real_count(rt, run_jobs):
     topic = create_topic(rt, "Manuals", settings={"chunk_size": 300, "chunk_overlap": 30, "file_types": "txt,md,pdf"})
     files = [("manual.txt", MANUAL), ("notes.md", NOTES)]
-    estimate = estimate_upload(rt, topic, files + [("scan.pdf", b"%PDF-1.4 " + b"x" * 50_000), ("photo.png", b"\x89PNG")])
+    estimate = estimate_upload(rt, topic, [*files, ("scan.pdf", b"%PDF-1.4 " + b"x" * 50000), ("photo.png", b"\x89PNG")])
 
     rows = upload_all(rt, topic, files)
     run_jobs()

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from rq import SimpleWorker
 
 from ragtopics.access.users import User
-from ragtopics.api.health import readiness
 from ragtopics.answer.turn import ask
+from ragtopics.api.health import readiness
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.errors import ConfigurationError
