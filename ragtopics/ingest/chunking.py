@@ -232,7 +232,7 @@ def _find_blocks(text: str) -> list[_Block]:
         above = [m for m in headings if m.end() <= start]
         nearest = above[-1] if above else None
         direct = nearest is not None and not text[nearest.end() : start].strip()
-        blocks.append(_Block(start, end, kind, nearest.start() if direct else None, nearest.group(0).strip() if nearest else ""))
+        blocks.append(_Block(start, end, kind, nearest.start() if direct and nearest is not None else None, nearest.group(0).strip() if nearest else ""))
     return blocks
 
 

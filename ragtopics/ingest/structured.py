@@ -245,7 +245,7 @@ def split_record(text: str, *, size: int) -> list[str]:
             continue
         field = _FIELD_LINE.fullmatch(line)
         key = f"{field.group(1)}: " if field and len(field.group(1)) < budget // 2 else ""
-        value = field.group(2) if key else line
+        value = field.group(2) if field and key else line
         lines.extend(key + p.text for p in split_recursive(value, size=max(budget - len(key), 1), overlap=0))
     return [head + group for group in _split_lines("\n".join(lines), budget)] if lines else [head.rstrip("\n")]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
@@ -96,7 +97,7 @@ def switch_text(rt: Runtime) -> str:
 
 def build(rt: Runtime) -> dict:
     """Lay out the DEV Reports tab; returns ``{"tab"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("DEV Reports", id="dev-reports") as tab:
         gr.Markdown("While a switch is on, each upload, chat answer or community rebuild writes a full report of every "
                     f"step (kept {rt.settings.dev_report_retention_days} days, `DEV_REPORT_RETENTION_DAYS`).")  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Any
 
 import gradio as gr
 import igraph
@@ -160,7 +161,7 @@ def graphrag_names(rt: Runtime) -> list[str]:
 
 def build(rt: Runtime) -> dict:
     """Lay out the Graph tab; returns ``{"tab", "topic"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("Graph", id="graph") as tab:
         gr.Markdown("The knowledge graph of a GraphRAG Topic. Search an entity; click one in the picture to move to it.")
         with gr.Row():

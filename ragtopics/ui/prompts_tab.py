@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gradio as gr
 
 from ragtopics.errors import RagTopicsError
@@ -78,7 +80,7 @@ def build(rt: Runtime) -> dict:
         body, desc = prompt_text(rt, topic_name, prompt_name)
         return body, desc, get_topic(rt, topic_name).settings.no_answer_response
 
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     for trigger in (topic.change, name.change, tab.select):  # also when the tab is opened: a reloaded page keeps the choice
         trigger(load, [topic, name], [text, about, no_answer], **private)
     save.click(lambda t, n, x: save_prompt(rt, t, n, x), [topic, name, text], status, api_name="save_prompt", api_visibility="undocumented")

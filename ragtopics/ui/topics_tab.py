@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any
 
 import gradio as gr
 
@@ -120,7 +121,7 @@ def _llm_overrides(rt: Runtime) -> gr.Dropdown:
             return gr.skip(), gr.skip()
         return t.settings.memory, display_value(t.settings.role_models)
 
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     box.expand(lambda: overrides_text(rt), None, about, **private)
     topic.change(current, topic, [memory, models], **private)
     save.click(lambda t, m, x: save_overrides(rt, t, m, x), [topic, memory, models], status, **private)
