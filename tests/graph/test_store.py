@@ -119,6 +119,8 @@ def test_remove_document_keeps_shared_entities(store):
 
     assert report == RemovalReport(entities_removed=2, entities_kept=2, relationships_removed=2, relationships_kept=1,
                                    chunks_removed=2, documents_removed=1)  # fmt: skip
+    assert report.images_removed == 0
+    assert report.rebuilt == (eid("Marie Curie"),)  # "A chemist." came from doc-1 only
     marie, sorbonne = store.entities([eid("Marie Curie"), eid("Sorbonne")])
     assert marie.chunk_ids == {"c3"} and sorbonne.chunk_ids == {"c3"}
     assert store.entities([eid("Pierre Curie"), eid("Radium")]) == []
