@@ -816,6 +816,7 @@ def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart], c
         score = fuzz.ratio(a.form, b.form) / 100  # again, in double precision, for the record
         if (a.existing and b.existing) or a.key == b.key:  # the same normalised name was decided by type already
             continue
+        found: tuple[str, str] | None
         if sorted(a.form.split()) == sorted(b.form.split()):
             score, found = 1.0, ("merge", "same words")
         else:

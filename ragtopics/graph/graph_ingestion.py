@@ -27,7 +27,7 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -53,6 +53,8 @@ from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
+
+_Row = TypeVar("_Row")
 
 #: The origin recorded in a graph-ingestion document's ``indexed_with`` and shown after its name.
 ORIGIN = "graph ingestion"
@@ -147,7 +149,7 @@ def parse_nodes_edges_json(data: bytes) -> ImportedGraph:
     nodes = [_node(row, f"node #{i}", problems) for i, row in enumerate(doc["nodes"], 1)]
     parsed = [_edge(row, f"edge #{i}", problems) for i, row in enumerate(edges, 1)]
     _refuse_if(problems)
-    return ImportedGraph(tuple(nodes), tuple(parsed), "json", size_bytes=len(data))
+    return ImportedGraph(_kept(nodes), _kept(parsed), "json", size_bytes=len(data))
 
 
 def parse_nodes_edges_csv(nodes: bytes, edges: bytes | None = None) -> ImportedGraph:
@@ -166,7 +168,12 @@ def parse_nodes_edges_csv(nodes: bytes, edges: bytes | None = None) -> ImportedG
     edge_rows = _csv_rows(edges, "edges file", {"source", "target"}) if edges is not None else []
     links = [_edge(row, f"line {line} of the edges file", problems) for line, row in edge_rows]
     _refuse_if(problems)
-    return ImportedGraph(tuple(parsed), tuple(links), "csv", size_bytes=len(nodes) + len(edges or b""))
+    return ImportedGraph(_kept(parsed), _kept(links), "csv", size_bytes=len(nodes) + len(edges or b""))
+
+
+def _kept(rows: list[_Row | None]) -> tuple[_Row, ...]:
+    """The parsed rows as a tuple; :func:`_refuse_if` has already refused a file with a bad (None) row."""
+    return tuple(row for row in rows if row is not None)
 
 
 def _csv_rows(data: bytes, what: str, required: set[str]) -> list[tuple[int, dict]]:
@@ -198,7 +205,8 @@ def _node(row: Any, where: str, problems: list[str]) -> GraphNode | None:
     if bad or not fields["name"]:
         problems.append(f"{where}: {bad[0]} must be text" if bad else f"{where} has no name")
         return None
-    name = fields["name"]
+    text = {k: v for k, v in fields.items() if v is not None}  # all of them: none is bad
+    name = text["name"]
     if len(name) > MAX_NAME_CHARS:
         problems.append(f"{where}: the name is longer than {MAX_NAME_CHARS} characters")
         return None
@@ -206,7 +214,7 @@ def _node(row: Any, where: str, problems: list[str]) -> GraphNode | None:
     if aliases is None:
         problems.append(f"{where}: aliases must be a list of names or names separated by ';'")
         return None
-    return GraphNode(fields["id"] or name, name, _type_name(fields["type"]), fields["description"], aliases, where)
+    return GraphNode(text["id"] or name, name, _type_name(text["type"]), text["description"], aliases, where)
 
 
 def _edge(row: Any, where: str, problems: list[str]) -> GraphEdge | None:

@@ -64,7 +64,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
                             "ignoring case, spaces and punctuation)")  # fmt: skip
     around = store.neighbours([entity.id], hops=1, limit=200)
     names = {e.id: e.name for e in around.entities}
-    relationships = [
+    relationships: list[dict[str, Any]] = [
         {"source": names.get(r.source_id, r.source_id), "target": names.get(r.target_id, r.target_id),
          "description": r.description, "strength": round(r.strength, 3), "chunks": len(r.chunk_ids)}
         for r in around.relationships if entity.id in (r.source_id, r.target_id)
