@@ -38,6 +38,7 @@ class Runtime:
         self._signer: LinkSigner | None = None
         self._lock = threading.Lock()
         self._environment_settings = self._overridden_settings = self.settings
+        self._login_required = False  # the console's: set once an admin exists (ragtopics.ui.web.is_open_mode)
         from ragtopics.llm.endpoints import apply_overrides  # the endpoints set in the console, over the environment's
 
         apply_overrides(self)

@@ -275,7 +275,7 @@ class EmbeddingRouter:
         """
         raw, signals = self.score(gateway, question, has_attachment=has_attachment, history=history, trace=trace, named=named)
         scores = collapse_scores(raw, kind)
-        ranked = sorted(scores, key=scores.get, reverse=True)
+        ranked = sorted(scores, key=lambda way: scores[way], reverse=True)
         margin = scores[ranked[0]] - scores[ranked[1]]
         confidence = calibrated_confidence(margin)
         reason = f"nearest exemplars {ranked[0]} {scores[ranked[0]]:.2f}, then {ranked[1]} {scores[ranked[1]]:.2f}"

@@ -27,9 +27,9 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import CursorResult, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -204,14 +204,17 @@ def add_figures(rt: Runtime, increments: dict[str, dict[str, float]]) -> None:
         values = {f: float(inc.get(f, 0.0)) for f in fields}
         for _ in range(2):  # a row another worker inserted meanwhile: update it instead
             with rt.metadata.session() as s:
-                changed = s.execute(update(UsageFigureRow).where(col(UsageFigureRow.name) == name).values(
+                statement = update(UsageFigureRow).where(col(UsageFigureRow.name) == name).values(
                     **{f: getattr(UsageFigureRow, f) + values[f] for f in fields},
-                    samples=UsageFigureRow.samples + 1, updated_at=utcnow()))  # fmt: skip
+                    samples=UsageFigureRow.samples + 1, updated_at=utcnow())  # fmt: skip
+                changed = cast(CursorResult[Any], s.execute(statement))  # an UPDATE's result, which has a rowcount
                 if changed.rowcount:
                     break
             try:
                 with rt.metadata.session() as s:
-                    s.add(UsageFigureRow(name=name, samples=1, **values))
+                    s.add(UsageFigureRow(name=name, samples=1, count=values["count"], units=values["units"],
+                                         tokens_in=values["tokens_in"], tokens_out=values["tokens_out"],
+                                         seconds=values["seconds"]))  # fmt: skip
                 break
             except IntegrityError:
                 continue

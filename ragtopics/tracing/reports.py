@@ -44,7 +44,7 @@ FOLDER = "dev-reports"
 
 def switches(rt: Runtime) -> dict[str, bool]:
     """Each kind's switch: ``{"upload": False, "chat": True, "communities": False}``."""
-    on = {m.decode() for m in rt.redis.smembers(SWITCHES_KEY)}
+    on = {m.decode() if isinstance(m, bytes) else m for m in rt.redis.smembers(SWITCHES_KEY)}
     return {kind: kind in on for kind in KINDS}
 
 
@@ -126,6 +126,8 @@ def write_report(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
                            owner=owner, path="", created_at=created, **stats)  # fmt: skip
         s.add(row)
         s.flush()
+        if row.id is None:
+            raise RuntimeError(f"the database gave the DEV report row of {subject[:80]!r} no id")
         report_id = row.id
         relative = f"{FOLDER}/{created:%Y-%m-%d}/{report_id}.json"
         body = {"id": report_id, "kind": kind, "topic": row.topic_name, "topic_id": topic_id, "subject": subject,

@@ -177,7 +177,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     # Gradio checks that a file named in an event's input lies in its upload folder only once the app "has launched",
     # which mount_gradio_app never sets: without this, an input could name any file on the server.
     app.has_launched = True
-    web.guard_events(rt, app, app.ragtopics_needs)  # an event added after build_app is guarded too (admins only)
+    web.guard_events(rt, app, app.ragtopics_needs)  # type: ignore[attr-defined]  # set on the Blocks by build_app; an event added after build_app is guarded too (admins only)
     api.add_middleware(UploadFolderHeaders)
     api.add_middleware(web.AccessMiddleware, rt=rt)
     server = web.serve(api, app, host=host, port=port)

@@ -31,6 +31,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from ipaddress import ip_address
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio
@@ -322,15 +323,15 @@ def _guarded(rt: Runtime, fn: Callable, need: str) -> Callable:
             with _acting(user):
                 return fn(*args, **kwargs)
 
-    functools.update_wrapper(wrapper, fn)
+    guarded: Any = functools.update_wrapper(wrapper, fn)  # Any: it also carries the attributes set below
     signature = inspect.signature(fn)
     first = inspect.Parameter("_request", inspect.Parameter.POSITIONAL_ONLY, annotation=gr.Request)
-    wrapper.__signature__ = signature.replace(parameters=[first, *signature.parameters.values()])
+    guarded.__signature__ = signature.replace(parameters=[first, *signature.parameters.values()])
     # The original's own hints stay (a gr.Request parameter of its own is still filled in by Gradio).
-    wrapper.__annotations__ = {**gr_utils.get_type_hints(fn), "_request": gr.Request}
-    wrapper._ragtopics_guarded = True
-    wrapper._ragtopics_need = need
-    return wrapper
+    guarded.__annotations__ = {**gr_utils.get_type_hints(fn), "_request": gr.Request}
+    guarded._ragtopics_guarded = True
+    guarded._ragtopics_need = need
+    return guarded
 
 
 # ---------------------------------------------------------------------------------------------- pages
