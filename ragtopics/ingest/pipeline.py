@@ -18,13 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
-from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError, is_store_outage
+from ragtopics.errors import (
+    ConfigurationError,
+    NotFoundError,
+    RefusedFileError,
+    StoreUnavailableError,
+    SupersededError,
+    is_store_outage,
+)
 from ragtopics.ingest.chunking import Piece, split_recursive
 from ragtopics.ingest.keywords import index_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
-from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
+from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, TokenCounter, cap_tokens, trim_to_tokens
 from ragtopics.llm.gateway import ModelCall
 from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.prompts.templates import PromptTemplate
@@ -229,7 +236,8 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
             log.debug("counting the batch's tokens failed: %s", exc)
     if not counts or len(counts) != len(texts):
         return [None] * len(chunked)
-    out, at = [], 0
+    out: list[list[int] | None] = []
+    at = 0
     for c in chunked:
         out.append(list(counts[at : at + len(c.pieces)]))
         at += len(c.pieces)
@@ -790,7 +798,7 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
     """
     embedder = rt.gateway.embedder
     reserve = CONTEXT_LINE_TOKENS if cfg.chunking_strategy == "SEMANTIC" else 0
-    counter = embedder.count_tokens if embedder.max_tokens else None
+    counter = _token_counter(rt)
     capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve,
                         counts=token_counts)  # fmt: skip
     if capped.split_chunks:
@@ -801,12 +809,31 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
 
 def _fit_context_lines(rt: Runtime, lines: list[str]) -> list[str]:
     """Context lines shortened to :data:`CONTEXT_LINE_TOKENS` when the embedder's window is known."""
-    embedder = rt.gateway.embedder
-    if not embedder.max_tokens or not any(lines):
+    counter = _token_counter(rt)
+    if counter is None or not any(lines):
         return lines
-    counts = embedder.count_tokens(lines)
-    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, embedder.count_tokens) if n > CONTEXT_LINE_TOKENS else line
+    counts = counter(lines)
+    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, counter) if n > CONTEXT_LINE_TOKENS else line
             for line, n in zip(lines, counts, strict=True)]  # fmt: skip
+
+
+def _token_counter(rt: Runtime) -> TokenCounter | None:
+    """The embedder's token counter when its window is known (None otherwise: nothing is cut).
+
+    The counter raises :class:`~ragtopics.errors.ConfigurationError` when an embedder with a window cannot count.
+    """
+    embedder = rt.gateway.embedder
+    if not embedder.max_tokens:
+        return None
+
+    def count(texts: list[str]) -> list[int]:
+        counts = embedder.count_tokens(texts)
+        if counts is None:
+            raise ConfigurationError(f"the embedding model {embedder.model} has a window of {embedder.max_tokens} "
+                                     "tokens but cannot count them")  # fmt: skip
+        return counts
+
+    return count
 
 
 def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSettings, *, at_least: bool = False) -> None:

@@ -464,10 +464,10 @@ class GraphRagTopicSettings(ChatSettings):
 
 TopicKind = Literal["rag", "graphrag"]
 TopicSettings = RagTopicSettings | GraphRagTopicSettings
-SETTINGS_MODELS: dict[str, type[ChatSettings]] = {"rag": RagTopicSettings, "graphrag": GraphRagTopicSettings}
+SETTINGS_MODELS: dict[str, type[TopicSettings]] = {"rag": RagTopicSettings, "graphrag": GraphRagTopicSettings}
 
 
-def settings_model(kind: str) -> type[ChatSettings]:
+def settings_model(kind: str) -> type[TopicSettings]:
     """The settings model of a Topic kind.
 
     Raises:

@@ -139,8 +139,8 @@ def forget_dead_runs(rt: Runtime, job_id: str) -> int:
     queue = queue_for(rt)
     removed = 0
     for registry in (StartedJobRegistry(queue=queue), FailedJobRegistry(queue=queue)):
-        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)
-                 if _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
+        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)  # members only (no scores asked)
+                 if isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
         if stale:
             removed += rt.redis.zrem(registry.key, *stale)
     removed += rt.redis.lrem(f"{queue.key}:intermediate", 0, job_id)
@@ -362,7 +362,8 @@ def _held_by_rq(rt: Runtime, job: Job) -> bool:
     if rt.redis.lpos(queue.key, job.id) is not None or rt.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
         return True
     registry = StartedJobRegistry(queue=queue)
-    return any(_decoded(entry).split(":", 1)[0] == job.id for entry in rt.redis.zrange(registry.key, 0, -1))
+    return any(isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job.id
+               for entry in rt.redis.zrange(registry.key, 0, -1))  # members only (no scores asked)
 
 
 def _worker_runs(rt: Runtime, name: str | None) -> bool:
