@@ -23,7 +23,7 @@ import secrets
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ragtopics.access.context import acting_username
 from ragtopics.answer.turn import ask
@@ -31,8 +31,9 @@ from ragtopics.demo import links
 from ragtopics.demo.links import DEMO_PREFIX, DemoLink, DemoLinkGone, RateLimited
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
+from ragtopics.storage.blobs import FileStoreError
 from ragtopics.storage.links import LinkError
-from ragtopics.ui.files_route import served_as
+from ragtopics.ui.files_route import content_disposition, served_as
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def _headers(nonce: str | None = None) -> dict[str, str]:
 
 
 def gone_page(gone: DemoLinkGone) -> HTMLResponse:
-    """The page of a link that opens nothing: its heading and sentence, with the link's status (404 or 410)."""
+    """The page of a link that opens nothing: its heading and sentence, with its status (403, 404, 410 or 503)."""
     body = (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
             f"<title>{html.escape(gone.title)}</title></head><body style='font-family:system-ui,sans-serif;max-width:36em;"
             f"margin:4em auto;padding:0 1em'><h2>{html.escape(gone.title)}</h2><p>{html.escape(str(gone))}</p>"
@@ -229,15 +230,24 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             return gone_page(refused)
         try:
             relative, owner = rt.signer.grant(file_token)
-            path = rt.blobs.path(relative)
+            rt.blobs.check(relative)
         except (LinkError, ValueError) as exc:
             return gone_page(DemoLinkGone(403, "This source link is not valid",
                                           f"{exc}. Ask the question again for a fresh link."))  # fmt: skip
         if owner != links.source_owner(link) or not relative.startswith(f"{topic.id}/"):
             return gone_page(DemoLinkGone(403, "This source link is not part of this demo", "Ask the question here for a link."))
-        if not path.is_file():
+        try:  # the local store and the object store alike; blocking reads run off the event loop
+            data = await anyio.to_thread.run_sync(rt.blobs.read, relative)
+        except ValueError as exc:  # the local store: a link that resolves outside it
+            return gone_page(DemoLinkGone(403, "This source link is not valid", f"{exc}."))
+        except FileNotFoundError:
             return gone_page(DemoLinkGone(410, "This file is no longer stored",
                                           "Ask the question again for a link to the current file."))  # fmt: skip
-        serving = served_as(path.name)
-        return FileResponse(path, filename=path.name, media_type=serving.media_type, content_disposition_type=serving.disposition,
-                            headers={**serving.headers, "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip
+        except FileStoreError as exc:
+            log.warning("demo source file %s could not be read: %s", relative, exc)
+            return gone_page(DemoLinkGone(503, "The file store is not reachable", f"{exc}. Try again in a moment."))
+        name = rt.blobs.file_name(relative)
+        serving = served_as(name)
+        return Response(data, media_type=serving.media_type,
+                        headers={**serving.headers, "Content-Disposition": content_disposition(serving.disposition, name),
+                                 "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip
