@@ -134,7 +134,7 @@ class _Used(BaseModel):
 
 def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = None, attachment: Attachment | None = None,
         save: bool = True, allow_tools: bool = True, route: str | None = None,
-        parent_trace: Trace | None = None) -> Iterator[ChatUpdate]:  # fmt: skip
+        parent_trace: Trace | None = None) -> Generator[ChatUpdate, None, None]:  # fmt: skip
     """Answer a question from a Topic's documents, streaming.
 
     Args:

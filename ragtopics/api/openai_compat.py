@@ -21,7 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -186,7 +186,7 @@ def stable_prefix(text: str) -> str:
     return text[:opened] if opened > text.rfind("]") else text
 
 
-def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, base_url: str,
+def sse_events(model: str, updates: Generator[ChatUpdate, None, None], first: ChatUpdate, base_url: str,
                on_final) -> Iterator[str]:  # fmt: skip
     """The streamed answer as server-sent events: ``chat.completion.chunk`` objects, then ``data: [DONE]``.
 
@@ -226,7 +226,7 @@ def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, bas
     yield "data: [DONE]\n\n"
 
 
-def stepped_as(user: User, updates: Iterator[ChatUpdate]) -> Iterator[ChatUpdate]:
+def stepped_as(user: User, updates: Generator[ChatUpdate, None, None]) -> Generator[ChatUpdate, None, None]:
     """``updates`` with each step run for ``user`` (each step may run in another thread)."""
     try:
         while True:
@@ -277,7 +277,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
         question, pairs = split_conversation(body.messages)
         base_url = str(request.base_url)
 
-        def start() -> tuple[Topic, Iterator[ChatUpdate], ChatUpdate]:
+        def start() -> tuple[Topic, Generator[ChatUpdate, None, None], ChatUpdate]:
             with acting_as(user):
                 try:
                     topic = get_topic(rt, body.model)

@@ -18,7 +18,7 @@ Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import anyio
 from fastapi import Depends, FastAPI, File, Request, UploadFile
@@ -52,7 +52,7 @@ def needs(role: str):
     def caller(request: Request) -> User:
         return require(request, role)
 
-    caller.need = role
+    caller.need = role  # type: ignore[attr-defined]  # a function attribute, read by the route audit
     return Depends(caller)
 
 
@@ -71,7 +71,7 @@ def _event(name: str, data) -> str:
     return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final, base_url: str = "") -> Iterator[str]:
+def answer_events(updates: Generator[ChatUpdate, None, None], first: ChatUpdate, on_final, base_url: str = "") -> Iterator[str]:
     """An answer as server-sent events: ``phase`` ({"phase", "status"}) while it searches, ``token``
     ({"text"}: text added to the answer), then ``route``, ``sources``, ``timings`` and ``done`` (the object
     :func:`~ragtopics.api.shapes.answer` gives); ``error`` ({"error": {...}}) if it fails on the way."""

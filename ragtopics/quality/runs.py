@@ -13,6 +13,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def run_folder(rt: Runtime, run_id: str) -> Path:
     return runs_folder(rt) / run_id
 
 
-def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: list[str] = (), route: str | None = None,
+def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: Sequence[str] = (), route: str | None = None,
               retrieval_only: bool = True) -> str:  # fmt: skip
     """Check a run's inputs, save its request and queue it; returns the run id.
 

@@ -460,6 +460,8 @@ def _cmd_ask(args) -> int:
         if not args.json and not update.done and update.text.startswith(shown):
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
             shown = update.text
+    if final is None:
+        raise RagTopicsError("the answer ended before its first update")
     if args.json:
         from ragtopics.api.shapes import answer
 
@@ -661,10 +663,12 @@ def _cmd_eval(args) -> int:
     if args.compare:
         a, b = (_summary_of(path) for path in args.compare)
         rows = ev.compare(a, b)
-        per_question = [_questions_of(path) for path in args.compare]
-        changes = ev.changed_questions(*per_question) if all(q is not None for q in per_question) else None
-        if changes is not None and per_question[0] and not ev.shared_questions(*per_question):
-            print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
+        questions_a, questions_b = (_questions_of(path) for path in args.compare)
+        changes = None
+        if questions_a is not None and questions_b is not None:
+            changes = ev.changed_questions(questions_a, questions_b)
+            if questions_a and not ev.shared_questions(questions_a, questions_b):
+                print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
         if args.json:
             print(json.dumps({**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows},
                               "changed_questions": changes}, ensure_ascii=False))  # fmt: skip

@@ -29,7 +29,7 @@ WIDTH, HEIGHT, MARGIN = 960, 560, 70
 #: Most entities drawn around the centre.
 MAX_SHOWN = 40
 #: Relative widths of the communities table: the member count keeps its header on one line, the texts wrap.
-COMMUNITY_COLUMN_WIDTHS = ["18%", "10%", "27%", "45%"]
+COMMUNITY_COLUMN_WIDTHS: list[str | int] = ["18%", "10%", "27%", "45%"]
 #: The picture's click handler: a click on an entity sends its name to the server as a select event.
 CLICK_JS = ("element.addEventListener('click', (e) => { const node = e.target.closest('[data-entity]');"
             " if (node) { trigger('select', {value: node.dataset.entity, index: 0}); } });")  # fmt: skip

@@ -33,7 +33,7 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, re
     Empty text is refused, not taken as a reset: a text box not loaded yet (a page just opened)
     would otherwise wipe a Topic's prompt with one click on Save.
     """
-    scope = _scope(rt, topic_name) if topic_name else SHARED
+    scope = get_topic(rt, topic_name).id if topic_name else SHARED
     where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
     if not reset and not (text or "").strip():
         return (f"**Not saved:** the text is empty. Nothing changed for {where}; to go back to the shared text, "
