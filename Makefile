@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench clean eval audit browser postgres
+.PHONY: install run test test-fast lint bench clean eval audit browser postgres
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ postgres:
 
 test-fast: install
 	$(PY) -m pytest -m "not slow"
+
+# The linter and the type checker, as configured in pyproject.toml ([tool.ruff], [tool.mypy]).
+lint: install
+	$(VENV)/bin/ruff check ragtopics tests bench
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m bench.run

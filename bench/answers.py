@@ -129,7 +129,7 @@ def bench_answers(rt: Runtime, eval_root: Path, *, sets: tuple[str, ...] = SETS,
     with_bundled_model(rt, port)
     try:
         server = LocalModelServer(rt.settings).start()
-    except Exception as exc:  # noqa: BLE001 - a benchmark reports what it could not run
+    except Exception as exc:
         figure("skipped", f"the bundled model server did not start: {exc}")
         return
     try:

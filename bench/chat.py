@@ -73,7 +73,7 @@ def bench_overhead(rt: Runtime, topic: Topic, questions: list[dict], figure, sec
         for name, values in steps.items():
             figure(f"  step {name} p50 / p95", f"{_pct(values, 50):.2f} / {_pct(values, 95):.2f}", "ms")
     finally:
-        _with_model(rt, **{"LLM_BASE_URL": saved.llm_base_url, "LLM_MODEL": saved.llm_model})
+        _with_model(rt, LLM_BASE_URL=saved.llm_base_url, LLM_MODEL=saved.llm_model)
         server.stop()
 
 
@@ -88,7 +88,7 @@ def bench_bundled_model(rt: Runtime, topic: Topic, questions: list[dict], figure
     t0 = time.perf_counter()
     try:
         server = LocalModelServer(rt.settings).start()
-    except Exception as exc:  # noqa: BLE001 - a benchmark reports what it could not run
+    except Exception as exc:
         figure("skipped", f"the bundled model server did not start: {exc}")
         _with_model(rt, LLM_BASE_URL=saved.llm_base_url, LLM_MODEL=saved.llm_model)
         return

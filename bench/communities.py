@@ -116,8 +116,8 @@ def _compare(graph) -> list[tuple[str, object, str]]:
                                             n_iterations=iterations)  # fmt: skip
         took = time.perf_counter() - t0
         out.append((f"  igraph Leiden alone, n_iterations={iterations}",
-                    f"{took:.3f} s, {len(clustering)} communities, modularity "
-                    f"{graph.modularity(clustering.membership, weights='weight'):.4f}", ""))  # fmt: skip
+                    (f"{took:.3f} s, {len(clustering)} communities, modularity "
+                    f"{graph.modularity(clustering.membership, weights='weight'):.4f}"), ""))  # fmt: skip
     igraph.set_random_number_generator(random)
     return out
 
@@ -159,6 +159,8 @@ def _groups_graph(store, groups: int, size: int, changed: set[int] = frozenset()
 def bench_rebuild(groups: int = 300, size: int = 5, changed_groups: int = 7) -> None:
     import json
 
+    import redis
+
     from ragtopics.graph.communities import rebuild
     from ragtopics.graph.community_index import CommunityIndex
     from ragtopics.graph.store import GraphStore
@@ -166,8 +168,6 @@ def bench_rebuild(groups: int = 300, size: int = 5, changed_groups: int = 7) -> 
     from ragtopics.ops.redis_server import EmbeddedRedis
     from ragtopics.settings.env import Settings
     from tests.scripted_llm import ScriptedLLM
-
-    import redis
 
     section(f"2. rebuild: {groups} groups of {size} entities, embedded Redis, scripted model")
     with tempfile.TemporaryDirectory() as tmp:

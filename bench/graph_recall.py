@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.run import eval_dir, load_eval_data, load_embedder, shown_path, throwaway_runtime
+from bench.run import eval_dir, load_embedder, load_eval_data, shown_path, throwaway_runtime
 from ragtopics.answer.context import Context, RetrievalQuery
 from ragtopics.documents.uploads import clean_file_name, receive_upload
 from ragtopics.errors import NotFoundError
@@ -159,7 +159,7 @@ def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> di
     """
     ways, skipped = ways_for(rt, rag, graph)
     scores: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
-    times: dict[str, float] = {name: 0.0 for name in ways}
+    times: dict[str, float] = dict.fromkeys(ways, 0.0)
     variants: dict[str, list[float]] = {}
     for q in questions:
         gold = list(dict.fromkeys(clean_file_name(f"{title}.txt") for title, _ in q["supporting_facts"]))

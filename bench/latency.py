@@ -137,7 +137,7 @@ def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) 
         records = [
             ChunkRecord(chunk_id=f"chunk-lat{n:06d}", document_id=doc_id, file_name=f"lat-{b // STORE_BATCH:04d}.txt",
                         position=n - b, text=texts[n], embedding=vectors[n],
-                        keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]))  # fmt: skip
+                        keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]))
             for n in range(b, min(b + STORE_BATCH, len(texts)))
         ]
         index.replace_document(doc_id, records)
@@ -247,7 +247,7 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         matrix = all_vectors[:size]
         ids = [f"chunk-lat{n:06d}" for n in range(size)]
         brute_name, product_name = "brute force (numpy, exact)", "product search_vector"
-        searches = {brute_name: lambda i: exact_top_k(matrix, qvecs[i], TOP_K)}
+        searches = {brute_name: lambda i, matrix=matrix: exact_top_k(matrix, qvecs[i], TOP_K)}
         for ef in EF_VALUES:
             searches[f"KNN HNSW EF_RUNTIME={ef}"] = lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype())
         searches["KNN FLAT (RediSearch, exact)"] = lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype())

@@ -126,8 +126,8 @@ def markdown(path: Path = RESULTS_PATH) -> str:
     """The ratios of a saved ``results.json`` as a Markdown table, with the date and the machine (for BENCHMARKS.md)."""
     data = json.loads(path.read_text())
     m = data["machine"]
-    lines = [f"Measured {data['date']} on {m['cpu']}, {m['cores_usable']} of {m['cores']} cores usable, "
-             f"{m['memory_gb']} GB, Python {m['python']}, {m['torch_threads']} torch threads.", "",
+    lines = [(f"Measured {data['date']} on {m['cpu']}, {m['cores_usable']} of {m['cores']} cores usable, "
+             f"{m['memory_gb']} GB, Python {m['python']}, {m['torch_threads']} torch threads."), "",
              "| figure | value | reference (same run) | ratio | goal |", "|---|---|---|---|---|"]  # fmt: skip
     for r in data["ratios"]:
         goal = f"≥ {r['goal']:g}×" if r["goal"] is not None else ""

@@ -42,18 +42,18 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench import communities as communities_bench
 from bench import console_poll as console_poll_bench
-from bench.answers import bench_answers
-from bench.estimate import bench_estimate
 from bench import dedup as dedup_bench
+from bench.answers import bench_answers
 from bench.chat import bench_bundled_model, bench_overhead
+from bench.estimate import bench_estimate
 from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
 from bench.latency import bench_latency
@@ -61,16 +61,16 @@ from bench.memory import bench_memory
 from bench.report import figure, keep, print_ratios, section, versus, write
 from bench.router import bench_router
 from ragtopics.answer.context import RetrievalQuery
+from ragtopics.documents.uploads import JobGroups, batchable, receive_upload
+from ragtopics.ingest.pipeline import ingest_document, ingest_documents
+from ragtopics.ops.redis_server import EmbeddedRedis
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.quality.evaluate import retrieval_metrics
 from ragtopics.rag.retriever import ChunkRetriever
-from ragtopics.settings.env import Settings
-from ragtopics.tracing.trace import Trace
-from ragtopics.documents.uploads import JobGroups, batchable, receive_upload
-from ragtopics.ingest.pipeline import ingest_document, ingest_documents
 from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.settings.env import Settings
 from ragtopics.topics.topics import Topic, create_topic
-from ragtopics.ops.redis_server import EmbeddedRedis
+from ragtopics.tracing.trace import Trace
 
 TOP_K = 5
 QUALITY_TOP_K = 10

@@ -7,14 +7,14 @@ import threading
 
 import redis
 
-from ragtopics.settings.env import Settings, get_settings
 from ragtopics.errors import StoreUnavailableError
 from ragtopics.llm.gateway import ModelGateway
+from ragtopics.ops.redis_server import RedisStartError, check_modules
+from ragtopics.settings.env import Settings, get_settings
 from ragtopics.storage.blobs import open_file_store
 from ragtopics.storage.chunk_index import ChunkIndex
 from ragtopics.storage.links import LinkSigner, load_or_create_secret
 from ragtopics.storage.metadata import MetadataStore
-from ragtopics.ops.redis_server import RedisStartError, check_modules
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class Runtime:
         self._signer: LinkSigner | None = None
         self._lock = threading.Lock()
         self._environment_settings = self._overridden_settings = self.settings
+        self._login_required = False  # the console's: set once an admin exists (ragtopics.ui.web.is_open_mode)
         from ragtopics.llm.endpoints import apply_overrides  # the endpoints set in the console, over the environment's
 
         apply_overrides(self)

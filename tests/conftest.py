@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from rq import SimpleWorker
 
-from ragtopics.settings.env import Settings
 from ragtopics.llm.embedding import LocalEmbedder
 from ragtopics.llm.gateway import ModelGateway
-from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.ops.redis_server import EmbeddedRedis
-from tests.scripted_llm import ScriptedLLM
+from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.settings.env import Settings
 from ragtopics.worker.queue import queue_for
+from tests.scripted_llm import ScriptedLLM
 
 EVAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "eval" / "hotpotqa"
 if not EVAL_DIR.exists():  # a clone next to shared/, or shared/ inside the repository

@@ -14,8 +14,8 @@ import uuid
 
 import redis
 
-_LINE = re.compile(r"\[(\d+) (.*?)\] (.*)", re.S)
-_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
+_LINE = re.compile(r"\[(\d+) (.*?)\] (.*)", re.DOTALL)
+_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 
 
 class CommandLog:
@@ -34,7 +34,7 @@ class CommandLog:
         self.commands: list[tuple[str, ...]] = []
         self._monitor = None
 
-    def __enter__(self) -> "CommandLog":
+    def __enter__(self) -> CommandLog:
         self._monitor = self.client.monitor()
         self._monitor.__enter__()
         return self

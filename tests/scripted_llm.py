@@ -10,6 +10,7 @@ Every request is kept, so tests can assert on what the model was given.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -57,7 +58,7 @@ class ScriptedLLM:
         """``http://127.0.0.1:<port>/v1``."""
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def start(self) -> "ScriptedLLM":
+    def start(self) -> ScriptedLLM:
         self._thread.start()
         return self
 
@@ -221,5 +222,5 @@ def capitalised_entities(body: dict[str, Any]) -> str:
     names = list(dict.fromkeys(re.findall(r"\b([A-Z][a-z]{3,})\b", text)))
     entities = [{"name": n, "type": "CONCEPT", "description": f"{n} as the text names it.", "aliases": []} for n in names]
     relationships = [{"source": a, "target": b, "description": f"{a} and {b} appear together.", "strength": 5}
-                     for a, b in zip(names, names[1:])]  # fmt: skip
+                     for a, b in itertools.pairwise(names)]  # fmt: skip
     return json.dumps({"entities": entities, "relationships": relationships})

@@ -84,7 +84,7 @@ class PostgresCluster:
             command = ["runuser", "-u", "postgres", "--", *command]
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
-    def start(self) -> "PostgresCluster":
+    def start(self) -> PostgresCluster:
         """Create the cluster (user ``ragtopics``, trust authentication on loopback) and start it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
@@ -146,7 +146,7 @@ class SeaweedS3:
         """``weed version``'s line."""
         return subprocess.run([self.binary(), "version"], capture_output=True, text=True).stdout.strip()
 
-    def start(self) -> "SeaweedS3":
+    def start(self) -> SeaweedS3:
         """Start master, volume server, filer and S3 gateway; return when the gateway answers a signed request."""
         self.folder.mkdir(parents=True, exist_ok=True)
         identities = {"identities": [{"name": "tests", "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import update
-from sqlmodel import select
+from sqlmodel import col, select
 
 from ragtopics.access import sessions
 from ragtopics.errors import AccessDeniedError, ConfigurationError, NotFoundError
@@ -151,7 +151,7 @@ def _adopt_open_mode_chats(s, admin: str) -> int:
     Login is required from the first admin on, and a chat is shown only to its owner: without an owner,
     the chats of open mode would be shown to nobody. Returns how many chats were given.
     """
-    given = s.execute(update(ChatSessionRow).where(ChatSessionRow.owner == "").values(owner=admin)).rowcount or 0
+    given = s.execute(update(ChatSessionRow).where(col(ChatSessionRow.owner) == "").values(owner=admin)).rowcount or 0
     log.info("login is now required: %d chat(s) saved without login now belong to the first admin %s", given, admin)
     return given
 
@@ -277,7 +277,7 @@ def make_token(rt: Runtime, username: str, label: str = "") -> str:
 def list_tokens(rt: Runtime, username: str | None = None) -> list[dict]:
     """API tokens as ``{"id", "username", "label", "created_at", "last_used_at"}`` (never the token itself)."""
     with rt.metadata.session() as s:
-        query = select(ApiTokenRow).order_by(ApiTokenRow.id)
+        query = select(ApiTokenRow).order_by(col(ApiTokenRow.id))
         if username is not None:
             query = query.where(ApiTokenRow.username == username)
         return [{"id": r.id, "username": r.username, "label": r.label, "created_at": r.created_at,

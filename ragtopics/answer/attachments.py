@@ -151,6 +151,16 @@ def attachment_message_parts(
             {"type": "text", "text": question},
             {"type": "image_url", "image_url": {"url": attachment.data_url}},
         ]
+    return text_attachment_message(question, attachment, max_chars=max_chars)
+
+
+def text_attachment_message(question: str, attachment: Attachment, *, max_chars: int = 20000) -> str:
+    """The user message for a question with an attached text file (see :func:`attachment_message_parts`).
+
+    Returns:
+        ``"Attached file <name>:\n<text>\n\nQuestion: <question>"``, the text cut at ``max_chars``
+        characters (the cut is stated).
+    """
     text = attachment.text
     if len(text) > max_chars:
         text = (

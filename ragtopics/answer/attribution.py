@@ -128,12 +128,12 @@ def check_sources(answer: str, candidates: Sequence[S], confirm: Confirm | None 
     remaining = [f for f in files if f not in reasons]
     fallback = ""
     if codes:
-        reasons.update({f: REASON_NOT_USED for f in remaining})
+        reasons.update(dict.fromkeys(remaining, REASON_NOT_USED))
     else:
         checked = _ask_model(answer, candidates, remaining, confirm)
         if any(why.startswith(REASON_CHECK_FAILED) or why == REASON_NO_CHECK for why in checked.values()):
             checked, fallback = _decide_on_evidence(answer, candidates, remaining, checked, has_evidence=bool(reasons))
-            chunk_reasons |= {code: REASON_EVIDENCE for code in _figure_chunks(answer, candidates, checked)}
+            chunk_reasons |= dict.fromkeys(_figure_chunks(answer, candidates, checked), REASON_EVIDENCE)
         reasons.update(checked)
     kept = {f for f, why in reasons.items() if _is_kept(why)}
     for c in candidates:
@@ -231,13 +231,13 @@ def _word_runs(text: str, length: int) -> set[tuple[str, ...]]:
 def _ask_model(answer: str, candidates: Sequence[S], files: list[str], confirm: Confirm | None) -> dict[str, str]:
     """Reason per file from the model check; failures drop the file and say why."""
     if confirm is None:
-        return {f: REASON_NO_CHECK for f in files}
+        return dict.fromkeys(files, REASON_NO_CHECK)
     reasons: dict[str, str] = {}
     for file in files:
         text = "\n\n".join(c.text for c in candidates if c.file == file)
         try:
             confirmed = bool(confirm(answer, file, text))
-        except Exception as exc:  # noqa: BLE001 - the caller's model call may fail in any way; dropping is the safe side
+        except Exception as exc:
             log.warning("model check of %s failed: %s", file, exc)
             reasons[file] = f"{REASON_CHECK_FAILED}: {type(exc).__name__}: {exc}"
             continue

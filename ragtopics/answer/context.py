@@ -153,7 +153,7 @@ class SearchProgress:
     """
 
     def __init__(self) -> None:
-        self.messages: "queue.Queue[str]" = queue.Queue()
+        self.messages: queue.Queue[str] = queue.Queue()
         self._stop = threading.Event()
 
     def say(self, message: str) -> None:
@@ -237,18 +237,18 @@ class Source:
                 "version": self.version, "pages": list(self.pages)}  # fmt: skip
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Source":
+    def from_row(cls, row: dict[str, Any]) -> Source:
         """Rebuild a source from :meth:`to_row` output (older rows lack the newer keys, e.g. ``pages``)."""
         known = {k: row[k] for k in ("file", "chunk_id", "score", "code", "document_id", "topic", "kind", "reason", "version")
                  if k in row}  # fmt: skip
         pages = tuple(int(p) for p in row.get("pages") or () if isinstance(p, int) and p > 0)
         return cls(**{"code": "", "document_id": "", **known}, pages=pages)
 
-    def with_link(self, link: str) -> "Source":
+    def with_link(self, link: str) -> Source:
         """A copy whose link is ``link`` opened at the source's page (see :func:`page_link`)."""
         return replace(self, link=page_link(link, self.file, self.pages))
 
-    def with_(self, **changes: Any) -> "Source":
+    def with_(self, **changes: Any) -> Source:
         """A copy with some fields changed."""
         return replace(self, **changes)
 

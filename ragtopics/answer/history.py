@@ -123,6 +123,8 @@ def saved_turns(rt: Runtime, session_id: str) -> list[SavedTurn]:
     docs = chats.documents_by_id(rt.metadata, list({s.document_id for ss in stored.values() for s in ss if s.document_id}))
     out = []
     for r in rows:
+        if r.id is None:  # read from the database, so never: a row gets its id when it is stored
+            raise ValueError(f"a stored turn of session {session_id} has no id")
         route_step = {} if r.route_reason else next((e for e in turn_trace(rt, r.id) if e.get("step") == "route"), {})
         out.append(SavedTurn(r.id, r.question, r.answer, [_relinked(rt, s, docs) for s in stored[r.id]], r.route,
                              r.route_confidence, r.route_reason or route_step.get("data", {}).get("reason", ""),

@@ -207,26 +207,26 @@ DEV_QUESTIONS: tuple[tuple[str, str, str | None], ...] = (
 
 # ----------------------------------------------------------------------------- lexical cues
 
-_RELATION = re.compile(r"\b(connect\w*|relat\w*|link\w*|ties?|tied|associat\w*|between|to do with|path|chain)\b", re.I)
-_BETWEEN = re.compile(r"\bbetween\s+.+?\s+and\s+\S", re.I)
+_RELATION = re.compile(r"\b(connect\w*|relat\w*|link\w*|ties?|tied|associat\w*|between|to do with|path|chain)\b", re.IGNORECASE)
+_BETWEEN = re.compile(r"\bbetween\s+.+?\s+and\s+\S", re.IGNORECASE)
 _FILE_WORDS = (r"file|document|doc|attachment|text|log|image|picture|photo|screenshot|scan|spreadsheet|sheet|"
                r"table|pdf|report|letter|e-?mail|page|draft|diagram|chart|graph|code|script|contract|invoice|"
                r"csv|paper|notes?|slides?|presentation|form|list|cv|resume|transcript|recording|message")  # fmt: skip
 _ATTACHMENT_REFERENCE = re.compile(
     rf"\b(attach\w*|upload\w*|enclosed|(this|these|that|my|the)\s+(\w+\s+)?({_FILE_WORDS})s?"
     r"|i\s+(just\s+)?(sent|shared|gave|added))\b",
-    re.I,
+    re.IGNORECASE,
 )
 _CONVERSATION_REFERENCE = re.compile(
     r"\b(you\s+(just\s+)?(said|told|wrote|mentioned|answered|gave)|(your|the|that)\s+(last|previous|earlier)\s+"
     r"(answer|reply|response|message)|(previous|last)\s+(answer|reply|response)|your\s+(answer|reply|response)|"
     r"(the|that)\s+answer\s+above|above|that\s+again)\b",
-    re.I,
+    re.IGNORECASE,
 )
 _REQUEST_SPLIT = re.compile(
     r",\s*and\s+|;\s*|\s+and\s+then\s+|,?\s+then\s+|\s+and\s+(?=(?:name|explain|say|tell|list|give|describe|identify"
     r"|state|show|what|which|who|how|when|where|why)\b)",
-    re.I,
+    re.IGNORECASE,
 )
 _TOKEN = re.compile(r"[\w/][\w\-/.']*[\w]|[\w]")
 

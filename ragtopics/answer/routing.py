@@ -29,12 +29,18 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, Field
 
 from ragtopics.answer.router_exemplars import (
-    EXEMPLARS, extract_entities, has_path_cue, refers_to_attachment, refers_to_conversation, split_requests,
+    EXEMPLARS,
+    extract_entities,
+    has_path_cue,
+    refers_to_attachment,
+    refers_to_conversation,
+    split_requests,
 )  # fmt: skip
 from ragtopics.errors import ConfigurationError, ModelUnavailableError
 from ragtopics.llm.embedding import Embedder
@@ -170,7 +176,7 @@ class EmbeddingRouter:
         exemplars: way name → utterances; default :data:`EXEMPLARS` (the GraphRAG ways).
     """
 
-    _cache: "weakref.WeakKeyDictionary[Embedder, dict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
+    _cache: ClassVar[weakref.WeakKeyDictionary[Embedder, dict[str, np.ndarray]]] = weakref.WeakKeyDictionary()
     _lock = threading.Lock()
 
     def __init__(self, exemplars: dict[str, tuple[str, ...]] | None = None):
@@ -269,7 +275,7 @@ class EmbeddingRouter:
         """
         raw, signals = self.score(gateway, question, has_attachment=has_attachment, history=history, trace=trace, named=named)
         scores = collapse_scores(raw, kind)
-        ranked = sorted(scores, key=scores.get, reverse=True)
+        ranked = sorted(scores, key=lambda way: scores[way], reverse=True)
         margin = scores[ranked[0]] - scores[ranked[1]]
         confidence = calibrated_confidence(margin)
         reason = f"nearest exemplars {ranked[0]} {scores[ranked[0]]:.2f}, then {ranked[1]} {scores[ranked[1]]:.2f}"

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from pydantic import BaseModel
 
-from ragtopics.answer.attachments import Attachment, attachment_message_parts
+from ragtopics.answer.attachments import Attachment, text_attachment_message
 from ragtopics.answer.attribution import check_sources
 from ragtopics.answer.citations import code_files, format_sources, render_citations
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
@@ -33,11 +33,12 @@ from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
 from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.storage import chats
-from ragtopics.tracing.otel import export_trace
-from ragtopics.tracing.reports import record_trace
 from ragtopics.topics.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.topics.topics import Topic, get_topic
+from ragtopics.tracing.otel import export_trace
+from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class _Used(BaseModel):
 
 def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = None, attachment: Attachment | None = None,
         save: bool = True, allow_tools: bool = True, route: str | None = None,
-        parent_trace: Trace | None = None) -> Iterator[ChatUpdate]:  # fmt: skip
+        parent_trace: Trace | None = None) -> Generator[ChatUpdate, None, None]:  # fmt: skip
     """Answer a question from a Topic's documents, streaming.
 
     Args:
@@ -301,21 +302,26 @@ class _Turn:
 
     def retriever(self, progress: SearchProgress | None = None) -> Retriever:
         """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""
+        cfg = self.cfg
         if self.topic.kind == "rag":
-            return ChunkRetriever(self.rt, self.topic.id, self.cfg, self.prompts["rerank"])
+            if not isinstance(cfg, RagTopicSettings):
+                raise ConfigurationError(f"Topic {self.topic.name!r} is a RAG Topic but has {type(cfg).__name__}")
+            return ChunkRetriever(self.rt, self.topic.id, cfg, self.prompts["rerank"])
+        if not isinstance(cfg, GraphRagTopicSettings):
+            raise ConfigurationError(f"Topic {self.topic.name!r} is a GraphRAG Topic but has {type(cfg).__name__}")
         from ragtopics.graph.global_search import GlobalRetriever
         from ragtopics.graph.hybrid import HybridRetriever
         from ragtopics.graph.local import LocalRetriever
         from ragtopics.graph.path import PathRetriever
 
         if self.route == "PATH":
-            return PathRetriever(self.rt, self.topic, self.cfg)
+            return PathRetriever(self.rt, self.topic, cfg)
         if self.route == "LOCAL":
-            return LocalRetriever(self.rt, self.topic, self.cfg)
+            return LocalRetriever(self.rt, self.topic, cfg)
         if self.route == "GLOBAL":
-            return GlobalRetriever(self.rt, self.topic, self.cfg, self.prompts["global_map"], progress=progress)
+            return GlobalRetriever(self.rt, self.topic, cfg, self.prompts["global_map"], progress=progress)
         if self.route == "HYBRID":
-            return HybridRetriever(self.rt, self.topic, self.cfg, self.prompts["global_map"], self.prompts["follow_up_plan"],
+            return HybridRetriever(self.rt, self.topic, cfg, self.prompts["global_map"], self.prompts["follow_up_plan"],
                                    progress=progress)  # fmt: skip
         raise ConfigurationError(f"{self.route} is not a search way of a GraphRAG Topic")
 
@@ -406,7 +412,7 @@ class _Turn:
     def question_text(self) -> str:
         """The question with an attached text file's content in front of it."""
         if self.attachment is not None and self.attachment.kind == "text":
-            return attachment_message_parts(self.question, self.attachment)
+            return text_attachment_message(self.question, self.attachment)
         return f"Question: {self.question}"
 
     def answer_without_search(self, route: Route) -> Generator[ChatUpdate, None, str | None]:
@@ -713,9 +719,12 @@ def _linked(rt: Runtime, sources: list[Source]) -> list[Source]:
     return out
 
 
-def _router_threshold(cfg) -> float:
-    """The Topic kind's router threshold: Router Confidence Threshold (RAG) or Confidence Threshold (GraphRAG)."""
-    return getattr(cfg, "router_confidence_threshold", None) or getattr(cfg, "confidence_threshold", 0.9)
+def _router_threshold(cfg: TopicSettings) -> float:
+    """The Topic kind's router threshold: Router Confidence Threshold (RAG) or Confidence Threshold (GraphRAG).
+
+    A threshold of 0 is kept (every route the router names is taken).
+    """
+    return cfg.router_confidence_threshold if isinstance(cfg, RagTopicSettings) else cfg.confidence_threshold
 
 
 def _checked_route(topic: Topic, route: str | None) -> Route | None:

@@ -10,12 +10,18 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ragtopics.errors import (AccessDeniedError, ModelUnavailableError, NotFoundError, RagTopicsError,
-                              STORE_DOWN_MESSAGE, is_store_outage)  # fmt: skip
+from ragtopics.errors import (
+    STORE_DOWN_MESSAGE,  # fmt: skip
+    AccessDeniedError,
+    ModelUnavailableError,
+    NotFoundError,
+    RagTopicsError,
+    is_store_outage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,5 +115,5 @@ def answered(call):
     """
     try:
         return call()
-    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+    except Exception as exc:
         raise api_error(exc) from None

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -186,7 +186,7 @@ def stable_prefix(text: str) -> str:
     return text[:opened] if opened > text.rfind("]") else text
 
 
-def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, base_url: str,
+def sse_events(model: str, updates: Generator[ChatUpdate, None, None], first: ChatUpdate, base_url: str,
                on_final) -> Iterator[str]:  # fmt: skip
     """The streamed answer as server-sent events: ``chat.completion.chunk`` objects, then ``data: [DONE]``.
 
@@ -218,7 +218,7 @@ def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, bas
                 yield _chunk(chunk_id, model, {"content": shown[len(sent):]})
                 sent = shown
             update = next(updates)
-    except Exception as exc:  # noqa: BLE001 - said to the client in the stream, which has started
+    except Exception as exc:
         failure = api_error(exc)
         yield f"data: {json.dumps(error_body(failure.status, failure.message, failure.code), ensure_ascii=False)}\n\n"
     finally:
@@ -226,7 +226,7 @@ def sse_events(model: str, updates: Iterator[ChatUpdate], first: ChatUpdate, bas
     yield "data: [DONE]\n\n"
 
 
-def stepped_as(user: User, updates: Iterator[ChatUpdate]) -> Iterator[ChatUpdate]:
+def stepped_as(user: User, updates: Generator[ChatUpdate, None, None]) -> Generator[ChatUpdate, None, None]:
     """``updates`` with each step run for ``user`` (each step may run in another thread)."""
     try:
         while True:
@@ -249,9 +249,9 @@ def final_update(first: ChatUpdate, stepped: Iterator[ChatUpdate]) -> ChatUpdate
     final = first
     try:
         if not first.done:
-            for final in stepped:
+            for final in stepped:  # noqa: B007 (the last update of the stream is the answer)
                 pass
-    except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+    except Exception as exc:
         raise api_error(exc) from None
     return final
 
@@ -265,7 +265,7 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
         require(request)
         try:
             topics = list_topics(rt)
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise api_error(exc) from None
         return {"object": "list", "data": [{"id": t.name, "object": "model", "created": 0, "owned_by": "ragtopics",
                                             "kind": t.kind, "description": t.description} for t in topics]}  # fmt: skip
@@ -277,17 +277,17 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
         question, pairs = split_conversation(body.messages)
         base_url = str(request.base_url)
 
-        def start() -> tuple[Topic, Iterator[ChatUpdate], ChatUpdate]:
+        def start() -> tuple[Topic, Generator[ChatUpdate, None, None], ChatUpdate]:
             with acting_as(user):
                 try:
                     topic = get_topic(rt, body.model)
-                except Exception as exc:  # noqa: BLE001 - an unknown model is an unknown Topic
+                except Exception as exc:
                     raise api_error(exc, not_found_code="model_not_found") from None
                 try:
                     session_id = chat_for(rt, user, topic, pairs)
                     updates = ask(rt, topic, question, session_id=session_id)
                     first = next(updates)
-                except Exception as exc:  # noqa: BLE001 - an empty question, a model that does not answer...
+                except Exception as exc:
                     raise api_error(exc) from None
             return topic, updates, first
 

@@ -18,7 +18,7 @@ Topics, communities, the graph and evaluation runs are in :mod:`ragtopics.api.re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import anyio
 from fastapi import Depends, FastAPI, File, Request, UploadFile
@@ -35,8 +35,8 @@ from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic, list_topics
-from ragtopics.worker.queue import job_progress
 from ragtopics.tracing.metrics import observe_answer
+from ragtopics.worker.queue import job_progress
 
 #: Where the API is mounted on the console's app.
 PREFIX = "/api/v1"
@@ -52,7 +52,7 @@ def needs(role: str):
     def caller(request: Request) -> User:
         return require(request, role)
 
-    caller.need = role
+    caller.need = role  # type: ignore[attr-defined]  # a function attribute, read by the route audit
     return Depends(caller)
 
 
@@ -71,7 +71,7 @@ def _event(name: str, data) -> str:
     return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final, base_url: str = "") -> Iterator[str]:
+def answer_events(updates: Generator[ChatUpdate, None, None], first: ChatUpdate, on_final, base_url: str = "") -> Iterator[str]:
     """An answer as server-sent events: ``phase`` ({"phase", "status"}) while it searches, ``token``
     ({"text"}: text added to the answer), then ``route``, ``sources``, ``timings`` and ``done`` (the object
     :func:`~ragtopics.api.shapes.answer` gives); ``error`` ({"error": {...}}) if it fails on the way."""
@@ -96,7 +96,7 @@ def answer_events(updates: Iterator[ChatUpdate], first: ChatUpdate, on_final, ba
         yield _event("sources", whole["sources"])
         yield _event("timings", whole["timings_ms"])
         yield _event("done", whole)
-    except Exception as exc:  # noqa: BLE001 - the stream has started: said in it
+    except Exception as exc:
         failure = errors.api_error(exc)
         yield _event("error", errors.error_body(failure.status, failure.message, failure.code))
     finally:
@@ -114,7 +114,7 @@ def build(rt: Runtime) -> FastAPI:
         """Every Topic: `[{"id", "name", "kind", "description", "settings_version"}]`. Needs the viewer role."""
         try:
             return [shapes.topic_summary(t) for t in list_topics(rt)]
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.get("/topics/{name}", tags=["topics"])
@@ -122,7 +122,7 @@ def build(rt: Runtime) -> FastAPI:
         """A Topic with its settings, as `ragtopics topic show` prints it. Needs the operator role."""
         try:
             return shapes.topic_detail(get_topic(rt, name))
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.post("/topics/{name}/ask", tags=["chat"])
@@ -136,7 +136,7 @@ def build(rt: Runtime) -> FastAPI:
                     topic = get_topic(rt, name)
                     updates = ask(rt, topic, body.question, session_id=body.session_id, route=body.route, save=body.save)
                     return topic, updates, next(updates)
-                except Exception as exc:  # noqa: BLE001 - an unknown Topic or chat, an empty question...
+                except Exception as exc:
                     raise errors.api_error(exc) from None
 
         topic, updates, first = await anyio.to_thread.run_sync(start)
@@ -175,7 +175,7 @@ def add_chat_routes(app: FastAPI, rt: Runtime) -> None:
         try:
             with acting_as(user):
                 return [shapes.chat(c) for c in list_sessions(rt, get_topic(rt, name))]
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.get("/chats/{session_id}", tags=["chat"])
@@ -189,7 +189,7 @@ def add_chat_routes(app: FastAPI, rt: Runtime) -> None:
                 if session is None:
                     raise errors.ApiError(404, f"no chat session {session_id} of yours", "not_found")
                 turns = saved_turns(rt, session_id)
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
         return {**shapes.chat(session), "turns": [shapes.saved_turn(t, base_url) for t in turns]}
 
@@ -206,7 +206,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         operator role."""
         try:
             topic = get_topic(rt, name)
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
         enqueued, refused = [], []
         with BatchedUploads(rt, topic) as uploads:
@@ -234,7 +234,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         try:
             topic = get_topic(rt, name)
             return estimate_upload(rt, topic, [(upload.filename or "", upload.file.read()) for upload in files]).to_dict()
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.get("/topics/{name}/documents", tags=["documents"])
@@ -242,7 +242,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         """The Topic's Indexed Documents, as `ragtopics docs --json` prints them. Needs the operator role."""
         try:
             return [shapes.document(d) for d in list_documents(rt, get_topic(rt, name))]
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.delete("/topics/{name}/documents/{file_name}", tags=["documents"])
@@ -253,7 +253,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
             topic = get_topic(rt, name)
             rt.check_store()
             return {"deleted": file_name, "removed": delete_document(rt, topic, file_name)}
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
 
     @app.get("/jobs/{job_id}", tags=["documents"])
@@ -267,7 +267,7 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         try:
             progress = job_progress(rt, job_id)
             cost = comparison(rt, [job_id]).get(job_id) if progress.status != "missing" else None
-        except Exception as exc:  # noqa: BLE001 - answered in the API's error shape
+        except Exception as exc:
             raise errors.api_error(exc) from None
         if progress.status == "missing":
             raise errors.ApiError(404, f"no job {job_id} (finished jobs are kept for a while, then forgotten)", "not_found")

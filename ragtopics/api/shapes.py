@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 from ragtopics.answer.context import Source
@@ -69,7 +69,7 @@ def answer(final: ChatUpdate, base_url: str = "") -> dict[str, Any]:
 
 def utc_iso(moment) -> str:
     """A stored UTC time (naive) as ISO 8601 with its offset, e.g. ``2026-12-01T20:42:33.120000+00:00``; "" for None."""
-    return moment.replace(tzinfo=timezone.utc).isoformat() if moment else ""
+    return moment.replace(tzinfo=UTC).isoformat() if moment else ""
 
 
 def document(info: DocumentInfo) -> dict[str, Any]:

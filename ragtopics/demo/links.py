@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from typing import overload
 from urllib.parse import urlsplit
 
 from sqlmodel import col, delete, func, select
@@ -139,11 +140,15 @@ class NewLink:
         return {**self.link.to_dict(), "token": self.token, "path": self.path, "urls": self.urls, "notes": self.notes}
 
 
+@overload
+def _aware(value: datetime) -> datetime: ...
+@overload
+def _aware(value: datetime | None) -> datetime | None: ...
 def _aware(value: datetime | None) -> datetime | None:
     """A datetime read back from SQLite (naive, UTC) made timezone-aware."""
     if value is None or value.tzinfo is not None:
         return value
-    return value.replace(tzinfo=timezone.utc)
+    return value.replace(tzinfo=UTC)
 
 
 def _link(row: DemoLinkRow, turns: int = 0) -> DemoLink:
@@ -251,7 +256,7 @@ def _is_local(base: str) -> bool:
 def _share_url(rt: Runtime) -> str | None:
     try:
         value = rt.redis.get(SHARE_URL_KEY)
-    except Exception:  # noqa: BLE001 - a store outage hides the share link, it does not stop the link being made
+    except Exception:
         return None
     return value.decode() if isinstance(value, bytes) else value
 
@@ -320,7 +325,7 @@ def revoke_link(rt: Runtime, link_id: str, *, delete_chats: bool = False) -> dic
         revoked_at = _aware(row.revoked_at)
         deleted = 0
         if delete_chats:
-            deleted = s.exec(delete(DemoTurnRow).where(DemoTurnRow.link_id == link_id)).rowcount or 0
+            deleted = s.exec(delete(DemoTurnRow).where(col(DemoTurnRow.link_id) == link_id)).rowcount or 0
     return {"id": link_id, "revoked_at": revoked_at.isoformat(), "deleted_turns": deleted}
 
 
@@ -392,7 +397,9 @@ def record_turn(rt: Runtime, link: DemoLink, visitor: str, question: str, answer
     with rt.metadata.session() as s:
         s.add(row)
         s.flush()
-        return int(row.id)
+        if row.id is None:
+            raise RuntimeError(f"the database gave the demo turn of link {link.id} no id")
+        return row.id
 
 
 def list_turns(rt: Runtime, link_id: str) -> list[dict]:

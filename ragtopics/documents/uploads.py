@@ -7,20 +7,24 @@ import logging
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.documents.sniff import check_content
+from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.ingest.docling import check_zip_archive
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
-from ragtopics.topics.topics import Topic
+from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
+from ragtopics.topics.topics import Topic
+
+if TYPE_CHECKING:
+    from ragtopics.ingest.cost import Figures
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +103,7 @@ def describe_types(extensions: list[str], *, limit: int = 16) -> str:
     """A readable list of file types: all of them when few, else the first ``limit`` and a count."""
     if len(extensions) <= limit:
         return ", ".join(extensions)
-    shown = [e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions]
+    shown: list[str] = [e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions]
     shown += [e for e in extensions if e not in shown][: limit - len(shown)]
     return f"{', '.join(shown)} and {len(extensions) - len(shown)} more (see the Topic's File Types)"
 
@@ -234,6 +238,8 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
         return False
     ext = extension_of(file_name)
     cfg = topic.settings
+    if not isinstance(cfg, RagTopicSettings):  # a RAG Topic always has them
+        return False
     calls_models = (cfg.chunking_strategy == "SEMANTIC" or cfg.import_strategy == "NARRATE"
                     or (cfg.retrieval_strategy == "HYBRID" and cfg.keyword_enrichment == "LLM"))  # fmt: skip
     return not calls_models and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
@@ -290,7 +296,7 @@ class BatchedUploads:
     def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES,
                  estimate: bool = True):  # fmt: skip
         self.rt, self.topic = rt, topic
-        self._figures = None
+        self._figures: Figures | None = None
         #: Whether each file's cost estimate is kept with its job (:func:`~ragtopics.ingest.cost.estimate_and_store`).
         self.estimate = estimate
         self._groups = JobGroups(batch_files=batch_files, batch_bytes=batch_bytes)
@@ -336,7 +342,7 @@ class BatchedUploads:
         except StoreUnavailableError as exc:
             self.not_queued += [(row, str(exc)) for row in rows]
 
-    def __enter__(self) -> "BatchedUploads":
+    def __enter__(self) -> BatchedUploads:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -375,7 +381,7 @@ def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
     rows = document_store.topic_documents(rt.metadata, topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
-                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)  # fmt: skip
+                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)
         for r in rows
     ]
 

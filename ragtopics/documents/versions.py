@@ -130,7 +130,7 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
         [stored] = store_versions(rt, topic, [version], fence=fence)
     try:
         mark_recompute_due(rt, topic.id, version.change or f"{version.file_name} was uploaded")
-    except Exception as exc:  # noqa: BLE001 - the version is stored; only the next rebuild's reminder is missing
+    except Exception as exc:
         log.warning("the recompute mark of Topic %s was not set after storing %s: %s", topic.id, version.file_name, exc)
     return Stored(stored.row, stored.obsolete, stored.replaced, removal)
 
@@ -215,7 +215,7 @@ def _restored_on_failure(store, share) -> Iterator[None]:
 
         try:
             restore_share(store, share)
-        except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+        except Exception as exc:
             log.error("the graph share of %s could not be restored after a failed write: %s; it is replaced "
                       "by the next version stored", share.document_id, exc)  # fmt: skip
         raise

@@ -217,7 +217,7 @@ def detect_communities(entities: Iterable[Entity], relationships: Iterable[Relat
     groups: dict[int, list[str]] = {}
     for eid, label in zip(ids, membership):
         groups.setdefault(label, []).append(eid)
-    label_of = {eid: label for eid, label in zip(ids, membership)}
+    label_of = dict(zip(ids, membership))
     inside: dict[int, list[Relationship]] = {}
     for rel in rels:
         if label_of[rel.source_id] == label_of[rel.target_id]:

@@ -167,7 +167,7 @@ class CommunityIndex:
         pipe = self.client.pipeline(transaction=True)
         for record, mapping in zip(records, mappings):
             pipe.delete(self.key(record.community_id))  # no stale field survives a rewrite
-            pipe.hset(self.key(record.community_id), mapping=mapping)
+            pipe.hset(self.key(record.community_id), mapping=mapping)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
         if delete_ids:
             pipe.delete(*(self.key(cid) for cid in delete_ids))
         pipe.execute()

@@ -235,7 +235,7 @@ def compile_rules(corrections: list[Correction]) -> RuleSet:
         sources = {(normalize_name(n), c.type) for n in c.names if normalize_name(n)}
         target = (normalize_name(c.target_name), c.target_type)
         if c.kind in ("merge", "rename", "retype"):
-            for key, (name, type_, rid) in list(rules.redirect.items()):
+            for key, (name, type_, _rid) in list(rules.redirect.items()):
                 if (normalize_name(name), type_) in sources:
                     rules.redirect[key] = (c.target_name, c.target_type, c.id)
             for key in sources | {target}:

@@ -91,7 +91,7 @@ MAX_WORD_BLOCK = 1000
 #: Longest normalised name that gets one-deletion keys (longer names are found by their words).
 MAX_DELETION_KEY_CHARS = 64
 #: Words that initials skip ("United States of America" → USA) and word blocks ignore.
-SMALL_WORDS = frozenset("a an and at de del der des di die du für in la le of on the to und van von".split())
+SMALL_WORDS = frozenset(["a", "an", "and", "at", "de", "del", "der", "des", "di", "die", "du", "für", "in", "la", "le", "of", "on", "the", "to", "und", "van", "von"])
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -342,7 +342,7 @@ def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
     reordered = _pairs_in_blocks(np.array(sorted_keys, dtype=np.int64), np.array(sorted_owners, dtype=np.int64), probe, n)
     found.append(_word_block_pairs(np.array(word_keys, dtype=np.int64), np.array(word_owners, dtype=np.int64), probe, forms,
                                    min_score))  # fmt: skip
-    return np.unique(np.concatenate(found + [reordered])), np.unique(reordered)
+    return np.unique(np.concatenate([*found, reordered])), np.unique(reordered)
 
 
 #: Polynomial hashing of the one-deletion keys (mod 2**64): base, and its powers up to the longest key.
@@ -542,7 +542,7 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
     blocks = set(hashes.tolist())
     words: dict[int, str] = {}
     name_keys: set[str] = set()
-    for name, form in zip(names, forms):
+    for _name, form in zip(names, forms):
         key = form.replace(" ", "")
         name_keys.add(key)
         if " " in form:
@@ -585,26 +585,26 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
     """
     split = apart
     with _step(trace, len(incoming), len(existing)) as event:
-        nodes, node_of, apart = _group_by_name(incoming, existing)
+        nodes, node_of, kept_apart = _group_by_name(incoming, existing)
         groups = _Groups(nodes, frozenset(split))
-        edges = _rule_edges(nodes) + _fuzzy_edges(nodes, fuzzy_threshold, apart, frozenset(common_words))
+        edges = _rule_edges(nodes) + _fuzzy_edges(nodes, fuzzy_threshold, kept_apart, frozenset(common_words))
         if embed is not None:
-            apart += _check_descriptions(nodes, edges, embed)
+            kept_apart += _check_descriptions(nodes, edges, embed)
         for edge in sorted((e for e in edges if e.verdict == "merge"), key=lambda e: (_RANK[e.rule], -e.score, e.a, e.b)):
             if groups.is_split(edge.a, edge.b):
-                apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "operator split"))
+                kept_apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "operator split"))
             elif not groups.union(edge.a, edge.b, edge.rule, edge.score) and groups.is_blocked(edge.a, edge.b):
-                apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "both already in the graph"))
+                kept_apart.append(KeptApart(nodes[edge.a].head.name, nodes[edge.b].head.name, "both already in the graph"))
         open_pairs = _open_pairs(groups, [e for e in edges if e.verdict == "unclear"])
         event.data["open_pairs"] = len(open_pairs)  # the pairs the model is asked about, MODEL_BATCH_PAIRS a call
         if model is not None:
-            apart += _decide_by_model(nodes, groups, open_pairs, model, event.data)
+            kept_apart += _decide_by_model(nodes, groups, open_pairs, model, event.data)
         still_open = _open_pairs(groups, [e for e in open_pairs if e.verdict == "unclear"])
         unclear = [UnclearPair(nodes[e.a].head.name, nodes[e.b].head.name, nodes[e.a].type, round(e.score, 4), e.reason)
                    for e in still_open]  # fmt: skip
-        result = _result(nodes, groups, node_of, incoming, unclear, apart)
+        result = _result(nodes, groups, node_of, incoming, unclear, kept_apart)
         event.data.update(merges=[[m.kept, m.merged, m.rule, round(m.score, 3)] for m in result.merges],
-                          unclear=[list(u) for u in unclear], kept_apart=[list(k) for k in apart],
+                          unclear=[list(u) for u in unclear], kept_apart=[list(k) for k in kept_apart],
                           entities=len(result.entities))  # fmt: skip
     log.debug("deduplicate: %s incoming, %s merges, %s unclear", len(incoming), len(result.merges), len(unclear))
     return result
@@ -835,6 +835,7 @@ def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart], c
         score = fuzz.ratio(a.form, b.form) / 100  # again, in double precision, for the record
         if (a.existing and b.existing) or a.key == b.key:  # the same normalised name was decided by type already
             continue
+        found: tuple[str, str] | None
         if sorted(a.form.split()) == sorted(b.form.split()):
             score, found = 1.0, ("merge", "same words")
         else:

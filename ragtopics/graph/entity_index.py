@@ -118,8 +118,8 @@ class EntityVectorIndex:
             existing = None
         if existing is None:
             for statement in ("CREATE INDEX FOR (v:EntityVector) ON (v.id)",
-                              "CREATE VECTOR INDEX FOR (v:EntityVector) ON (v.embedding) "
-                              f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}"):  # fmt: skip
+                              ("CREATE VECTOR INDEX FOR (v:EntityVector) ON (v.embedding) "
+                              f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}")):  # fmt: skip
                 try:
                     self.graph.query(statement)
                 except ResponseError as exc:

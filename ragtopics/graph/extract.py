@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import itertools
 import logging
 import re
 from dataclasses import dataclass
@@ -180,7 +181,7 @@ class CheckedChunkExtraction(ChunkExtraction):
     """
 
     @model_validator(mode="after")
-    def _relationships_name_listed_entities(self) -> "CheckedChunkExtraction":
+    def _relationships_name_listed_entities(self) -> CheckedChunkExtraction:
         names: dict[str, str] = {}
         entities: list[ExtractedEntity] = []
         for entity in self.entities:
@@ -337,11 +338,11 @@ def _page(match: re.Match) -> int:
 def _is_ascending(matches: list[re.Match]) -> bool:
     """Whether the page numbers mostly go up, as in a table of contents (not in a table of quantities)."""
     numbers = [_page(m) for m in matches]
-    steps = list(zip(numbers, numbers[1:]))
+    steps = list(itertools.pairwise(numbers))
     return sum(a <= b for a, b in steps) >= 0.8 * len(steps) and numbers[-1] > numbers[0]
 
 
 def _is_alphabetical(terms: list[str]) -> bool:
     keys = [re.sub(r"[^\w]", "", t.casefold()) for t in terms]
-    steps = list(zip(keys, keys[1:]))
+    steps = list(itertools.pairwise(keys))
     return sum(a <= b for a, b in steps) >= 0.7 * len(steps)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from typing import Any
 
 from rq import Queue, Retry
 from rq.job import Dependency
@@ -32,7 +33,7 @@ from rq.rate_limit import RateLimit
 
 from ragtopics.errors import SupersededError
 from ragtopics.graph.extract import looks_like_toc_or_index
-from ragtopics.graph.ingest import extraction_setup, extract_cached, extraction_text
+from ragtopics.graph.ingest import extract_cached, extraction_setup, extraction_text
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.tracing.trace import Trace
@@ -120,7 +121,7 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
         queue.enqueue_call("ragtopics.worker.jobs.extract_batch", args=(topic.id, doc.id, job_id, batch),
                            job_id=f"{job_id}-x{n}", description=f"extract {len(batch)} chunk(s) of {doc.file_name}",
                            result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600, meta=meta, rate_limit=limit,
-                           retry=Retry(max=BATCH_RETRIES))  # fmt: skip
+                           retry=Retry(max=BATCH_RETRIES))
         for n, batch in enumerate(batches)
     ]
     finisher = queue.enqueue_call(
@@ -148,11 +149,11 @@ def extract_batch(rt: Runtime, topic_id: str, document_id: str, job_id: str, chu
     raw = rt.redis.get(parked_key(topic_id, job_id))
     if raw is None:
         return {"status": "gone", "extracted": 0, "cached": 0, "failed": 0}
-    version = pickle.loads(raw)["version"]
+    version = _unpickled(raw)["version"]
     wanted = set(chunk_ids)
     setup = extraction_setup(rt, get_topic(rt, topic_id))
     trace = Trace("upload", f"extraction of {document_id}", get_topic(rt, topic_id).settings.role_models)
-    counts = {"status": "done", "extracted": 0, "cached": 0, "failed": 0}
+    counts: dict[str, Any] = {"status": "done", "extracted": 0, "cached": 0, "failed": 0}
     try:
         for record in (r for r in version.records if r.chunk_id in wanted):
             documents.check_current(rt.metadata, document_id, job_id)
@@ -190,12 +191,12 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
     raw = rt.redis.get(key)
     if raw is None:
         return IngestResult(document_id, "gone", 0, 0, [], reason="the prepared version expired or was removed")
-    parked = pickle.loads(raw)
+    parked = _unpickled(raw)
     version, trace = parked["version"], parked["trace"]
     events_key = _events_key(topic_id, job_id)
     for start in range(0, int(rt.redis.llen(events_key)), EVENT_PAGE):  # a page at a time: the trace bounds its text
         for batch in rt.redis.lrange(events_key, start, start + EVENT_PAGE - 1):
-            for step, data in pickle.loads(batch):
+            for step, data in _unpickled(batch):
                 trace.add(step, **data)
     failures = {_text(k): _text(v) for k, v in rt.redis.hgetall(_failed_key(topic_id, job_id)).items()}
     fresh = {_text(c) for c in rt.redis.smembers(extracted_key(topic_id, job_id))} - set(failures)
@@ -221,6 +222,17 @@ def _reporter(rt: Runtime, document_id: str, job_id: str, progress):
             progress(phase, done, total)
 
     return report
+
+
+def _unpickled(raw: bytes | str) -> Any:
+    """A value pickled into Redis, read back (the client does not decode responses, so it gives bytes).
+
+    Raises:
+        TypeError: when the client gave text, i.e. it was set up to decode responses.
+    """
+    if not isinstance(raw, bytes):
+        raise TypeError(f"a pickled value came back from Redis as {type(raw).__name__}; the client must not decode responses")
+    return pickle.loads(raw)
 
 
 def _text(value) -> str:

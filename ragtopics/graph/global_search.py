@@ -24,6 +24,7 @@ import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -34,7 +35,11 @@ from ragtopics.graph.community_index import CommunityHit, CommunityIndex
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.rag.retrieval import reciprocal_rank_fusion
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +73,8 @@ class GlobalRetriever:
     """
 
     rt: Runtime
-    topic: object
-    settings: object
+    topic: Topic
+    settings: GraphRagTopicSettings
     map_prompt: PromptTemplate
     route: str = "GLOBAL"
     progress: SearchProgress | None = None
@@ -147,7 +152,7 @@ class GlobalRetriever:
 
     def _map_by_embedding(self, question: str, hits: list[CommunityHit], vector: np.ndarray) -> list[tuple[CommunityHit, list[str], float]]:
         """The best sentences and key relationships of each summary by cosine to the question (no model call)."""
-        candidates = [(h, [s for s in _sentences(h.summary)] + list(h.key_relationships)) for h in hits]
+        candidates = [(h, list(_sentences(h.summary)) + list(h.key_relationships)) for h in hits]
         texts = [t for _, ts in candidates for t in ts]
         vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, len(vector)))
         out, at = [], 0

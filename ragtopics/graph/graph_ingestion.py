@@ -31,7 +31,7 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -40,8 +40,14 @@ from falkordb import FalkorDB
 from ragtopics.documents.versions import Version, store_version
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
 from ragtopics.graph.corrections import load_rules
-from ragtopics.graph.ingest import (GraphPlan, chunk_mentions, deduplicate_against_graph, document_chunk_ids,
-                                     entity_text, graph_store)
+from ragtopics.graph.ingest import (
+    GraphPlan,
+    chunk_mentions,
+    deduplicate_against_graph,
+    document_chunk_ids,
+    entity_text,
+    graph_store,
+)
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
@@ -51,6 +57,8 @@ from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
+
+_Row = TypeVar("_Row")
 
 #: The origin recorded in a graph-ingestion document's ``indexed_with`` and shown after its name.
 ORIGIN = "graph ingestion"
@@ -145,7 +153,7 @@ def parse_nodes_edges_json(data: bytes) -> ImportedGraph:
     nodes = [_node(row, f"node #{i}", problems) for i, row in enumerate(doc["nodes"], 1)]
     parsed = [_edge(row, f"edge #{i}", problems) for i, row in enumerate(edges, 1)]
     _refuse_if(problems)
-    return ImportedGraph(tuple(nodes), tuple(parsed), "json", size_bytes=len(data))
+    return ImportedGraph(_kept(nodes), _kept(parsed), "json", size_bytes=len(data))
 
 
 def parse_nodes_edges_csv(nodes: bytes, edges: bytes | None = None) -> ImportedGraph:
@@ -164,7 +172,12 @@ def parse_nodes_edges_csv(nodes: bytes, edges: bytes | None = None) -> ImportedG
     edge_rows = _csv_rows(edges, "edges file", {"source", "target"}) if edges is not None else []
     links = [_edge(row, f"line {line} of the edges file", problems) for line, row in edge_rows]
     _refuse_if(problems)
-    return ImportedGraph(tuple(parsed), tuple(links), "csv", size_bytes=len(nodes) + len(edges or b""))
+    return ImportedGraph(_kept(parsed), _kept(links), "csv", size_bytes=len(nodes) + len(edges or b""))
+
+
+def _kept(rows: list[_Row | None]) -> tuple[_Row, ...]:
+    """The parsed rows as a tuple; :func:`_refuse_if` has already refused a file with a bad (None) row."""
+    return tuple(row for row in rows if row is not None)
 
 
 def _csv_rows(data: bytes, what: str, required: set[str]) -> list[tuple[int, dict]]:
@@ -196,7 +209,8 @@ def _node(row: Any, where: str, problems: list[str]) -> GraphNode | None:
     if bad or not fields["name"]:
         problems.append(f"{where}: {bad[0]} must be text" if bad else f"{where} has no name")
         return None
-    name = fields["name"]
+    text = {k: v for k, v in fields.items() if v is not None}  # all of them: none is bad
+    name = text["name"]
     if len(name) > MAX_NAME_CHARS:
         problems.append(f"{where}: the name is longer than {MAX_NAME_CHARS} characters")
         return None
@@ -204,7 +218,7 @@ def _node(row: Any, where: str, problems: list[str]) -> GraphNode | None:
     if aliases is None:
         problems.append(f"{where}: aliases must be a list of names or names separated by ';'")
         return None
-    return GraphNode(fields["id"] or name, name, _type_name(fields["type"]), fields["description"], aliases, where)
+    return GraphNode(text["id"] or name, name, _type_name(text["type"]), text["description"], aliases, where)
 
 
 def _edge(row: Any, where: str, problems: list[str]) -> GraphEdge | None:

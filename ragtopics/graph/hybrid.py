@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -31,7 +32,12 @@ from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.global_search import GlobalRetriever
 from ragtopics.graph.local import LocalRetriever
 from ragtopics.prompts.templates import PromptTemplate
+from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +71,9 @@ class HybridRetriever:
         progress: where to say each step, and whose Stop ends the searches (None: silent).
     """
 
-    rt: object
-    topic: object
-    settings: object
+    rt: Runtime
+    topic: Topic
+    settings: GraphRagTopicSettings
     map_prompt: PromptTemplate
     plan_prompt: PromptTemplate
     route: str = "HYBRID"

@@ -39,6 +39,7 @@ from ragtopics.graph.extract import choose_method, extract_chunk, extraction_ver
 from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
 from ragtopics.graph.store import GraphStore, RemovalReport
 from ragtopics.prompts.resolve import resolve_prompts
+from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.tracing.trace import Trace
@@ -143,7 +144,7 @@ class ExtractionSetup:
     """
 
     method: str
-    prompt: object
+    prompt: PromptTemplate
     version: str
     cache: ExtractionCache
 
@@ -376,7 +377,7 @@ def chunk_subjects(mentions: list[Entity], keys: dict[str, set[str]]) -> set[tup
         mentions: one entity per (entity, chunk), as :func:`chunk_mentions` gives them (kept name, names used).
         keys: chunk id → :func:`subject_keys` of the chunk.
     """
-    out = set()
+    out: set[tuple[str, str]] = set()
     for m in mentions:
         names = {normalize_name(n) for n in (m.name, *m.aliases)}
         out.update((m.id, cid) for cid in m.chunk_ids if names & keys.get(cid, set()))

@@ -44,7 +44,7 @@ def mark_recompute_due(rt: Runtime, topic_id: str, reason: str) -> None:
     pipe.execute()
 
 
-def due_marker(rt: Runtime, topic_id: str) -> bytes | None:
+def due_marker(rt: Runtime, topic_id: str) -> bytes | str | None:
     """The count of changes since the last rebuild, which grows with every :func:`mark_recompute_due`: a rebuild
     clears the mark only when it is unchanged after the run (no upload or delete while it ran). ``None`` when
     no change was counted."""

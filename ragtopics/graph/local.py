@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import igraph
 import numpy as np
@@ -55,6 +56,9 @@ from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, decode_vector, parse_pages
 from ragtopics.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,7 @@ class LocalRetriever:
     """
 
     rt: Runtime
-    topic: object
+    topic: Topic
     settings: GraphRagTopicSettings
     route: str = "LOCAL"
 
@@ -260,7 +264,7 @@ def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.n
     return Seeds(tuple(entity[eid] for eid in order), weights, sources, tuple(dense))
 
 
-def seed_weights(seeds: list[Entity], ranked: dict[str, list[str]], *, named: set[str] = frozenset(),
+def seed_weights(seeds: list[Entity], ranked: dict[str, list[str]], *, named: Set[str] = frozenset(),
                  k: int = WEIGHT_RRF_K) -> dict[str, float]:  # fmt: skip
     """PageRank reset weights of the seeds: a sharp reciprocal rank fusion, divided by how many chunks carry the seed.
 
@@ -323,7 +327,8 @@ def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:
         Chunk ids, most supported first (ties: the order the subgraph names them).
     """
     support: dict[str, int] = {}
-    for item in (*sub.entities, *sub.relationships):
+    items: tuple[Entity | Relationship, ...] = (*sub.entities, *sub.relationships)
+    for item in items:
         for cid in sorted(item.chunk_ids):
             support[cid] = support.get(cid, 0) + 1
     hits = [h.chunk_id for h in dense if h.chunk_id in support]
@@ -408,7 +413,7 @@ def personalized_pagerank(sub: Subgraph, chunk_links: dict[str, list[str]], seed
         if cid in at:
             reset[at[cid]] += passage_weight * ((cos - low) / (high - low) if high > low else 1.0)
     if sum(reset) <= 0:
-        return {name: 0.0 for name in names}
+        return dict.fromkeys(names, 0.0)
     scores = graph.personalized_pagerank(directed=False, damping=damping, reset=reset, weights=weights or None)
     return dict(zip(names, scores))
 

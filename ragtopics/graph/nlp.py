@@ -422,6 +422,6 @@ def _cooccurrences(text: str, sentences: list[tuple[int, int]], per_sentence: li
                 first.setdefault(pair, i)
     return [
         ExtractedRelationship(source=entities[s][0], target=entities[t][0], strength=float(min(n, STRENGTH_CAP)),
-                              description=_describe(text, sentences, [first[(s, t)]]))  # fmt: skip
+                              description=_describe(text, sentences, [first[(s, t)]]))
         for (s, t), n in counts.items()
     ]

@@ -22,6 +22,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import redis
@@ -30,15 +31,24 @@ from rapidfuzz import fuzz, process
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery
 from ragtopics.graph.dedup import name_form
 from ragtopics.graph.ingest import graph_store
-from ragtopics.graph.local import (MAX_CANDIDATE_CHUNKS, LocalRetriever, fetch_chunks, graph_chunk_evidence,
-                                   provenance_of, short_description)  # fmt: skip
-from ragtopics.graph.model import Entity
+from ragtopics.graph.local import (
+    MAX_CANDIDATE_CHUNKS,
+    LocalRetriever,
+    fetch_chunks,
+    graph_chunk_evidence,
+    provenance_of,  # fmt: skip
+    short_description,
+)
+from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphPath, GraphStore
 from ragtopics.ingest.keywords import STOP_WORDS, is_searchable, query_keywords
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit
 from ragtopics.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +61,8 @@ FUZZY_POOL = 20
 #: Longest run of words tried as a name.
 MAX_NAME_WORDS = 8
 #: Words that start a question (capitalised there) or ask for a connection: never a name of their own.
-QUESTION_WORDS = frozenset("how what who whom whose which where when why is are was were do does did can could "
-                           "in on of the a an and or between compare tell explain name "
-                           "related relate relates relation relationship connected connect connects connection "
-                           "link linked links tie tied".split())  # fmt: skip
-_JOINERS = frozenset("of the de del der des di du la le van von da y & and".split())
+QUESTION_WORDS = frozenset(["how", "what", "who", "whom", "whose", "which", "where", "when", "why", "is", "are", "was", "were", "do", "does", "did", "can", "could", "in", "on", "of", "the", "a", "an", "and", "or", "between", "compare", "tell", "explain", "name", "related", "relate", "relates", "relation", "relationship", "connected", "connect", "connects", "connection", "link", "linked", "links", "tie", "tied"])  # fmt: skip
+_JOINERS = frozenset(["of", "the", "de", "del", "der", "des", "di", "du", "la", "le", "van", "von", "da", "y", "&", "and"])
 _TOKEN = re.compile(r"[^\W_][\w'’.&-]*[\w]|[^\W_]", re.UNICODE)
 _QUOTED = re.compile(r"[\"“”‘’']([^\"“”‘’']{2,80})[\"“”‘’']")
 
@@ -89,7 +96,7 @@ class PathRetriever:
     """
 
     rt: Runtime
-    topic: object
+    topic: Topic
     settings: GraphRagTopicSettings
     route: str = "PATH"
 
@@ -100,6 +107,7 @@ class PathRetriever:
             trace.add("path", query=query.question, skipped="the question holds no letter or digit")
             return Context((), self.route, "the question has nothing that can be searched")
         store = graph_store(self.rt, self.topic)
+        chain: GraphPath | None = None
         with trace.step("path", max_hops=cfg.path_max_hops) as ev:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
             found = resolve_entities(store, self.rt, query, vector, trace)
@@ -111,9 +119,13 @@ class PathRetriever:
             else:
                 a, b = found[0].entity, found[1].entity
                 chain = shortest_chain(store, a, b, cfg.path_max_hops, ev.data)
-                why = "" if chain else f"no chain of at most {cfg.path_max_hops} hops between {a.name} and {b.name}"
-                ev.data["fallback" if why else "chain"] = why or [e.name for e in chain.entities]
-        if why:
+                if chain is None:
+                    why = f"no chain of at most {cfg.path_max_hops} hops between {a.name} and {b.name}"
+                    ev.data["fallback"] = why
+                else:
+                    why = ""
+                    ev.data["chain"] = [e.name for e in chain.entities]
+        if why or chain is None:  # no reason given means a chain was found
             return self.fallback(query, trace, f"{why}; LOCAL instead")
         with trace.step("path_chunks", hops=chain.hops) as ev:
             chunks = fetch_chunks(self.rt.chunk_index(self.topic.id), chain_chunk_ids(chain), vector)
@@ -135,8 +147,11 @@ def candidate_names(question: str) -> list[str]:
         such as "of"), longest first; then the runs of content words, longest parts first. No repeats.
     """
     tokens = [(m.start(), m.group(0)) for m in _TOKEN.finditer(question)]
-    capital_runs, word_runs, run, words = [], [], [], []
-    for _, tok in tokens + [(len(question), "")]:
+    capital_runs: list[list[str]] = []
+    word_runs: list[list[str]] = []
+    run: list[str] = []
+    words: list[str] = []
+    for _, tok in [*tokens, (len(question), "")]:
         is_capital = bool(tok) and (tok[0].isupper() or tok[0].isdigit())
         if is_capital or (run and tok.lower() in _JOINERS):
             run.append(tok)
@@ -296,7 +311,8 @@ def keep_chain_chunks(chain: GraphPath, chunks: dict[str, ChunkHit], limit: int)
     Returns:
         At most ``limit`` chunk ids in that order.
     """
-    support = {cid: sum(cid in item.chunk_ids for item in (*chain.entities, *chain.relationships)) for cid in chunks}
+    items: tuple[Entity | Relationship, ...] = (*chain.entities, *chain.relationships)
+    support = {cid: sum(cid in item.chunk_ids for item in items) for cid in chunks}
     ranked = sorted(chunks, key=lambda cid: (-support[cid], -chunks[cid].score, cid))
     first = [next((cid for cid in ranked if cid in r.chunk_ids), None) for r in chain.relationships]
     return list(dict.fromkeys([c for c in first if c] + ranked))[:limit]

@@ -18,6 +18,7 @@ and skips (``status: skipped``) when another run holds it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -94,10 +95,8 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
 
     previous = _decode(rt.redis.get(_next_key(topic.id)))
     if previous and _status(rt, previous) == "scheduled":
-        try:
+        with contextlib.suppress(NoSuchJobError):
             Job.fetch(previous, connection=rt.redis).cancel()
-        except NoSuchJobError:
-            pass
     interval = getattr(topic.settings, "refresh_interval_s", None) if topic.kind == "graphrag" else None
     if not interval:
         rt.redis.delete(_next_key(topic.id))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
@@ -45,7 +45,7 @@ def community_stats(rt: Runtime, topic) -> dict[str, Any]:
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
     last = None
     if run:  # finished_at (seconds since the epoch) also as a readable UTC time
-        finished = datetime.fromtimestamp(run.finished_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        finished = datetime.fromtimestamp(run.finished_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         last = {**asdict(run), "finished": finished if run.finished_at else ""}
     return {"communities": run.communities if run else 0, "summaries": index.count(), "last_run": last}
 
@@ -66,7 +66,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
                             "ignoring case, spaces and punctuation)")  # fmt: skip
     around = store.neighbours([entity.id], hops=1, limit=200)
     names = {e.id: e.name for e in around.entities}
-    relationships = [
+    relationships: list[dict[str, Any]] = [
         {"source": names.get(r.source_id, r.source_id), "target": names.get(r.target_id, r.target_id),
          "description": r.description, "strength": round(r.strength, 3), "chunks": len(r.chunk_ids)}
         for r in around.relationships if entity.id in (r.source_id, r.target_id)

@@ -46,6 +46,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import redis
@@ -363,7 +364,7 @@ class GraphStore:
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
 
-    def fence_writes(self, fence) -> "GraphStore":
+    def fence_writes(self, fence) -> GraphStore:
         """Make every later write of this store depend on ``fence`` (a :class:`~ragtopics.storage.locks.Fence`).
 
         On the server that holds the locks (the app's own Redis, the default Graph Database), each
@@ -452,7 +453,7 @@ class GraphStore:
                 is neither in ``chunks`` nor stored, or a relationship names an entity that
                 is neither in ``entities`` nor stored. Nothing is written then.
         """
-        chunk_rows = [{"id": cid, "position": int(pos)} for cid, pos in dict(chunks).items()]
+        chunk_rows: list[dict[str, Any]] = [{"id": cid, "position": int(pos)} for cid, pos in dict(chunks).items()]
         merged, rels, endpoints = _upsert_rows(entities, relationships)
         self._check_references(
             {c["id"] for c in chunk_rows},
@@ -546,9 +547,15 @@ class GraphStore:
         if not ids or not self.exists():
             return RemovalReport()
         row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS}).result_set[0]
-        self.vectors.delete(row[-2] or [])
-        rebuilt = self.rebuild_entities(row[-1] or [])
-        report = RemovalReport(*(int(n) for n in row[:-2]), rebuilt=tuple(sorted(rebuilt)))
+        ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched = row
+        self.vectors.delete(gone_ids or [])
+        rebuilt = self.rebuild_entities(touched or [])
+        report = RemovalReport(
+            entities_removed=int(ents_removed), entities_kept=int(ents_kept),
+            relationships_removed=int(rels_removed), relationships_kept=int(rels_kept),
+            chunks_removed=int(chunks_removed), documents_removed=int(docs_removed),
+            images_removed=int(images_removed), rebuilt=tuple(sorted(rebuilt)),
+        )  # fmt: skip
         log.info("graph %s: removed %d chunks: %s", self.name, len(ids), report)
         return report
 
@@ -595,10 +602,6 @@ class GraphStore:
         return self.vectors.set(entity_ids, vectors)
 
     # -- reads -----------------------------------------------------------------------------
-
-    def read(self, query: str, params: dict | None = None) -> list[list]:
-        """Rows of a read-only Cypher query with ``params``; ``[]`` when the graph does not exist (never creates it)."""
-        return self._read(query, params)
 
     def _read(self, query: str, params: dict | None = None, *, timeout_ms: int | None = None) -> list[list]:
         """Rows of a read-only query; ``[]`` when the graph does not exist (a read never creates it)."""
@@ -941,7 +944,7 @@ def _upsert_rows(entities: list[Entity], relationships: list[Relationship]) -> t
 
 
 #: What a chunk that names an entity only as a relationship's end says about it.
-_SAID_NOTHING = {"sentences": [], "names": [], "keys": []}
+_SAID_NOTHING: dict[str, list[str]] = {"sentences": [], "names": [], "keys": []}
 
 
 def _merge_entities(entities: list[Entity]) -> dict[str, dict]:

@@ -24,6 +24,7 @@ The separator hierarchy follows the widely used recursive character splitter
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,7 +232,7 @@ def _find_blocks(text: str) -> list[_Block]:
         above = [m for m in headings if m.end() <= start]
         nearest = above[-1] if above else None
         direct = nearest is not None and not text[nearest.end() : start].strip()
-        blocks.append(_Block(start, end, kind, nearest.start() if direct else None, nearest.group(0).strip() if nearest else ""))
+        blocks.append(_Block(start, end, kind, nearest.start() if direct and nearest is not None else None, nearest.group(0).strip() if nearest else ""))
     return blocks
 
 
@@ -245,7 +246,7 @@ def _split_span(text: str, start: int, end: int, size: int, levels: tuple[_Cutte
         return [_Atom(s, min(s + size, end)) for s in range(start, end, size)]
     bounds = [start, *levels[level](text, start, end), end]
     atoms: list[_Atom] = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         atoms.extend(_split_span(text, a, b, size, levels, level + 1))
     return atoms
 

@@ -279,7 +279,7 @@ def _serve(connection: Connection) -> None:
     try:
         warm_up = connection.recv()
         warm_up()
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which says why the converter can not start
+    except BaseException as exc:
         connection.send(("error", f"{type(exc).__name__}: {exc}", capture.take()))
         return
     connection.send(("ready", None, capture.take()))
@@ -295,7 +295,7 @@ def _run_forever(connection: Connection, capture: _Capture) -> None:
             return
         try:
             reply = ("ok", function(*args), capture.take())
-        except Exception as exc:  # noqa: BLE001 - handed to the parent, raised there
+        except Exception as exc:
             reply = ("error", _picklable(exc), capture.take())
         try:
             connection.send(reply)
@@ -308,7 +308,7 @@ def _picklable(exc: Exception) -> Exception:
     note = "in the converter process:\n" + "".join(traceback.format_exception(exc))
     try:
         pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 - any failure to round-trip means: send words instead
+    except Exception:
         exc = RuntimeError(f"{type(exc).__name__}: {exc}")
     exc.add_note(note)
     return exc

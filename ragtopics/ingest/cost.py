@@ -31,17 +31,17 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import update
+from sqlalchemy import CursorResult, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 from ragtopics.runtime import Runtime
-from ragtopics.storage.metadata import RoleEndpointRow, UploadCostRow, UsageFigureRow, utcnow
+from ragtopics.storage.metadata import UploadCostRow, UsageFigureRow, utcnow
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -501,14 +501,17 @@ def add_figures(rt: Runtime, increments: dict[str, dict[str, float]]) -> None:
         values = {f: float(inc.get(f, 0.0)) for f in fields}
         for _ in range(2):  # a row another worker inserted meanwhile: update it instead
             with rt.metadata.session() as s:
-                changed = s.execute(update(UsageFigureRow).where(col(UsageFigureRow.name) == name).values(
+                statement = update(UsageFigureRow).where(col(UsageFigureRow.name) == name).values(
                     **{f: getattr(UsageFigureRow, f) + values[f] for f in fields},
-                    samples=UsageFigureRow.samples + 1, updated_at=utcnow()))  # fmt: skip
+                    samples=UsageFigureRow.samples + 1, updated_at=utcnow())  # fmt: skip
+                changed = cast(CursorResult[Any], s.execute(statement))  # an UPDATE's result, which has a rowcount
                 if changed.rowcount:
                     break
             try:
                 with rt.metadata.session() as s:
-                    s.add(UsageFigureRow(name=name, samples=1, **values))
+                    s.add(UsageFigureRow(name=name, samples=1, count=values["count"], units=values["units"],
+                                         tokens_in=values["tokens_in"], tokens_out=values["tokens_out"],
+                                         seconds=values["seconds"]))  # fmt: skip
                 break
             except IntegrityError:
                 continue
@@ -758,7 +761,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     kinds = active_kinds(rt, topic)
     figures = load_figures(rt)
     estimate = CostEstimate(topic=topic.name, calls={k: CallEstimate(k, KINDS[k].role) for k in KINDS if k in kinds})
-    text_chars: dict[str, float] = {k: 0.0 for k in kinds}  # text each kind sends, for the default token counts
+    text_chars: dict[str, float] = dict.fromkeys(kinds, 0.0)  # text each kind sends, for the default token counts
     graph_files: list[tuple[FileEstimate, float]] = []
     for name, data in files:
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, name, data)
@@ -777,10 +780,10 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     if topic.kind == "graphrag":
         outlook = graph_calls(rt, topic, kinds, figures, graph_files)
         if outlook.work is not None:  # the graph's work per chunk grows with the graph the upload finds
-            n, estimate.work_seconds = outlook.entities, 0.0
-            for f, chars in graph_files:
-                estimate.work_seconds += outlook.work_seconds(f.chunks, n) or 0.0
-                n += outlook.new_per_char * chars
+            entities, estimate.work_seconds = outlook.entities, 0.0
+            for f, graph_chars in graph_files:
+                estimate.work_seconds += outlook.work_seconds(f.chunks, entities) or 0.0
+                entities += outlook.new_per_char * graph_chars
     for f, _ in graph_files:
         for kind, n in f.calls.items():
             estimate.calls[kind].calls += n
@@ -934,7 +937,7 @@ def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | 
             if topic.kind == "graphrag":  # as if it were the next upload into the graph as it is now
                 graph_calls(rt, topic, kinds, figures, [(f, chars.get("graph", 0.0))])
             store_estimate(rt, row, f, topic)
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("no cost estimate kept for %s: %s", row.file_name, exc)
 
 
@@ -1008,7 +1011,7 @@ def record_upload(rt: Runtime, trace: Trace, doc) -> None:
     """
     try:
         _record_upload(rt, trace, doc)
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("cost figures of %s not recorded: %s", getattr(doc, "file_name", "?"), exc)
 
 
@@ -1086,7 +1089,7 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
             increments[f"communities:{work}:{float(detect.get('resolution', 1.0)):g}"] = {
                 "count": reportable, "units": int(detect["entities"])}  # fmt: skip
         add_figures(rt, increments)
-    except Exception as exc:  # noqa: BLE001 - see above
+    except Exception as exc:
         log.warning("cost figures of a community rebuild not recorded: %s", exc)
 
 
@@ -1124,7 +1127,34 @@ def error_percent(estimated: float, actual: float) -> float | None:
     return (estimated - actual) / actual * 100
 
 
-__all__ = ["KINDS", "DEFAULTS", "GRAPH_DEFAULTS", "GraphOutlook", "graph_outlook", "graph_calls", "dedup_calls", "fit_hazard",
-           "fit_work", "observe", "observations", "clear_figures", "CostEstimate", "FileEstimate", "CallEstimate", "Figures", "estimate_upload",
-           "load_figures", "add_figures", "record_upload", "record_rebuild", "comparison", "comparison_text",
-           "estimate_and_store", "store_estimate", "actual_from_trace", "active_kinds", "endpoint_prices", "error_percent"]  # fmt: skip
+__all__ = [
+    "DEFAULTS",
+    "GRAPH_DEFAULTS",
+    "KINDS",
+    "CallEstimate",
+    "CostEstimate",
+    "Figures",
+    "FileEstimate",
+    "GraphOutlook",
+    "active_kinds",
+    "actual_from_trace",
+    "add_figures",
+    "clear_figures",
+    "comparison",
+    "comparison_text",
+    "dedup_calls",
+    "endpoint_prices",
+    "error_percent",
+    "estimate_and_store",
+    "estimate_upload",
+    "fit_hazard",
+    "fit_work",
+    "graph_calls",
+    "graph_outlook",
+    "load_figures",
+    "observations",
+    "observe",
+    "record_rebuild",
+    "record_upload",
+    "store_estimate",
+]  # fmt: skip

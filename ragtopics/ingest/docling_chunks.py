@@ -176,7 +176,7 @@ def _units(document: DoclingDocument, order: dict[str, int], paths: dict[str, tu
     chunker = HierarchicalChunker(serializer_provider=_SerializerProvider(), always_emit_headings=True)
     units: list[_Unit] = []
     for chunk in chunker.chunk(document):
-        items = list(chunk.meta.doc_items)
+        items = list(chunk.meta.doc_items)  # type: ignore[attr-defined]  # HierarchicalChunker yields DocChunk, whose meta is DocMeta
         heading_only = not chunk.text.strip() and all(isinstance(i, (TitleItem, SectionHeaderItem)) for i in items)
         if heading_only:
             path, kind = tuple(i.self_ref for i in items), "heading"

@@ -83,7 +83,7 @@ def engine_unavailable_reason() -> str:
     """
     try:
         import rapidocr_onnxruntime  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure (missing wheel, libGL, ABI) means no OCR
+    except Exception as exc:
         return f"the OCR engine rapidocr-onnxruntime does not import ({type(exc).__name__}: {exc})"
     return ""
 
@@ -114,13 +114,13 @@ def pages_without_text(document: DoclingDocument, pages: range | Sequence[int]) 
     """
     from docling_core.types.doc import TableItem, TextItem
 
-    with_text = set()
+    with_text: set[int] = set()
     for item, _level in document.iterate_items():
         has_text = (isinstance(item, TextItem) and item.text.strip()) or (
             isinstance(item, TableItem) and any(cell.text.strip() for cell in item.data.table_cells)
         )
         if has_text:
-            with_text.update(prov.page_no for prov in item.prov)
+            with_text.update(prov.page_no for prov in item.prov)  # type: ignore[attr-defined]  # text and table items have provenance
     return tuple(page for page in sorted(pages) if page not in with_text)
 
 

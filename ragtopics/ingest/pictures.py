@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ragtopics.ingest.docling import Picture
 from ragtopics.errors import ConfigurationError, ReadError
+from ragtopics.ingest.docling import Picture
 from ragtopics.prompts.templates import PICTURE_LINE, PICTURES, PromptTemplate
 from ragtopics.tracing.trace import Trace
 

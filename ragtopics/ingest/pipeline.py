@@ -19,26 +19,33 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
+from ragtopics.documents.versions import Version, store_version, store_versions
+from ragtopics.errors import (
+    ConfigurationError,
+    NotFoundError,
+    RefusedFileError,
+    StoreUnavailableError,
+    SupersededError,
+    is_store_outage,
+)
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.errors import NotFoundError, RefusedFileError, StoreUnavailableError, SupersededError, is_store_outage
 from ragtopics.ingest.keywords import index_keywords
-from ragtopics.llm.gateway import ModelCall
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
+from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
+from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, TokenCounter, cap_tokens, trim_to_tokens
+from ragtopics.llm.gateway import ModelCall
+from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
-from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
-from ragtopics.topics.topics import get_topic
-from ragtopics.tracing.trace import Trace, TraceEvent
-from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, cap_tokens, trim_to_tokens
-from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage import documents
+from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks, graph_write_lock
-from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.storage.metadata import DocumentRow, PictureRow
-from ragtopics.documents.versions import Version, store_version, store_versions
+from ragtopics.topics.topics import get_topic
+from ragtopics.tracing.reports import record_trace, record_traces
+from ragtopics.tracing.trace import Trace, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +234,12 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
     if embedder.max_tokens and texts:
         try:
             counts = embedder.count_tokens(texts)
-        except Exception as exc:  # noqa: BLE001 - each file counts again, and fails with its own message
+        except Exception as exc:
             log.debug("counting the batch's tokens failed: %s", exc)
     if not counts or len(counts) != len(texts):
         return [None] * len(chunked)
-    out, at = [], 0
+    out: list[list[int] | None] = []
+    at = 0
     for c in chunked:
         out.append(list(counts[at : at + len(c.pieces)]))
         at += len(c.pieces)
@@ -239,7 +247,7 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
 
 
 def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace,
-              report: ProgressFn) -> "PreparedVersion":  # fmt: skip
+              report: ProgressFn) -> PreparedVersion:  # fmt: skip
     """The embedded draft as a version to store: keyword fields, picture rows and links, chunk records."""
     result, pieces = draft.result, draft.pieces
     keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
@@ -249,7 +257,7 @@ def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTop
     records = [
         ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
                     position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
-                    context=ctx, pages=p.pages, version=doc.pending_sha256)  # fmt: skip
+                    context=ctx, pages=p.pages, version=doc.pending_sha256)
         for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, draft.contexts, strict=True))
     ]
     indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, draft.descriptions, draft.capped, trace)
@@ -494,7 +502,7 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
     try:
         record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for trace, doc, _ in done],
                       events)  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - the versions are stored; only their traces are lost
+    except Exception as exc:
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
     from ragtopics.ingest.cost import record_upload
 
@@ -774,7 +782,7 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
     """
     embedder = rt.gateway.embedder
     reserve = CONTEXT_LINE_TOKENS if cfg.chunking_strategy == "SEMANTIC" else 0
-    counter = embedder.count_tokens if embedder.max_tokens else None
+    counter = _token_counter(rt)
     capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve,
                         counts=token_counts)  # fmt: skip
     if capped.split_chunks:
@@ -785,12 +793,31 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
 
 def _fit_context_lines(rt: Runtime, lines: list[str]) -> list[str]:
     """Context lines shortened to :data:`CONTEXT_LINE_TOKENS` when the embedder's window is known."""
-    embedder = rt.gateway.embedder
-    if not embedder.max_tokens or not any(lines):
+    counter = _token_counter(rt)
+    if counter is None or not any(lines):
         return lines
-    counts = embedder.count_tokens(lines)
-    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, embedder.count_tokens) if n > CONTEXT_LINE_TOKENS else line
+    counts = counter(lines)
+    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, counter) if n > CONTEXT_LINE_TOKENS else line
             for line, n in zip(lines, counts, strict=True)]  # fmt: skip
+
+
+def _token_counter(rt: Runtime) -> TokenCounter | None:
+    """The embedder's token counter when its window is known (None otherwise: nothing is cut).
+
+    The counter raises :class:`~ragtopics.errors.ConfigurationError` when an embedder with a window cannot count.
+    """
+    embedder = rt.gateway.embedder
+    if not embedder.max_tokens:
+        return None
+
+    def count(texts: list[str]) -> list[int]:
+        counts = embedder.count_tokens(texts)
+        if counts is None:
+            raise ConfigurationError(f"the embedding model {embedder.model} has a window of {embedder.max_tokens} "
+                                     "tokens but cannot count them")  # fmt: skip
+        return counts
+
+    return count
 
 
 def _check_chunk_count(file_name: str, count: int, limit: int, cfg: RagTopicSettings, *, at_least: bool = False) -> None:

@@ -34,15 +34,14 @@ import csv
 import io
 import itertools
 import json
-import sys
 import logging
+import re
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError
-
-import re
 
 import yaml
 from charset_normalizer import from_bytes
@@ -246,7 +245,7 @@ def split_record(text: str, *, size: int) -> list[str]:
             continue
         field = _FIELD_LINE.fullmatch(line)
         key = f"{field.group(1)}: " if field and len(field.group(1)) < budget // 2 else ""
-        value = field.group(2) if key else line
+        value = field.group(2) if field and key else line
         lines.extend(key + p.text for p in split_recursive(value, size=max(budget - len(key), 1), overlap=0))
     return [head + group for group in _split_lines("\n".join(lines), budget)] if lines else [head.rstrip("\n")]
 
@@ -512,7 +511,7 @@ def _read_yaml_documents(text: str, file_name: str, exc: yaml.YAMLError) -> list
     """
     starts = [m.start() for m in _YAML_DOCUMENT_START.finditer(text)]
     bounds = sorted({0, *starts, len(text)})
-    parts = [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+    parts = [text[a:b] for a, b in itertools.pairwise(bounds) if text[a:b].strip()]
     if len(parts) < 2:
         raise ReadError(f"{file_name} is not valid YAML: {_yaml_error(exc)}") from exc
     docs: list[Any] = []

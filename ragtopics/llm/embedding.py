@@ -19,10 +19,15 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ragtopics.errors import ModelUnavailableError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +88,7 @@ class Embedder(ABC):
             return np.zeros((0, self.dims), dtype=np.float32)
         send = send or (lambda request: request())
         batches = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
-        parts = [send(lambda batch=batch: self._embed_batch(batch)) for batch in batches]
+        parts = [send(partial(self._embed_batch, batch)) for batch in batches]
         vectors = np.asarray(np.concatenate(parts), dtype=np.float32)
         if vectors.shape != (len(texts), self.dims):
             raise ValueError(f"{self.model} returned vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dims})")
@@ -113,7 +118,7 @@ class LocalEmbedder(Embedder):
     def __init__(self, batch_size: int = 64, forward_batch: int = LOCAL_FORWARD_BATCH):
         super().__init__(model="all-MiniLM-L6-v2", dims=384, batch_size=batch_size)
         self.forward_batch = forward_batch
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
         self.max_tokens = LOCAL_MAX_TOKENS
 
@@ -123,11 +128,11 @@ class LocalEmbedder(Embedder):
         Raises:
             ModelUnavailableError: when the packaged model is missing.
         """
-        self.load()
+        model = self._loaded()
         if not texts:
             return []
         with self._lock:  # a fast tokenizer refuses concurrent use ("Already borrowed")
-            encoded = self._model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+            encoded = model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
     def load(self) -> None:
@@ -149,11 +154,18 @@ class LocalEmbedder(Embedder):
             self.max_tokens = int(self._model.max_seq_length or LOCAL_MAX_TOKENS)
             log.info("loaded local embedding model %s", self.model)
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _loaded(self) -> SentenceTransformer:
+        """The model, loaded first if it is not yet (see :meth:`load`)."""
         self.load()
+        if self._model is None:  # load() either sets it or raises
+            raise ModelUnavailableError(f"the local embedding model {self.model} did not load")
+        return self._model
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        model = self._loaded()
         passes = len(texts) if max(map(len, texts), default=0) <= SHORT_TEXT_CHARS else self.forward_batch
         with self._lock:  # one forward pass at a time; torch already uses every core
-            return self._model.encode(texts, batch_size=max(passes, 1), convert_to_numpy=True, normalize_embeddings=True)
+            return model.encode(texts, batch_size=max(passes, 1), convert_to_numpy=True, normalize_embeddings=True)
 
 
 class OpenAIEmbedder(Embedder):

@@ -62,15 +62,16 @@ def apply_overrides(rt: Runtime) -> None:
     base = rt._environment_settings if produced is not None and rt.settings is produced else rt.settings
     settings = with_overrides(base, stored_overrides(rt))
     rt._environment_settings, rt._overridden_settings, rt.settings = base, settings, settings
-    if getattr(rt, "_gateway", None) is not None:
-        rt._gateway.settings = settings
+    gateway = getattr(rt, "_gateway", None)
+    if gateway is not None:
+        gateway.settings = settings
 
 
 def refresh(rt: Runtime) -> None:
     """Re-read the stored endpoints (workers call this as each job starts); a failure keeps the current ones."""
     try:
         apply_overrides(rt)
-    except Exception as exc:  # noqa: BLE001 - the job can still run on the endpoints it has
+    except Exception as exc:
         log.warning("could not re-read the model endpoints set in the console: %s", exc)
 
 

@@ -29,9 +29,9 @@ from instructor.core.exceptions import InstructorError
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ragtopics.settings.env import ModelEndpoint, Settings
-from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, StructuredOutputError
+from ragtopics.llm.embedding import Embedder, LocalEmbedder, OpenAIEmbedder
+from ragtopics.settings.env import ModelEndpoint, Settings
 from ragtopics.tracing import metrics
 from ragtopics.tracing.trace import Trace
 
@@ -49,6 +49,8 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 
 
 _TRANSPORT_ERRORS = _transport_errors()
+#: What a stream can raise mid-way: the client's own errors and its transport's.
+_STREAM_ERRORS: tuple[type[Exception], ...] = (openai.APIError, *_TRANSPORT_ERRORS)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,8 @@ class RetryPolicy:
 
         def before_sleep(state: RetryCallState) -> None:
             log.warning("%s: attempt %s of %s failed (%s); retrying in %.1f s", label, state.attempt_number,
-                        self.attempts, _describe(state.outcome.exception()), state.upcoming_sleep)  # fmt: skip
+                        self.attempts, _describe(state.outcome.exception() if state.outcome else None),
+                        state.upcoming_sleep)  # fmt: skip
 
         return Retrying(retry=retry_if_exception(is_transient), stop=stop_after_attempt(self.attempts), wait=wait,
                         before_sleep=before_sleep, reraise=True)  # fmt: skip
@@ -330,7 +333,7 @@ class ModelGateway:
                     raise ModelUnavailableError(f"{_label(endpoint)} ended its stream before the answer was finished "
                                                 f"(after {len(parts)} piece(s), no finish reason)")  # fmt: skip
                 stopped = False
-            except (openai.APIError, *_TRANSPORT_ERRORS) as exc:  # a read timeout or a cut connection mid-stream
+            except _STREAM_ERRORS as exc:  # a read timeout or a cut connection mid-stream
                 raise ModelUnavailableError(f"{_label(endpoint)} failed while streaming: {exc or type(exc).__name__}") from exc
             finally:
                 stream.close()
@@ -364,7 +367,9 @@ class ModelGateway:
                 )  # fmt: skip
             except InstructorError as exc:  # instructor wraps transport errors; unwrap them for the retry policy
                 cause = _api_error_in(exc)
-                raise cause if cause is not None else exc
+                if cause is None:
+                    raise
+                raise cause from exc
 
         try:
             with slot:
@@ -485,7 +490,7 @@ def _describe(exc: BaseException | None) -> str:
 
 def _api_error_in(exc: BaseException) -> openai.APIError | None:
     """The openai error an instructor error wraps (its cause chain, or its ``failed_attempts``), if any."""
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, openai.APIError):
             return seen

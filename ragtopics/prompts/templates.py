@@ -56,7 +56,7 @@ class PromptTemplate:
             )
         return Template(self.text).substitute(values)
 
-    def with_text(self, text: str) -> "PromptTemplate":
+    def with_text(self, text: str) -> PromptTemplate:
         """This prompt with another text that uses exactly the same variables.
 
         Raises:
@@ -69,7 +69,7 @@ class PromptTemplate:
                 "(every question sends it to the model)")
         candidate = PromptTemplate(self.name, text, self.description)
         try:
-            Template(text).substitute({v: "" for v in candidate.variables()})
+            Template(text).substitute(dict.fromkeys(candidate.variables(), ""))
         except ValueError as exc:
             raise PromptTemplateError(f"prompt {self.name!r}: {exc} (write $$ for a literal dollar sign)") from exc
         if candidate.variables() != self.variables():

@@ -36,28 +36,28 @@ REMEDIES: dict[tuple[str, str], tuple[str, str, tuple[str, ...]]] = {
     ("rag", "no_answer"): ("Answers say \"I don't know\" too often", "Lower Min. Similarity Score, or raise Top-K Results.",
                            ("min_similarity_score", "top_k_results")),
     ("graphrag", "no_answer"): ("Overview questions answer \"no results\"",
-                                "Run Recompute Communities Now (new documents reach overview answers only after a run); "
-                                "lower Min. Similarity Score or raise Top-K Nodes.",
+                                ("Run Recompute Communities Now (new documents reach overview answers only after a run); "
+                                "lower Min. Similarity Score or raise Top-K Nodes."),
                                 ("min_similarity_score", "top_k_nodes", "top_k_reports")),
-    ("rag", "slow"): ("Answers are slow", "Reranking LLM adds a model call per question; a smaller Top-K Results gives the "
-                      "model less to read.", ("reranking_strategy", "top_k_results")),
-    ("graphrag", "slow"): ("Answers are slow", "A router decision of HYBRID is the slowest way. Lower Max Follow-up Rounds "
-                           "and Max Follow-up Questions.", ("max_follow_up_rounds", "max_follow_up_questions", "top_k_reports")),
-    ("rag", "unrelated"): ("Answers contain unrelated content", "Raise Min. Similarity Score, lower Top-K Results, or use "
-                           "Reranking LLM.", ("min_similarity_score", "top_k_results", "reranking_strategy")),
-    ("graphrag", "unrelated"): ("Answers contain unrelated content", "Raise Min. Similarity Score, or lower Top-K Nodes and "
-                                "Hop Depth.", ("min_similarity_score", "top_k_nodes", "hop_depth")),
+    ("rag", "slow"): ("Answers are slow", ("Reranking LLM adds a model call per question; a smaller Top-K Results gives the "
+                      "model less to read."), ("reranking_strategy", "top_k_results")),
+    ("graphrag", "slow"): ("Answers are slow", ("A router decision of HYBRID is the slowest way. Lower Max Follow-up Rounds "
+                           "and Max Follow-up Questions."), ("max_follow_up_rounds", "max_follow_up_questions", "top_k_reports")),
+    ("rag", "unrelated"): ("Answers contain unrelated content", ("Raise Min. Similarity Score, lower Top-K Results, or use "
+                           "Reranking LLM."), ("min_similarity_score", "top_k_results", "reranking_strategy")),
+    ("graphrag", "unrelated"): ("Answers contain unrelated content", ("Raise Min. Similarity Score, or lower Top-K Nodes and "
+                                "Hop Depth."), ("min_similarity_score", "top_k_nodes", "hop_depth")),
     ("rag", "file_empty"): ("A file is accepted, but the chat never finds its content",
-                            "Check the Indexed Documents list. A scan without readable text yields no pieces: turn on OCR in "
-                            "Docling Settings.", ("docling_settings",)),
+                            ("Check the Indexed Documents list. A scan without readable text yields no pieces: turn on OCR in "
+                            "Docling Settings."), ("docling_settings",)),
     ("graphrag", "file_empty"): ("A file is accepted, but its facts are not found",
-                                 "Check the Ingested Sources list. A scan without readable text yields nothing: turn on OCR in "
-                                 "Docling Settings. Few entities: use a stronger Graph Extraction Model or a smaller Chunk Size.",
+                                 ("Check the Ingested Sources list. A scan without readable text yields nothing: turn on OCR in "
+                                 "Docling Settings. Few entities: use a stronger Graph Extraction Model or a smaller Chunk Size."),
                                  ("docling_settings", "graph_extraction_method", "chunk_size")),
     ("rag", "file_failed"): ("A file could not be indexed", "Read the error; fix the file or the setting it names and upload it again.",
                              ("docling_settings", "max_file_size_mb")),
-    ("graphrag", "file_failed"): ("A file could not be indexed", "Read the error; fix the file or the setting it names and upload "
-                                  "it again.", ("docling_settings", "max_file_size_mb")),
+    ("graphrag", "file_failed"): ("A file could not be indexed", ("Read the error; fix the file or the setting it names and upload "
+                                  "it again."), ("docling_settings", "max_file_size_mb")),
 }  # fmt: skip
 
 
@@ -165,8 +165,8 @@ def _search_findings(events: list[dict], cfg, route: str = "") -> list[str]:
     found = data.get("dense") or data.get("kept") or []
     best = sorted((float(h.get("score") or 0) for h in found if isinstance(h, dict)), reverse=True)[:3]
     min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
-    lines = [f"The search ({data.get('strategy', 'dense')}) found {len(found) if found else data.get('candidates', 0)} candidate chunk(s) and "
-             f"kept {len(data.get('kept') or [])} (Top-K {data.get('top_k', '?')}, Min. Similarity Score {min_score})."]  # fmt: skip
+    lines = [(f"The search ({data.get('strategy', 'dense')}) found {len(found) if found else data.get('candidates', 0)} candidate chunk(s) and "
+             f"kept {len(data.get('kept') or [])} (Top-K {data.get('top_k', '?')}, Min. Similarity Score {min_score}).")]  # fmt: skip
     return lines + _best_scores(best)
 
 
@@ -181,8 +181,8 @@ def _summary_findings(data: dict, cfg) -> list[str]:
         return [f"GLOBAL searched community summaries and found none: {data['reason']} (run Recompute Communities Now)."]
     kept, best = data.get("reports") or [], data.get("best") or []
     min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
-    return [f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
-            f"{data.get('top_k', '?')}, Min. Similarity Score {min_score}).",
+    return [(f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
+            f"{data.get('top_k', '?')}, Min. Similarity Score {min_score})."),
             *_best_scores([float(b.get("score") or 0) for b in best])]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def _write_json(rt: Runtime, run_id: str, name: str, value: Any) -> None:
     rt.blobs.write(run_path(run_id, name), json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
-def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: list[str] = (), route: str | None = None,
+def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: Sequence[str] = (), route: str | None = None,
               retrieval_only: bool = True) -> str:  # fmt: skip
     """Check a run's inputs, save its request and queue it; returns the run id.
 

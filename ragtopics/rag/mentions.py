@@ -138,7 +138,7 @@ class _NamesCache:
     """The :class:`FileNames` of each chunk index, rebuilt when the index's file set changes (see
     :meth:`ChunkIndex.files_generation`); shared by the threads of a process."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[str, FileNames]] = {}
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from ragtopics.errors import ModelUnavailableError
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.prompts.templates import PromptTemplate
-from ragtopics.tracing.trace import Trace
 from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.tracing.trace import Trace
 
 #: Characters of each candidate shown to the reranker.
 PASSAGE_PREVIEW_CHARS = 600

@@ -73,7 +73,7 @@ def reciprocal_rank_fusion(ranked_ids: Mapping[str, Sequence[str]], *, k: int = 
     ranks: dict[str, dict] = {}
     for name, ids in ranked_ids.items():
         for rank, item in enumerate(ids, start=1):
-            entry = ranks.setdefault(item, {n: None for n in ranked_ids} | {"rrf": 0.0})
+            entry = ranks.setdefault(item, dict.fromkeys(ranked_ids) | {"rrf": 0.0})
             if entry[name] is None:
                 entry[name] = rank
                 entry["rrf"] += 1.0 / (k + rank)

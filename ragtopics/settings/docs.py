@@ -54,7 +54,7 @@ def settings_rows(settings: BaseModel) -> list[SettingRow]:
     model = type(settings)
     return [
         SettingRow(key, phase_of(model, key), display_value(getattr(settings, key)), describe_default(field),
-                   describe_type(field), field.description or "")  # fmt: skip
+                   describe_type(field), field.description or "")
         for key, field in model.model_fields.items()
     ]
 

@@ -258,7 +258,7 @@ class Settings(BaseSettings):
         return value.strip().rstrip("/") + "/"
 
     @model_validator(mode="after")
-    def _role_models_named(self) -> "Settings":
+    def _role_models_named(self) -> Settings:
         for role in ROLES[1:]:
             if getattr(self, f"{role}_base_url") and not getattr(self, f"{role}_model"):
                 prefix = role.upper()
@@ -268,7 +268,7 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _object_store_complete(self) -> "Settings":
+    def _object_store_complete(self) -> Settings:
         if self.file_store == "s3" and not self.s3_bucket:
             raise ConfigurationError("FILE_STORE=s3 needs S3_BUCKET: set it to the bucket that holds the files "
                                      "(and S3_ENDPOINT_URL to the object store's URL unless it is AWS S3)")  # fmt: skip

@@ -21,9 +21,8 @@ from enum import Enum
 from typing import Any, Literal
 
 import annotated_types
-from pydantic.fields import FieldInfo
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from ragtopics.errors import InvalidSettingError
 from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
@@ -276,7 +275,7 @@ class ChatSettings(BaseModel):
     @classmethod
     def _split_extensions(cls, value: Any) -> Any:
         if isinstance(value, str):
-            value = [v for v in value.replace(";", ",").split(",")]
+            value = list(value.replace(";", ",").split(","))
         if isinstance(value, list):
             return sorted({str(v).strip().lower().lstrip(".") for v in value if str(v).strip()})
         return value
@@ -332,7 +331,7 @@ class ChatSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _overlap_below_size(self) -> "ChatSettings":
+    def _overlap_below_size(self) -> ChatSettings:
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
         return self
@@ -465,10 +464,10 @@ class GraphRagTopicSettings(ChatSettings):
 
 TopicKind = Literal["rag", "graphrag"]
 TopicSettings = RagTopicSettings | GraphRagTopicSettings
-SETTINGS_MODELS: dict[str, type[ChatSettings]] = {"rag": RagTopicSettings, "graphrag": GraphRagTopicSettings}
+SETTINGS_MODELS: dict[str, type[TopicSettings]] = {"rag": RagTopicSettings, "graphrag": GraphRagTopicSettings}
 
 
-def settings_model(kind: str) -> type[ChatSettings]:
+def settings_model(kind: str) -> type[TopicSettings]:
     """The settings model of a Topic kind.
 
     Raises:

@@ -13,6 +13,7 @@ string for both kinds: it is what the metadata rows keep and what download links
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -202,10 +203,8 @@ class BlobStore(FileStore):
             return
         target = self.path(relative)
         target.unlink(missing_ok=True)
-        try:
+        with contextlib.suppress(OSError):
             target.parent.rmdir()
-        except OSError:
-            pass
 
     def list(self, prefix: str) -> list[str]:
         """The relative paths of the files under the folder ``prefix``, sorted (temporary files of a write left out)."""

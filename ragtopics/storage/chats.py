@@ -46,6 +46,7 @@ def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str
                           timings=dict(timings_ms))  # fmt: skip
         s.add(row)
         s.flush()
+        assert row.id is not None  # the database assigns the id at flush
         return row.id
 
 

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import redis
@@ -34,8 +34,8 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import Tag
 
 from ragtopics.errors import EmbeddingMismatchError
-from ragtopics.storage.locks import Fence
 from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
+from ragtopics.storage.locks import Fence
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,8 +74,7 @@ CANDIDATE_TERMS_KEPT = 2
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
-    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they "
-    "this to was will with".split()
+    ["a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
 )
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2
@@ -402,7 +401,7 @@ class ChunkIndex:
             fence.watch(pipe)
             pipe.multi()
         for key, mapping in mappings:
-            pipe.hset(key, mapping=mapping)
+            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]  # redis-py types the mapping's key invariantly
         removed, files_changed = {}, False
         for document_id, chunks in swaps.items():
             before = old.get(document_id, {})
@@ -422,6 +421,8 @@ class ChunkIndex:
         try:
             pipe.execute()
         except redis.WatchError:
+            if fence is None:
+                raise
             raise fence.lost_at_exec() from None
         finally:
             pipe.reset()
@@ -485,7 +486,7 @@ class ChunkIndex:
                 total += 1
             pipe.multi()
             pipe.delete(self.terms_key)
-            pipe.hset(self.terms_key, mapping={**counts, _TERMS_TOTAL: total, _TERMS_COMPLETE: _TERMS_KEYED_BY})
+            pipe.hset(self.terms_key, mapping={**counts, _TERMS_TOTAL: total, _TERMS_COMPLETE: _TERMS_KEYED_BY})  # type: ignore[dict-item]  # redis-py types the mapping's key invariantly
             try:
                 pipe.execute()
             except redis.WatchError:
@@ -501,7 +502,7 @@ class ChunkIndex:
             rows, cursor = reply
             for row in rows[1:] if isinstance(rows, list) else []:
                 fields = dict(zip(row[::2], row[1::2], strict=False))
-                yield _decode(fields.get(b"keywords", fields.get("keywords", b"")))
+                yield _decode(fields.get(b"keywords", fields.get("keywords")) or b"")
             if not int(cursor):
                 return
             reply = self.client.execute_command("FT.CURSOR", "READ", self.index.name, int(cursor), "COUNT", _PAGE)
@@ -698,7 +699,7 @@ class ChunkIndex:
         if self.built_with() is None:
             return {}
         request = AggregateRequest("*").group_by("@document_id", reducers.count().alias("n")).limit(0, _MAX_GROUPS).dialect(2)
-        rows = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
+        rows: list[Any] = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
         counts = {}
         for row in rows:  # [b"document_id", b"doc-…", b"n", b"7"]
             fields = {_decode(k): _decode(v) for k, v in zip(row[::2], row[1::2], strict=False)}
@@ -755,7 +756,7 @@ class ChunkIndex:
             names = self._aggregated_names()
             pipe.multi()
             pipe.delete(self.names_key)
-            pipe.hset(self.names_key, mapping={**names, _NAMES_COMPLETE: "1"})
+            pipe.hset(self.names_key, mapping={**names, _NAMES_COMPLETE: "1"})  # type: ignore[dict-item]  # redis-py types the mapping's key invariantly
             try:
                 pipe.execute()
             except redis.WatchError:  # a chunk swap ran meanwhile: these names may be stale, not kept
@@ -766,7 +767,7 @@ class ChunkIndex:
         """``{document id: file name}`` from one aggregation over every chunk of the index."""
         request = (AggregateRequest("*").load("@document_id", "@file_name").group_by(["@document_id", "@file_name"])
                    .limit(0, _MAX_GROUPS).dialect(2))  # fmt: skip
-        rows = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
+        rows: list[Any] = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
         names = {}
         for row in rows:  # [b"document_id", b"doc-…", b"file_name", b"a.txt"]
             fields = {_decode(k): _decode(v) for k, v in zip(row[::2], row[1::2], strict=False)}
@@ -857,7 +858,8 @@ def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[st
     Returns:
         The terms to search, in the order of ``terms``.
     """
-    kept, postings = set(), 0
+    kept: set[str] = set()
+    postings = 0
     for term in sorted(terms, key=lambda t: frequencies[t]):
         if len(kept) >= CANDIDATE_TERMS_KEPT and postings + frequencies[term] > CANDIDATE_POSTINGS:
             break
@@ -992,7 +994,7 @@ def _search_rows(reply, prefix: str = "") -> list[dict[str, str]]:
     """
     if isinstance(reply, dict):
         pairs = [(result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
-                 for result in reply.get(b"results", reply.get("results", []))]  # fmt: skip
+                 for result in reply.get(b"results") or reply.get("results") or []]  # fmt: skip
         rows = [(key, {_decode(k): _decode(v) for k, v in attributes.items()}) for key, attributes in pairs]
     else:
         rows = [(key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
@@ -1009,7 +1011,7 @@ def _search_total(reply) -> int:
     if isinstance(reply, Exception):
         return 0
     if isinstance(reply, dict):
-        return int(reply.get(b"total_results", reply.get("total_results", 0)))
+        return int(reply.get(b"total_results") or reply.get("total_results") or 0)
     return int(reply[0])
 
 

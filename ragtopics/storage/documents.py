@@ -293,7 +293,7 @@ def current_jobs(store: MetadataStore, pairs: list[tuple[str, str]]) -> dict[str
 def picture_blobs(store: MetadataStore, document_id: str) -> set[str]:
     """Blob paths of the stored pictures of a document's searchable version."""
     with store.session() as s:
-        return {row.blob_path for row in s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()}
+        return {row.blob_path for row in s.exec(select(PictureRow).where(col(PictureRow.document_id) == document_id)).all()}
 
 
 def fail(store: MetadataStore, document_id: str, job_id: str, error: str,
@@ -360,7 +360,7 @@ def remove(store: MetadataStore, document_id: str) -> list[str]:
             raise StateTransitionError(f"{row.file_name}: a document is removed only after it is marked deleting")
         pictures = s.exec(select(PictureRow).where(PictureRow.document_id == document_id)).all()
         blobs = [p for p in (row.blob_path, row.pending_blob_path) if p] + [p.blob_path for p in pictures if p.blob_path]
-        s.exec(delete(PictureRow).where(PictureRow.document_id == document_id))
+        s.exec(delete(PictureRow).where(col(PictureRow.document_id) == document_id))
         s.delete(row)
     return blobs
 

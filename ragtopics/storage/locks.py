@@ -97,7 +97,7 @@ def release_dead_holders(client: redis.Redis, live: set[str]) -> list[str]:
     for key in client.scan_iter(match=f"{LOCK_PREFIX}*", count=1000):
         token = client.get(key)
         holder = token_holder(token)
-        if holder and holder not in live and client.eval(_DELETE_IF_TOKEN, 1, key, token):
+        if token is not None and holder and holder not in live and client.eval(_DELETE_IF_TOKEN, 1, key, token):
             released.append(key.decode() if isinstance(key, bytes) else key)
     if released:
         log.warning("released %d lock(s) of worker(s) no longer alive: %s", len(released), ", ".join(released))
@@ -197,7 +197,7 @@ class Fence:
                 raise self.lost_at_exec() from None
         return reply
 
-    def joined(self, other: "Fence") -> "Fence":
+    def joined(self, other: Fence) -> Fence:
         """A fence holding this one's locks and ``other``'s (same client), for writes that need both."""
         return Fence(self.client, self.held + [held for held in other.held if held not in self.held])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,35 @@ from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from ragtopics.storage.migrate import MigrationError, schema_revision, upgrade_to_head
 
-__all__ = ["ChatSessionRow", "ChatTurnRow", "DocumentRow", "GraphDatabaseRow", "MetadataStore", "MigrationError", "PictureRow",
-           "PromptOverrideRow", "TopicRow", "TopicSettingsVersion", "TraceRow", "UserRow", "ApiTokenRow", "DevReportRow", "RoleEndpointRow", "DemoLinkRow", "DemoTurnRow", "UploadCostRow", "UsageFigureRow", "GraphCorrectionRow", "schema_revision", "utcnow"]  # fmt: skip
+__all__ = [
+    "ApiTokenRow",
+    "ChatSessionRow",
+    "ChatTurnRow",
+    "DemoLinkRow",
+    "DemoTurnRow",
+    "DevReportRow",
+    "DocumentRow",
+    "GraphCorrectionRow",
+    "GraphDatabaseRow",
+    "MetadataStore",
+    "MigrationError",
+    "PictureRow",
+    "PromptOverrideRow",
+    "RoleEndpointRow",
+    "TopicRow",
+    "TopicSettingsVersion",
+    "TraceRow",
+    "UploadCostRow",
+    "UsageFigureRow",
+    "UserRow",
+    "schema_revision",
+    "utcnow",
+]  # fmt: skip
 
 
 def utcnow() -> datetime:
     """The current time in UTC, timezone-aware."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class TopicRow(SQLModel, table=True):

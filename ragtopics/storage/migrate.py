@@ -96,7 +96,10 @@ def head_revision() -> str:
     with quiet_alembic():
         from alembic.script import ScriptDirectory
 
-        return ScriptDirectory.from_config(alembic_config()).get_current_head()
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise MigrationError("the package holds no migration scripts")
+    return head
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -129,9 +132,8 @@ def upgrade_to_head(url: str) -> None:
     try:
         if schema_revision(engine) == head_revision():
             return
-        with _exclusive(url), quiet_alembic():
-            with engine.begin() as conn:
-                _upgrade(conn)
+        with _exclusive(url), quiet_alembic(), engine.begin() as conn:
+            _upgrade(conn)
     finally:
         engine.dispose()
 
@@ -271,4 +273,6 @@ def new_revision(message: str) -> Path:
         finally:
             engine.dispose()
     head_revision.cache_clear()
+    if written is None or isinstance(written, list):
+        raise MigrationError(f"alembic wrote no single migration script for {message!r}")
     return Path(written.path)

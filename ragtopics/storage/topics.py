@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func
-from sqlmodel import col, delete, select
+from sqlalchemy import ColumnElement, func
+from sqlmodel import SQLModel, col, delete, select
 
-from ragtopics.storage.metadata import (ChatSessionRow, ChatTurnRow, DocumentRow, GraphCorrectionRow, MetadataStore, PictureRow, PromptOverrideRow,
-                                        TopicRow, TopicSettingsVersion, TraceRow, utcnow)  # fmt: skip
+from ragtopics.errors import NotFoundError
+from ragtopics.storage.metadata import (
+    ChatSessionRow,
+    ChatTurnRow,
+    DocumentRow,
+    GraphCorrectionRow,
+    MetadataStore,
+    PictureRow,
+    PromptOverrideRow,
+    TopicRow,  # fmt: skip
+    TopicSettingsVersion,
+    TraceRow,
+    utcnow,
+)
 
 
 def find_topic(store: MetadataStore, name_or_id: str) -> TopicRow | None:
@@ -37,6 +49,8 @@ def save_settings(store: MetadataStore, topic_id: str, settings: dict[str, objec
     """Store a Topic's whole new settings (a JSON-ready dict) as its next version; returns the new version number."""
     with store.session() as s:
         row = s.get(TopicRow, topic_id)
+        if row is None:
+            raise NotFoundError(f"no Topic with id {topic_id!r}")
         row.settings = settings
         row.settings_version += 1
         row.updated_at = utcnow()
@@ -45,18 +59,18 @@ def save_settings(store: MetadataStore, topic_id: str, settings: dict[str, objec
         return row.settings_version
 
 
-def _topic_tables(topic_id: str) -> list[tuple[type, object]]:
+def _topic_tables(topic_id: str) -> list[tuple[type[SQLModel], ColumnElement[bool]]]:
     """Every table holding rows of a Topic, children before parents, with the condition that selects them."""
     return [
-        (ChatTurnRow, ChatTurnRow.topic_id == topic_id),
-        (ChatSessionRow, ChatSessionRow.topic_id == topic_id),
-        (PictureRow, PictureRow.topic_id == topic_id),
-        (DocumentRow, DocumentRow.topic_id == topic_id),
-        (TraceRow, TraceRow.topic_id == topic_id),
-        (GraphCorrectionRow, GraphCorrectionRow.topic_id == topic_id),
-        (PromptOverrideRow, PromptOverrideRow.scope == topic_id),
-        (TopicSettingsVersion, TopicSettingsVersion.topic_id == topic_id),
-        (TopicRow, TopicRow.id == topic_id),
+        (ChatTurnRow, col(ChatTurnRow.topic_id) == topic_id),
+        (ChatSessionRow, col(ChatSessionRow.topic_id) == topic_id),
+        (PictureRow, col(PictureRow.topic_id) == topic_id),
+        (DocumentRow, col(DocumentRow.topic_id) == topic_id),
+        (TraceRow, col(TraceRow.topic_id) == topic_id),
+        (GraphCorrectionRow, col(GraphCorrectionRow.topic_id) == topic_id),
+        (PromptOverrideRow, col(PromptOverrideRow.scope) == topic_id),
+        (TopicSettingsVersion, col(TopicSettingsVersion.topic_id) == topic_id),
+        (TopicRow, col(TopicRow.id) == topic_id),
     ]
 
 
@@ -67,11 +81,11 @@ def delete_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
         Rows deleted, by table name.
     """
     with store.session() as s:
-        return {table.__tablename__: s.exec(delete(table).where(cond)).rowcount or 0 for table, cond in _topic_tables(topic_id)}
+        return {str(table.__tablename__): s.exec(delete(table).where(cond)).rowcount or 0 for table, cond in _topic_tables(topic_id)}
 
 
 def count_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
     """How many rows of each table belong to a Topic (for reports and tests)."""
     with store.session() as s:
-        return {table.__tablename__: s.exec(select(func.count()).select_from(table).where(cond)).one()
+        return {str(table.__tablename__): s.exec(select(func.count()).select_from(table).where(cond)).one()
                 for table, cond in _topic_tables(topic_id)}  # fmt: skip

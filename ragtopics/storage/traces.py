@@ -64,28 +64,28 @@ def save_traces(store: MetadataStore, traces: list[tuple[str, str, str, list[dic
         rows.append({"kind": kind, "owner": owner, "topic_id": topic_id, "subject": subject[:300], "size_bytes": size,
                      "events": events, "created_at": now})  # fmt: skip
     with store.session() as s:
-        inserted = s.execute(insert(TraceRow).returning(TraceRow.id, sort_by_parameter_order=True), rows)
+        inserted = s.execute(insert(TraceRow).returning(col(TraceRow.id), sort_by_parameter_order=True), rows)
         ids = [row[0] for row in inserted]
         for kind in {t[0] for t in traces}:
-            cutoff = s.exec(select(TraceRow.id).where(TraceRow.kind == kind).order_by(col(TraceRow.id).desc())
+            cutoff = s.exec(select(TraceRow.id).where(col(TraceRow.kind) == kind).order_by(col(TraceRow.id).desc())
                             .offset(KEEP_PER_KIND).limit(1)).first()  # fmt: skip
             if cutoff is not None:
-                s.exec(delete(TraceRow).where(TraceRow.kind == kind, col(TraceRow.id) <= cutoff))
+                s.exec(delete(TraceRow).where(col(TraceRow.kind) == kind, col(TraceRow.id) <= cutoff))
     return ids
 
 
 def load_trace(store: MetadataStore, owner: str) -> list[dict[str, Any]]:
     """The events of the newest trace of ``owner`` (``[]`` when none is kept)."""
     with store.session() as s:
-        row = s.exec(select(TraceRow).where(TraceRow.owner == owner).order_by(col(TraceRow.id).desc())).first()
+        row = s.exec(select(TraceRow).where(col(TraceRow.owner) == owner).order_by(col(TraceRow.id).desc())).first()
     return list(row.events) if row else []
 
 
 def recent_traces(store: MetadataStore, *, topic_id: str, limit: int = 20, kind: str | None = None) -> list[TraceRow]:
     """A Topic's newest traces, newest first (``kind``: only ``upload``, ``chat`` or ``communities``)."""
-    query = select(TraceRow).where(TraceRow.topic_id == topic_id).order_by(col(TraceRow.id).desc()).limit(limit)
+    query = select(TraceRow).where(col(TraceRow.topic_id) == topic_id).order_by(col(TraceRow.id).desc()).limit(limit)
     if kind:
-        query = query.where(TraceRow.kind == kind)
+        query = query.where(col(TraceRow.kind) == kind)
     with store.session() as s:
         return list(s.exec(query))
 
@@ -93,14 +93,14 @@ def recent_traces(store: MetadataStore, *, topic_id: str, limit: int = 20, kind:
 def delete_traces(store: MetadataStore, *, topic_id: str) -> int:
     """Delete every trace of a Topic; returns how many were deleted."""
     with store.session() as s:
-        result = s.exec(delete(TraceRow).where(TraceRow.topic_id == topic_id))
+        result = s.exec(delete(TraceRow).where(col(TraceRow.topic_id) == topic_id))
         return result.rowcount or 0
 
 
 def delete_owner_traces(store: MetadataStore, owner: str) -> int:
     """Delete every trace of ``owner`` (e.g. ``document:<id>``); returns how many were deleted."""
     with store.session() as s:
-        result = s.exec(delete(TraceRow).where(TraceRow.owner == owner))
+        result = s.exec(delete(TraceRow).where(col(TraceRow.owner) == owner))
         return result.rowcount or 0
 
 

@@ -103,13 +103,14 @@ def _remove_jobs(d: TopicDeletion) -> None:
     While waiting, only the status of the jobs still running is read.
     """
     deadline = time.monotonic() + RUNNING_JOB_WAIT_S
-    running = [job.id for job in topic_jobs(d.rt, d.topic.id) if _status(job) == "started"]
-    while running and time.monotonic() <= deadline:
+    running_ids = [job.id for job in topic_jobs(d.rt, d.topic.id) if _status(job) == "started"]
+    while running_ids and time.monotonic() <= deadline:
         time.sleep(0.2)
         pipe = d.rt.redis.pipeline(transaction=False)
-        for job_id in running:
+        for job_id in running_ids:
             pipe.hget(Job.key_for(job_id), "status")
-        running = [job_id for job_id, status in zip(running, pipe.execute(), strict=True) if status in (b"started", "started")]
+        running_ids = [job_id for job_id, status in zip(running_ids, pipe.execute(), strict=True)
+                       if status in (b"started", "started")]  # fmt: skip
     jobs = topic_jobs(d.rt, d.topic.id)  # again: a job that stopped meanwhile may have queued others
     running = [job for job in jobs if _status(job) == "started"]
     for job in jobs:
@@ -181,8 +182,8 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
+    import ragtopics.demo.links
     import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
-    import ragtopics.demo.links  # noqa: F401 - adds the step that ends the Topic's demo links
 
     topic = get_topic(rt, name_or_id)
     deletion = TopicDeletion(rt, topic)

@@ -84,7 +84,7 @@ class StoreCollector(Collector):
         for store, read in (("redis", self._jobs), ("sql", self._documents)):
             try:
                 families = list(read())
-            except Exception as exc:  # noqa: BLE001 - a scrape reports the store as unreadable instead of failing
+            except Exception as exc:
                 log.warning("metrics: could not read %s: %s", store, exc)
                 readable.add_metric([store], 0)
                 continue

@@ -111,7 +111,7 @@ def export_traces(settings: Settings, traces: Iterable[tuple[Trace, str, str, st
     try:
         tracer = tracer_provider(settings).get_tracer(SCOPE)
         return sum(_export_one(tracer, *entry, record_content=settings.otel_record_content) for entry in traces)
-    except Exception as exc:  # noqa: BLE001 - see the docstring
+    except Exception as exc:
         log.warning("OpenTelemetry spans not exported: %s", exc)
         return 0
 
@@ -138,7 +138,7 @@ def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, 
     if record_content:
         root_attributes[f"{ATTRIBUTE_PREFIX}subject"] = subject[:MAX_ATTRIBUTE_CHARS]
     root = tracer.start_span(f"{ATTRIBUTE_PREFIX}{kind}", start_time=start_ns, attributes=root_attributes)
-    opened = {None: root}
+    opened: dict[int | None, otel_trace.Span] = {None: root}
     failed = False
     for event in trace.events:  # a step starts after the step it runs in, so its parent is made first
         parent = opened.get(event.parent, root)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ FOLDER = "dev-reports"
 
 def switches(rt: Runtime) -> dict[str, bool]:
     """Each kind's switch: ``{"upload": False, "chat": True, "communities": False}``."""
-    on = {m.decode() for m in rt.redis.smembers(SWITCHES_KEY)}
+    on = {m.decode() if isinstance(m, bytes) else m for m in rt.redis.smembers(SWITCHES_KEY)}
     return {kind: kind in on for kind in KINDS}
 
 
@@ -98,7 +98,7 @@ def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
         for trace, kind, owner, subject, topic_id in traces:
             if on.get(kind):
                 write_report(rt, trace, kind=kind, owner=owner, subject=subject, topic_id=topic_id)
-    except Exception as exc:  # noqa: BLE001 - see record_trace
+    except Exception as exc:
         log.warning("DEV reports of %d trace(s) not written: %s", len(traces), exc)
     return ids
 
@@ -123,6 +123,8 @@ def write_report(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
                            owner=owner, path="", created_at=created, **stats)  # fmt: skip
         s.add(row)
         s.flush()
+        if row.id is None:
+            raise RuntimeError(f"the database gave the DEV report row of {subject[:80]!r} no id")
         report_id = row.id
         relative = f"{FOLDER}/{created:%Y-%m-%d}/{report_id}.json"
         body = {"id": report_id, "kind": kind, "topic": row.topic_name, "topic_id": topic_id, "subject": subject,
@@ -173,7 +175,7 @@ def load_report(rt: Runtime, report_id: int) -> dict[str, Any]:
 
 def purge_expired(rt: Runtime, now: datetime | None = None) -> int:
     """Delete reports older than ``DEV_REPORT_RETENTION_DAYS``; returns how many were deleted."""
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=rt.settings.dev_report_retention_days)
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=rt.settings.dev_report_retention_days)
     with rt.metadata.session() as s:
         old = list(s.exec(select(DevReportRow).where(DevReportRow.created_at < cutoff)))
         for row in old:

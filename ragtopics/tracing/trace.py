@@ -74,7 +74,7 @@ class Trace:
         self.calls_with_text = 0
         self.text_chars_left_out = 0
 
-    def child(self, kind: str, subject: str) -> "Trace":
+    def child(self, kind: str, subject: str) -> Trace:
         """A separate trace for work done in parallel (merged back by the caller), with the same LLM Overrides."""
         return Trace(kind, subject, self.model_overrides)
 

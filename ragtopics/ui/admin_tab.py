@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import time
+from typing import Any
 
 import gradio as gr
 
@@ -171,7 +172,7 @@ def revoke(rt: Runtime, token_id) -> str:
 
 def build(rt: Runtime) -> dict:
     """Lay out the Admin tab; returns ``{"tab"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("Admin", id="admin") as tab:
         with gr.Tab("LLM Configuration"):
             gr.Markdown("Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
@@ -262,10 +263,10 @@ def build(rt: Runtime) -> dict:
     db_add.click(lambda n, u: change_graph_databases(rt, "add", n, u), [db_name, db_url], [databases, db_status], **private)
     db_remove.click(lambda n: change_graph_databases(rt, "remove", n, ""), [db_name], [databases, db_status], **private)
     fields = [username, password, user_role, dev]
-    after = {"fn": lambda: (users_table(rt), tokens_table(rt), ""), "inputs": None, "outputs": [user_list, tokens, password]}
+    after: dict[str, Any] = {"fn": lambda: (users_table(rt), tokens_table(rt), ""), "inputs": None, "outputs": [user_list, tokens, password]}
     add.click(lambda *a: change_user(rt, "add", *a), fields, user_status, **private).then(**after, **private)
     update.click(lambda *a: change_user(rt, "update", *a), fields, user_status, **private).then(**after, **private)
     delete.click(lambda *a: change_user(rt, "delete", *a), [*fields, confirm], user_status, **private).then(**after, **private)
-    make.click(lambda u, l: new_token(rt, u, l), [username, token_label], [token_out, user_status], **private).then(**after, **private)
+    make.click(lambda user, label: new_token(rt, user, label), [username, token_label], [token_out, user_status], **private).then(**after, **private)
     revoke_button.click(lambda i: revoke(rt, i), token_id, user_status, **private).then(**after, **private)
     return {"tab": tab}

@@ -18,7 +18,21 @@ from ragtopics.api import add_api_routes
 from ragtopics.demo.links import remember_share_url
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
-from ragtopics.ui import admin_tab, chat_tab, demo_panel, dev_reports_tab, graph_corrections, graph_view, logs_tab, mcp_tools, prompts_tab, qa_tab, topics_tab, upload_tab, web
+from ragtopics.ui import (
+    admin_tab,
+    chat_tab,
+    demo_panel,
+    dev_reports_tab,
+    graph_corrections,
+    graph_view,
+    logs_tab,
+    mcp_tools,
+    prompts_tab,
+    qa_tab,
+    topics_tab,
+    upload_tab,
+    web,
+)
 from ragtopics.ui.common import refresh_dropdown
 from ragtopics.ui.demo_page import add_demo_routes
 from ragtopics.ui.files_route import UploadFolderHeaders, add_file_route
@@ -168,7 +182,7 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     # Gradio checks that a file named in an event's input lies in its upload folder only once the app "has launched",
     # which mount_gradio_app never sets: without this, an input could name any file on the server.
     app.has_launched = True
-    web.guard_events(rt, app, app.ragtopics_needs)  # an event added after build_app is guarded too (admins only)
+    web.guard_events(rt, app, app.ragtopics_needs)  # type: ignore[attr-defined]  # set on the Blocks by build_app; an event added after build_app is guarded too (admins only)
     api.add_middleware(UploadFolderHeaders)
     api.add_middleware(web.AccessMiddleware, rt=rt)
     server = web.serve(api, app, host=host, port=port)
@@ -176,12 +190,12 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     if share:
         try:
             share_url = web.open_share_link(port)
-        except Exception as exc:  # noqa: BLE001 - whatever stops the tunnel, the console still serves locally
+        except Exception as exc:
             notices.append(f"No share link: it could not be made ({exc.__class__.__name__}: {exc}); serving locally only.")
     server.share_url, server.notices = share_url, notices
     try:
         remember_share_url(rt, share_url)  # demo links made from now on (console or CLI) name it
-    except Exception as exc:  # noqa: BLE001 - demo links then name no share link; the console still serves
+    except Exception as exc:
         log.warning("could not record the share link for demo links: %s", exc)
     for notice in notices:
         log.warning("%s", notice)
@@ -194,6 +208,6 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
 def _warm(rt: Runtime) -> None:
     try:
         warm_router(rt.gateway)
-    except Exception as exc:  # noqa: BLE001 - warming is an optimisation; the first turn loads what it needs
+    except Exception as exc:
         log.warning("could not warm the router: %s", exc)
 

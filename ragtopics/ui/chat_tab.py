@@ -102,7 +102,7 @@ def sources_line(update: ChatUpdate) -> str:
     if not by_file:
         return ""
     parts = []
-    for name, hits in by_file.items():
+    for hits in by_file.values():
         label = html.escape(_named(hits)).replace("[", "&#91;").replace("]", "&#93;")
         label += _STATUS_NOTE.get(hits[0].status, ("", ""))[0]
         link = hits[0].link
@@ -205,7 +205,7 @@ def build(rt: Runtime) -> dict:
     def respond(topic_name, message, history, session_id, attachment_path):
         history = list(history or [])
         if not topic_name:
-            yield history + [{"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
+            yield [*history, {"role": "assistant", "content": "Choose a Topic first."}], "", session_id, message, None
             return
         shown = md_text(message) + (f"\n\n📎 {md_text(Path(attachment_path).name)}" if attachment_path else "")  # as typed
         history += [{"role": "user", "content": shown}, {"role": "assistant", "content": THINKING}]
@@ -257,10 +257,11 @@ def build(rt: Runtime) -> dict:
             history[-1] = {"role": "assistant", "content": f"{_message_text(history[-1].get('content'))}\n\n{STOPPED}"}
         return history, session_id if session_id and session_turns(rt, session_id) else None
 
-    stop.click(None, cancels=events, api_visibility="private").then(on_stop, [chatbot, session], [chatbot, session],
-                                                                    api_visibility="private")  # fmt: skip
+    # cancels: gradio takes the events themselves, though its annotation names dicts
+    stop_clicked = stop.click(None, cancels=events, api_visibility="private")  # type: ignore[arg-type]
+    stop_clicked.then(on_stop, [chatbot, session], [chatbot, session], api_visibility="private")
     # New chat also ends an answer still streaming, so it cannot write into the new, empty chat.
-    new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,
+    new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,  # type: ignore[arg-type]
                    api_visibility="private")  # fmt: skip
     topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
                  [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip

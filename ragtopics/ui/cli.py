@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ragtopics.errors import RagTopicsError
 from ragtopics.ui.words import removed_text
@@ -207,8 +208,8 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_serve_model(args) -> int:
-    from ragtopics.settings.env import get_settings
     from ragtopics.llm.local_server import LocalModelServer
+    from ragtopics.settings.env import get_settings
 
     server = LocalModelServer(get_settings()).start()
     print(f"serving the bundled model at {server.base_url} (Ctrl-C stops)", flush=True)
@@ -220,9 +221,9 @@ def _cmd_serve_model(args) -> int:
 
 
 def _cmd_topic(args) -> int:
-    from ragtopics.topics import topics
     from ragtopics.runtime import get_runtime
     from ragtopics.settings.topic import parse_assignments
+    from ragtopics.topics import topics
 
     rt = get_runtime()
     if args.topic_command == "create":
@@ -313,7 +314,7 @@ def _print_comparison(rt, job_ids: list[str]) -> None:
 
     try:
         entries = [e for e in comparison(rt, job_ids).values() if e["actual"]]
-    except Exception as exc:  # noqa: BLE001 - the ingest is done; only the comparison is missing
+    except Exception as exc:
         log.debug("no cost comparison: %s", exc)
         return
     if not entries:
@@ -470,6 +471,8 @@ def _cmd_ask(args) -> int:
         if not args.json and not update.done and update.text.startswith(shown):
             print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
             shown = update.text
+    if final is None:
+        raise RagTopicsError("the answer ended before its first update")
     if args.json:
         from ragtopics.api.shapes import answer
 
@@ -509,6 +512,7 @@ def _cmd_graph(args) -> int:
     rt = get_runtime()
     rt.check_store()
     topic = get_topic(rt, args.topic)
+    shown: Any
     if args.import_file is not None or args.from_falkordb is not None:
         shown = _graph_ingestion(rt, topic, args)
     elif args.corrections:
@@ -671,9 +675,9 @@ def _cmd_user(args) -> int:
 
 
 def _cmd_communities(args) -> int:
+    from ragtopics.graph.refresh import enqueue_rebuild
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.graph.refresh import enqueue_rebuild
     from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
@@ -701,10 +705,12 @@ def _cmd_eval(args) -> int:
     if args.compare:
         a, b = (_summary_of(path) for path in args.compare)
         rows = ev.compare(a, b)
-        per_question = [_questions_of(path) for path in args.compare]
-        changes = ev.changed_questions(*per_question) if all(q is not None for q in per_question) else None
-        if changes is not None and per_question[0] and not ev.shared_questions(*per_question):
-            print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
+        questions_a, questions_b = (_questions_of(path) for path in args.compare)
+        changes = None
+        if questions_a is not None and questions_b is not None:
+            changes = ev.changed_questions(questions_a, questions_b)
+            if questions_a and not ev.shared_questions(questions_a, questions_b):
+                print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
         if args.json:
             print(json.dumps({**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows},
                               "changed_questions": changes}, ensure_ascii=False))  # fmt: skip

@@ -24,16 +24,15 @@ import secrets
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from ragtopics.access.context import acting_username
 from ragtopics.answer.turn import ask
 from ragtopics.demo import links
 from ragtopics.demo.links import DEMO_PREFIX, DemoLink, DemoLinkGone, RateLimited
-from ragtopics.errors import RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
+from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
-from ragtopics.storage.links import LinkError
 from ragtopics.storage.blobs import FileStoreError
+from ragtopics.storage.links import LinkError
 from ragtopics.ui.files_route import content_disposition, served_as
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ def _headers(nonce: str | None = None) -> dict[str, str]:
 
 
 def gone_page(gone: DemoLinkGone) -> HTMLResponse:
-    """The page of a link that opens nothing: its heading and sentence, with the link's status (404 or 410)."""
+    """The page of a link that opens nothing: its heading and sentence, with its status (403, 404, 410 or 503)."""
     body = (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
             f"<title>{html.escape(gone.title)}</title></head><body style='font-family:system-ui,sans-serif;max-width:36em;"
             f"margin:4em auto;padding:0 1em'><h2>{html.escape(gone.title)}</h2><p>{html.escape(str(gone))}</p>"
@@ -148,7 +147,7 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             return await anyio.to_thread.run_sync(opened, token), None
         except DemoLinkGone as gone:
             return None, gone
-        except Exception as exc:  # noqa: BLE001 - the store is down: say so
+        except Exception as exc:
             if not is_store_outage(exc):
                 raise
             return None, DemoLinkGone(503, "This demo cannot answer right now", STORE_DOWN_MESSAGE)
@@ -210,7 +209,7 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             status = 503 if is_store_outage(exc) else 400
             return JSONResponse({"error": STORE_DOWN_MESSAGE if status == 503 else str(exc)}, status_code=status,
                                 headers=_headers())  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a visitor sees a sentence; the log has the details
+        except Exception as exc:
             if is_store_outage(exc):
                 return JSONResponse({"error": STORE_DOWN_MESSAGE}, status_code=503, headers=_headers())
             log.exception("a demo answer failed (link %s)", link.id)
@@ -237,8 +236,10 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
                                           f"{exc}. Ask the question again for a fresh link."))  # fmt: skip
         if owner != links.source_owner(link) or not relative.startswith(f"{topic.id}/"):
             return gone_page(DemoLinkGone(403, "This source link is not part of this demo", "Ask the question here for a link."))
-        try:  # the local store and the object store alike; a blocking read runs off the event loop
-            data = await run_in_threadpool(rt.blobs.read, relative)
+        try:  # the local store and the object store alike; blocking reads run off the event loop
+            data = await anyio.to_thread.run_sync(rt.blobs.read, relative)
+        except ValueError as exc:  # the local store: a link that resolves outside it
+            return gone_page(DemoLinkGone(403, "This source link is not valid", f"{exc}."))
         except FileNotFoundError:
             return gone_page(DemoLinkGone(410, "This file is no longer stored",
                                           "Ask the question again for a link to the current file."))  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
+from typing import Any
 
 import gradio as gr
 
@@ -110,7 +111,7 @@ def build(rt: Runtime) -> dict:
             return html.escape(str(exc)), gr.skip()
         return f"{len(rows)} question(s) asked through **{md_text(raw_id.strip())}**.", rows
 
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     box.expand(lambda: links_table(rt), None, table, **private)
     make.click(on_make, [topic, hours, rate, link_rate, sources], [made, table], **private)
     revoke.click(on_revoke, [link_id, delete_chats], [status, table, turns], **private)

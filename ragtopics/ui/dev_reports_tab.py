@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import html
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
@@ -35,7 +36,7 @@ def reports_table(rt: Runtime, topic_name: str | None, kind: str | None, period:
     if topic_name and topic_name != ALL and topic is None:
         return []
     span = PERIODS.get(period or ALL)
-    since = datetime.now(timezone.utc) - span if span else None
+    since = datetime.now(UTC) - span if span else None
     rows = reports.list_reports(rt, topic_id=topic.id if topic else None, kind=None if kind in (None, ALL) else kind, since=since)
     return [[r.id, f"{r.created_at:%Y-%m-%d %H:%M:%S}", r.kind, r.topic_name, r.subject[:80], r.steps, r.model_calls,
              r.tokens, round(r.duration_ms)] for r in rows]  # fmt: skip
@@ -96,7 +97,7 @@ def switch_text(rt: Runtime) -> str:
 
 def build(rt: Runtime) -> dict:
     """Lay out the DEV Reports tab; returns ``{"tab"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("DEV Reports", id="dev-reports") as tab:
         gr.Markdown("While a switch is on, each upload, chat answer or community rebuild writes a full report of every "
                     f"step (kept {rt.settings.dev_report_retention_days} days, `DEV_REPORT_RETENTION_DAYS`).")  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Any
 
 import gradio as gr
 import igraph
@@ -28,7 +29,7 @@ WIDTH, HEIGHT, MARGIN = 960, 560, 70
 #: Most entities drawn around the centre.
 MAX_SHOWN = 40
 #: Relative widths of the communities table: the member count keeps its header on one line, the texts wrap.
-COMMUNITY_COLUMN_WIDTHS = ["18%", "10%", "27%", "45%"]
+COMMUNITY_COLUMN_WIDTHS: list[str | int] = ["18%", "10%", "27%", "45%"]
 #: The picture's click handler: a click on an entity sends its name to the server as a select event.
 CLICK_JS = ("element.addEventListener('click', (e) => { const node = e.target.closest('[data-entity]');"
             " if (node) { trigger('select', {value: node.dataset.entity, index: 0}); } });")  # fmt: skip
@@ -70,9 +71,9 @@ def neighbourhood_svg(entities: list[Entity], relationships: list[Relationship],
         cid = community_of.get(e.id)
         if cid and cid not in colours:
             colours[cid] = PALETTE[len(colours) % len(PALETTE)]
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {WIDTH} {HEIGHT}' width='100%' role='img' "
+    parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {WIDTH} {HEIGHT}' width='100%' role='img' "
              f"aria-label='Graph around {html.escape(next(e.name for e in entities if e.id == centre_id) if centre_id in index else '')}' "
-             "style='font-family:system-ui,sans-serif;background:#fff;border:1px solid #e5e7eb;border-radius:6px'>"]  # fmt: skip
+             "style='font-family:system-ui,sans-serif;background:#fff;border:1px solid #e5e7eb;border-radius:6px'>")]  # fmt: skip
     for r in relationships:
         if r.source_id not in index or r.target_id not in index:
             continue
@@ -130,8 +131,8 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     names = {e.id: e.name for e in around.entities}
     ties = [r for r in around.relationships if centre.id in (r.source_id, r.target_id)]
     around_text = plural(len(around.entities) - 1, "entity", "entities")
-    lines = [f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(len(centre.chunk_ids), 'chunk')} "
-             f"{'mentions' if len(centre.chunk_ids) == 1 else 'mention'} it", "", centre.description or "", ""]  # fmt: skip
+    lines = [(f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(len(centre.chunk_ids), 'chunk')} "
+             f"{'mentions' if len(centre.chunk_ids) == 1 else 'mention'} it"), "", centre.description or "", ""]  # fmt: skip
     if centre.aliases:
         lines.append("Also called: " + ", ".join(sorted(centre.aliases)))
     for r in sorted(ties, key=lambda r: -r.strength)[:15]:
@@ -173,7 +174,7 @@ def graphrag_names(rt: Runtime) -> list[str]:
 
 def build(rt: Runtime) -> dict:
     """Lay out the Graph tab; returns ``{"tab", "topic", "name", "hops", "picture", "details"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("Graph", id="graph") as tab:
         gr.Markdown("The knowledge graph of a GraphRAG Topic. Search an entity; click one in the picture to move to it.")
         with gr.Row():

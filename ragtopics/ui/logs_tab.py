@@ -7,6 +7,7 @@ detail of a run is what DEV Reports are for.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import gradio as gr
 
@@ -50,7 +51,7 @@ def log_text(rt: Runtime, topic_name: str | None, kind_label: str = "All", limit
 
 def build(rt: Runtime) -> dict:
     """Lay out the Logs tab; returns ``{"tab", "topic"}``."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("Logs", id="logs") as tab:
         with gr.Row():
             topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="logs-topic")

@@ -6,9 +6,9 @@ import json
 
 import gradio as gr
 
-from ragtopics.topics import topics as topic_store
 from ragtopics.answer.turn import ask
 from ragtopics.runtime import Runtime
+from ragtopics.topics import topics as topic_store
 
 
 def register(rt: Runtime) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 
 import gradio as gr
 
@@ -32,7 +33,7 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, re
     Empty text is refused, not taken as a reset: a text box not loaded yet (a page just opened)
     would otherwise wipe a Topic's prompt with one click on Save.
     """
-    scope = _scope(rt, topic_name) if topic_name else SHARED
+    scope = get_topic(rt, topic_name).id if topic_name else SHARED
     where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
     if not reset and not (text or "").strip():
         return (f"**Not saved:** the text is empty. Nothing changed for {where}; to go back to the shared text, "
@@ -79,7 +80,7 @@ def build(rt: Runtime) -> dict:
         body, desc = prompt_text(rt, topic_name, prompt_name)
         return body, desc, get_topic(rt, topic_name).settings.no_answer_response
 
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     for trigger in (topic.change, name.change, tab.select):  # also when the tab is opened: a reloaded page keeps the choice
         trigger(load, [topic, name], [text, about, no_answer], **private)
     save.click(lambda t, n, x: save_prompt(rt, t, n, x), [topic, name, text], status, api_name="save_prompt", api_visibility="undocumented")

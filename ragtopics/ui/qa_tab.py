@@ -24,7 +24,7 @@ from ragtopics.worker.queue import job_progress, phase_text
 
 QUESTION_HEADERS = ["Question", "Way", "Confidence", "recall@5", "MRR", "Files (best first)", "Gold", "Answer", "ms"]
 #: Relative column widths: the numbers keep their headers on one line, the texts wrap.
-QUESTION_COLUMN_WIDTHS = ["20%", "7%", "9%", "8%", "6%", "17%", "12%", "15%", "6%"]
+QUESTION_COLUMN_WIDTHS: list[str | int] = ["20%", "7%", "9%", "8%", "6%", "17%", "12%", "15%", "6%"]
 #: Metrics shown in the summary, in this order, when the run has them.
 SUMMARY_METRICS = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr", "exact_match", "f1", "judged_correct",
                    "way_accuracy", "ms_per_question")  # fmt: skip

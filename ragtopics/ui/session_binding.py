@@ -78,7 +78,7 @@ async def guard_client_ids(rt: Runtime, scope: dict, receive: Receive, send: Sen
     owner = owner_of(user)
     parts = path[len(GRADIO_API):].strip("/").split("/")
     hashes = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", [])
-    event_ids = []
+    event_ids: list[str] = []
     method = scope.get("method")
     if parts[0] in HASH_IN_PATH and len(parts) > 1:
         (event_ids if parts[0] == "stream" and method == "POST" else hashes).append(parts[1])

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any
 
 import gradio as gr
 
+from ragtopics.documents.uploads import enqueue_document
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
-from ragtopics.ui import wizard
-from ragtopics.ui.common import find_topic, md_text
-from ragtopics.ui.words import removed_text
 from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.env import ROLES
 from ragtopics.settings.topic import RagTopicSettings, phase_of
-from ragtopics.documents.uploads import enqueue_document
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
-
+from ragtopics.ui import wizard
+from ragtopics.ui.common import find_topic, md_text
+from ragtopics.ui.words import removed_text
 
 
 def topics_table(rt: Runtime) -> list[list]:
@@ -29,7 +29,7 @@ def topics_table(rt: Runtime) -> list[list]:
     return [
         [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap,
          getattr(t.settings, "top_k_results", None) or getattr(t.settings, "top_k_nodes", None),
-         t.settings.min_similarity_score, f"v{t.settings_version}"]  # fmt: skip
+         t.settings.min_similarity_score, f"v{t.settings_version}"]
         for t in list_topics(rt)
     ]
 
@@ -121,7 +121,7 @@ def _llm_overrides(rt: Runtime) -> gr.Dropdown:
             return gr.skip(), gr.skip()
         return t.settings.memory, display_value(t.settings.role_models)
 
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     box.expand(lambda: overrides_text(rt), None, about, **private)
     topic.change(current, topic, [memory, models], **private)
     save.click(lambda t, m, x: save_overrides(rt, t, m, x), [topic, memory, models], status, **private)
@@ -219,8 +219,8 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
         phase = phase_of(type(t.settings), setting)
-        return (f"Topic **{md_text(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
-                f"(settings v{t.settings_version}).{phase_note(phase)}", topics_table(rt))  # fmt: skip
+        return ((f"Topic **{md_text(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
+                f"(settings v{t.settings_version}).{phase_note(phase)}"), topics_table(rt))  # fmt: skip
 
     def start_reembed(topic_name):
         try:

@@ -8,10 +8,10 @@ from pathlib import Path
 import gradio as gr
 
 from ragtopics.documents.delete import delete_document
-from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
 from ragtopics.ingest.cost import comparison, comparison_text
+from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
@@ -28,7 +28,7 @@ MAX_BARS = 20
 
 DOC_HEADERS = ["File", "Status", "Chunks", "Message", "Indexed with", "Model calls", "Size (KB)", "Version", "Updated (UTC)"]
 #: Relative column widths; the long cells (message, indexed with) wrap instead of widening the page.
-DOC_COLUMN_WIDTHS = ["12%", "9%", "7%", "15%", "22%", "8%", "6%", "10%", "11%"]
+DOC_COLUMN_WIDTHS: list[str | int] = ["12%", "9%", "7%", "15%", "22%", "8%", "6%", "10%", "11%"]
 #: Hex digits of a version's SHA-256 shown in the list (as ``git`` shows short commit ids).
 VERSION_DIGITS = 8
 
@@ -123,8 +123,9 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
     again = len(jobs) - len(newest)
     jobs = list(newest.values())
     progress = list(zip((job[1] for job in jobs), job_statuses(rt, [job[0] for job in jobs], known=kept), strict=True))
-    for job_id in list(kept or ())[: max(0, len(kept or ()) - MAX_KEPT_FINISHED)]:
-        kept.pop(job_id, None)  # the oldest first (another tab may have cut it already)
+    if kept is not None:
+        for job_id in list(kept)[: max(0, len(kept) - MAX_KEPT_FINISHED)]:
+            kept.pop(job_id, None)  # the oldest first (another tab may have cut it already)
     finished = sum(p.status == "finished" for _, p in progress)
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)

@@ -27,24 +27,25 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from ipaddress import ip_address
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio
 import gradio as gr
-from gradio import utils as gr_utils
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from gradio import utils as gr_utils
 
 from ragtopics.access import sessions, users
-from ragtopics.access.users import LOCAL_USER, User
-from ragtopics.errors import AccessDeniedError, RagTopicsError, STORE_DOWN_MESSAGE, is_store_outage
-from ragtopics.runtime import Runtime
 from ragtopics.access.context import acting_username
+from ragtopics.access.users import LOCAL_USER, User
+from ragtopics.errors import STORE_DOWN_MESSAGE, AccessDeniedError, RagTopicsError, is_store_outage
+from ragtopics.runtime import Runtime
 from ragtopics.ui import session_binding
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def _cookie(raw: str | None, name: str) -> str | None:
     jar = SimpleCookie()
     try:
         jar.load(raw)
-    except Exception:  # noqa: BLE001 - a malformed cookie header is no session
+    except Exception:
         return None
     return jar[name].value if name in jar else None
 
@@ -143,7 +144,7 @@ class AccessMiddleware:
             user = await anyio.to_thread.run_sync(functools.partial(
                 resolve_caller, self.rt, authorization=headers.get("authorization"),
                 session_id=_cookie(headers.get("cookie"), sessions.SESSION_COOKIE)))  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - the store is down or broken: say so, do not serve anonymously
+        except Exception as exc:
             if not is_store_outage(exc):
                 log.exception("could not check the caller of %s", path)
             return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
@@ -154,7 +155,7 @@ class AccessMiddleware:
         if user is not None and user is not LOCAL_USER:  # open mode has one user: there is nobody to bind to
             try:
                 refusal, receive, send = await session_binding.guard_client_ids(self.rt, scope, receive, send, user)
-            except Exception as exc:  # noqa: BLE001 - the store is down: say so, as for the caller's session
+            except Exception as exc:
                 if not is_store_outage(exc):
                     log.exception("could not check the session hash of %s", path)
                 return await _refuse(scope, receive, send, 503, STORE_DOWN_MESSAGE)
@@ -322,15 +323,15 @@ def _guarded(rt: Runtime, fn: Callable, need: str) -> Callable:
             with _acting(user):
                 return fn(*args, **kwargs)
 
-    functools.update_wrapper(wrapper, fn)
+    guarded: Any = functools.update_wrapper(wrapper, fn)  # Any: it also carries the attributes set below
     signature = inspect.signature(fn)
     first = inspect.Parameter("_request", inspect.Parameter.POSITIONAL_ONLY, annotation=gr.Request)
-    wrapper.__signature__ = signature.replace(parameters=[first, *signature.parameters.values()])
+    guarded.__signature__ = signature.replace(parameters=[first, *signature.parameters.values()])
     # The original's own hints stay (a gr.Request parameter of its own is still filled in by Gradio).
-    wrapper.__annotations__ = {**gr_utils.get_type_hints(fn), "_request": gr.Request}
-    wrapper._ragtopics_guarded = True
-    wrapper._ragtopics_need = need
-    return wrapper
+    guarded.__annotations__ = {**gr_utils.get_type_hints(fn), "_request": gr.Request}
+    guarded._ragtopics_guarded = True
+    guarded._ragtopics_need = need
+    return guarded
 
 
 # ---------------------------------------------------------------------------------------------- pages
@@ -486,10 +487,8 @@ class ConsoleServer:
         """Stop serving and wait for the server thread (at most 10 s)."""
         self.server.should_exit = True
         self.thread.join(timeout=10)
-        try:
+        with suppress(Exception):
             self.blocks.close()
-        except Exception:  # noqa: BLE001 - the mounted app may hold nothing to close
-            pass
 
 
 def serve(api: FastAPI, blocks: gr.Blocks, *, host: str, port: int) -> ConsoleServer:

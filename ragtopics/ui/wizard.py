@@ -23,10 +23,10 @@ from pydantic import BaseModel
 from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.runtime import Runtime
-from ragtopics.ui.common import md_text
 from ragtopics.settings.docs import describe_default, describe_type
 from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
 from ragtopics.topics.topics import create_topic
+from ragtopics.ui.common import md_text
 
 #: File Types, grouped the way people think of them; each group expands to its single types.
 FILE_TYPE_GROUPS: dict[str, list[str]] = {
@@ -91,7 +91,7 @@ def field_component(kind: str, key: str, *, visible: bool = True) -> gr.componen
     default = model().__getattribute__(key)
     label = f"{label_of(key)} · default {describe_default(info)}"
     help_text = f"{info.description} Values: {describe_type(info)}. Applies at {phase_of(model, key).replace('+', ' and ')}."
-    common = {"label": label, "info": help_text, "elem_id": f"wizard-{kind}-{key}".replace("_", "-"), "visible": visible}
+    common: dict[str, Any] = {"label": label, "info": help_text, "elem_id": f"wizard-{kind}-{key}".replace("_", "-"), "visible": visible}
     annotation = info.annotation
     if isinstance(default, Enum):
         return gr.Dropdown([m.value for m in type(default)], value=default.value, **common)
@@ -216,7 +216,7 @@ def build(rt: Runtime) -> dict:
     settings_fields = [f for f in fields if f.key]
     rag_only = [f.component for f in fields if f.kind == "rag"]
     graph_only = [f.component for f in fields if f.kind == "graphrag"]
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
 
     def show_kind(label):
         is_graph = label == "GraphRAG"

@@ -100,7 +100,8 @@ def ingest_batch(topic_id: str, items: list[tuple[str, str, str]]) -> dict:
             job.meta.setdefault("settled", {})[job_id] = _result(result)
             job.save_meta()
 
-    results = ingest_documents(_runtime(), topic_id, [tuple(item) for item in items], _job_progress(), settled)
+    staged = [(document_id, job_id, blob_path) for document_id, job_id, blob_path in items]  # tuples, also from lists
+    results = ingest_documents(_runtime(), topic_id, staged, _job_progress(), settled)
     return {"documents": {job_id: _result(result) for job_id, result in results.items()}}
 
 

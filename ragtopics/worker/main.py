@@ -68,7 +68,7 @@ class ProductWorker(SimpleWorker):
             while not stop.wait(self.heartbeat_s):
                 try:
                     self.maintain_heartbeats(job, execution)
-                except Exception as exc:  # noqa: BLE001 - Redis away: the job's own next step fails too
+                except Exception as exc:
                     log.warning("heartbeat of job %s not sent: %s", job.id, exc)
 
         thread = threading.Thread(target=beat, name="job-heartbeat", daemon=True)
@@ -85,7 +85,7 @@ class ProductWorker(SimpleWorker):
         super().run_maintenance_tasks()
         try:
             report(*_recovery_pass(self.rt))
-        except Exception as exc:  # noqa: BLE001 - the next pass tries again
+        except Exception as exc:
             log.warning("recovery pass failed: %s", exc)
 
 

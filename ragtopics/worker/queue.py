@@ -242,8 +242,8 @@ def _read_progresses(rt: Runtime, job_ids: list[str]) -> dict[str, JobProgress]:
     batch_names = {job_id: _text(name) for job_id, name in zip(missing, replies) if name}
     results = ended(replies[len(missing):])
     progress = {job_id: _progress_of(job, results.get(job_id)) for job_id, job in jobs.items() if job is not None}
-    following = {job_id: p.result["continued_in"] for job_id, p in progress.items()
-                 if p.status == "finished" and (p.result or {}).get("continued_in")}  # fmt: skip
+    following = {job_id: then_id for job_id, p in progress.items()
+                 if p.status == "finished" and (then_id := (p.result or {}).get("continued_in"))}  # fmt: skip
     second = list(dict.fromkeys([*batch_names.values(), *following.values()]))
     then = dict(zip(second, Job.fetch_many(second, connection=rt.redis), strict=True)) if second else {}
     pipe = rt.redis.pipeline(transaction=False)
@@ -368,7 +368,7 @@ def dead_letters(rt: Runtime, limit: int = 100) -> list[DeadLetter]:
         if job is None:
             continue
         ended = job.ended_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.ended_at else ""
-        out.append(DeadLetter(job.id, job.description or job.func_name, ended, _last_line(job.exc_info)))
+        out.append(DeadLetter(job.id, job.description or job.func_name or "", ended, _last_line(job.exc_info)))
     return out
 
 

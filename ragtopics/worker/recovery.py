@@ -27,8 +27,10 @@ touched either way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import UTC
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -139,8 +141,8 @@ def forget_dead_runs(rt: Runtime, job_id: str) -> int:
     queue = queue_for(rt)
     removed = 0
     for registry in (StartedJobRegistry(queue=queue), FailedJobRegistry(queue=queue)):
-        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)
-                 if _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
+        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)  # members only (no scores asked)
+                 if isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
         if stale:
             removed += rt.redis.zrem(registry.key, *stale)
     removed += rt.redis.lrem(f"{queue.key}:intermediate", 0, job_id)
@@ -267,10 +269,8 @@ def recovery_pass(rt: Runtime, *, lost_chunks: bool = False) -> tuple[list[Recov
             recovered += recover_lost_chunks(rt)
         return recovered, recover_rebuilds(rt)
     finally:
-        try:
+        with contextlib.suppress(Exception):
             lock.release()
-        except Exception:  # noqa: BLE001 - expired: the next pass takes it again
-            pass
 
 
 def release_locks_of_dead_workers(rt: Runtime) -> list[str]:
@@ -340,7 +340,7 @@ def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
     rq enqueues a job's dependents when its last dependency ends, in the same clean-up or worker that ended it; a
     recovery pass in another worker may look in between. A job still deferred long after that was lost.
     """
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     ended = []
     for dep in Job.fetch_many(job.dependency_ids, connection=rt.redis):
@@ -352,8 +352,8 @@ def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
         ended.append(max(t for t in (dep.ended_at, dep.last_heartbeat, dep.started_at, dep.enqueued_at) if t is not None))
     if not ended:
         return False
-    latest = max(t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in ended)
-    age = (datetime.now(timezone.utc) - latest).total_seconds()
+    latest = max(t if t.tzinfo else t.replace(tzinfo=UTC) for t in ended)
+    age = (datetime.now(UTC) - latest).total_seconds()
     return age < DEPENDENTS_GRACE_S + 4 * rt.settings.worker_heartbeat_s
 
 
@@ -374,7 +374,8 @@ def _held_by_rq(rt: Runtime, job: Job) -> bool:
     if rt.redis.lpos(queue.key, job.id) is not None or rt.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
         return True
     registry = StartedJobRegistry(queue=queue)
-    return any(_decoded(entry).split(":", 1)[0] == job.id for entry in rt.redis.zrange(registry.key, 0, -1))
+    return any(isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job.id
+               for entry in rt.redis.zrange(registry.key, 0, -1))  # members only (no scores asked)
 
 
 def _worker_runs(rt: Runtime, name: str | None) -> bool:

@@ -145,7 +145,7 @@ def test_picture_format_outside_the_supported_set_is_refused():
 
 
 def test_all_picture_extensions_have_a_mime_type():
-    assert IMAGE_EXTENSIONS == {"jpg", "jpeg", "png", "gif", "webp", "bmp"}
+    assert {"jpg", "jpeg", "png", "gif", "webp", "bmp"} == IMAGE_EXTENSIONS
     for fmt, ext in [("GIF", "gif"), ("WEBP", "webp"), ("BMP", "bmp")]:
         att = _read(_image_bytes(fmt), f"p.{ext}", allowed=[ext])
         assert att.data_url.startswith(f"data:image/{ext};base64,")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragtopics.answer.citations import render_citations
 from ragtopics.answer.attribution import QUOTE_MIN_WORDS, Source, check_sources, is_quoted
+from ragtopics.answer.citations import render_citations
 
 ALPHA_1 = Source("S1", "alpha.txt", "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.")
 BETA = Source("S2", "beta.txt", "Mount Everest is the highest mountain above sea level on Earth.")

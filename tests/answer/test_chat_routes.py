@@ -14,8 +14,8 @@ from ragtopics.answer.turn import NO_SOURCE_CHECK, ask
 from ragtopics.errors import ConfigurationError
 from ragtopics.rag.rerank import KEPT_BUNDLED, KEPT_FAILED, RERANKED
 from ragtopics.settings.env import LOCAL_MODEL_NAME
-from ragtopics.topics.topics import create_topic
 from ragtopics.storage.links import LinkError
+from ragtopics.topics.topics import create_topic
 from ragtopics.ui.chat_tab import route_line
 from tests.ingest.test_ingest import upload
 
@@ -63,6 +63,15 @@ def test_low_confidence_and_unparsable_router_replies_go_to_search(rt, routed, s
     bad = final(ask(rt, routed, "How often is valve B serviced?"))
     assert bad.route == "SEARCH" and bad.route_confidence is None and "retrieve" in steps(rt, bad)
     assert "router reply unusable" in event(rt, bad, "route")["data"]["fallback"]
+
+
+def test_a_router_confidence_threshold_of_zero_takes_every_route_the_router_names(rt, run_jobs, scripted_llm):
+    topic = create_topic(rt, "Routed at zero", settings={"route_before_retrieval": True, "router_confidence_threshold": 0.0})
+    scripted_llm.replies[ROUTER] = json.dumps({"route": "DIRECT", "confidence": 0.2, "reason": "thanks"})
+    scripted_llm.replies["direct"] = "You are welcome!"
+    result = final(ask(rt, topic, "Thanks a lot!"))
+    assert (result.text, result.route, result.route_confidence) == ("You are welcome!", "DIRECT", 0.2)
+    assert event(rt, result, "route")["data"]["threshold"] == 0.0 and "retrieve" not in steps(rt, result)
 
 
 def test_direct_answer_that_needs_documents_is_searched_after_all(rt, routed, scripted_llm):

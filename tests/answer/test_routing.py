@@ -10,8 +10,16 @@ import pytest
 
 from ragtopics.answer.router_exemplars import DEV_QUESTIONS, EXEMPLARS
 from ragtopics.answer.routing import (
-    Route, RouteDecision, apply_fallbacks, calibrated_confidence, choose_route, default_route, extract_entities,
-    resolve_method, routes_for, split_requests,
+    Route,
+    RouteDecision,
+    apply_fallbacks,
+    calibrated_confidence,
+    choose_route,
+    default_route,
+    extract_entities,
+    resolve_method,
+    routes_for,
+    split_requests,
 )  # fmt: skip
 from ragtopics.errors import ConfigurationError
 from ragtopics.llm.gateway import ModelGateway

@@ -8,7 +8,6 @@ from ragtopics.topics.topics import create_topic
 from ragtopics.ui.app import launch_console
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
-
 from tests.ui.test_access import PASSWORD, people  # noqa: F401 - the console's users (ada, otto, vic), a fixture
 
 

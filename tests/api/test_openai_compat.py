@@ -7,8 +7,8 @@ import openai
 import pytest
 
 from ragtopics.access import users
-from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.access.context import acting_username
+from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.ui.app import launch_console
 from tests.conftest import free_port
 

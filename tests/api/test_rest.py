@@ -54,7 +54,7 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
         ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"), ("GET", "/topics/x/graph/corrections")}  # fmt: skip
     assert {need for _, _, need in routes} == {"viewer", "operator"}
     with api_client(url, rt, None) as anonymous:
-        for method, path, _ in routes + [("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
+        for method, path, _ in [*routes, ("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
             response = anonymous.request(method, path, json={"question": "hi"})
             assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error", (method, path)
     with api_client(url, rt, "vic") as viewer:

@@ -120,7 +120,7 @@ def test_communities_recompute_and_status_and_the_graph_through_the_api(secured,
             assert response.json()["error"]["message"] == "Topic 'Plain' is a rag Topic; only GraphRAG Topics have a graph"
 
 
-def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, fleet, run_jobs):  # noqa: F811
+def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, fleet, run_jobs):
     _, url = secured
     with api_client(url, rt, "otto") as operator:
         started = operator.post("/topics/Fleet/evals", json={"questions": QUESTIONS, "settings": {"top_k_results": 1}})
@@ -145,7 +145,7 @@ def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, flee
         assert operator.get("/evals/..%2F..%2Fetc").status_code == 404
 
 
-def test_an_operator_corrects_the_graph_through_the_api_and_a_viewer_only_reads_the_corrections(secured, rt, plant):  # noqa: F811
+def test_an_operator_corrects_the_graph_through_the_api_and_a_viewer_only_reads_the_corrections(secured, rt, plant):
     _, url = secured
     with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
         refused = viewer.post("/topics/Plant/graph/corrections", json={"kind": "delete", "name": "Gremlin"})

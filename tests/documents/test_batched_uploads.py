@@ -142,7 +142,7 @@ def test_only_small_text_files_of_a_rag_topic_are_batched(rt):
     assert not batchable(graph, "notes.txt", 1000)
     for settings in ({"chunking_strategy": "SEMANTIC"}, {"retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM"},
                      {"import_strategy": "NARRATE"}):  # fmt: skip
-        assert not batchable(create_topic(rt, f"Calls {len(settings)}{sorted(settings)[0]}", settings=settings), "notes.txt", 1000)
+        assert not batchable(create_topic(rt, f"Calls {len(settings)}{min(settings)}", settings=settings), "notes.txt", 1000)
     assert batchable(create_topic(rt, "Hybrid", settings={"retrieval_strategy": "HYBRID"}), "notes.txt", 1000)
     rows = upload_all(rt, graph, {"a.txt": "Marie Curie worked in Paris.", "b.txt": "Pierre Curie worked in Paris."})
     assert sorted(queue_for(rt).get_job_ids()) == sorted(row.job_id for row in rows.values())

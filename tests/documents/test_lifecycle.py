@@ -47,8 +47,9 @@ def test_the_state_machine_refuses_changes_it_does_not_allow(rt):
 def test_delete_removes_chunks_keywords_pictures_files_traces_and_the_job(rt, run_jobs, scripted_llm):
     topic = create_topic(rt, "Plant", settings={**HYBRID_LLM_KEYWORDS, "file_types": "md,png"})
     scripted_llm.replies["keywords"] = "e4711 boiler"
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     png = io.BytesIO()
     Image.new("RGB", (40, 30), (200, 30, 30)).save(png, format="PNG")
@@ -241,7 +242,7 @@ def test_twenty_reupload_races_never_mix_versions(rt):
     finally:
         stop.set()
         watcher.join(10)
-    print(f"\n20 re-upload races: older job {dict((s, outcomes.count(s)) for s in set(outcomes))}, "
+    print(f"\n20 re-upload races: older job { {s: outcomes.count(s) for s in set(outcomes)} }, "
           f"{checks[0]} searches checked, {len(mixed)} mixed")
     assert mixed == [] and checks[0] > 20
     assert set(outcomes) <= {"superseded", "indexed"}

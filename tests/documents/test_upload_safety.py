@@ -15,15 +15,14 @@ import re
 
 import pytest
 
-from ragtopics.documents.uploads import document_trace
-from ragtopics.documents.uploads import get_document, list_documents, receive_upload
+from ragtopics.documents.uploads import document_trace, get_document, list_documents, receive_upload
 from ragtopics.errors import RefusedFileError
 from ragtopics.ingest.keywords import query_keywords
 from ragtopics.topics.topics import create_topic
+from ragtopics.worker.queue import job_progress, queue_for
 from tests.ingest.test_docling import make_docx, make_pdf, make_xlsx, make_zip_bomb
 from tests.ingest.test_ingest import stored_chunks, upload
 from tests.ingest.test_structured import BILLION_LAUGHS
-from ragtopics.worker.queue import job_progress, queue_for
 
 GOOD_XML = b"<catalog><book id='1'><title>Valves</title></book><book id='2'><title>Pumps</title></book></catalog>"
 GOOD_JSON = json.dumps([{"part": "SK-44", "name": "bracket"}, {"part": "SK-45", "name": "hinge"}]).encode()
@@ -51,8 +50,8 @@ BAD_INPUTS = {
     "deeply nested json": ("parts.json", lambda: GOOD_JSON, lambda: b"[" * 200_000 + b"]" * 200_000, r"parts\.json .*nested too deeply"),
     "binary bytes as txt": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: bytes(range(256)) * 64, r"notes\.txt .*binary"),
     "50 MB on one line": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: _single_line(50),
-                          r"notes\.txt was refused: it would give at least [\d,]+ chunks at Chunk Size 1000, "
-                          r"and one document may give at most 20,000 \(MAX_CHUNKS_PER_DOCUMENT\)"),
+                          (r"notes\.txt was refused: it would give at least [\d,]+ chunks at Chunk Size 1000, "
+                          r"and one document may give at most 20,000 \(MAX_CHUNKS_PER_DOCUMENT\)")),
 }  # fmt: skip
 
 

@@ -48,7 +48,7 @@ def wait_for(condition, timeout_s: float) -> bool:
         try:
             if condition():
                 return True
-        except Exception:  # noqa: BLE001 - the store may be down on purpose: ask again
+        except Exception:
             pass
         time.sleep(0.02)
     return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 from rq.job import Job
@@ -72,7 +72,7 @@ def test_killing_the_worker_mid_rebuild_keeps_whole_communities(rt, settings, sc
     def running_since(t0: float) -> bool:
         """The rebuild runs in a worker started after ``t0`` (not a dead run's leftover state) and is at work."""
         job = Job.fetch(job_id, connection=rt.redis)
-        started = job.started_at and job.started_at.replace(tzinfo=job.started_at.tzinfo or timezone.utc).timestamp()
+        started = job.started_at and job.started_at.replace(tzinfo=job.started_at.tzinfo or UTC).timestamp()
         return job.get_status(refresh=False) == "started" and bool(started and started >= t0) and \
             job.meta.get("phase") in ("detect", "reports", "write")  # fmt: skip
 

@@ -80,12 +80,12 @@ def diagnose(rt, job_id: str) -> dict:
     try:
         job = Job.fetch(job_id, connection=rt.redis)
         status = job.get_status(refresh=True)
-    except Exception as exc:  # noqa: BLE001 - a diagnosis, whatever went wrong
+    except Exception as exc:
         status = repr(exc)
     try:
         result = Job.fetch(job_id, connection=rt.redis).latest_result()
         error = (result.exc_string or "")[-600:] if result else ""
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         error = repr(exc)
     return {"error": error, "status": str(status), "in_queue": job_id in queue.get_job_ids(),
             "intermediate": job_id.encode() in rt.redis.lrange(f"{queue.key}:intermediate", 0, -1),

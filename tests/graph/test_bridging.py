@@ -83,7 +83,7 @@ def test_entity_vectors_survive_the_updates_of_later_uploads_and_go_with_their_e
     curie = store.entity_by_name("Marie Curie")
     assert curie is not None and len(curie.chunk_ids) == 2
     hits = store.search_entities(np.asarray(rt.gateway.embed(["Marie Curie"])[0]), 3)
-    assert [(e.id, round(score, 3)) for e, score in hits][0] == (curie.id, 1.0)  # still indexed, its vector made of its name
+    assert next((e.id, round(score, 3)) for e, score in hits) == (curie.id, 1.0)  # still indexed, its vector made of its name
 
     warsaw = store.entity_by_name("Warsaw")
     delete_document(rt, get_topic(rt, topic.id), "b.txt")

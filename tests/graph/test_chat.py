@@ -46,7 +46,7 @@ def answers(scripted_llm):
     return scripted_llm
 
 
-def test_path_answers_from_the_chain_its_sources_and_the_way_is_saved_with_the_turn(rt, topic, answers):  # noqa: F811
+def test_path_answers_from_the_chain_its_sources_and_the_way_is_saved_with_the_turn(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("PATH", 0.8, "two named things", ("Radium", "Sorbonne"))
     answers.replies["answer"] = "Radium was discovered by Marie Curie [S1], whose husband taught at the Sorbonne [S3]."
     updates = list(ask(rt, topic, "How is Radium related to the Sorbonne?"))
@@ -67,7 +67,7 @@ def test_path_answers_from_the_chain_its_sources_and_the_way_is_saved_with_the_t
     assert events(rt, result, "answer")[0]["streamed"] is False
 
 
-def test_path_without_a_chain_is_answered_by_local_and_the_reason_says_why(rt, topic, answers):  # noqa: F811
+def test_path_without_a_chain_is_answered_by_local_and_the_reason_says_why(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("PATH", 0.9, "how two things are related", ("Radium", "Hungary"))
     result = list(ask(rt, topic, "How is Radium related to Hungary?"))[-1]
 
@@ -83,7 +83,7 @@ def test_path_without_a_chain_is_answered_by_local_and_the_reason_says_why(rt, t
     assert session_turns(rt, result.session_id)[0].route_planned == "PATH"
 
 
-def test_local_answers_with_the_subgraph_and_the_chunks_behind_it(rt, topic, answers):  # noqa: F811
+def test_local_answers_with_the_subgraph_and_the_chunks_behind_it(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("LOCAL", 0.75, "a fact about a named thing", ("Radium",))
     result = list(ask(rt, topic, "Who discovered radium?"))[-1]
 
@@ -94,7 +94,7 @@ def test_local_answers_with_the_subgraph_and_the_chunks_behind_it(rt, topic, ans
     assert events(rt, result, "seeds")[0]["sources"]["named"] == ["Radium"]  # the router's entity is a seed
 
 
-def test_nothing_above_min_similarity_score_gives_the_no_results_message(rt, topic, answers):  # noqa: F811
+def test_nothing_above_min_similarity_score_gives_the_no_results_message(rt, topic, answers):
     update_settings(rt, topic.id, {"min_similarity_score": 0.99})
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9)
     result = list(ask(rt, get_topic(rt, topic.id), "Who painted the ceiling of that chapel?"))[-1]
@@ -110,7 +110,7 @@ def test_nothing_above_min_similarity_score_gives_the_no_results_message(rt, top
     ("DIRECT", 0.9, {}, "DIRECT"),
     ("DIRECT", 0.99, {"answer_without_searching": False}, "HYBRID"),  # DIRECT switched off
 ])  # fmt: skip
-def test_the_confidence_thresholds_and_direct_switched_off(rt, topic, answers, way, confidence, changes, taken):  # noqa: F811
+def test_the_confidence_thresholds_and_direct_switched_off(rt, topic, answers, way, confidence, changes, taken):
     if changes:
         update_settings(rt, topic.id, changes)
     answers.replies[ROUTER] = route_reply(way, confidence)
@@ -124,7 +124,7 @@ def test_the_confidence_thresholds_and_direct_switched_off(rt, topic, answers, w
         assert result.sources and result.sources[0].file == "curie.txt"
 
 
-def test_a_direct_answer_that_needs_the_documents_takes_hybrid(rt, topic, answers):  # noqa: F811
+def test_a_direct_answer_that_needs_the_documents_takes_hybrid(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("DIRECT", 0.99)
     answers.replies["direct"] = "NEEDS_DOCUMENTS"
     answers.replies["follow_up_plan"] = json.dumps({"questions": ["Who discovered radium?"]})
@@ -132,7 +132,7 @@ def test_a_direct_answer_that_needs_the_documents_takes_hybrid(rt, topic, answer
     assert result.route == "HYBRID" and "needed the documents" in result.route_reason and result.sources
 
 
-def test_hybrid_rounds_and_follow_ups_are_bounded(rt, topic, answers):  # noqa: F811
+def test_hybrid_rounds_and_follow_ups_are_bounded(rt, topic, answers):
     update_settings(rt, topic.id, {"max_follow_up_rounds": 2, "max_follow_up_questions": 2})
     rounds = iter(range(100))
 
@@ -156,7 +156,7 @@ def test_hybrid_rounds_and_follow_ups_are_bounded(rt, topic, answers):  # noqa: 
     assert result.sources[0].file == "curie.txt"
 
 
-def test_hybrid_planning_failure_falls_back_to_local_on_the_question(rt, topic, answers):  # noqa: F811
+def test_hybrid_planning_failure_falls_back_to_local_on_the_question(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("HYBRID", 0.95)
     answers.replies["follow_up_plan"] = "I cannot plan that, sorry"
     result = list(ask(rt, topic, "Who discovered radium?"))[-1]
@@ -164,7 +164,7 @@ def test_hybrid_planning_failure_falls_back_to_local_on_the_question(rt, topic, 
     assert result.sources[0].file == "curie.txt" and events(rt, result, "follow_up_search") == []
 
 
-def test_hybrid_synthesis_is_written_by_the_follow_up_model(rt, topic, answers, reconfigure):  # noqa: F811
+def test_hybrid_synthesis_is_written_by_the_follow_up_model(rt, topic, answers, reconfigure):
     reconfigure(FOLLOW_UP_MODEL="planner")  # the Follow-up Model role: the same server, its own model name
     answers.replies[ROUTER] = route_reply("HYBRID", 0.95)
     answers.replies["follow_up_plan"] = json.dumps({"questions": ["Who discovered radium?"]})
@@ -258,7 +258,7 @@ def test_a_graph_ingestion_record_is_a_source_without_download(rt, answers):
     assert "[people.json]" in result.text
 
 
-def test_the_search_gets_the_entities_the_graph_holds_by_name_or_alias(rt, topic, answers):  # noqa: F811
+def test_the_search_gets_the_entities_the_graph_holds_by_name_or_alias(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Madame Curie",))  # not a name the graph holds
     result = list(ask(rt, topic, "What did Marie Curie find in Paris?"))[-1]
     before, after = events(rt, result, "named_entities")  # before routing (a signal), then with the router's names
@@ -267,7 +267,7 @@ def test_the_search_gets_the_entities_the_graph_holds_by_name_or_alias(rt, topic
     assert events(rt, result, "seeds")[0]["sources"]["named"] == ["Marie Curie", "Paris"]
 
 
-def test_the_embedding_router_takes_a_named_entity_of_the_graph_as_a_sign_of_local(rt, topic, answers):  # noqa: F811
+def test_the_embedding_router_takes_a_named_entity_of_the_graph_as_a_sign_of_local(rt, topic, answers):
     update_settings(rt, topic.id, {"router_method": "EMBEDDING"})
     result = list(ask(rt, get_topic(rt, topic.id), "Who discovered radium?"))[-1]
     [route] = events(rt, result, "route")
@@ -275,7 +275,7 @@ def test_the_embedding_router_takes_a_named_entity_of_the_graph_as_a_sign_of_loc
     assert route["decision"]["entities"] == ["Radium"] and answers.prompts(ROUTER) == []
 
 
-def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):  # noqa: F811
+def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):
     question = "What did Marie Curie do?"
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Marie Curie",))
     answers.replies["answer"] = "She discovered radium [S1] and married Pierre Curie [S2]; see [S5] [S6] [S7] [S8]."
@@ -290,7 +290,7 @@ def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):  # noq
     assert sum(s.chunk_id in own for s in result.sources) >= 2
 
 
-def test_forcing_attachment_needs_a_file_and_an_answer_from_the_file_stands_without_sources(rt, topic, answers):  # noqa: F811
+def test_forcing_attachment_needs_a_file_and_an_answer_from_the_file_stands_without_sources(rt, topic, answers):
     with pytest.raises(RagTopicsError, match="the ATTACHMENT way answers from an attached file; attach one"):
         list(ask(rt, topic, "Who directed it?", route="ATTACHMENT"))
     roster = read_attachment(b"Pump ZX-9 was serviced on 3 March by Alice Moreau.", "service.txt", allowed_types=["txt"],

@@ -11,8 +11,18 @@ import numpy as np
 import pytest
 
 from ragtopics.graph.communities import (
-    MAX_CONSECUTIVE_MODEL_FAILURES, PROMPT_MAX_CHARS, Community, community_content, detect_communities,
-    graph_report, half_graph_growth, in_half, last_run, rebuild, report_prompt, run_key,
+    MAX_CONSECUTIVE_MODEL_FAILURES,
+    PROMPT_MAX_CHARS,
+    Community,
+    community_content,
+    detect_communities,
+    graph_report,
+    half_graph_growth,
+    in_half,
+    last_run,
+    rebuild,
+    report_prompt,
+    run_key,
 )  # fmt: skip
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship, entity_id_for

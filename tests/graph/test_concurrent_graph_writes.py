@@ -63,7 +63,7 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
 
         try:
             results.append(ingest_document(rt, doc.id, progress).status)
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=upload, args=(doc,)) for doc in docs]
@@ -121,7 +121,7 @@ def test_concurrent_graph_imports_naming_the_same_entities_converge_to_a_sequent
     def run(source: str) -> None:
         try:
             ingest_graph(rt, topic, source, parse_nodes_edges_json(json.dumps(IMPORTS[source]).encode()))
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(source,)) for source in IMPORTS]

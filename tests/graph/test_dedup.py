@@ -12,8 +12,21 @@ import pytest
 from rapidfuzz import fuzz
 
 from ragtopics.graph.dedup import (
-    DEDUPLICATION, FUZZY_GREY_MIN, MAX_DESCRIPTION_CHARS, MODEL_BATCH_PAIRS, CandidatePair, DedupDecisions, ask_model,
-    deduplicate, fuzzy_candidates, fuzzy_verdict, initials, is_abbreviation, merge_descriptions, name_form, number_key,
+    DEDUPLICATION,
+    FUZZY_GREY_MIN,
+    MAX_DESCRIPTION_CHARS,
+    MODEL_BATCH_PAIRS,
+    CandidatePair,
+    DedupDecisions,
+    ask_model,
+    deduplicate,
+    fuzzy_candidates,
+    fuzzy_verdict,
+    initials,
+    is_abbreviation,
+    merge_descriptions,
+    name_form,
+    number_key,
 )  # fmt: skip
 from ragtopics.graph.model import Entity, entity_id_for, normalize_name
 from ragtopics.llm.embedding import LocalEmbedder
@@ -236,7 +249,7 @@ def scripted_decisions(body: dict) -> str:
     """Decide every listed pair by its names: the first two pairs of GREY are the same thing."""
     prompt = body["messages"][-1]["content"]
     decisions = []
-    for number, a, b in re.findall(r'^\[(\d+)\] "([^"]+)" \([A-Z]+\).*?\|  "([^"]+)"', prompt, flags=re.M):
+    for number, a, b in re.findall(r'^\[(\d+)\] "([^"]+)" \([A-Z]+\).*?\|  "([^"]+)"', prompt, flags=re.MULTILINE):
         same = frozenset({a, b}) in SAME
         decisions.append({"pair": int(number), "same": same, "reason": "same place" if same else "two countries"})
     return json.dumps({"decisions": decisions})

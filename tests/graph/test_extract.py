@@ -274,7 +274,7 @@ def test_a_valid_reply_becomes_the_extraction_in_one_request(gateway, scripted_l
     assert links == [("Marie Curie", "University of Paris"), ("Marie Curie", "polonium")]  # names and aliases → listed names
     sent = scripted_llm.prompts("graph_extraction")
     assert len(sent) == 1 and CHUNK in sent[0]["messages"][-1]["content"]
-    event = [e for e in trace.events if e.step == "graph_extraction"][0]
+    event = next(e for e in trace.events if e.step == "graph_extraction")
     assert event.data["entities"] == 4 and event.data["relationships"] == 2
     assert [e.data["prompt_name"] for e in trace.events if e.step == "model_call"] == ["graph_extraction"]
 

@@ -65,7 +65,7 @@ def test_with_the_bundled_model_the_map_step_ranks_sentences_by_embedding(rt, re
     context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), trace)
     assert context.items and scripted_llm.prompts("global_map") == []
     assert any("Nobel Prize" in e.text for e in context.items)
-    assert [e for e in trace.events if e.step == "global_map"][0].data["method"] == "embedding"
+    assert next(e for e in trace.events if e.step == "global_map").data["method"] == "embedding"
 
 
 def test_nothing_above_the_min_similarity_score_finds_nothing(rt, run_jobs, scripted_llm):

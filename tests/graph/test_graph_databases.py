@@ -83,8 +83,8 @@ def test_unregistered_or_unusable_graph_databases_are_refused(rt, redis_server):
 
 
 def test_graph_databases_from_the_cli_and_the_admin_tab(rt, falkordb_server, capsys):
-    from ragtopics.ui.cli import main
     from ragtopics.ui.admin_tab import change_graph_databases
+    from ragtopics.ui.cli import main
 
     assert main(["graphdb", "add", "graphs", falkordb_server.url]) == 0
     capsys.readouterr()

@@ -98,11 +98,11 @@ def test_a_json_import_writes_entities_relationships_and_searchable_node_chunks(
 
 def test_a_csv_import_reads_nodes_and_edges_by_column(rt):
     topic = graph_topic(rt)
-    nodes = ("id,name,type,description,aliases,extra\n"
-             "p12,Pump P-12,part,Feeds the cooling loop.,P12;Pump 12,x\n"
-             "v3,Valve V-3,part,Closes the loop.,,\n"
-             "\n"
-             "c1,Cooling loop,system,,,\n").encode()  # fmt: skip
+    nodes = (b"id,name,type,description,aliases,extra\n"
+             b"p12,Pump P-12,part,Feeds the cooling loop.,P12;Pump 12,x\n"
+             b"v3,Valve V-3,part,Closes the loop.,,\n"
+             b"\n"
+             b"c1,Cooling loop,system,,,\n")  # fmt: skip
     edges = b"source,target,description,strength\np12,c1,Feeds it.,2.5\nValve V-3,Cooling loop,,\nv3,v3,self,1\n"
     report = ingest_graph(rt, topic, "plant.csv", parse_nodes_edges_csv(nodes, edges))
 

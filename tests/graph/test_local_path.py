@@ -124,8 +124,8 @@ def test_a_named_entity_is_always_a_seed(rt, topic):
 
 
 def test_hop_depth_decides_which_chunks_are_collected(rt, topic):
-    only = dict(seed_strategy="NODES", top_k_nodes=1, top_k_unlinked_chunks=0, max_cited_chunks=10,
-                local_keyword_search=False)  # keyword hits are found without the graph
+    only = {"seed_strategy": "NODES", "top_k_nodes": 1, "top_k_unlinked_chunks": 0, "max_cited_chunks": 10,
+                "local_keyword_search": False}  # keyword hits are found without the graph
     seed_only, trace0 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=0, **only)
     one_hop, trace1 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=1, **only)
 
@@ -235,10 +235,10 @@ def test_the_names_of_a_question_are_looked_up_in_one_graph_query(rt, topic):
     one_by_one: dict[str, str] = {}  # what a look-up per name finds (as before), skipping names inside found ones
     tried: list[str] = []
     for name in list(dict.fromkeys(["Radium", *candidate_names(LONG_QUESTION)]))[:MAX_NAME_LOOKUPS]:
-        if len(one_by_one) < 5 and not any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", t) for t in tried):
-            if (entity := store.entity_by_name(name)) is not None:
-                one_by_one.setdefault(entity.id, entity.name)
-                tried.append(name)
+        if (len(one_by_one) < 5 and not any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", t) for t in tried)
+                and (entity := store.entity_by_name(name)) is not None):
+            one_by_one.setdefault(entity.id, entity.name)
+            tried.append(name)
     assert found == tuple(one_by_one.values()) and {"Radium", "Marie Curie", "Pierre Curie"} <= set(found)
 
     with CommandLog(rt.redis) as log:

@@ -141,7 +141,7 @@ def test_a_re_embed_leaves_the_graph_with_exactly_the_index_chunks(rt, run_jobs)
     run_jobs()
 
     hits = store.search_entities(np.asarray(rt.gateway.embed(["Acme Corporation"])[0]), 3)
-    assert [(e.id, round(score, 3)) for e, score in hits][0] == (acme.id, 1.0)  # made again by the configured model
+    assert next((e.id, round(score, 3)) for e, score in hits) == (acme.id, 1.0)  # made again by the configured model
     assert store.vectors.missing(e.id for e in store.all_entities()) == set()
 
     assert get_document(rt, doc.id).status == "indexed", get_document(rt, doc.id).error

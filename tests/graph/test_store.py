@@ -119,6 +119,8 @@ def test_remove_document_keeps_shared_entities(store):
 
     assert report == RemovalReport(entities_removed=2, entities_kept=2, relationships_removed=2, relationships_kept=1,
                                    chunks_removed=2, documents_removed=1)  # fmt: skip
+    assert report.images_removed == 0
+    assert report.rebuilt == (eid("Marie Curie"),)  # "A chemist." came from doc-1 only
     marie, sorbonne = store.entities([eid("Marie Curie"), eid("Sorbonne")])
     assert marie.chunk_ids == {"c3"} and sorbonne.chunk_ids == {"c3"}
     assert store.entities([eid("Pierre Curie"), eid("Radium")]) == []
@@ -319,7 +321,7 @@ def test_dedup_partners_decide_as_the_whole_graph_would(store):
     names = {e.name for e in partners.entities}
     assert set(PARTNERS) <= names  # every rule's partner is fetched ...
     assert len(partners.entities) < len(PARTNERS) + 40  # ... and the look-up is by key, not the whole graph (410 entities)
-    whole, part = same_decisions(store, incoming, partners)
+    whole, _part = same_decisions(store, incoming, partners)
     merged = {(m.kept, m.merged) for m in whole.merges}
     assert {("J. R. R. Tolkien", "J. R. R. Tolkein"), ("Curie, Marie", "Marie Curie"), ("International Business Machines", "IBM"),
             ("ECB", "European Central Bank"), ("Wamboin", "Wambion"), ("Hewlett-Packard Company", "H.P."),
@@ -360,7 +362,7 @@ def test_aliases_find_partners_both_ways(store):
 def test_a_word_of_more_stored_names_than_a_block_holds_is_left_out_as_over_the_whole_graph(store):
     rng = random.Random(2)
     rivers = sorted({f"{_word(rng)} River" for _ in range(MAX_WORD_BLOCK + 60)})[: MAX_WORD_BLOCK + 1]
-    stored = [person(n, "c1" if i >= 3 else "c0") for i, n in enumerate(rivers + ["Mississippi River"])]
+    stored = [person(n, "c1" if i >= 3 else "c0") for i, n in enumerate([*rivers, "Mississippi River"])]
     store.upsert("doc-1", "a.txt", [("c0", 0), ("c1", 1)], stored, [])
     typo = person("Misissipi River", "c9")  # two edits: found only by a shared word
 

@@ -87,7 +87,7 @@ def test_an_edited_re_upload_extracts_only_the_changed_chunk(rt, run_jobs, scrip
     assert len(scripted_llm.prompts("graph_extraction")) == len(WORDS)  # exactly one call per chunk
     assert graph_store(rt, topic).entity_by_name("Caldey") is not None
 
-    edited = WORDS[:2] + ["Canna"] + WORDS[3:]
+    edited = [*WORDS[:2], "Canna", *WORDS[3:]]
     upload_file(rt, topic, "islands.txt", paragraphs(edited))
     run_jobs()
     row = get_document(rt, doc.id)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragtopics.ingest.chunking import split_recursive
 from ragtopics.errors import InvalidSettingError
+from ragtopics.ingest.chunking import split_recursive
 
 WORDS = st.text(alphabet="abcdefghij", min_size=1, max_size=12)
 SEPARATORS = st.sampled_from([" ", " ", " ", ". ", "\n", "\n\n", ", "])
@@ -48,7 +49,7 @@ def test_chunks_respect_size_and_lose_no_text(text, size, ratio):
 def test_overlap_repeats_the_end_of_the_previous_chunk(text, size):
     overlap = size // 4
     pieces = split_recursive(text, size=size, overlap=overlap)
-    for prev, nxt in zip(pieces, pieces[1:]):
+    for prev, nxt in itertools.pairwise(pieces):
         shared = prev.end - nxt.start
         # Overlap is never more than asked for; it is cut back only to a word boundary.
         assert shared <= overlap
@@ -59,7 +60,7 @@ def test_overlap_repeats_the_end_of_the_previous_chunk(text, size):
 def test_overlap_is_close_to_the_setting_on_prose():
     text = " ".join(f"word{i}" for i in range(2000))
     pieces = split_recursive(text, size=200, overlap=50)
-    shared = [prev.end - nxt.start for prev, nxt in zip(pieces, pieces[1:])]
+    shared = [prev.end - nxt.start for prev, nxt in itertools.pairwise(pieces)]
     assert min(shared) >= 50 - 10  # a word is at most 10 characters here
     assert max(shared) <= 50
 

@@ -13,8 +13,17 @@ from sqlmodel import select
 from ragtopics.documents.uploads import BatchedUploads, get_document
 from ragtopics.graph.communities import RebuildReport, last_run
 from ragtopics.graph.refresh import run_rebuild
-from ragtopics.ingest.cost import (DEFAULTS, GraphOutlook, comparison, dedup_calls, estimate_upload, fit_hazard,
-                                   graph_outlook, load_figures, observations)
+from ragtopics.ingest.cost import (
+    DEFAULTS,
+    GraphOutlook,
+    comparison,
+    dedup_calls,
+    estimate_upload,
+    fit_hazard,
+    graph_outlook,
+    load_figures,
+    observations,
+)
 from ragtopics.llm.endpoints import save_endpoint
 from ragtopics.storage.metadata import DocumentRow, UploadCostRow
 from ragtopics.topics.topics import create_topic, get_topic
@@ -39,7 +48,7 @@ def upload_all(rt, topic, files):
 def test_the_chunks_of_text_files_are_estimated_exactly_and_kept_beside_the_real_count(rt, run_jobs):
     topic = create_topic(rt, "Manuals", settings={"chunk_size": 300, "chunk_overlap": 30, "file_types": "txt,md,pdf"})
     files = [("manual.txt", MANUAL), ("notes.md", NOTES)]
-    estimate = estimate_upload(rt, topic, files + [("scan.pdf", b"%PDF-1.4 " + b"x" * 50_000), ("photo.png", b"\x89PNG")])
+    estimate = estimate_upload(rt, topic, [*files, ("scan.pdf", b"%PDF-1.4 " + b"x" * 50000), ("photo.png", b"\x89PNG")])
 
     rows = upload_all(rt, topic, files)
     run_jobs()
@@ -99,7 +108,7 @@ def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs,
     dedup = figures.rows["call:deduplication:graphrag-llm"]  # measured per extraction method
     assert dedup.count == len(scripted_llm.prompts("deduplication")) and dedup.units == estimate.chunks
     seen = observations(rt, "dedup:graphrag-llm")  # each upload's mentions, graph size, unclear pairs, calls
-    assert len(seen) == 2 and sorted(o[1] for o in seen)[0] == 0 and sum(o[3] for o in seen) == dedup.count
+    assert len(seen) == 2 and min(o[1] for o in seen) == 0 and sum(o[3] for o in seen) == dedup.count
     again = estimate_upload(rt, topic, files)
     assert again.calls["graph_extraction"].measured
     assert again.calls["graph_extraction"].tokens_in == pytest.approx(again.calls["graph_extraction"].calls * row.tokens_in / row.count)

@@ -17,14 +17,16 @@ import socket
 import threading
 import time
 import zipfile
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 from PIL import Image
 
+from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
 from ragtopics.ingest import docling as documents_docling
+from ragtopics.ingest.convert_process import TERM_GRACE_S
 from ragtopics.ingest.docling import (
     DOCUMENT_EXTENSIONS,
     ConvertedDocument,
@@ -33,8 +35,6 @@ from ragtopics.ingest.docling import (
     convert_document,
     parse_page_range,
 )
-from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
-from ragtopics.ingest.convert_process import TERM_GRACE_S
 from tests.ingest.scans import draw_page, image_pdf, scanned_invoice_pdf, squashed
 
 MIB = 1024 * 1024

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 import docx
 import pytest
@@ -108,7 +109,7 @@ def test_a_long_section_repeats_the_overlap_between_its_chunks_only():
     pieces, _ = chunks_of(docx_bytes(build), "care.docx", size=400, overlap=60)
     descaling = [p for p in pieces if p.text.startswith("## Descaling")]
     assert len(descaling) > 2 and all(len(p.text) <= 400 for p in pieces)
-    for before, after in zip(descaling, descaling[1:]):
+    for before, after in itertools.pairwise(descaling):
         body = after.text.removeprefix("## Descaling\n\n")
         repeated = max((k for k in range(1, len(body)) if before.text.endswith(body[:k])), default=0)
         assert 20 <= repeated <= 60, (before.text, after.text)  # the end of the chunk before, up to Chunk Overlap

@@ -9,8 +9,7 @@ import docx
 import numpy as np
 import pytest
 
-from ragtopics.documents.uploads import document_trace
-from ragtopics.documents.uploads import get_document
+from ragtopics.documents.uploads import document_trace, get_document
 from ragtopics.storage.chunk_index import decode_vector
 from ragtopics.topics.topics import create_topic
 from tests.ingest.test_ingest import stored_chunks, upload
@@ -60,7 +59,7 @@ def test_docx_is_converted_by_docling_and_its_pipeline_recorded(rt, run_jobs):
 def test_a_broken_json_file_fails_with_the_line_and_keeps_nothing_half_written(rt, run_jobs):
     topic = create_topic(rt, "Broken")
     # Changed with the real-world inputs work: one bad line is now skipped; a file fails when most lines are bad.
-    doc, job_id = upload(rt, topic, "bad.jsonl", b'{"a": 1}\n{oops}\n{"b": 2,,}\n')
+    doc, _job_id = upload(rt, topic, "bad.jsonl", b'{"a": 1}\n{oops}\n{"b": 2,,}\n')
     run_jobs()
     row = get_document(rt, doc.id)
     assert row.status == "failed" and "2 of 3 lines" in row.error and "line 2" in row.error

@@ -66,8 +66,8 @@ def test_tables_split_only_between_rows_at_any_size_and_text_around_is_kept(size
 
 def test_html_table_is_read_as_a_pipe_table_and_split_between_rows(rt, run_jobs):
     cells = "".join(f"<tr><td>Brass hinge, {10 + i} mm</td><td>BH-{1000 + i}</td><td>{i} EUR</td></tr>" for i in range(60))
-    page = f"<html><head><script>var junk = 1;</script></head><body><h1>Prices</h1><table><tr><th>Item</th><th>Code</th>" \
-           f"<th>Price</th></tr>{cells}</table></body></html>"  # fmt: skip
+    page = (f"<html><head><script>var junk = 1;</script></head><body><h1>Prices</h1><table><tr><th>Item</th><th>Code</th>"
+            f"<th>Price</th></tr>{cells}</table></body></html>")
     topic = create_topic(rt, "Html", settings={"chunk_size": 500, "chunk_overlap": 50})
     doc, _ = upload(rt, topic, "prices.html", page.encode())
     run_jobs()
@@ -215,7 +215,7 @@ def test_a_code_inside_an_api_path_is_found_among_hundreds_of_paths(rt, run_jobs
     paths = [f"/v3/fleet/{area}/{code}/export" for area in ("telemetry", "billing", "routing") for code in
              [f"ZETA-{n}" for n in range(7000, 7100)]]  # fmt: skip
     topic = create_topic(rt, "Api", settings={"retrieval_strategy": "HYBRID", "chunk_size": 400, "chunk_overlap": 0})
-    doc, _ = upload(rt, topic, "paths.txt", "\n".join(paths).encode())
+    _doc, _ = upload(rt, topic, "paths.txt", "\n".join(paths).encode())
     run_jobs()
     hits = rt.chunk_index(topic.id).search_keywords(query_keywords("What is ZETA-7081 used for?"), 5)
     holding = [h for h in hits if "ZETA-7081" in h.text]
@@ -228,7 +228,7 @@ def test_a_question_searches_words_and_codes_with_meaningful_bm25_scores(rt, run
     items = [f"{kind}, {n} mm" for kind in ("Steel bolt", "Rubber seal", "Nylon washer") for n in range(10, 60, 5)]
     items += ["Steel hinge, 40 mm", "Brass hinge, 40 mm", "Brass hinge, 50 mm", "Brass screw, 40 mm", "Copper pipe, 40 mm"]
     lines = [f"{item}: unit price {3 + i % 7}.{i % 10}9 EUR, {tail}." for i, item in enumerate(items)]
-    doc, _ = upload(rt, topic, "prices.txt", "\n\n".join(lines).encode())
+    _doc, _ = upload(rt, topic, "prices.txt", "\n\n".join(lines).encode())
     run_jobs()
     terms = query_keywords('What is the unit price of the item "Brass hinge, 40 mm"?')
     assert "40" in terms and {"brass", "hinge", "price"} <= set(terms)

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from ragtopics.errors import InvalidSettingError, ReadError
 from ragtopics.ingest.structured import (
-    STRUCTURED_EXTENSIONS, Record, flatten_record, identifying_lines, pack_records, read_records, split_record,
+    STRUCTURED_EXTENSIONS,
+    Record,
+    flatten_record,
+    identifying_lines,
+    pack_records,
+    read_records,
+    split_record,
 )  # fmt: skip
 
 BOOKS_XML = b"""<?xml version="1.0" encoding="UTF-8"?>
@@ -383,7 +389,7 @@ def assert_split_keeps_identity_and_text(text: str, size: int) -> None:
     rest = [line for line in text.split("\n") if line not in ident]
     held = "".join(p[len(head):] for p in pieces)
     for line in rest:  # a line is kept whole, or its value is spread over pieces under the same key
-        key, sep, value = line.partition(": ")
+        _key, _sep, value = line.partition(": ")
         assert line in held or all(ch in held for ch in value if ch.isalnum())  # punctuation-only parts are dropped
 
 

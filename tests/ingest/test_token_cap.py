@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-
-import pytest
-
 from ragtopics.documents.uploads import get_document
 from ragtopics.ingest.chunking import Piece
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, cap_tokens, trim_to_tokens

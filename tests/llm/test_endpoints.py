@@ -41,7 +41,7 @@ def test_keys_are_never_shown_and_bad_values_name_the_field(rt):
                             supports_tools=False, supports_images=False)  # fmt: skip
     row = next(r for r in endpoints_table(rt) if r[0] == "judge")
     assert row[1:4] == ["https://models.example/v1", "judge-1", "set"] and row[-1] == "console"
-    url, model, key_box, tools, images = endpoint_form(rt, "judge")
+    url, model, key_box, _tools, _images = endpoint_form(rt, "judge")
     assert (url, model, key_box.value) == ("https://models.example/v1", "judge-1", "") and "now: set" in key_box.label
     assert "sk-very-secret" not in repr(endpoints_table(rt)) + repr(endpoint_form(rt, "judge"))
     with pytest.raises(ConfigurationError, match="Endpoint URL: must be http"):

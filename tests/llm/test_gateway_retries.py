@@ -85,7 +85,7 @@ def test_structured_and_tool_calls_are_retried(gateway, llm):
 
     llm.replies["tools"] = {"tool_calls": [{"name": "search", "arguments": {"q": "x"}}]}
     llm.fail_next(1, 429)
-    text, calls = gateway.complete_with_tools("language_model", MESSAGES, [], prompt_name="tools")
+    _text, calls = gateway.complete_with_tools("language_model", MESSAGES, [], prompt_name="tools")
     assert [c["name"] for c in calls] == ["search"] and len(llm.prompts("tools")) == 2
 
 

@@ -42,8 +42,7 @@ def test_make_eval_measures_every_way_and_both_ingests(tmp_path, monkeypatch, ca
 
     assert "recall-rag: 12 passages ingested in" in out and "recall-graph: 12 passages ingested in" in out
     assert "GraphRAG (NLP) ingest / RAG ingest:" in out and "time in entity embedding" in out
-    rows = {line.split("  ")[1].strip(): line.split() for line in out.splitlines() if line.startswith("  RAG ") or
-            line.startswith("  GraphRAG ")}  # fmt: skip
+    rows = {line.split("  ")[1].strip(): line.split() for line in out.splitlines() if line.startswith(("  RAG ", "  GraphRAG "))}  # fmt: skip
     assert {"RAG DENSE", "RAG HYBRID", "GraphRAG LOCAL FUSED", "GraphRAG LOCAL NODES"} <= set(rows)
     local_fused = float(rows["GraphRAG LOCAL FUSED"][-5])  # recall@5: both passages of both questions
     assert local_fused == 1.0

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import redis
 
-from ragtopics.settings.env import Settings
 from ragtopics.errors import StoreUnavailableError
-from ragtopics.runtime import Runtime
-from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from ragtopics.ops.redis_server import EmbeddedRedis, RedisServerPaths, RedisStartError, check_modules
+from ragtopics.runtime import Runtime
+from ragtopics.settings.env import Settings
+from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 from tests.conftest import free_port
 
 
@@ -24,7 +24,7 @@ def test_embedded_server_has_search_and_graph_on_loopback_with_aof(redis_server)
     assert client.config_get("appendonly") == {"appendonly": "yes"}
     assert client.config_get("bind")["bind"] == "127.0.0.1"
     search = next(m for m in client.execute_command("MODULE", "LIST") if m[b"name"] == b"search")
-    assert [b"ON_TIMEOUT", b"FAIL"] == search[b"args"][:2]
+    assert search[b"args"][:2] == [b"ON_TIMEOUT", b"FAIL"]
 
 
 class SlowLoadingRedis(EmbeddedRedis):

@@ -14,8 +14,14 @@ import redis
 
 from ragtopics.errors import StoreUnavailableError
 from ragtopics.ops.redis_server import EmbeddedRedis
-from ragtopics.ops.supervisor import (EmbeddedRedisComponent, ExternalRedisComponent, RestartPolicy, WorkerComponent,
-                                      supervise, worker_environment)  # fmt: skip
+from ragtopics.ops.supervisor import (
+    EmbeddedRedisComponent,
+    ExternalRedisComponent,
+    RestartPolicy,
+    WorkerComponent,
+    supervise,  # fmt: skip
+    worker_environment,
+)
 from ragtopics.settings.env import Settings
 from tests.conftest import free_port
 

@@ -25,14 +25,14 @@ from tests.ingest.test_ingest import upload
 
 QUESTION = "Who directed the film that was shot in the town of Quillmoor in 1986?"
 TOWN = ("Quillmoor, North Vale.txt",
-        "Quillmoor is a small town in North Vale. In 1986 the crew of The Ember Orchard spent a summer filming "
-        "on its main street, and the town still holds a festival in July.")  # fmt: skip
+        ("Quillmoor is a small town in North Vale. In 1986 the crew of The Ember Orchard spent a summer filming "
+        "on its main street, and the town still holds a festival in July."))  # fmt: skip
 FILM = ("The Ember Orchard.txt",
-        "The Ember Orchard is a drama by Hanna Virtanen, adapted from her own stage play about three sisters "
-        "who inherit a failing orchard.")  # fmt: skip
+        ("The Ember Orchard is a drama by Hanna Virtanen, adapted from her own stage play about three sisters "
+        "who inherit a failing orchard."))  # fmt: skip
 DISTRACTORS = [
-    (f"Shot in {year}.txt", f"A film shot in {year} in a small town; who directed the film was never made public. "
-                            f"The town where it was shot in {year} asked for the film to be shown there first.")
+    (f"Shot in {year}.txt", (f"A film shot in {year} in a small town; who directed the film was never made public. "
+                            f"The town where it was shot in {year} asked for the film to be shown there first."))
     for year in (1984, 1985, 1986, 1987, 1988)
 ]
 
@@ -134,7 +134,7 @@ def test_a_name_its_own_long_file_repeats_is_still_a_reference(rt, run_jobs):
     # A 14-chunk manual that says "Ember Orchard" in every chunk is still what other files refer to.
     manual = [("The Ember Orchard.txt", " ".join(f"Part {n}: The Ember Orchard grows apples of kind {n}." * 12 for n in range(14)))]
     topic = create_topic(rt, "Own name", settings={"chunk_size": 300, "chunk_overlap": 0})
-    for file_name, text in manual + [TOWN]:
+    for file_name, text in [*manual, TOWN]:
         upload(rt, topic, file_name, text.encode())
     run_jobs()
     index = rt.chunk_index(topic.id)

@@ -27,7 +27,7 @@ def test_reference_lists_every_setting_and_variable():
 
 
 def test_env_example_names_every_process_setting_and_nothing_else():
-    named = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(encoding="utf-8"), flags=re.M))
+    named = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(encoding="utf-8"), flags=re.MULTILINE))
     aliases = {field.alias for field in Settings.model_fields.values()}
     assert aliases - named == set(), "missing from .env.example"
     assert named - aliases == set(), "unknown variables in .env.example"

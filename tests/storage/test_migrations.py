@@ -22,8 +22,17 @@ from ragtopics.answer.history import list_sessions, saved_turns, turn_trace
 from ragtopics.documents.uploads import list_documents
 from ragtopics.runtime import Runtime
 from ragtopics.storage import prompts
-from ragtopics.storage.metadata import (ChatTurnRow, DocumentRow, MetadataStore, MigrationError, PictureRow, TopicRow,
-                                        TopicSettingsVersion, TraceRow, schema_revision)  # fmt: skip
+from ragtopics.storage.metadata import (
+    ChatTurnRow,
+    DocumentRow,
+    MetadataStore,
+    MigrationError,
+    PictureRow,
+    TopicRow,
+    TopicSettingsVersion,  # fmt: skip
+    TraceRow,
+    schema_revision,
+)
 from ragtopics.storage.migrate import head_revision, sqlite_path
 from ragtopics.topics.topics import get_topic, list_topics, update_settings
 

@@ -14,8 +14,10 @@ from fastapi.testclient import TestClient
 from rq import SimpleWorker
 
 from ragtopics.access.users import User
-from ragtopics.api.health import readiness
 from ragtopics.answer.turn import ask
+from ragtopics.api.health import readiness
+from ragtopics.demo import links
+from ragtopics.demo.links import DEMO_PREFIX
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.errors import ConfigurationError
@@ -25,6 +27,7 @@ from ragtopics.settings.env import Settings
 from ragtopics.storage.blobs import FileStoreError, S3FileStore
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic
+from ragtopics.ui.demo_page import add_demo_routes
 from ragtopics.ui.files_route import add_file_route
 from ragtopics.ui.web import SCOPE_USER
 from ragtopics.worker.queue import queue_for
@@ -123,6 +126,29 @@ def test_upload_goes_to_the_bucket_and_a_worker_without_the_file_indexes_it(mach
     assert removed["files"] == 1
     assert [k for k in s3_server.keys(BUCKET) if k.startswith(prefix)] == []
     gone = client.get(for_vic, headers={"x-user": "vic:viewer"})
+    assert gone.status_code == 410 and "no longer stored" in gone.text
+
+
+def test_a_demo_link_serves_its_source_files_from_the_bucket(machines):
+    console, worker = machines
+    topic = create_topic(console, "Valves", settings={"chunk_size": 200, "chunk_overlap": 0})
+    text = b"Valve V-3 is closed every Friday."
+    doc = upload_file(console, topic, "valves.txt", text)
+    run_worker(worker)
+    new = links.create_link(console, "Valves", allow_sources=True)
+    api = FastAPI()
+    add_demo_routes(api, console)
+    client = TestClient(api)
+    blob = get_document(console, doc.id).blob_path
+    file_token = console.signer.sign(blob, user=links.source_owner(new.link)).split("/files/")[1]
+
+    served = client.get(f"{DEMO_PREFIX}{new.token}/files/{file_token}")
+    assert served.status_code == 200 and served.content == text
+    assert served.headers["content-disposition"] == 'inline; filename="valves.txt"'
+    assert served.headers["content-type"] == "text/plain; charset=utf-8" and served.headers["cache-control"] == "no-store"
+
+    delete_document(console, topic, "valves.txt")
+    gone = client.get(f"{DEMO_PREFIX}{new.token}/files/{file_token}")
     assert gone.status_code == 410 and "no longer stored" in gone.text
 
 

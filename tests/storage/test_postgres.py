@@ -54,7 +54,7 @@ def test_migrations_build_an_empty_database_that_matches_the_models(pg_url, post
     def open_store() -> None:
         try:
             opened.append(MetadataStore(pg_url))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     racers = [threading.Thread(target=open_store) for _ in range(3)]  # the console and two workers starting together

@@ -6,6 +6,7 @@ import gzip
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -48,7 +49,7 @@ def zebra(rt, run_jobs):
 
 def finished(updates) -> object:
     final = None
-    for final in updates:
+    for final in updates:  # noqa: B007 (the last update is the answer)
         pass
     return final
 
@@ -123,9 +124,9 @@ def test_an_upload_job_is_a_span_tree(rt, spans, run_jobs):
 class _Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP trace receiver: keeps each decoded ``ExportTraceServiceRequest``."""
 
-    received: list[ExportTraceServiceRequest] = []
+    received: ClassVar[list[ExportTraceServiceRequest]] = []
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):
         body = self.rfile.read(int(self.headers["content-length"]))
         if self.headers.get("content-encoding") == "gzip":
             body = gzip.decompress(body)

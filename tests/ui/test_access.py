@@ -10,12 +10,11 @@ import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client
+from sqlmodel import select
 from starlette.routing import Mount, Route, WebSocketRoute
 
 from ragtopics.access import sessions, users
 from ragtopics.errors import AccessDeniedError, ConfigurationError
-from sqlmodel import select
-
 from ragtopics.storage.metadata import ApiTokenRow, UserRow
 from ragtopics.topics.topics import create_topic, list_topics
 from ragtopics.ui import web

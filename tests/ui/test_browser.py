@@ -13,13 +13,13 @@ import pytest
 from sqlmodel import select
 
 from ragtopics.answer.history import session_turns
-from ragtopics.tracing import reports
-from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.storage.metadata import ChatSessionRow
-from tests.conftest import free_port
-from tests.ui.test_access import PASSWORD
-from tests.ingest.test_ingest import upload
+from ragtopics.topics.topics import create_topic, get_topic
+from ragtopics.tracing import reports
 from ragtopics.ui.app import launch_console
+from tests.conftest import free_port
+from tests.ingest.test_ingest import upload
+from tests.ui.test_access import PASSWORD
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")

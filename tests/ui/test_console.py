@@ -9,8 +9,8 @@ from gradio_client import Client, handle_file
 
 from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.topics.topics import get_topic
-from tests.conftest import free_port
 from ragtopics.ui.app import launch_console
+from tests.conftest import free_port
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from gradio_client import Client, handle_file
 from ragtopics.answer.turn import ask
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.topics.topics import create_topic, get_topic
+from ragtopics.ui.app import launch_console
 from ragtopics.ui.prompts_tab import save_no_answer, save_prompt
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
-from ragtopics.ui.app import launch_console
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     assert "Saved prompt `system` for Topic **Manuals**" in status
     assert resolve_prompts(rt, None)["system"].text != resolve_prompts(rt, manuals.id)["system"].text
     scripted_llm.replies["answer"] = "Aye [S1]."
-    *_, final = ask(rt, manuals, "When is the boiler descaled?")
+    *_, _final = ask(rt, manuals, "When is the boiler descaled?")
     assert scripted_llm.prompts("answer")[-1]["messages"][0]["content"].startswith("Captain of Manuals here.")
     status = client.predict("Manuals", "system", "", api_name="/save_prompt")  # a text box not loaded yet
     assert "Not saved" in status and "Reset to shared" in status

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -38,7 +38,7 @@ def test_reports_hold_every_step_unclipped(rt, run_jobs, scripted_llm):
     doc, _ = upload(rt, topic, "kettles.txt", LONG.encode())
     run_jobs()
     scripted_llm.replies["answer"] = "At 100 degrees [S1]."
-    *_, final = ask(rt, topic, "When does K-2 switch off?")
+    *_, _final = ask(rt, topic, "When does K-2 switch off?")
 
     chat_row, upload_row = reports.list_reports(rt)
     assert (chat_row.kind, chat_row.topic_name, chat_row.subject) == ("chat", "Kettles", "When does K-2 switch off?")
@@ -71,8 +71,8 @@ def test_old_reports_are_deleted_after_the_retention_period(rt, run_jobs):
     run_jobs()
     (row,) = reports.list_reports(rt)
     assert rt.blobs.exists(row.path) and row.path.startswith("dev-reports/")
-    assert reports.purge_expired(rt, now=datetime.now(timezone.utc) + timedelta(days=rt.settings.dev_report_retention_days - 1)) == 0
-    assert reports.purge_expired(rt, now=datetime.now(timezone.utc) + timedelta(days=rt.settings.dev_report_retention_days + 1)) == 1
+    assert reports.purge_expired(rt, now=datetime.now(UTC) + timedelta(days=rt.settings.dev_report_retention_days - 1)) == 0
+    assert reports.purge_expired(rt, now=datetime.now(UTC) + timedelta(days=rt.settings.dev_report_retention_days + 1)) == 1
     assert not rt.blobs.exists(row.path) and reports.list_reports(rt) == []
 
 
@@ -89,7 +89,7 @@ def test_switches_are_off_after_a_start_and_reports_reach_dev_reporting_users_on
         upload(rt, topic, "kettles.txt", b"Kettle K-2 switches itself off at 100 degrees.")
         run_jobs()
         scripted_llm.replies["answer"] = "At 100 degrees [S1]."
-        *_, final = ask(rt, topic, "When does K-2 switch off?")
+        *_, _final = ask(rt, topic, "When does K-2 switch off?")
         (row,) = reports.list_reports(rt)
         link = f"/dev-reports/{row.id}.json"
         downloaded = login(url, "dora").get(link)

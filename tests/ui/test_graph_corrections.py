@@ -20,7 +20,7 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-def console(rt, plant):  # noqa: F811
+def console(rt, plant):
     users.create_user(rt, "ada", PASSWORD, "admin")  # with an admin the console needs login
     users.create_user(rt, "otto", PASSWORD, "operator")
     users.create_user(rt, "vic", PASSWORD, "viewer")
@@ -33,7 +33,7 @@ def client(rt, url: str, username: str) -> Client:
     return Client(url, verbose=False, headers={"Authorization": f"Bearer {users.make_token(rt, username)}"})
 
 
-def test_an_operator_corrects_the_graph_in_the_console_and_a_viewer_is_refused(rt, console, plant):  # noqa: F811
+def test_an_operator_corrects_the_graph_in_the_console_and_a_viewer_is_refused(rt, console, plant):
     server, url = console
     correct_fn = next(i for i, f in server.blocks.fns.items() if f.api_name == "correct_graph")
     assert server.blocks.ragtopics_needs[correct_fn] == web.ROLE_OF_PAGE["graph_corrections"] == "operator"
@@ -56,7 +56,7 @@ def test_an_operator_corrects_the_graph_in_the_console_and_a_viewer_is_refused(r
     assert len(list_corrections(rt, plant.id)) == 1
 
 
-def test_the_cli_corrects_the_graph_and_lists_the_corrections(rt, plant, capsys):  # noqa: F811
+def test_the_cli_corrects_the_graph_and_lists_the_corrections(rt, plant, capsys):
     assert main(["graph", "Plant", "--retype", "Jaguar", "--type", "concept"]) == 0
     made = json.loads(capsys.readouterr().out)
     assert made["kind"] == "retype" and made["summary"] == 'changed the type of "Jaguar" from ANIMAL to CONCEPT' and made["by"] == ""

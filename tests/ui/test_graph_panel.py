@@ -67,7 +67,7 @@ def test_recompute_communities_now_shows_progress_then_the_last_run(rt, run_jobs
     _, text = render(rt, "Physicists")
     assert "Recompute due" not in text
     assert f"{run['communities']} communities · {run['written']} summaries**" in text and run["written"] >= 1
-    assert (f"**Last community run:** " in text and f"· {run['written']} written, 0 kept, 0 deleted · "
+    assert ("**Last community run:** " in text and f"· {run['written']} written, 0 kept, 0 deleted · "
             f"{run['written']} model call" in text and "reports written by the Community Report model" in text)  # fmt: skip
     assert re.search(r"\*\*Last community run:\*\* \d{4}-\d\d-\d\d \d\d:\d\d, under a minute ago · ", text), text
 
@@ -115,7 +115,7 @@ def test_phases_read_as_words_with_their_counts():
     assert "writing community reports 1/3" in running and 'data-state=""' in running and "width:33%" in running
 
 
-def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, scripted_llm, tmp_path):  # noqa: F811
+def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, scripted_llm, tmp_path):
     scripted_llm.replies["community_report"] = REPORT
     graph_topic(rt, run_jobs, "Graph Topic")
     create_topic(rt, "Plain Topic")

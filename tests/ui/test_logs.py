@@ -13,7 +13,7 @@ def test_recent_uploads_and_answers_one_line_per_step(rt, run_jobs, scripted_llm
     upload(rt, topic, "<kettles>.txt", b"Kettle K-2 switches itself off at 100 degrees.")
     run_jobs()
     scripted_llm.replies["answer"] = "At 100 degrees [S1]."
-    *_, final = ask(rt, topic, "When does K-2 switch off?")
+    *_, _final = ask(rt, topic, "When does K-2 switch off?")
 
     text = log_text(rt, "Kettles")
     chat_at, upload_at = text.index("· chat · When does K-2 switch off?"), text.index("· upload · &lt;kettles&gt;.txt")

@@ -31,7 +31,7 @@ def log_applied(*, ctx, step, heads, run_args) -> None:
 
 def run_migrations(connection) -> None:
     context.configure(connection=connection, target_metadata=SQLModel.metadata, render_as_batch=True,
-                      on_version_apply=[log_applied])  # fmt: skip
+                      on_version_apply=[log_applied])  # type: ignore[arg-type]  # alembic calls it with keywords  # fmt: skip
     with context.begin_transaction():
         context.run_migrations()
 
@@ -42,7 +42,7 @@ connection = context.config.attributes.get("connection")
 if connection is not None:
     run_migrations(connection)
 else:
-    engine = migration_engine(context.config.get_main_option("sqlalchemy.url"))
+    engine = migration_engine(context.config.get_main_option("sqlalchemy.url") or "")
     try:
         with engine.begin() as conn:
             run_migrations(conn)
