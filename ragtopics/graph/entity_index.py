@@ -220,7 +220,7 @@ class EntityVectorIndex:
         self.ensure(matrix.shape[1])
         written = 0
         for start in range(0, len(entity_ids), _WRITE_BATCH):
-            rows = [{"id": eid, "vector": vec.tolist()}
+            rows = [{"id": eid, "vector": _VectorLiteral(vec)}
                     for eid, vec in zip(entity_ids[start:start + _WRITE_BATCH], matrix[start:start + _WRITE_BATCH])]  # fmt: skip
             self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
             written += int(self.graph.query(_CREATE, {"rows": rows}).result_set[0][0])
@@ -251,3 +251,20 @@ class EntityVectorIndex:
             )
         rows = self.graph.ro_query(_SEARCH, {"k": int(k), "vector": query.tolist()}).result_set
         return sorted(((eid, 1.0 - float(distance)) for eid, distance in rows), key=lambda pair: -pair[1])
+
+
+class _VectorLiteral:
+    """A float32 vector as a query parameter in its shortest exact text: nine significant digits per component.
+
+    FalkorDB's client writes parameters as Cypher text, and a Python float of a float32 value prints with up
+    to 17 digits; nine give back the same float32 (IEEE 754 single precision), so the stored vector is
+    unchanged while the text the client builds and the server parses is about a third shorter.
+    """
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: np.ndarray):
+        self.row = row
+
+    def __str__(self) -> str:
+        return "[" + ",".join(f"{x:.9g}" for x in self.row.tolist()) + "]"

@@ -301,12 +301,12 @@ def complete_plan(rt: Runtime, topic, records: list[ChunkRecord], extracted: Ext
 
 def _embed_names(rt: Runtime, texts: list[str], trace: Trace, report: ProgressFn, *, stored: int) -> dict[str, np.ndarray]:
     """Vectors of entity texts, in batches of ``ENTITY_EMBED_BATCH`` (a delete or newer upload stops it between them)."""
-    vectors = []
+    vectors: list[np.ndarray] = []
     with trace.step("embed_entities", count=len(texts), stored=stored):
         for start in range(0, len(texts), ENTITY_EMBED_BATCH):
             report("embedding entities", start, len(texts))
-            vectors.extend(rt.gateway.embed(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
-                                            purpose="entity embedding"))  # fmt: skip
+            vectors.extend(rt.gateway.embed_short(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
+                                                  purpose="entity embedding"))  # fmt: skip
     return dict(zip(texts, vectors, strict=True))
 
 
@@ -415,7 +415,7 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         template = resolve_prompts(rt, store.topic_id)["deduplication"]
         model = lambda pairs: ask_model(rt.gateway, pairs, trace, template=template)  # noqa: E731
-    return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed(texts, purpose="deduplication"),
+    return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed_short(texts, purpose="deduplication"),
                        model=model, common_words=partners.common_words, apart=apart, trace=trace)  # fmt: skip
 
 
@@ -503,7 +503,7 @@ def embed_entities(rt: Runtime, store: GraphStore, entity_ids: Iterable[str], tr
     stale = store.entities(missing) if missing else []
     if not stale:
         return 0
-    vectors = rt.gateway.embed([entity_text(e) for e in stale], trace=trace, purpose="entity embedding")
+    vectors = rt.gateway.embed_short([entity_text(e) for e in stale], trace=trace, purpose="entity embedding")
     return store.set_embeddings([e.id for e in stale], np.asarray(vectors))
 
 

@@ -363,6 +363,7 @@ class GraphStore:
         self.name = graph_name or f"rt-{topic_id}-graph"
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
+        self._ensured = False  # the indexes were checked by this object (see :meth:`ensure`)
 
     def fence_writes(self, fence) -> GraphStore:
         """Make every later write of this store depend on ``fence`` (a :class:`~ragtopics.storage.locks.Fence`).
@@ -402,8 +403,11 @@ class GraphStore:
     def ensure(self) -> None:
         """Create the graph and its range indexes unless they exist (idempotent, also across processes).
 
-        Checked on every write (one round trip), so a graph dropped elsewhere gets its indexes back.
+        Checked at the first write of each store object (one round trip; an upload makes its own), so a graph
+        dropped elsewhere gets its indexes back at the next upload; later writes of the same object skip it.
         """
+        if self._ensured:
+            return
         rows = self.graph.query("CALL db.indexes() YIELD label, properties RETURN label, properties").result_set
         present = {(label, prop) for label, props in rows for prop in props}
         for label, prop in _INDEXES:
@@ -413,9 +417,11 @@ class GraphStore:
                 except ResponseError as exc:
                     if "already indexed" not in str(exc):
                         raise
+        self._ensured = True
 
     def drop(self) -> None:
         """Delete the graph with its indexes and entity vectors (nothing happens when there is none)."""
+        self._ensured = False
         if self.exists():
             self.graph.delete()
             log.info("dropped graph %s", self.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 from pydantic import BaseModel
@@ -137,3 +138,29 @@ def test_retry_after_headers_are_read():
 
 def test_default_policy_is_the_documented_one():
     assert RetryPolicy().attempts == RETRY_ATTEMPTS >= 3
+
+
+def test_short_texts_are_embedded_once_per_model_and_kept_in_order(settings, llm):
+    remote = OpenAIEmbedder(llm.base_url, "k", "remote-model", 384, timeout_s=5)
+    gateway = ModelGateway(settings, embedder=remote, retry=FAST)
+    first = gateway.embed_short(["Paris", "Lyon", "Paris"], purpose="entity embedding")
+    assert first.shape == (3, 384) and np.array_equal(first[0], first[2])
+    assert np.allclose(first[:2], gateway.embed(["Paris", "Lyon"]), atol=1e-6)
+    llm.requests.clear()
+    again = gateway.embed_short(["Lyon", "Nice", "Paris"], purpose="deduplication")
+    [request] = llm.prompts(llm.EMBEDDINGS)  # one request, for the one text not embedded before
+    assert "Nice" in str(request) and "Lyon" not in str(request)
+    assert np.array_equal(again[0], first[1]) and np.array_equal(again[2], first[0])
+    llm.requests.clear()
+    assert gateway.embed_short([], purpose="deduplication").shape == (0, 384) and not llm.prompts(llm.EMBEDDINGS)
+
+
+def test_the_short_text_cache_drops_the_least_recently_used():
+    from ragtopics.llm.gateway import TextVectorCache
+
+    cache = TextVectorCache(2)
+    cache.put_many(("", "m"), [("a", np.ones(3)), ("b", np.zeros(3))])
+    assert set(cache.get_many(("", "m"), ["a"])) == {"a"}  # "a" used: "b" is now the oldest
+    cache.put_many(("", "m"), [("c", np.ones(3))])
+    assert set(cache.get_many(("", "m"), ["a", "b", "c"])) == {"a", "c"} and len(cache) == 2
+    assert cache.get_many(("", "other model"), ["a"]) == {}
