@@ -6,7 +6,7 @@ import json
 
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.report import graph_stats
-from ragtopics.quality.runs import run_folder
+from ragtopics.quality.runs import run_path
 from ragtopics.storage import topics as topic_store
 from ragtopics.topics.topics import get_topic, list_topics, topic_id_for
 from tests.api.test_rest import api_client
@@ -126,7 +126,7 @@ def test_an_evaluation_run_is_started_and_read_through_the_api(secured, rt, flee
         started = operator.post("/topics/Fleet/evals", json={"questions": QUESTIONS, "settings": {"top_k_results": 1}})
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
-        assert (run_folder(rt, run_id) / "request.json").is_file()
+        assert json.loads(rt.blobs.read(run_path(run_id, "request.json")))["topic"] == "Fleet"
         queued = operator.get(f"/evals/{run_id}").json()
         assert (queued["summary"], queued["results"], queued["job"]["status"]) == (None, [], "queued")
         assert queued["questions"] == 3 and queued["settings_changed"] == {"top_k_results": "1"} and queued["retrieval_only"]

@@ -43,6 +43,24 @@ def ingest_sequentially(rt, name: str, order: list[str]):
     return graph_of(rt, topic)
 
 
+
+def run_at_once(target, items: list) -> list[Exception]:
+    """Run ``target(item)`` for every item in its own thread, all at once; returns what they raised."""
+    errors: list[Exception] = []
+
+    def guarded(item) -> None:
+        try:
+            target(item)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return errors
+
 def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_graph(rt):
     expected = {ingest_sequentially(rt, "In order", list(FILES)), ingest_sequentially(rt, "Reversed", list(FILES)[::-1])}
     names, count = next(iter(expected))
@@ -51,7 +69,7 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
     topic = create_topic(rt, "At once", kind="graphrag", settings=NLP)
     docs = [upload_file(rt, topic, file_name, text.encode()) for file_name, text in FILES.items()]
     both_extracting = threading.Barrier(len(docs))
-    results, errors = [], []
+    results: list[str] = []
 
     def upload(doc) -> None:
         waited = []
@@ -61,16 +79,9 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
                 waited.append(True)
                 both_extracting.wait(timeout=120)
 
-        try:
-            results.append(ingest_document(rt, doc.id, progress).status)
-        except Exception as exc:
-            errors.append(exc)
+        results.append(ingest_document(rt, doc.id, progress).status)
 
-    threads = [threading.Thread(target=upload, args=(doc,)) for doc in docs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
+    errors = run_at_once(upload, docs)
     assert not errors and results == ["indexed", "indexed"], (errors, results)
     names, count = graph_of(rt, topic)
     assert len(names) == count, "an entity is stored twice"
@@ -116,19 +127,11 @@ def test_concurrent_graph_imports_naming_the_same_entities_converge_to_a_sequent
         return vectors
 
     monkeypatch.setattr(rt.gateway, "embed", embed_then_wait)
-    errors = []
 
     def run(source: str) -> None:
-        try:
-            ingest_graph(rt, topic, source, parse_nodes_edges_json(json.dumps(IMPORTS[source]).encode()))
-        except Exception as exc:
-            errors.append(exc)
+        ingest_graph(rt, topic, source, parse_nodes_edges_json(json.dumps(IMPORTS[source]).encode()))
 
-    threads = [threading.Thread(target=run, args=(source,)) for source in IMPORTS]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
+    errors = run_at_once(run, list(IMPORTS))
     assert errors == []
     names, count = graph_of(rt, topic)
     assert len(names) == count, "an entity is stored twice"
