@@ -222,6 +222,51 @@ def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> l
     return sorted(kept, key=lambda q: (first_seen[(q.code, q.rank)], q.position))
 
 
+#: The ``source - target: `` head of a key relationship line (``graph.communities._relationship_line``).
+_RELATIONSHIP_HEAD = re.compile(r"^[^:\n]{1,80} - [^:\n]{1,80}: (?=\S)")
+
+
+def theme_quotes(question: str, passages: Sequence[Passage], embed: Callable[[list[str]], np.ndarray], *,
+                 max_themes: int = MAX_QUOTES) -> list[tuple[str, Quote]]:
+    """The best sentence of each community summary, titled: an overview answer without a language model.
+
+    A question about a whole corpus ("what are the main themes?") is answered by what the best
+    communities are about, so each summary contributes one line, its title with the sentence of it
+    closest to the question, in the summaries' retrieval order (GLOBAL's ranking), at most ``max_themes``.
+
+    Args:
+        question: the user's question.
+        passages: community report texts as GLOBAL renders them (``Community: <title>`` then ``- <point>``
+            lines, see :mod:`ragtopics.graph.global_search`), best first.
+        embed: texts → L2-normalised vectors (the embedding model).
+
+    Returns:
+        ``(title, quote)`` pairs; a summary with no sentence is left out.
+    """
+    titled: list[tuple[str, Passage]] = []
+    for p in passages[:max_themes]:
+        first, _, rest = p.text.partition("\n")
+        title = first.removeprefix("Community:").strip() if first.startswith("Community:") else ""
+        lines = [line.removeprefix("- ") for line in (rest if title else p.text).splitlines()]
+        body = "\n".join(_RELATIONSHIP_HEAD.sub("", line) for line in lines)
+        titled.append((title, Passage(p.code, body, p.rank)))
+    out: list[tuple[str, Quote]] = []
+    for title, passage in titled:
+        ranked = rank_sentences(question, [passage], embed)
+        if ranked:
+            out.append((title, ranked[0]))
+    return out
+
+
+def compose_themes(themes: Sequence[tuple[str, Quote]], *, lead: str, note: str) -> str:
+    """The overview answer: a lead line, one block per community (``> **title**: sentence [S1]``), a note line."""
+    if not themes:
+        return ""
+    blocks = [f"> **{title}**: {q.text}" if title else f"> {q.text}" for title, q in themes]
+    blocks = [b + (f" [{q.code}]" if q.code else "") for b, (_, q) in zip(blocks, themes, strict=True)]
+    return "\n\n".join([lead, *blocks, *([note] if note else [])])
+
+
 def compose_answer(quotes: Sequence[Quote], *, lead: str, note: str, pictures: str = "") -> str:
     """The answer text: a lead line, the quotes (consecutive sentences of one passage joined), a note line.
 

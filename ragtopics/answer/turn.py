@@ -23,7 +23,15 @@ from ragtopics.answer.attachments import Attachment, text_attachment_message
 from ragtopics.answer.attribution import check_sources
 from ragtopics.answer.citations import code_files, format_sources, render_citations
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
-from ragtopics.answer.extractive import Passage, choose_quotes, compose_answer, lead_line, rank_sentences
+from ragtopics.answer.extractive import (
+    Passage,
+    choose_quotes,
+    compose_answer,
+    compose_themes,
+    lead_line,
+    rank_sentences,
+    theme_quotes,
+)
 from ragtopics.answer.history import check_session, history_messages, new_session_id, save_turn
 from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard, trimmed
 from ragtopics.answer.routing import Route, choose_route, default_route, routes_for
@@ -544,6 +552,8 @@ class _Turn:
         """
         quotable = [code for code, item in coded.items() if item.kind in QUOTABLE_KINDS] or list(coded)
         passages = [Passage(code, coded[code].text, rank) for rank, code in enumerate(quotable)]
+        if passages and all(coded[code].kind == "community_report" for code in quotable):
+            return (yield from self.quote_themes(passages, files))
         with self.trace.step("answer", route=self.route, method="extractive") as ev:
             quotes = self.select_quotes(passages)
             lead = lead_line([(q.code, coded[q.code].file_names) for q in quotes], fallback=SUMMARIES_LEAD)
@@ -552,6 +562,19 @@ class _Turn:
             raw = compose_answer(quotes, lead=lead, note=self.extractive_note(), pictures=pictures)
             ev.data.update(quotes=[{"code": q.code, "sentence": q.text, "score": round(q.score, 4)} for q in quotes],
                            raw_answer=raw, first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
+        yield from self.show_words(raw, files)
+        return raw
+
+    def quote_themes(self, passages: list[Passage], files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:
+        """An overview answer from community summaries alone: one titled line per community (see
+        :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none)."""
+        with self.trace.step("answer", route=self.route, method="extractive", form="themes") as ev:
+            themes = theme_quotes(self.question, passages,
+                                  lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"))  # fmt: skip
+            raw = compose_themes(themes, lead=SUMMARIES_LEAD, note=self.extractive_note())
+            ev.data.update(quotes=[{"code": q.code, "title": title, "sentence": q.text, "score": round(q.score, 4)}
+                                   for title, q in themes], raw_answer=raw,
+                           first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
         yield from self.show_words(raw, files)
         return raw
 

@@ -21,6 +21,7 @@ whose note says why (the answer stage gives the no-results message).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,6 +50,13 @@ MAP_CONCURRENCY = 4
 POINTS_PER_REPORT = 3
 #: Role whose model reads the summaries.
 MAP_ROLE = "language_model"
+#: Candidates read from the report index per report kept, before the size prior re-ranks them.
+CANDIDATES_PER_REPORT = 3
+#: Weight of a community's size in the selection: the largest candidate gains this much over a
+#: one-entity one on top of its cosine (log scale). Microsoft GraphRAG's global search likewise
+#: orders reports by a community rank that grows with the community's share of the corpus, so an
+#: overview question ("the main themes") reads the communities the corpus says most about.
+SIZE_PRIOR = 0.1
 
 
 class MapReply(BaseModel):
@@ -89,7 +97,7 @@ class GlobalRetriever:
             return Context((), self.route, "no community summaries yet: run Recompute Communities Now")
         with trace.step("global_select", top_k=cfg.top_k_reports, min_score=cfg.min_similarity_score) as ev:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
-            nearest = index.search_vector(vector, cfg.top_k_reports)
+            nearest = prefer_large(index.search_vector(vector, cfg.top_k_reports * CANDIDATES_PER_REPORT))[: cfg.top_k_reports]
             dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
             hits = dense
             ev.data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
@@ -163,6 +171,22 @@ class GlobalRetriever:
             points = [ts[i] for i in sorted(order)]  # in the summary's own order
             out.append((hit, points, float(scores[order[0]]) if len(order) else 0.0))
         return out
+
+
+def prefer_large(hits: list[CommunityHit], weight: float = SIZE_PRIOR) -> list[CommunityHit]:
+    """Candidates ordered by cosine plus ``weight · log(1 + entities) / log(1 + most entities)`` (see :data:`SIZE_PRIOR`).
+
+    Args:
+        hits: reports found by vector search (``score`` is the cosine, kept unchanged on the results).
+        weight: the prior's weight; 0 keeps the cosine order.
+
+    Returns:
+        The same hits, best first.
+    """
+    if not hits:
+        return []
+    most = max(math.log1p(len(h.entity_ids)) for h in hits) or 1.0
+    return sorted(hits, key=lambda h: -(h.score + weight * math.log1p(len(h.entity_ids)) / most))
 
 
 def _sentences(text: str) -> list[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragtopics.answer.attachments import read_attachment
-from ragtopics.answer.extractive import Passage, choose_quotes, compose_answer, lead_line, rank_sentences, split_sentences
+from ragtopics.answer.extractive import (Passage, choose_quotes, compose_answer, compose_themes, lead_line, rank_sentences,
+                                         split_sentences, theme_quotes)
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard, trimmed
 from ragtopics.answer.turn import EXTRACTIVE_NOTE_BUNDLED, EXTRACTIVE_NOTE_CHOSEN, ask
@@ -58,6 +59,18 @@ def test_the_sentence_that_answers_is_quoted_first_with_its_neighbour_in_documen
     text = compose_answer(quotes, lead=lead_line([(q.code, ["kettle-manual.md"]) for q in quotes], fallback="-"), note="note")
     assert text.startswith("From [S1]:\n\n> ") and text.endswith("[S1]\n\nnote")
     assert "Descale the Kettle K-2 every four weeks" in text
+
+
+def test_an_overview_from_summaries_gives_each_community_one_titled_line_in_retrieval_order(embedder):
+    passages = [Passage("S1", "Community: Jazz, Miles Davis and Blue Note\n- Miles Davis recorded for Blue Note.\n"
+                              "- Blue Note - Miles Davis: Blue Note is a jazz record label founded in 1939.", 0),
+                Passage("S2", "Community: Football and Leeds United\n- Leeds United plays football in Leeds.", 1)]  # fmt: skip
+    themes = theme_quotes("Which record label is a jazz label?", passages, embed_with(embedder))
+    assert [title for title, _ in themes] == ["Jazz, Miles Davis and Blue Note", "Football and Leeds United"]
+    assert themes[0][1].text == "Blue Note is a jazz record label founded in 1939."  # the relationship's "a - b: " head is dropped
+    text = compose_themes(themes, lead="From the community summaries of the graph:", note="")
+    assert text.splitlines()[2] == "> **Jazz, Miles Davis and Blue Note**: Blue Note is a jazz record label founded in 1939. [S1]"
+    assert compose_themes([], lead="x", note="y") == ""
 
 
 def test_codes_and_rare_question_words_outrank_a_sentence_that_only_sounds_alike(embedder):
@@ -152,7 +165,7 @@ def test_graph_ways_quote_chunks_and_global_quotes_community_summaries(reconfigu
     run_rebuild(rt, topic.id)
     overview = final(ask(rt, topic, "What do the documents say about the pumps of Acme Pumps?", route="GLOBAL"))
     assert overview.route == "GLOBAL" and not overview.no_answer
-    assert overview.text.startswith("From the community summaries of the graph:\n\n> ")
+    assert overview.text.startswith("From the community summaries of the graph:\n\n> **")  # one titled line per community
     mixed = final(ask(rt, topic, "Who services Pump P-1, and what do the documents say about the pumps?", route="HYBRID"))
     assert mixed.route in ("HYBRID", "LOCAL") and "Acme Pumps" in mixed.text and mixed.text.endswith(EXTRACTIVE_NOTE_BUNDLED)
     assert scripted_llm.prompts("answer") == []
