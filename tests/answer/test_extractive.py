@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from ragtopics.answer.attachments import read_attachment
-from ragtopics.answer.extractive import (Passage, choose_quotes, compose_answer, compose_themes, lead_line, rank_sentences,
-                                         split_sentences, theme_quotes)
+from ragtopics.answer.extractive import (
+    Passage,
+    choose_quotes,
+    compose_answer,
+    compose_themes,
+    lead_line,
+    rank_sentences,
+    split_sentences,
+    theme_quotes,
+)
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard, trimmed
 from ragtopics.answer.turn import EXTRACTIVE_NOTE_BUNDLED, EXTRACTIVE_NOTE_CHOSEN, ask
