@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -76,16 +77,26 @@ def settings(tmp_path, redis_server, scripted_llm) -> Settings:
     )
 
 
-@pytest.fixture
-def rt(settings, embedder, redis_server, scripted_llm):
-    """A runtime on a flushed Redis and a fresh data dir; also the process-wide runtime."""
+@contextlib.contextmanager
+def active_runtime(settings, embedder, scripted_llm):
+    """A runtime on ``settings`` with Redis flushed, the shared embedder and a reset scripted model, made the
+    process-wide runtime for the block."""
     runtime = Runtime(settings)
     runtime.redis.flushall()
     runtime._gateway = ModelGateway(settings, embedder=embedder)
     scripted_llm.reset()
     set_runtime(runtime)
-    yield runtime
-    set_runtime(None)
+    try:
+        yield runtime
+    finally:
+        set_runtime(None)
+
+
+@pytest.fixture
+def rt(settings, embedder, redis_server, scripted_llm):
+    """A runtime on a flushed Redis and a fresh data dir; also the process-wide runtime."""
+    with active_runtime(settings, embedder, scripted_llm) as runtime:
+        yield runtime
 
 
 @pytest.fixture

@@ -42,11 +42,10 @@ from sqlmodel import select
 from ragtopics.documents.uploads import upload_file
 from ragtopics.graph.ingest import graph_store
 from ragtopics.ingest.pipeline import ingest_document
-from ragtopics.llm.gateway import ModelGateway
-from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
 from ragtopics.storage.metadata import TraceRow
 from ragtopics.topics.topics import Topic, create_topic
+from tests.conftest import active_runtime
 from tests.faults.processes import document_rows, kill, start_worker
 from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, PostgresCluster, SeaweedS3, running
 
@@ -103,13 +102,8 @@ def console(settings, shared_stores, embedder, scripted_llm, tmp_path):
     """The console's runtime (uploads and checks): its own data folder, the shared database and object store."""
     mine = Settings(**{**settings.model_dump(by_alias=True), **shared_stores, "RAGTOPICS_DATA_DIR": tmp_path / "console"},
                     _env_file=None)  # fmt: skip
-    runtime = Runtime(mine)
-    runtime.redis.flushall()
-    runtime._gateway = ModelGateway(mine, embedder=embedder)
-    scripted_llm.reset()
-    set_runtime(runtime)
-    yield runtime
-    set_runtime(None)
+    with active_runtime(mine, embedder, scripted_llm) as runtime:
+        yield runtime
 
 
 def worker_env(shared: dict[str, str], folder: Path) -> dict[str, str]:
