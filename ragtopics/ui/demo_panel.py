@@ -86,7 +86,7 @@ def build(rt: Runtime) -> dict:
         try:
             new = links.create_link(rt, topic_name, hours=hours_value, allow_sources=bool(allow),
                                     visitor_rate=_int(rate_value), link_rate=_int(link_rate_value),
-                                    created_by=user.username if user is not None and user is not web.LOCAL_USER else "",
+                                    created_by=user.username if user is not None else "",
                                     base_urls=[base] if base else [])  # fmt: skip
         except RagTopicsError as exc:
             return f"**No link made:** {html.escape(str(exc))}", gr.skip()

@@ -44,7 +44,7 @@ def apply_correction(rt: Runtime, topic_name: str | None, kind: str | None, name
     if topic is None:
         return "Choose a GraphRAG Topic first.", ""
     user = web.acting_user()
-    by = user.username if user is not None and user is not web.LOCAL_USER else ""
+    by = user.username if user is not None else ""  # "local" in open mode (no admin yet), so the table never says CLI
     try:
         done = correct(rt, topic, kind or "", name or "", value or "", by=by)
     except RagTopicsError as exc:

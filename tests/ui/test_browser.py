@@ -13,11 +13,14 @@ import pytest
 from sqlmodel import select
 
 from ragtopics.answer.history import session_turns
+from ragtopics.graph.corrections import list_corrections
+from ragtopics.graph.ingest import graph_store
 from ragtopics.storage.metadata import ChatSessionRow
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.tracing import reports
 from ragtopics.ui.app import launch_console
 from tests.conftest import free_port
+from tests.graph.test_corrections import PLANT, plant  # noqa: F401 - a GraphRAG Topic with one uploaded file
 from tests.ingest.test_ingest import upload
 from tests.ui.test_access import PASSWORD
 
@@ -450,3 +453,51 @@ def test_a_demo_link_made_in_the_console_opens_one_topic_without_login(browser_f
     shot(visitor, tmp_path, "demo-link.png")
     visitor.goto(url.split("/demo/")[0] + "/")  # the console itself still wants a login
     visitor.get_by_label("Username").wait_for()
+
+
+def test_graph_corrections_made_in_the_console_survive_a_re_upload_from_the_console(page, rt, run_jobs, plant, tmp_path):
+    """Merge, split and rename in the Graph tab's panel, then upload the same file again in the Upload tab: all three hold."""
+    page.reload()
+    page.get_by_role("tab", name="Graph", exact=True).click()
+    page.locator("#graph-topic input").click()
+    page.get_by_role("option", name="Plant").click()
+    page.locator("#graph-corrections").get_by_text("Correct the graph").first.click()
+    panel = page.locator("#graph-corrections")
+    status = page.locator("#graph-correction-status")
+
+    def apply(kind: str, name: str, value: str, expected: str) -> None:
+        panel.get_by_label(kind, exact=True).check()
+        page.locator("#graph-correction-name").get_by_role("textbox").fill(name)
+        page.locator("#graph-correction-value").get_by_role("textbox").fill(value)
+        page.locator("#graph-correction-apply").click()
+        status.get_by_text(expected).wait_for(timeout=20000)
+
+    apply("merge", "USA", "United States", 'merged "USA" (PLACE) into "United States"')
+    apply("split", "IBM", "International Business Machines", '"IBM"')
+    apply("rename", "Pump P1", "Feed Pump P-1", "Feed Pump P-1")
+    panel.locator("#graph-corrections-table").get_by_text("into \"United States\"").first.wait_for()
+    made = list_corrections(rt, plant.id)
+    assert [c.kind for c in made] == ["merge", "split", "rename"] and {c.created_by for c in made} == {"local"}
+
+    page.get_by_role("tab", name="Upload").click()
+    page.locator("#upload-topic input").click()
+    page.get_by_role("option", name="Plant").click()
+    doc = tmp_path / "plant.txt"
+    doc.write_bytes(PLANT)
+    page.locator("#upload-files input[type=file]").set_input_files(str(doc))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.get_by_text("Enqueued 1 file(s).").wait_for()
+    run_jobs()
+    store = graph_store(rt, plant)
+    usa, ibm, pump = store.entity_by_name("USA"), store.entity_by_name("IBM"), store.entity_by_name("Feed Pump P-1")
+    assert usa.name == "United States" and "USA" in usa.aliases and len(usa.chunk_ids) == 2
+    assert ibm.name == "IBM" and ibm.id != store.entity_by_name("International Business Machines").id
+    assert pump.name == "Feed Pump P-1" and store.entity_by_name("Pump P1").id == pump.id
+
+    page.get_by_role("tab", name="Graph", exact=True).click()
+    page.locator("#graph-entity").get_by_role("textbox").fill("USA")
+    page.locator("#graph-show").click()
+    details = page.locator("#graph-details")
+    details.get_by_text("United States (PLACE)").first.wait_for(timeout=15000)
+    details.get_by_text('merged "USA" (PLACE) into "United States" (PLACE)').first.wait_for()
+    shot(page, tmp_path, "graph-corrections.png")
