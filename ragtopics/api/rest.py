@@ -33,10 +33,10 @@ from ragtopics.api.openai_compat import acting_as, final_update, require, stable
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import RagTopicsError
+from ragtopics.jobs.queue import job_progress
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic, list_topics
 from ragtopics.tracing.metrics import observe_answer
-from ragtopics.worker.queue import job_progress
 
 #: Where the API is mounted on the console's app.
 PREFIX = "/api/v1"

@@ -21,9 +21,9 @@ from pydantic import BaseModel, Field
 from ragtopics.access.users import User
 from ragtopics.api import errors, shapes
 from ragtopics.api.rest import needs
+from ragtopics.jobs.queue import job_progress
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import create_topic, get_topic, update_settings
-from ragtopics.worker.queue import job_progress
 
 
 class CreateTopicRequest(BaseModel):

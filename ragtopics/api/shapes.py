@@ -94,7 +94,7 @@ def saved_turn(turn: SavedTurn, base_url: str = "") -> dict[str, Any]:
 
 
 def job(progress) -> dict[str, Any]:
-    """A job's status (``GET /api/v1/jobs/{id}``): the fields of :class:`~ragtopics.worker.queue.JobProgress`."""
+    """A job's status (``GET /api/v1/jobs/{id}``): the fields of :class:`~ragtopics.jobs.queue.JobProgress`."""
     return asdict(progress)
 
 

@@ -11,20 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from ragtopics.documents.sniff import check_content
+from ragtopics.documents.sniff import check_content, check_zip_archive
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
-from ragtopics.ingest.docling import check_zip_archive
-from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
-from ragtopics.topics.topics import Topic
+from ragtopics.text.file_types import DOCUMENT_TYPES, extension_of
 
 if TYPE_CHECKING:
     from ragtopics.ingest.cost import Figures
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +174,7 @@ def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
         StoreUnavailableError: when the job cannot be enqueued; the document is then
             marked ``failed`` with the reason (never left ``queued``) and its pending file removed.
     """
-    from ragtopics.worker.queue import enqueue_ingest
+    from ragtopics.jobs.queue import enqueue_ingest
 
     try:
         return enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
@@ -192,7 +191,7 @@ def enqueue_documents(rt: Runtime, rows: list[DocumentRow]) -> str:
     Raises:
         StoreUnavailableError: as :func:`enqueue_document`, for every one of the documents.
     """
-    from ragtopics.worker.queue import enqueue_ingest_batch
+    from ragtopics.jobs.queue import enqueue_ingest_batch
 
     try:
         return enqueue_ingest_batch(rt, rows[0].topic_id, rows)
@@ -232,7 +231,7 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`, in a Topic whose upload
     makes no model call per chunk (SEMANTIC chunking, LLM keyword enrichment, NARRATE): such calls
     take far longer than embedding, and alone each file shows its own progress through them."""
-    from ragtopics.ingest.readers import IMAGE_TYPES
+    from ragtopics.text.file_types import IMAGE_TYPES
 
     if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
         return False
@@ -281,7 +280,7 @@ class BatchedUploads:
     :data:`BATCH_BYTES` together) go to one job
     (:func:`~ragtopics.ingest.pipeline.ingest_documents`); other files get their own job at once.
     Every file keeps its own job id, progress, status and failure (see
-    :func:`~ragtopics.worker.queue.job_progress`). Use as a context manager: leaving the block
+    :func:`~ragtopics.jobs.queue.job_progress`). Use as a context manager: leaving the block
     enqueues what still waits. A shared job that cannot be enqueued does not raise: its files
     are marked ``failed`` and listed in :attr:`not_queued` with the message.
 

@@ -18,7 +18,7 @@ job for whatever is still missing, reads the finished chunks from the cache.
 
 Progress: the chunks extracted so far are a Redis set per upload (:func:`extracted_key`), and
 the number to extract is in the finishing job's meta; the console reads both while the finishing
-job waits (:func:`ragtopics.worker.queue.job_progresses`), never the parked version.
+job waits (:func:`ragtopics.jobs.queue.job_progresses`), never the parked version.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
         SupersededError: when a newer upload or a delete made the version obsolete.
     """
     from ragtopics.ingest.pipeline import IngestResult, finish_version
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     setup = extraction_setup(rt, topic)
     missing = [r.chunk_id for r in version.records if not looks_like_toc_or_index(r.text)

@@ -70,7 +70,7 @@ def enqueue_rebuild(rt: Runtime, topic, *, reason: str = "recompute now") -> str
         redis.RedisError: when the queue cannot be reached.
     """
     from ragtopics.graph.report import _graphrag
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     _graphrag(topic)
     current = _decode(rt.redis.get(_job_key(topic.id)))
@@ -91,7 +91,7 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
     Returns:
         The scheduled job's id; ``None`` for a RAG Topic or a Refresh Cycle of ``off``.
     """
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     previous = _decode(rt.redis.get(_next_key(topic.id)))
     if previous and _status(rt, previous) == "scheduled":
@@ -114,7 +114,7 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
 
 def next_refresh(rt: Runtime, topic_id: str) -> float | None:
     """When the next Refresh Cycle rebuild is due (seconds since the epoch), or None when none is scheduled."""
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     job_id = _decode(rt.redis.get(_next_key(topic_id)))
     score = rt.redis.zscore(queue_for(rt).scheduled_job_registry.key, job_id) if job_id else None

@@ -39,9 +39,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from ragtopics.errors import RagTopicsError
-from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import UploadCostRow, UsageFigureRow, utcnow
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)

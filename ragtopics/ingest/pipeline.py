@@ -29,9 +29,8 @@ from ragtopics.errors import (
     is_store_outage,
 )
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.ingest.keywords import index_keywords
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
+from ragtopics.ingest.readers import ReadResult, read_file
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, TokenCounter, cap_tokens, trim_to_tokens
 from ragtopics.llm.gateway import ModelCall
@@ -43,6 +42,8 @@ from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks, graph_write_lock
 from ragtopics.storage.metadata import DocumentRow, PictureRow
+from ragtopics.text.file_types import IMAGE_READER, SOURCE_CODE_EXTENSIONS, extension_of
+from ragtopics.text.keywords import index_keywords
 from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.tracing.trace import Trace, TraceEvent
@@ -906,7 +907,7 @@ def _docling_options(cfg: RagTopicSettings):
 def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
               template: PromptTemplate, file_name: str) -> list[str]:  # fmt: skip
     """Keyword field per chunk: only under HYBRID; the distinct keywords of the file's name and the chunk's text
-    (:func:`~ragtopics.ingest.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
+    (:func:`~ragtopics.text.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
     if cfg.retrieval_strategy != "HYBRID":
         return [""] * len(pieces)
     with trace.step("keywords", enrichment=cfg.keyword_enrichment, count=len(pieces)) as ev:

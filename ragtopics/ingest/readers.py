@@ -17,43 +17,18 @@ from typing import Any
 from charset_normalizer import from_bytes
 
 from ragtopics.errors import ReadError
+from ragtopics.text.file_types import (
+    DOCUMENT_TYPES,
+    HTML_EXTENSIONS,
+    IMAGE_READER,
+    IMAGE_TYPES,
+    STRUCTURED_TYPES,
+    TEXT_EXTENSIONS,
+    extension_of,
+)
 
 log = logging.getLogger(__name__)
 
-#: Plain text, markup and source code: read as text, no model calls.
-TEXT_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        "txt", "text", "md", "markdown", "rst", "adoc", "log", "ini", "cfg", "conf", "env",
-        "py", "pyi", "ipynb", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
-        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
-        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
-        "sql", "html", "htm", "css", "scss", "less", "vue", "svelte", "tex", "proto", "graphql", "gradle",
-        "dockerfile", "makefile", "cmake",
-    }
-)  # fmt: skip
-
-#: Source code: chunked at top-level definitions first (see ragtopics.ingest.chunking).
-SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        "py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
-        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
-        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
-        "sql", "css", "scss", "less", "vue", "svelte", "proto", "graphql", "gradle", "dockerfile", "makefile", "cmake",
-    }
-)  # fmt: skip
-#: HTML pages: read as text, then converted to Markdown.
-HTML_EXTENSIONS: frozenset[str] = frozenset({"html", "htm"})
-
-#: Structured files and documents (kept in sync with ragtopics.ingest.structured / ragtopics.ingest.docling,
-#: which import heavier libraries and are loaded only when such a file is read).
-STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
-DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
-#: Image files: each is one picture (see ragtopics.ingest.pictures).
-IMAGE_TYPES: frozenset[str] = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tiff"})
-#: The reader name of an image file.
-IMAGE_READER = "image"
-
-SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES | IMAGE_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +58,6 @@ class ReadResult:
     page_count: int | None = None
     unreadable_pages: tuple[int, ...] = ()
     ocr_pages: tuple[int, ...] = ()
-
-
-def extension_of(file_name: str) -> str:
-    """Lower-case extension without the dot (``"Report.PDF"`` → ``"pdf"``); a bare ``Makefile`` → ``"makefile"``."""
-    stem, dot, ext = file_name.rpartition(".")
-    if not dot or not stem:
-        return file_name.lower()
-    return ext.lower()
 
 
 def read_text_bytes(data: bytes, *, file_name: str) -> ReadResult:

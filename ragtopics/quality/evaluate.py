@@ -55,9 +55,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, RagTopicsError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
+from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)

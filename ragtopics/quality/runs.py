@@ -133,7 +133,7 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
                "questions": [asdict(q) for q in questions], "settings_changed": changes, "route": route,
                "retrieval_only": retrieval_only}  # fmt: skip
     _write_json(rt, run_id, "request.json", request)
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     queue_for(rt).enqueue_call("ragtopics.worker.jobs.evaluate_run", args=(run_id,), job_id=run_id,
                                description=f"evaluate {topic.name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,

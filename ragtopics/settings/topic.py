@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from ragtopics.errors import InvalidSettingError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.settings.env import ROLES
+from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 
 log = logging.getLogger(__name__)
 

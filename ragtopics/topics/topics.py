@@ -11,7 +11,6 @@ from typing import Any
 import redis
 
 from ragtopics.errors import InvalidSettingError, NotFoundError
-from ragtopics.ingest.docling import ocr_unavailable_reason
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
 from ragtopics.storage import documents as document_store
@@ -175,6 +174,9 @@ def _check_runnable(model: TopicSettings) -> None:
         InvalidSettingError: OCR switched on where no OCR engine can run.
     """
     if model.docling_settings.ocr:
+        # deferred: the ingest pipeline imports this module (get_topic) at module level
+        from ragtopics.ingest.docling import ocr_unavailable_reason
+
         reason = ocr_unavailable_reason(model.docling_server)
         if reason:
             raise InvalidSettingError(f"docling_settings: OCR cannot be switched on here: {reason}. Keep ocr false, or set "

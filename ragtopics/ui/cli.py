@@ -258,9 +258,9 @@ def _cmd_topic(args) -> int:
 
 def _cmd_ingest(args) -> int:
     from ragtopics.documents.uploads import BatchedUploads
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     topic = get_topic(rt, args.topic)
@@ -413,8 +413,8 @@ def _chunks(count: int) -> str:
 
 
 def _step(p) -> str:
-    """A running job's step for the ingest line (see :func:`~ragtopics.worker.queue.phase_text`)."""
-    from ragtopics.worker.queue import phase_text
+    """A running job's step for the ingest line (see :func:`~ragtopics.jobs.queue.phase_text`)."""
+    from ragtopics.jobs.queue import phase_text
 
     return phase_text(p.phase or "working", p.done, p.total)
 
@@ -676,9 +676,9 @@ def _cmd_user(args) -> int:
 
 def _cmd_communities(args) -> int:
     from ragtopics.graph.refresh import enqueue_rebuild
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     rt.check_store()

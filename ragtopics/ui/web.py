@@ -42,7 +42,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from gradio import utils as gr_utils
 
 from ragtopics.access import sessions, users
-from ragtopics.access.context import acting_username
+from ragtopics.access.context import SCOPE_USER, acting_username, caller_of
 from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.errors import STORE_DOWN_MESSAGE, AccessDeniedError, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
@@ -59,8 +59,6 @@ PUBLIC_PATHS = frozenset({"/login", "/logout"}) | PROBE_PATHS
 #: (:mod:`ragtopics.ui.demo_page`), which check the link's token themselves and can only ask its Topic.
 PUBLIC_PATTERNS = (re.compile(r"/demo/[A-Za-z0-9_-]{1,100}"), re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/ask"),
                    re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/files/[A-Za-z0-9_.-]{1,4000}"))  # fmt: skip
-#: The scope key under which the middleware leaves the caller for the routes behind it.
-SCOPE_USER = "ragtopics.user"
 #: Failed logins per username and client address before the login is refused for a while.
 MAX_FAILED_LOGINS = 10
 #: Seconds the failed-login count is kept (and a blocked login stays blocked).
@@ -215,11 +213,6 @@ async def _refuse(scope, receive, send, status: int, message: str) -> None:
 
     body = error_body(status, message) if is_api_path(scope.get("path", "")) else {"error": message}
     await JSONResponse(body, status_code=status)(scope, receive, send)
-
-
-def caller_of(request) -> User | None:
-    """The user the middleware found for a FastAPI/Starlette request."""
-    return request.scope.get(SCOPE_USER)
 
 
 # ---------------------------------------------------------------------------------------------- events

@@ -21,10 +21,10 @@ import gradio as gr
 from pydantic import BaseModel
 
 from ragtopics.errors import RagTopicsError
-from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.docs import describe_default, describe_type
 from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.common import md_text
 

@@ -17,9 +17,9 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.worker import WorkerStatus
 
+from ragtopics.jobs.queue import queue_for
 from ragtopics.runtime import Runtime, get_runtime
 from ragtopics.storage.locks import set_holder
-from ragtopics.worker.queue import queue_for
 
 log = logging.getLogger(__name__)
 

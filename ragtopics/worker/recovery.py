@@ -38,10 +38,10 @@ from rq.queue import Queue
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.worker import Worker
 
+from ragtopics.jobs.queue import batch_of, enqueue_ingest, queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.metadata import DocumentRow
-from ragtopics.worker.queue import batch_of, enqueue_ingest, queue_for
 
 log = logging.getLogger(__name__)
 
