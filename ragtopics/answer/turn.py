@@ -299,6 +299,7 @@ class _Turn:
 
     def graph_entities(self, router_names: tuple[str, ...]) -> tuple[str, ...]:
         """The entities of the Topic's graph the question (or the router) names, by name or alias; traced."""
+        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.ingest import graph_store
         from ragtopics.graph.path import named_entities
 
@@ -319,6 +320,7 @@ class _Turn:
             return ChunkRetriever(self.rt, self.topic.id, cfg, self.prompts["rerank"])
         if not isinstance(cfg, GraphRagTopicSettings):
             raise ConfigurationError(f"Topic {self.topic.name!r} is a GraphRAG Topic but has {type(cfg).__name__}")
+        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.global_search import GlobalRetriever
         from ragtopics.graph.hybrid import HybridRetriever
         from ragtopics.graph.local import LocalRetriever

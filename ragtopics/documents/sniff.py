@@ -20,6 +20,9 @@ from __future__ import annotations
 import io
 import zipfile
 
+import pypdfium2 as pdfium
+from PIL import Image, UnidentifiedImageError
+
 from ragtopics.errors import ReadError
 
 #: Office files are zip archives; refuse one that would unpack to more than this.
@@ -66,7 +69,6 @@ def _check_pdf(name: str, data: bytes) -> None:
         raise ReadError(f"{name} is not a PDF (it does not start with a PDF header); check the file's type")
     if zipfile.is_zipfile(io.BytesIO(data)):
         raise ReadError(f"{name} is both a PDF and a ZIP archive (a polyglot file); upload the PDF alone")
-    import pypdfium2 as pdfium
 
     try:
         document = pdfium.PdfDocument(data)
@@ -88,8 +90,6 @@ def _check_pdf(name: str, data: bytes) -> None:
 
 
 def _check_image(name: str, ext: str, data: bytes) -> None:
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only: the size is known before any decoding
             width, height, found = image.width, image.height, image.format

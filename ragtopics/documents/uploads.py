@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import redis
 
 from ragtopics.documents.sniff import check_content, check_zip_archive
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
+from ragtopics.jobs.queue import enqueue_ingest, enqueue_ingest_batch
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
-from ragtopics.text.file_types import DOCUMENT_TYPES, extension_of
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 
 if TYPE_CHECKING:
     from ragtopics.ingest.cost import Figures
@@ -85,12 +88,9 @@ def is_docling_available(docling_server: str) -> bool:
     """Whether documents can be converted: the docling library is installed (``embedded``), or a
     docling-serve URL answers its health check within 3 s."""
     if docling_server == "embedded":
-        import importlib.util
-
         return importlib.util.find_spec("docling") is not None
     if not docling_server.startswith(("http://", "https://")):
         return False
-    import httpx
 
     try:
         return httpx.get(docling_server.rstrip("/") + "/health", timeout=3.0).status_code == 200
@@ -174,8 +174,6 @@ def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
         StoreUnavailableError: when the job cannot be enqueued; the document is then
             marked ``failed`` with the reason (never left ``queued``) and its pending file removed.
     """
-    from ragtopics.jobs.queue import enqueue_ingest
-
     try:
         return enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
     except (redis.RedisError, OSError) as exc:
@@ -191,8 +189,6 @@ def enqueue_documents(rt: Runtime, rows: list[DocumentRow]) -> str:
     Raises:
         StoreUnavailableError: as :func:`enqueue_document`, for every one of the documents.
     """
-    from ragtopics.jobs.queue import enqueue_ingest_batch
-
     try:
         return enqueue_ingest_batch(rt, rows[0].topic_id, rows)
     except (redis.RedisError, OSError) as exc:
@@ -231,8 +227,6 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`, in a Topic whose upload
     makes no model call per chunk (SEMANTIC chunking, LLM keyword enrichment, NARRATE): such calls
     take far longer than embedding, and alone each file shows its own progress through them."""
-    from ragtopics.text.file_types import IMAGE_TYPES
-
     if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
         return False
     ext = extension_of(file_name)
@@ -314,6 +308,7 @@ class BatchedUploads:
         """
         row = receive_upload(self.rt, self.topic, file_name, data)
         if self.estimate:  # before the job is queued, so a fast worker finds the estimate to put its counts beside
+            # deferred: ingest.cost imports this module at module level
             from ragtopics.ingest.cost import estimate_and_store, load_figures
 
             self._figures = self._figures or load_figures(self.rt)

@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import httpx
+
 from ragtopics.documents.sniff import check_zip_archive
 from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
 from ragtopics.ingest import ocr
@@ -253,6 +255,7 @@ def converter_pid() -> int | None:
 @functools.cache
 def _document_converter() -> Any:
     """docling's DocumentConverter for the embedded formats, built once per converter process."""
+    # deferred: the docling library loads torch (seconds); only the embedded converter needs it
     from docling.datamodel.base_models import InputFormat
     from docling.datamodel.pipeline_options import NativePdfPipelineOptions
     from docling.document_converter import DocumentConverter, NativePdfFormatOption
@@ -272,6 +275,7 @@ def _convert_embedded(data: bytes, file_name: str, extension: str, options: Docl
     is on and the engine imports, else listed in ``unreadable_pages``.
     """
     _import_docling()
+    # deferred: the docling library loads torch (seconds); only the embedded converter needs it
     from docling.datamodel.base_models import ConversionStatus, DocumentStream
 
     bounds = parse_page_range(options.page_range)
@@ -352,7 +356,7 @@ def _pipeline_note(extension: str, options: DoclingOptions) -> str:
 
 def _convert_on_server(data: bytes, file_name: str, options: DoclingOptions, server: str) -> ConvertedDocument:
     """Convert on a docling-serve instance (``POST /v1/convert/file``, multipart)."""
-    import httpx
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import DoclingDocument
 
     form: dict[str, Any] = {
@@ -413,6 +417,7 @@ def _from_docling_document(document: DoclingDocument, pipeline: str, pages: int 
 
 def _extract_pictures(document: DoclingDocument) -> tuple[Picture, ...]:
     """Lift every picture that carries an image out as PNG, with caption and neighbouring text."""
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import PictureItem, TextItem
 
     items = [item for item, _level in document.iterate_items() if isinstance(item, (PictureItem, TextItem))]

@@ -29,6 +29,7 @@ from ragtopics.errors import (
     is_store_outage,
 )
 from ragtopics.ingest.chunking import Piece, split_recursive
+from ragtopics.ingest.docling import DoclingOptions
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
 from ragtopics.ingest.readers import ReadResult, read_file
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
@@ -505,6 +506,7 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
                       events)  # fmt: skip
     except Exception as exc:
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
+    # deferred: ingest.cost imports this module at module level
     from ragtopics.ingest.cost import record_upload
 
     for trace, doc, _ in done:  # what each upload took: the cost figures, and its actual counts beside its estimate
@@ -572,6 +574,7 @@ def _graph_images(rt: Runtime, topic, version: PreparedVersion, graph, trace: Tr
     """Picture in the graph: the Image nodes of the version's stored pictures (see :mod:`ragtopics.graph.pictures`)."""
     if getattr(topic.settings, "picture_handling", "") != "PICTURE_IN_GRAPH" or not version.pictures:
         return []
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.pictures import link_images
 
     pngs = dict(zip((row.id for row in version.pictures), (png for _, png in version.picture_pngs), strict=True))
@@ -752,6 +755,7 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
         lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
         _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
     if result.records is None and result.document is not None:
+        # deferred: docling_chunks imports docling_core (seconds); only Docling documents need it
         from ragtopics.ingest.docling_chunks import chunk_document
 
         pieces = chunk_document(result.document, result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
@@ -898,8 +902,6 @@ def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[Pi
 
 
 def _docling_options(cfg: RagTopicSettings):
-    from ragtopics.ingest.docling import DoclingOptions
-
     d = cfg.docling_settings
     return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
 
@@ -952,6 +954,7 @@ def ingest_settings(settings: TopicSettings, rt: Runtime | None = None) -> RagTo
     """
     if not isinstance(settings, GraphRagTopicSettings):
         return settings
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.pictures import uses_model
 
     describe = settings.picture_handling != "IGNORE" and rt is not None and uses_model(rt)

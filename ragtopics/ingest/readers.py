@@ -17,6 +17,10 @@ from typing import Any
 from charset_normalizer import from_bytes
 
 from ragtopics.errors import ReadError
+from ragtopics.ingest.docling import DoclingOptions, convert_document
+from ragtopics.ingest.html import html_to_markdown
+from ragtopics.ingest.pictures import read_image
+from ragtopics.ingest.structured import flatten_record, read_records
 from ragtopics.text.file_types import (
     DOCUMENT_TYPES,
     HTML_EXTENSIONS,
@@ -100,28 +104,20 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
     """
     ext = extension_of(file_name)
     if ext in HTML_EXTENSIONS:
-        from ragtopics.ingest.html import html_to_markdown
-
         page = read_text_bytes(data, file_name=file_name)
         return ReadResult(text=html_to_markdown(page.text), reader="html", encoding=page.encoding)
     if ext in TEXT_EXTENSIONS:
         return read_text_bytes(data, file_name=file_name)
     if ext in STRUCTURED_TYPES:
-        from ragtopics.ingest.structured import flatten_record, read_records
-
         records = tuple(flatten_record(r) for r in read_records(data, file_name=file_name))
         return ReadResult(text="\n\n".join(records), reader=f"{ext} records ({len(records)})", records=records)
     if ext in DOCUMENT_TYPES:
-        from ragtopics.ingest.docling import DoclingOptions, convert_document
-
         converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
                                      docling_server=docling_server)  # fmt: skip
         return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures,
                           document=converted.document, page_count=converted.pages,
                           unreadable_pages=converted.unreadable_pages, ocr_pages=converted.ocr_pages)  # fmt: skip
     if ext in IMAGE_TYPES:
-        from ragtopics.ingest.pictures import read_image
-
         return ReadResult(text=file_name, reader=IMAGE_READER, pictures=(read_image(data, file_name=file_name),))
     raise ReadError(f"no reader for .{ext} files")
 

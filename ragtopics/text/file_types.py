@@ -30,8 +30,8 @@ SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
 #: HTML pages: read as text, then converted to Markdown.
 HTML_EXTENSIONS: frozenset[str] = frozenset({"html", "htm"})
 
-#: Structured files and documents (kept in sync with ragtopics.ingest.structured / ragtopics.ingest.docling,
-#: which import heavier libraries and are loaded only when such a file is read).
+#: Structured files and documents (kept in sync with the readers in ragtopics.ingest.structured and
+#: ragtopics.ingest.docling).
 STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
 DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
 #: Image files: each is one picture (see ragtopics.ingest.pictures).

@@ -182,6 +182,7 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
+    # deferred: these modules import this one at module level; importing them adds their steps
     import ragtopics.demo.links
     import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
 

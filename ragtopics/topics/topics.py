@@ -121,6 +121,7 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
 def _check_graph_database(rt: Runtime, model: TopicSettings) -> None:
     name = getattr(model, "graph_database", "")
     if name:
+        # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.databases import check_graph_database
 
         check_graph_database(rt, name)
@@ -132,6 +133,7 @@ def _check_graph_not_moved(rt: Runtime, topic: Topic, model: TopicSettings) -> N
     after = getattr(model, "graph_database", "") or "default"
     if before == after:
         return
+    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.ingest import graph_store
 
     entities = graph_store(rt, topic).stats()["entities"]
@@ -144,6 +146,7 @@ def _schedule_refresh(rt: Runtime, topic: Topic) -> None:
     """(Re)schedule a GraphRAG Topic's Refresh Cycle; a queue that cannot be reached is logged (the worker schedules it at start)."""
     if topic.kind != "graphrag":
         return
+    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.refresh import schedule_refresh
 
     try:

@@ -10,7 +10,7 @@ import gradio as gr
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
-from ragtopics.ingest.cost import comparison, comparison_text
+from ragtopics.ingest.cost import comparison, comparison_text, estimate_upload
 from ragtopics.jobs.queue import job_progresses, job_statuses, phase_text
 from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.runtime import Runtime
@@ -84,8 +84,6 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
 def preview_cost(rt: Runtime, topic_name: str | None, paths: list[str] | None) -> str:
     """The Preview cost panel: the estimate (:func:`~ragtopics.ingest.cost.estimate_upload`) of the chosen files as
     Markdown; nothing is stored or queued."""
-    from ragtopics.ingest.cost import estimate_upload
-
     if not topic_name:
         return "Choose a Topic first."
     if not paths:

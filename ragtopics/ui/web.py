@@ -24,6 +24,7 @@ import html
 import inspect
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from gradio import networking
 from gradio import utils as gr_utils
 
 from ragtopics.access import sessions, users
@@ -511,9 +513,5 @@ def open_share_link(port: int) -> str:
     Raises:
         RuntimeError (or OSError): the share service cannot be reached (no internet).
     """
-    import secrets
-
-    from gradio import networking
-
     return networking.setup_tunnel("127.0.0.1", port, secrets.token_urlsafe(32), None, None)
 

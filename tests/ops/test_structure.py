@@ -59,6 +59,28 @@ def test_local_imports_need_a_reason_and_kind_branches_belong_to_the_kinds_packa
     assert [site.split("  ")[0] for site in report.kind_branches] == ["ragtopics/answer/turn.py:6", "ragtopics/answer/turn.py:6"]
 
 
+def test_a_run_of_imports_shares_the_comment_above_it_and_a_gap_ends_the_run(tmp_path, structure):
+    write(tmp_path, {
+        "__init__.py": "",
+        "cli/__init__.py": "",
+        "cli/main.py": (
+            "def f():\n"
+            "    # deferred: the CLI starts faster without them\n"
+            "    import csv\n"
+            "    from json import (\n"
+            "        dumps,\n"
+            "    )\n"
+            "    import re\n"
+            "\n"
+            "    import shutil\n"
+            "    return csv, dumps, re, shutil\n"
+        ),
+    })  # fmt: skip
+    report = structure.scan(tmp_path)
+    assert len(report.local_imports) == 4
+    assert [site.split("  ")[0] for site in report.local_imports_unexplained] == ["ragtopics/cli/main.py:9"]
+
+
 def test_the_report_runs_on_the_product(structure, capsys):
     assert structure.main([]) == 0
     out = capsys.readouterr().out

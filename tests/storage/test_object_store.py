@@ -26,7 +26,8 @@ from ragtopics.jobs.queue import queue_for
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
-from ragtopics.storage.blobs import FileStoreError, S3FileStore
+from ragtopics.storage.blobs import FileStoreError
+from ragtopics.storage.s3 import S3FileStore
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.demo_page import add_demo_routes
