@@ -87,3 +87,24 @@ def test_the_report_runs_on_the_product(structure, capsys):
     assert "import cycles between subpackages" in out and "imports inside functions" in out
     report = structure.scan()
     assert report.modules > 100
+
+
+def test_the_product_has_no_import_cycle_and_no_unexplained_local_import(structure, capsys):
+    report = structure.scan()
+    assert report.cycles() == []
+    assert report.local_imports_unexplained == []
+    assert structure.main(["--check-imports"]) == 0
+
+
+def test_check_imports_fails_on_a_cycle_but_not_on_a_kind_branch(tmp_path, structure, monkeypatch, capsys):
+    write(tmp_path, {
+        "__init__.py": "",
+        "alpha/__init__.py": "", "alpha/a.py": "def f(kind):\n    return kind == 'rag'\n",
+        "beta/__init__.py": "", "beta/b.py": "from ragtopics.alpha import a\n",
+    })  # fmt: skip
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    assert structure.main(["--check-imports"]) == 0
+    assert structure.main(["--check"]) == 1  # the kind branch
+    (tmp_path / "ragtopics" / "alpha" / "a2.py").write_text("from ragtopics.beta import b\n")
+    assert structure.main(["--check-imports"]) == 1
+
