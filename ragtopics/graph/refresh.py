@@ -206,7 +206,6 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
         finally:
             record_trace(rt, trace, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
                          topic_id=topic.id)  # fmt: skip
-
             record_rebuild(rt, topic.id, trace)  # reports per chunk stored since the last rebuild, for the cost estimate
         if due_marker(rt, topic.id) == due_before:  # no upload or delete while it ran
             clear_recompute_due(rt, topic.id)
