@@ -25,10 +25,10 @@ from rq.job import Job, JobStatus
 from rq.results import Result
 
 from ragtopics.documents.uploads import receive_upload
+from ragtopics.jobs.queue import RESULT_TTL_S, enqueue_ingest
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.upload_tab import documents_table, jobs_html
-from ragtopics.worker.queue import RESULT_TTL_S, enqueue_ingest
 
 #: Uploads tracked by the tab (its most, ``MAX_TRACKED_JOBS``), and how many of them run.
 TRACKED, RUNNING = 2000, 200

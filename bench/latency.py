@@ -37,10 +37,10 @@ import numpy as np
 from redisvl.index import SearchIndex
 from redisvl.query import VectorQuery
 
-from ragtopics.ingest.keywords import index_keywords, query_keywords
 from ragtopics.rag.retrieval import FUSION_DEPTH, fuse_rrf, retrieve
 from ragtopics.runtime import Runtime
 from ragtopics.storage.chunk_index import _MIN_KEYWORD_CANDIDATES, ChunkIndex, ChunkRecord, candidate_terms
+from ragtopics.text.keywords import index_keywords, query_keywords
 from ragtopics.topics.topics import create_topic
 
 SIZES = (10_000, 100_000)

@@ -376,7 +376,7 @@ def _bench_worker_ingest(rt: Runtime, data: EvalData, parts: list[list[str]], pa
     from rq import SimpleWorker
 
     from ragtopics.documents.uploads import BatchedUploads
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     logging.getLogger("rq").setLevel(logging.WARNING)
     rates, raws, ratios, files_per_s, jobs = [], [], [], [], []

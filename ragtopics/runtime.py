@@ -7,6 +7,7 @@ import threading
 
 import redis
 
+from ragtopics.access.context import acting_username
 from ragtopics.errors import StoreUnavailableError
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.ops.redis_server import RedisStartError, check_modules
@@ -48,7 +49,7 @@ class Runtime:
         """Signs and checks source download links (secret kept under the data directory)."""
         with self._lock:
             if self._signer is None:
-                self._signer = LinkSigner(load_or_create_secret(self.settings.data_dir / "link-secret"))
+                self._signer = LinkSigner(load_or_create_secret(self.settings.data_dir / "link-secret"), current_user=acting_username.get)
             return self._signer
 
     @property

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from rq import SimpleWorker
 
+from ragtopics.jobs.queue import queue_for
 from ragtopics.llm.embedding import LocalEmbedder
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.ops.redis_server import EmbeddedRedis
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
-from ragtopics.worker.queue import queue_for
 from tests.scripted_llm import ScriptedLLM
 
 EVAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "eval" / "hotpotqa"

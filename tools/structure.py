@@ -1,11 +1,12 @@
 """Structure report of the ``ragtopics`` package: import cycles, imports inside functions, Topic-kind branches.
 
 Run ``python tools/structure.py`` for the report, ``python tools/structure.py --check`` to fail (exit 1)
-on any of these:
+on any of these (``--check-imports``: on the first two only):
 
 - a cycle between subpackages (``ragtopics/<package>/``) through module-level imports (an import inside
   ``if TYPE_CHECKING:`` does not run and does not count);
-- an import inside a function without a comment that says why (on the import's line or the line above);
+- an import inside a function without a comment that says why (on the import's line or the line above; a run
+  of imports on consecutive lines shares the comment above its first import);
 - a comparison with a Topic kind (``kind == "graphrag"``, ``topic.kind != "rag"``, ``kind in (...)``)
   outside the package that owns the kinds (:data:`KINDS_PACKAGE`).
 
@@ -144,6 +145,17 @@ def scan_file(path: Path, report: Report, base: Path = ROOT) -> None:
         line = getattr(node, "lineno", 0)
         return f"{rel}:{line}  {lines[line - 1].strip()[:110]}"
 
+    # Imports inside functions: last line -> first line, and the first lines of those a comment explains
+    # (a run of imports on consecutive lines shares the comment above its first import).
+    import_start: dict[int, int] = {}
+    explained_at: set[int] = set()
+
+    def is_explained(node: ast.Import | ast.ImportFrom) -> bool:
+        line = node.lineno
+        if "#" in lines[line - 1] or (line >= 2 and lines[line - 2].strip().startswith("#")):
+            return True
+        return import_start.get(line - 1) in explained_at
+
     def walk(node: ast.AST, *, in_function: bool, type_only: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child.test):
@@ -158,9 +170,10 @@ def scan_file(path: Path, report: Report, base: Path = ROOT) -> None:
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             if in_function:
                 report.local_imports.append(where(child))
-                line = child.lineno
-                explained = "#" in lines[line - 1] or (line >= 2 and lines[line - 2].strip().startswith("#"))
-                if not explained:
+                import_start[child.end_lineno or child.lineno] = child.lineno
+                if is_explained(child):
+                    explained_at.add(child.lineno)
+                else:
                     report.local_imports_unexplained.append(where(child))
             elif not type_only and here is not None:
                 for target in imported_modules(child, current, path.name == "__init__.py"):
@@ -195,12 +208,14 @@ def scan(base: Path = ROOT) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; with ``--check``, exit 1 when a rule is broken. ``-v`` lists every site."""
+    """Print the report; with ``--check``, exit 1 when a rule is broken (``--check-imports``: a rule on imports).
+    ``-v`` lists every site."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 on a cycle, an unexplained local import or a kind branch")
+    parser.add_argument("--check-imports", action="store_true", help="exit 1 on a cycle or an unexplained local import")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every site")
     args = parser.parse_args(argv)
-    report = scan()
+    report = scan(ROOT)
     cycles = report.cycles()
     print(f"modules scanned: {report.modules}")
     print(f"import cycles between subpackages (module level): {len(cycles)}")
@@ -222,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         for (a, b), sites in sorted(report.edge_sites.items()):
             if a in in_cycle and b in in_cycle:
                 print(f"  {a} -> {b}: {len(sites)} (first: {sites[0]})")
-    broken = bool(cycles or report.local_imports_unexplained or report.kind_branches)
-    return 1 if (args.check and broken) else 0
+    imports_broken = bool(cycles or report.local_imports_unexplained)
+    if args.check_imports and imports_broken:
+        return 1
+    return 1 if (args.check and (imports_broken or report.kind_branches)) else 0
 
 
 if __name__ == "__main__":

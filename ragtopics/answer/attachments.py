@@ -21,7 +21,8 @@ from typing import Any, Literal
 from PIL import Image
 
 from ragtopics.errors import RefusedFileError
-from ragtopics.ingest.readers import IMAGE_TYPES, SUPPORTED_EXTENSIONS, extension_of, read_file
+from ragtopics.ingest.readers import read_file
+from ragtopics.text.file_types import IMAGE_TYPES, SUPPORTED_EXTENSIONS, extension_of
 
 log = logging.getLogger(__name__)
 

@@ -95,6 +95,7 @@ def _sentencizer():
     global _SPLITTER
     with _SPLITTER_LOCK:
         if _SPLITTER is None:
+            # deferred: spaCy takes seconds to import; only answers written without a model need it
             import spacy
 
             nlp = spacy.blank("en")
@@ -146,6 +147,7 @@ def question_terms(question: str) -> dict[str, float]:
 
     Stop words are spaCy's English list plus question words ("how", "often").
     """
+    # deferred: spaCy takes seconds to import; only answers written without a model need it
     from spacy.lang.en.stop_words import STOP_WORDS
 
     terms: dict[str, float] = {}

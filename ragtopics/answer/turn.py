@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from ragtopics.answer.attachments import Attachment, text_attachment_message
 from ragtopics.answer.attribution import check_sources
 from ragtopics.answer.citations import code_files, format_sources, render_citations
+from ragtopics.answer.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
 from ragtopics.answer.extractive import (
     Passage,
@@ -39,11 +40,9 @@ from ragtopics.errors import ConfigurationError, RagTopicsError
 from ragtopics.ingest.pictures import OfferedPicture, format_pictures, place_pictures
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
-from ragtopics.rag.retriever import ChunkRetriever
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.storage import chats
-from ragtopics.topics.connected import ToolResult, parse_question, tool_message, topic_tools
 from ragtopics.topics.topics import Topic, get_topic
 from ragtopics.tracing.otel import export_trace
 from ragtopics.tracing.reports import record_trace
@@ -300,6 +299,7 @@ class _Turn:
 
     def graph_entities(self, router_names: tuple[str, ...]) -> tuple[str, ...]:
         """The entities of the Topic's graph the question (or the router) names, by name or alias; traced."""
+        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.ingest import graph_store
         from ragtopics.graph.path import named_entities
 
@@ -314,9 +314,13 @@ class _Turn:
         if self.topic.kind == "rag":
             if not isinstance(cfg, RagTopicSettings):
                 raise ConfigurationError(f"Topic {self.topic.name!r} is a RAG Topic but has {type(cfg).__name__}")
+            # deferred: rag's retriever implements answer.context's Retriever and imports answer at module level
+            from ragtopics.rag.retriever import ChunkRetriever
+
             return ChunkRetriever(self.rt, self.topic.id, cfg, self.prompts["rerank"])
         if not isinstance(cfg, GraphRagTopicSettings):
             raise ConfigurationError(f"Topic {self.topic.name!r} is a GraphRAG Topic but has {type(cfg).__name__}")
+        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.global_search import GlobalRetriever
         from ragtopics.graph.hybrid import HybridRetriever
         from ragtopics.graph.local import LocalRetriever

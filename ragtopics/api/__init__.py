@@ -22,6 +22,7 @@ def add_api_routes(api: FastAPI, rt: Runtime) -> None:
         api: the console's FastAPI app (before Gradio is mounted at ``/``).
         rt: the runtime whose stores and gateway the routes use.
     """
+    # deferred: importing one module of the package (api.shapes in the CLI, api.errors in the console) must not load every route
     from ragtopics.api import errors, health, metrics, openai_compat, rest
 
     errors.install(api)

@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragtopics.access import users
-from ragtopics.access.context import acting_username
+from ragtopics.access.context import acting_username, caller_of
 from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.answer.history import new_session_id, save_turn, session_turns
 from ragtopics.answer.turn import ChatUpdate, ask
@@ -42,7 +42,6 @@ from ragtopics.runtime import Runtime
 from ragtopics.storage import chats
 from ragtopics.topics.topics import Topic, get_topic, list_topics
 from ragtopics.tracing.metrics import observe_answer
-from ragtopics.ui import web
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def require(request: Request, need: str = CHAT_ROLE) -> User:
     Raises:
         ApiError: 401 without a caller, 403 for a role below ``need`` (the console's message).
     """
-    user = web.caller_of(request)
+    user = caller_of(request)
     try:
         return users.require(user, need)
     except AccessDeniedError as exc:

@@ -33,10 +33,11 @@ from ragtopics.api.openai_compat import acting_as, final_update, require, stable
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import RagTopicsError
+from ragtopics.ingest.cost import comparison, estimate_upload
+from ragtopics.jobs.queue import job_progress
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic, list_topics
 from ragtopics.tracing.metrics import observe_answer
-from ragtopics.worker.queue import job_progress
 
 #: Where the API is mounted on the console's app.
 PREFIX = "/api/v1"
@@ -229,8 +230,6 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         {kind: {"calls", "tokens_in", "tokens_out", "seconds", "cost", "measured", "label", "at_rebuild", ...}},
         "tokens_in", "tokens_out", "seconds", "cost", "files": [...], "notes"}`. Nothing is stored or queued. Needs
         the operator role."""
-        from ragtopics.ingest.cost import estimate_upload
-
         try:
             topic = get_topic(rt, name)
             return estimate_upload(rt, topic, [(upload.filename or "", upload.file.read()) for upload in files]).to_dict()
@@ -262,8 +261,6 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
         "shared_by", "cost"}`; status `queued`, `started`, `finished`, `failed`, `stopped` or `canceled`; `cost` the
         upload's estimate beside what it took (`{"estimate", "actual", "file_name"}`, `actual` empty until it is
         stored; None for an upload without an estimate). Needs the operator role."""
-        from ragtopics.ingest.cost import comparison
-
         try:
             progress = job_progress(rt, job_id)
             cost = comparison(rt, [job_id]).get(job_id) if progress.status != "missing" else None

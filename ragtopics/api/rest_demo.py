@@ -14,8 +14,8 @@ from ragtopics.access.users import User
 from ragtopics.api import errors
 from ragtopics.api.rest import needs
 from ragtopics.demo import links
+from ragtopics.demo.links import request_base_url
 from ragtopics.runtime import Runtime
-from ragtopics.ui.demo_panel import request_base_url
 
 
 class CreateDemoLinkRequest(BaseModel):

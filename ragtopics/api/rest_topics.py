@@ -21,9 +21,14 @@ from pydantic import BaseModel, Field
 from ragtopics.access.users import User
 from ragtopics.api import errors, shapes
 from ragtopics.api.rest import needs
+from ragtopics.graph.corrections import correct, list_corrections
+from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
+from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
+from ragtopics.jobs.queue import job_progress
+from ragtopics.quality.runs import load_run, start_run
 from ragtopics.runtime import Runtime
+from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, update_settings
-from ragtopics.worker.queue import job_progress
 
 
 class CreateTopicRequest(BaseModel):
@@ -90,8 +95,6 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
     def delete(name: str, user: User = needs("operator")) -> dict:
         """Delete a Topic with its documents, chats, graph and files: `{"deleted", "id", "removed", "notes"}`.
         Needs the operator role."""
-        from ragtopics.topics.delete import delete_topic
-
         def remove() -> dict:
             get_topic(rt, name)  # a missing Topic is a 404 even while the store is down
             rt.check_store()
@@ -103,10 +106,6 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
 def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
     """A GraphRAG Topic's communities (recompute, status; operator, as the Upload page's graph panel) and graph
     (counts, one entity; viewer, as the Graph page)."""
-    from ragtopics.graph.corrections import correct, list_corrections
-    from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
-    from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
-
     @app.post("/topics/{name}/communities", tags=["graph"], status_code=202)
     def recompute(name: str, user: User = needs("operator")) -> dict:
         """Recompute the communities now: enqueue the rebuild job, or find the one already queued or running.
@@ -165,8 +164,6 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
 
 def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
     """Evaluation runs (start, read); each needs the operator role, as the console's QA page does."""
-    from ragtopics.quality.runs import load_run, start_run
-
     @app.post("/topics/{name}/evals", tags=["evaluation"], status_code=202)
     def start(name: str, body: EvalRunRequest, user: User = needs("operator")) -> dict:
         """Queue an evaluation run of the Topic (checked as the QA page checks it): `{"run_id"}`; the run id is also

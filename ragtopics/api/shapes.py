@@ -10,6 +10,7 @@ from ragtopics.answer.context import Source
 from ragtopics.answer.history import SavedTurn
 from ragtopics.answer.turn import ChatUpdate
 from ragtopics.documents.uploads import DocumentInfo
+from ragtopics.settings.docs import settings_rows
 from ragtopics.storage.metadata import ChatSessionRow
 from ragtopics.topics.topics import Topic
 
@@ -23,8 +24,6 @@ def topic_summary(topic: Topic) -> dict[str, Any]:
 def topic_detail(topic: Topic) -> dict[str, Any]:
     """A Topic shown whole (``ragtopics topic show``): ``{"id", "name", "kind", "settings_version", "settings",
     "reference"}``, ``reference`` one row per setting with its value, default and description."""
-    from ragtopics.settings.docs import settings_rows
-
     return {"id": topic.id, "name": topic.name, "kind": topic.kind, "settings_version": topic.settings_version,
             "settings": topic.settings.model_dump(mode="json"),
             "reference": [asdict(row) for row in settings_rows(topic.settings)]}  # fmt: skip
@@ -94,7 +93,7 @@ def saved_turn(turn: SavedTurn, base_url: str = "") -> dict[str, Any]:
 
 
 def job(progress) -> dict[str, Any]:
-    """A job's status (``GET /api/v1/jobs/{id}``): the fields of :class:`~ragtopics.worker.queue.JobProgress`."""
+    """A job's status (``GET /api/v1/jobs/{id}``): the fields of :class:`~ragtopics.jobs.queue.JobProgress`."""
     return asdict(progress)
 
 

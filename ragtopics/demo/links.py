@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import overload
@@ -438,3 +439,14 @@ def _end_topic_links(d: TopicDeletion) -> None:
 
 
 add_topic_delete_step("end_demo_links", _end_topic_links, before="remove_rows")
+
+
+def request_base_url(headers: Mapping[str, str], scheme: str = "http") -> str | None:
+    """The address a request was sent to, as its sender saw it: ``X-Forwarded-Proto``/``-Host`` (a reverse
+    proxy) first, then ``Host``; None without a host."""
+    forwarded_host = (headers.get("x-forwarded-host") or "").split(",")[0].strip()
+    host = forwarded_host or headers.get("host", "")
+    if not host:
+        return None
+    proto = (headers.get("x-forwarded-proto") or "").split(",")[0].strip() or scheme
+    return f"{proto}://{host}/"

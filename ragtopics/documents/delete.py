@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -26,7 +27,9 @@ from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import delete_owner_traces
-from ragtopics.topics.topics import Topic
+
+if TYPE_CHECKING:
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@
   :data:`MAX_IMAGE_PIXELS` pixels (a decompression bomb).
 
 Zip archives (DOCX, XLSX, PPTX) are checked for bombs and members outside the archive by
-:func:`ragtopics.ingest.docling.check_zip_archive`.
+:func:`check_zip_archive` (before docling opens them, and already at upload).
 """
 
 from __future__ import annotations
@@ -20,8 +20,16 @@ from __future__ import annotations
 import io
 import zipfile
 
+import pypdfium2 as pdfium
+from PIL import Image, UnidentifiedImageError
+
 from ragtopics.errors import ReadError
 
+#: Office files are zip archives; refuse one that would unpack to more than this.
+MAX_UNCOMPRESSED_BYTES = 500 * 1024 * 1024
+#: A member larger than MAX_RATIO_MEMBER_BYTES that compresses better than this is a zip bomb.
+MAX_COMPRESSION_RATIO = 100
+MAX_RATIO_MEMBER_BYTES = 10 * 1024 * 1024
 #: Most pages a PDF may have (a PDF with thousands of pages is refused before conversion).
 MAX_PDF_PAGES = 2_000
 #: Longest page side accepted, in PDF points (1/72 inch): 5,000 pt is about 1.76 m.
@@ -61,7 +69,6 @@ def _check_pdf(name: str, data: bytes) -> None:
         raise ReadError(f"{name} is not a PDF (it does not start with a PDF header); check the file's type")
     if zipfile.is_zipfile(io.BytesIO(data)):
         raise ReadError(f"{name} is both a PDF and a ZIP archive (a polyglot file); upload the PDF alone")
-    import pypdfium2 as pdfium
 
     try:
         document = pdfium.PdfDocument(data)
@@ -83,8 +90,6 @@ def _check_pdf(name: str, data: bytes) -> None:
 
 
 def _check_image(name: str, ext: str, data: bytes) -> None:
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only: the size is known before any decoding
             width, height, found = image.width, image.height, image.format
@@ -102,3 +107,55 @@ def _check_image(name: str, ext: str, data: bytes) -> None:
         raise ReadError(f"{name} is not a readable {IMAGE_FORMATS[ext]} picture: {exc}") from exc
     if found != IMAGE_FORMATS[ext] and not (ext in ("jpg", "jpeg") and found == "MPO"):
         raise ReadError(f"{name} is a {found} picture named .{ext}; rename it to its real type")
+
+
+def check_zip_archive(
+    data: bytes,
+    *,
+    file_name: str,
+    max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES,
+    max_ratio: int = MAX_COMPRESSION_RATIO,
+) -> None:
+    """Refuse an Office file that is not a zip archive or is a zip bomb, before docling opens it.
+
+    Args:
+        data: the file's bytes (DOCX, XLSX and PPTX are zip archives).
+        file_name: for the error message.
+        max_uncompressed_bytes: the most all members may unpack to, in bytes.
+        max_ratio: the highest compression ratio allowed for a member above MAX_RATIO_MEMBER_BYTES.
+
+    Raises:
+        ReadError: when the bytes are no zip archive, unpack to too much, or compress suspiciously well.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
+        raise ReadError(
+            f"{file_name} is not a valid {_extension(file_name).upper()} (not a readable zip archive): {exc}"
+        ) from exc
+    for member in members:
+        parts = member.filename.replace("\\", "/").split("/")
+        if member.filename.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+            raise ReadError(f"{file_name} is refused: its member {member.filename!r} points outside the archive")
+    total = sum(member.file_size for member in members)
+    if total > max_uncompressed_bytes:
+        raise ReadError(
+            f"{file_name} is refused: it would unpack to {_mib(total)} MiB, more than the {_mib(max_uncompressed_bytes)} MiB allowed"
+        )
+    for member in members:
+        ratio = member.file_size / max(member.compress_size, 1)
+        if member.file_size > MAX_RATIO_MEMBER_BYTES and ratio > max_ratio:
+            raise ReadError(
+                f"{file_name} is refused as a zip bomb: {member.filename} unpacks to {_mib(member.file_size)} MiB "
+                f"from {member.compress_size} bytes (ratio {ratio:.0f}:1, more than {max_ratio}:1)"
+            )
+
+
+def _extension(file_name: str) -> str:
+    stem, dot, extension = file_name.rpartition(".")
+    return extension.lower() if dot and stem else ""
+
+
+def _mib(size_bytes: int) -> int:
+    return round(size_bytes / (1024 * 1024))

@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import redis
 
-from ragtopics.documents.sniff import check_content
+from ragtopics.documents.sniff import check_content, check_zip_archive
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
-from ragtopics.ingest.docling import check_zip_archive
-from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
+from ragtopics.jobs.queue import enqueue_ingest, enqueue_ingest_batch
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import load_trace
-from ragtopics.topics.topics import Topic
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
 
 if TYPE_CHECKING:
     from ragtopics.ingest.cost import Figures
+    from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +88,9 @@ def is_docling_available(docling_server: str) -> bool:
     """Whether documents can be converted: the docling library is installed (``embedded``), or a
     docling-serve URL answers its health check within 3 s."""
     if docling_server == "embedded":
-        import importlib.util
-
         return importlib.util.find_spec("docling") is not None
     if not docling_server.startswith(("http://", "https://")):
         return False
-    import httpx
 
     try:
         return httpx.get(docling_server.rstrip("/") + "/health", timeout=3.0).status_code == 200
@@ -175,8 +174,6 @@ def enqueue_document(rt: Runtime, row: DocumentRow) -> str:
         StoreUnavailableError: when the job cannot be enqueued; the document is then
             marked ``failed`` with the reason (never left ``queued``) and its pending file removed.
     """
-    from ragtopics.worker.queue import enqueue_ingest
-
     try:
         return enqueue_ingest(rt, row.topic_id, row.id, job_id=row.job_id, blob_path=row.pending_blob_path)
     except (redis.RedisError, OSError) as exc:
@@ -192,8 +189,6 @@ def enqueue_documents(rt: Runtime, rows: list[DocumentRow]) -> str:
     Raises:
         StoreUnavailableError: as :func:`enqueue_document`, for every one of the documents.
     """
-    from ragtopics.worker.queue import enqueue_ingest_batch
-
     try:
         return enqueue_ingest_batch(rt, rows[0].topic_id, rows)
     except (redis.RedisError, OSError) as exc:
@@ -232,8 +227,6 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`, in a Topic whose upload
     makes no model call per chunk (SEMANTIC chunking, LLM keyword enrichment, NARRATE): such calls
     take far longer than embedding, and alone each file shows its own progress through them."""
-    from ragtopics.ingest.readers import IMAGE_TYPES
-
     if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
         return False
     ext = extension_of(file_name)
@@ -281,7 +274,7 @@ class BatchedUploads:
     :data:`BATCH_BYTES` together) go to one job
     (:func:`~ragtopics.ingest.pipeline.ingest_documents`); other files get their own job at once.
     Every file keeps its own job id, progress, status and failure (see
-    :func:`~ragtopics.worker.queue.job_progress`). Use as a context manager: leaving the block
+    :func:`~ragtopics.jobs.queue.job_progress`). Use as a context manager: leaving the block
     enqueues what still waits. A shared job that cannot be enqueued does not raise: its files
     are marked ``failed`` and listed in :attr:`not_queued` with the message.
 
@@ -315,6 +308,7 @@ class BatchedUploads:
         """
         row = receive_upload(self.rt, self.topic, file_name, data)
         if self.estimate:  # before the job is queued, so a fast worker finds the estimate to put its counts beside
+            # deferred: ingest.cost imports this module at module level
             from ragtopics.ingest.cost import estimate_and_store, load_figures
 
             self._figures = self._figures or load_figures(self.rt)

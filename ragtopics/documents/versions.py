@@ -211,6 +211,7 @@ def _restored_on_failure(store, share) -> Iterator[None]:
         log.warning("graph share of %s not restored: the lock was lost, its next holder replaces it", share.document_id)
         raise
     except BaseException:
+        # deferred: the graph package imports documents at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.share import restore_share
 
         try:

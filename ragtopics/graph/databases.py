@@ -20,6 +20,7 @@ from sqlmodel import select
 from ragtopics.errors import InvalidSettingError, StoreUnavailableError
 from ragtopics.runtime import Runtime
 from ragtopics.storage.metadata import GraphDatabaseRow
+from ragtopics.topics.topics import list_topics
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,6 @@ def remove_graph_database(rt: Runtime, name: str) -> None:
     Raises:
         InvalidSettingError: for the app's own Redis, an unknown name, or one a Topic uses.
     """
-    from ragtopics.topics.topics import list_topics
-
     if name == DEFAULT_GRAPH_DATABASE:
         raise InvalidSettingError("the app's own Redis is always registered")
     users = [t.name for t in list_topics(rt) if getattr(t.settings, "graph_database", "") == name]

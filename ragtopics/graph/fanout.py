@@ -18,7 +18,7 @@ job for whatever is still missing, reads the finished chunks from the cache.
 
 Progress: the chunks extracted so far are a Redis set per upload (:func:`extracted_key`), and
 the number to extract is in the finishing job's meta; the console reads both while the finishing
-job waits (:func:`ragtopics.worker.queue.job_progresses`), never the parked version.
+job waits (:func:`ragtopics.jobs.queue.job_progresses`), never the parked version.
 """
 
 from __future__ import annotations
@@ -34,8 +34,11 @@ from rq.rate_limit import RateLimit
 from ragtopics.errors import SupersededError
 from ragtopics.graph.extract import looks_like_toc_or_index
 from ragtopics.graph.ingest import extract_cached, extraction_setup, extraction_text
+from ragtopics.ingest.pipeline import IngestResult, _stopped, finish_version
+from ragtopics.jobs.queue import queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
+from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -94,9 +97,6 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
     Raises:
         SupersededError: when a newer upload or a delete made the version obsolete.
     """
-    from ragtopics.ingest.pipeline import IngestResult, finish_version
-    from ragtopics.worker.queue import queue_for
-
     setup = extraction_setup(rt, topic)
     missing = [r.chunk_id for r in version.records if not looks_like_toc_or_index(r.text)
                and setup.cache.get(setup.cache.key(extraction_text(r), setup.method, setup.version)) is None]  # fmt: skip
@@ -144,8 +144,6 @@ def extract_batch(rt: Runtime, topic_id: str, document_id: str, job_id: str, chu
     Returns:
         ``{"status": "done"|"superseded"|"gone", "extracted": n, "cached": n, "failed": n}``.
     """
-    from ragtopics.topics.topics import get_topic
-
     raw = rt.redis.get(parked_key(topic_id, job_id))
     if raw is None:
         return {"status": "gone", "extracted": 0, "cached": 0, "failed": 0}
@@ -184,9 +182,6 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
         The :class:`~ragtopics.ingest.pipeline.IngestResult`; status ``cancelled`` or
         ``superseded`` when the version became obsolete, ``gone`` when nothing was parked.
     """
-    from ragtopics.ingest.pipeline import IngestResult, finish_version
-    from ragtopics.topics.topics import get_topic
-
     key = parked_key(topic_id, job_id)
     raw = rt.redis.get(key)
     if raw is None:
@@ -208,8 +203,6 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
         return finish_version(rt, get_topic(rt, topic_id), doc, job_id, version, trace, report, progress,
                               graph_failures=failures, extracted_elsewhere=fresh)  # fmt: skip
     except SupersededError as exc:
-        from ragtopics.ingest.pipeline import _stopped
-
         return _stopped(document_id, exc, trace)
     finally:
         rt.redis.delete(key, extracted_key(topic_id, job_id), _failed_key(topic_id, job_id), _events_key(topic_id, job_id))

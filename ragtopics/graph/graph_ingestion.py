@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from falkordb import FalkorDB
 
+from ragtopics.documents.uploads import clean_file_name, document_id_for
 from ragtopics.documents.versions import Version, store_version
 from ragtopics.errors import InvalidSettingError, NotFoundError, RefusedFileError, StoreUnavailableError
 from ragtopics.graph.corrections import load_rules
@@ -49,6 +50,7 @@ from ragtopics.graph.ingest import (
     graph_store,
 )
 from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
+from ragtopics.ingest.pipeline import chunk_ids_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
@@ -451,9 +453,6 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
     Raises:
         see :func:`ingest_graph`.
     """
-    from ragtopics.documents.uploads import clean_file_name, document_id_for
-    from ragtopics.ingest.pipeline import chunk_ids_for
-
     if topic.kind != "graphrag":
         raise InvalidSettingError(f"Topic {topic.name!r} is a {topic.kind} Topic; graph ingestion needs a GraphRAG Topic")
     name = clean_file_name(source_name)

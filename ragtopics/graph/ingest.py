@@ -34,6 +34,7 @@ import numpy as np
 import redis
 
 from ragtopics.graph.corrections import load_rules
+from ragtopics.graph.databases import graph_client
 from ragtopics.graph.dedup import DedupResult, ask_model, deduplicate, partner_keys
 from ragtopics.graph.extract import choose_method, extract_chunk, extraction_version, looks_like_toc_or_index
 from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
@@ -59,8 +60,6 @@ def graph_store(rt: Runtime, topic) -> GraphStore:
     Raises:
         StoreUnavailableError: when its Graph Database is no longer registered.
     """
-    from ragtopics.graph.databases import graph_client
-
     client = graph_client(rt, getattr(topic.settings, "graph_database", "") or "")
     return GraphStore(client, topic.id, getattr(topic.settings, "collection_name", "") or "")
 

@@ -68,6 +68,7 @@ def clear_recompute_due(rt: Runtime, topic_id: str) -> None:
 
 
 def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
+    # deferred: graph.ingest imports this module at module level (through graph.corrections)
     from ragtopics.graph.ingest import graph_store
 
     topic = get_topic(rt, topic_id)
@@ -96,6 +97,7 @@ def _remove_graph_share(d: Deletion) -> None:
 def _drop_graph(t: TopicDeletion) -> None:
     """Delete the Topic's graph, and every RediSearch index named for the Topic (entities, community reports)."""
     if t.topic.kind == "graphrag":
+        # deferred: graph.ingest imports this module at module level (through graph.corrections)
         from ragtopics.graph.ingest import graph_store
 
         store = graph_store(t.rt, t.topic)

@@ -48,13 +48,13 @@ from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQue
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore, Subgraph
-from ragtopics.ingest.keywords import is_searchable, query_keywords
 from ragtopics.rag.mentions import Link, follow_mentions_guarded, place_links
 from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, decode_vector, parse_pages
+from ragtopics.text.keywords import is_searchable, query_keywords
 from ragtopics.tracing.trace import Trace
 
 if TYPE_CHECKING:

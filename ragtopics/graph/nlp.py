@@ -116,6 +116,7 @@ def load_pipeline():
     with _load_lock:
         if _pipeline is None:
             try:
+                # deferred: spaCy takes seconds to import; a missing install becomes the ConfigurationError below
                 import spacy
                 from spacy.language import Language
 

@@ -41,10 +41,10 @@ from ragtopics.graph.local import (
 )
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphPath, GraphStore
-from ragtopics.ingest.keywords import STOP_WORDS, is_searchable, query_keywords
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.text.keywords import STOP_WORDS, is_searchable, query_keywords
 from ragtopics.tracing.trace import Trace
 
 if TYPE_CHECKING:

@@ -33,8 +33,12 @@ from ragtopics.graph.communities import rebuild
 from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import clear_recompute_due, due_marker
+from ragtopics.graph.report import _graphrag
+from ragtopics.ingest.cost import record_rebuild
+from ragtopics.jobs.queue import queue_for
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.runtime import Runtime
+from ragtopics.topics.topics import get_topic, list_topics
 from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
 
@@ -69,9 +73,6 @@ def enqueue_rebuild(rt: Runtime, topic, *, reason: str = "recompute now") -> str
         ConfigurationError: for a RAG Topic.
         redis.RedisError: when the queue cannot be reached.
     """
-    from ragtopics.graph.report import _graphrag
-    from ragtopics.worker.queue import queue_for
-
     _graphrag(topic)
     current = _decode(rt.redis.get(_job_key(topic.id)))
     if current and _status(rt, current) in ("queued", "started", "deferred"):
@@ -91,8 +92,6 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
     Returns:
         The scheduled job's id; ``None`` for a RAG Topic or a Refresh Cycle of ``off``.
     """
-    from ragtopics.worker.queue import queue_for
-
     previous = _decode(rt.redis.get(_next_key(topic.id)))
     if previous and _status(rt, previous) == "scheduled":
         with contextlib.suppress(NoSuchJobError):
@@ -114,8 +113,6 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
 
 def next_refresh(rt: Runtime, topic_id: str) -> float | None:
     """When the next Refresh Cycle rebuild is due (seconds since the epoch), or None when none is scheduled."""
-    from ragtopics.worker.queue import queue_for
-
     job_id = _decode(rt.redis.get(_next_key(topic_id)))
     score = rt.redis.zscore(queue_for(rt).scheduled_job_registry.key, job_id) if job_id else None
     return float(score) if score is not None else None
@@ -127,8 +124,6 @@ def schedule_all(rt: Runtime) -> int:
     Returns:
         How many Topics were scheduled now.
     """
-    from ragtopics.topics.topics import list_topics
-
     scheduled = 0
     for topic in list_topics(rt):
         if topic.kind != "graphrag":
@@ -153,8 +148,6 @@ def run_rebuild(rt: Runtime, topic_id: str, *, reason: str = "recompute now", pr
         NotFoundError: when the Topic is gone.
         ModelUnavailableError: when the embedding model cannot be reached (nothing is written).
     """
-    from ragtopics.topics.topics import get_topic
-
     topic = get_topic(rt, topic_id)
     try:
         return _locked_rebuild(rt, topic, reason, progress)
@@ -213,8 +206,6 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
         finally:
             record_trace(rt, trace, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
                          topic_id=topic.id)  # fmt: skip
-            from ragtopics.ingest.cost import record_rebuild
-
             record_rebuild(rt, topic.id, trace)  # reports per chunk stored since the last rebuild, for the cost estimate
         if due_marker(rt, topic.id) == due_before:  # no upload or delete while it ran
             clear_recompute_due(rt, topic.id)

@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ragtopics.errors import ConfigurationError, NotFoundError
+from ragtopics.graph.communities import last_run
+from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.corrections import history_of
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import recompute_due
@@ -38,9 +40,6 @@ def graph_stats(rt: Runtime, topic) -> dict[str, Any]:
 def community_stats(rt: Runtime, topic) -> dict[str, Any]:
     """Communities, summaries and the last rebuild of a Topic (zeros and None before the first run); the last
     run carries ``finished_at`` (epoch seconds) and ``finished`` (``2026-12-01 05:57:38 UTC``)."""
-    from ragtopics.graph.communities import last_run
-    from ragtopics.graph.community_index import CommunityIndex
-
     run = last_run(rt.redis, topic.id)
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
     last = None
@@ -79,8 +78,6 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
 
 def _communities_of(rt: Runtime, topic, entity_id: str) -> list[dict[str, Any]]:
     """The communities (id, title) that hold an entity, from the summaries index."""
-    from ragtopics.graph.community_index import CommunityIndex
-
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
     return [{"id": hit.community_id, "title": hit.title, "size": len(hit.entity_ids)}
             for hit in index.communities_of(entity_id)]

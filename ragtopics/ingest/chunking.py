@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ragtopics.errors import InvalidSettingError
-from ragtopics.ingest.keywords import is_searchable
+from ragtopics.text.keywords import is_searchable
 
 #: ``cuts(text, start, end)``: offsets inside ``(start, end)`` where a piece may end.
 _Cutter = Callable[[str, int, int], list[int]]

@@ -36,12 +36,21 @@ from typing import Any, cast
 import numpy as np
 from sqlalchemy import CursorResult, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
+from sqlmodel import col, delete, select
 
+from ragtopics.documents.uploads import clean_file_name, is_docling_available
 from ragtopics.errors import RagTopicsError
-from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
+from ragtopics.ingest.chunking import Piece
+from ragtopics.ingest.pipeline import CONTEXT_DOCUMENT_CHARS, _cap_to_window, _chunk, ingest_settings
+from ragtopics.ingest.readers import read_file
+from ragtopics.ingest.structured import pack_records_counted
+from ragtopics.llm.endpoints import stored_overrides
+from ragtopics.prompts.templates import NARRATE
 from ragtopics.runtime import Runtime
+from ragtopics.settings.env import ROLES
 from ragtopics.storage.metadata import UploadCostRow, UsageFigureRow, utcnow
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, extension_of
+from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -252,8 +261,6 @@ def observations(rt: Runtime, name: str) -> list[list[float]]:
 
 def clear_figures(rt: Runtime) -> None:
     """Forget everything measured (figures and observations): the next estimate starts from the defaults."""
-    from sqlmodel import delete
-
     with rt.metadata.session() as s:
         s.exec(delete(UsageFigureRow))
     keys = list(rt.redis.scan_iter(OBSERVATIONS_KEY.format(name="*")))
@@ -334,6 +341,7 @@ def dedup_calls(mentions: float, entities: float, hazard: tuple[float, float], p
     Returns:
         Expected calls (a fraction).
     """
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.dedup import MODEL_BATCH_PAIRS
 
     lam = mentions * (hazard[0] + hazard[1] * math.sqrt(max(0.0, entities)))
@@ -425,6 +433,7 @@ def fit_work(obs: list[list[float]]) -> tuple[float, float] | None:
 
 def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlook:
     """The :class:`GraphOutlook` of a GraphRAG Topic: its graph's size and last rebuild, this installation's figures."""
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.communities import last_run
     from ragtopics.graph.ingest import graph_store
 
@@ -691,13 +700,12 @@ def work_name(topic, kinds: set[str]) -> str:
 
 def active_kinds(rt: Runtime, topic) -> set[str]:
     """The kinds of model calls the Topic's settings make at upload (and at the next rebuild), on these endpoints."""
-    from ragtopics.ingest.pipeline import ingest_settings
-
     cfg = ingest_settings(topic.settings, rt)
     kinds: set[str] = set()
     if cfg.describe_pictures:
         kinds.add("describe_picture")
     if topic.kind == "graphrag":
+        # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.communities import uses_bundled_model
         from ragtopics.graph.extract import choose_method
         from ragtopics.graph.pictures import uses_model
@@ -726,9 +734,6 @@ def endpoint_prices(rt: Runtime) -> dict[str, tuple[float | None, float | None]]
     A role without an endpoint of its own set in the console is answered by the Language Model's
     endpoint unless the environment gives it one, and takes the Language Model's prices then.
     """
-    from ragtopics.llm.endpoints import stored_overrides
-    from ragtopics.settings.env import ROLES
-
     rows = stored_overrides(rt)
     llm = rows.get("language_model")
     prices = {}
@@ -755,8 +760,6 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     Raises:
         ConfigurationError: a setting the estimate needs is unusable (e.g. an unknown extraction method).
     """
-    from ragtopics.ingest.pipeline import ingest_settings
-
     cfg = ingest_settings(topic.settings, rt)
     kinds = active_kinds(rt, topic)
     figures = load_figures(rt)
@@ -817,8 +820,6 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
 def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, name: str,
                    data: bytes) -> tuple[FileEstimate, dict[str, float]]:  # fmt: skip
     """One file's estimate, and the characters of text each kind of call would send for it."""
-    from ragtopics.documents.uploads import clean_file_name, is_docling_available
-
     f = FileEstimate(file_name=name, size_bytes=len(data))
     try:
         f.file_name = name = clean_file_name(name)
@@ -862,6 +863,7 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
             continue
         count = units[spec.unit]
         if kind == "graph_extraction" and texts is not None:
+            # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
             from ragtopics.graph.extract import looks_like_toc_or_index
 
             count = float(sum(1 for t in texts if not looks_like_toc_or_index(t)))
@@ -872,12 +874,12 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
         if spec.unit == "chunk" and kind in ("graph_extraction", "keywords", "context_line"):
             chars[kind] = chunk_chars * (per_unit if kind == "graph_extraction" else 1.0)
     if topic.kind == "graphrag":  # the text the graph extraction reads (tables of contents skipped)
+        # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.extract import looks_like_toc_or_index
 
         chars["graph"] = (float(sum(len(t) for t in texts if not looks_like_toc_or_index(t))) if texts is not None
                           else chunk_chars)  # fmt: skip
     if "context_line" in f.calls:  # each context line's prompt also shows the start of the document
-        from ragtopics.ingest.pipeline import CONTEXT_DOCUMENT_CHARS
 
         chars["context_line"] += f.calls["context_line"] * min(CONTEXT_DOCUMENT_CHARS, chunk_chars)
     return f, chars
@@ -895,12 +897,6 @@ def _chunk_texts(rt: Runtime, cfg, name: str, data: bytes, figures: Figures) -> 
     Raises:
         ReadError: the file cannot be read. RefusedFileError: it would give too many chunks.
     """
-    from ragtopics.ingest.chunking import Piece
-    from ragtopics.ingest.pipeline import _cap_to_window, _chunk
-    from ragtopics.ingest.readers import read_file
-    from ragtopics.ingest.structured import pack_records_counted
-    from ragtopics.prompts.templates import NARRATE
-
     result = read_file(data, file_name=name, docling_server=cfg.docling_server)
     records = len(result.records) if result.records is not None else 0
     record_chars = float(sum(len(r) for r in result.records)) if result.records is not None else 0.0
@@ -928,8 +924,6 @@ def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | 
     """Estimate one received file and keep the estimate with its job; a failure is logged, never raised
     (the upload itself must not fail for its estimate)."""
     try:
-        from ragtopics.ingest.pipeline import ingest_settings
-
         cfg = ingest_settings(topic.settings, rt)
         kinds, figures = active_kinds(rt, topic), figures or load_figures(rt)
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
@@ -1016,8 +1010,6 @@ def record_upload(rt: Runtime, trace: Trace, doc) -> None:
 
 
 def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
-    from ragtopics.topics.topics import get_topic
-
     topic = get_topic(rt, doc.topic_id)
     actual = actual_from_trace(trace)
     ext = extension_of(doc.file_name)
@@ -1075,7 +1067,6 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
         new_chunks = int(pipe.execute()[0] or 0)
         if not new_chunks or rt.gateway.endpoint("community_report").is_local:  # the bundled model writes no reports
             return
-        from ragtopics.topics.topics import get_topic
 
         topic = get_topic(rt, topic_id)
         by = actual_from_trace(trace)["by_kind"].get("community_report") or {}

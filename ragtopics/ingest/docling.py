@@ -42,11 +42,13 @@ import io
 import logging
 import os
 import re
-import zipfile
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import httpx
+
+from ragtopics.documents.sniff import check_zip_archive
 from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
 from ragtopics.ingest import ocr
 from ragtopics.ingest.convert_process import ConverterProcess
@@ -58,11 +60,6 @@ log = logging.getLogger(__name__)
 
 #: The file types this module converts (the caller picks the reader by extension).
 DOCUMENT_EXTENSIONS: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
-#: Office files are zip archives; refuse one that would unpack to more than this.
-MAX_UNCOMPRESSED_BYTES = 500 * 1024 * 1024
-#: A member larger than MAX_RATIO_MEMBER_BYTES that compresses better than this is a zip bomb.
-MAX_COMPRESSION_RATIO = 100
-MAX_RATIO_MEMBER_BYTES = 10 * 1024 * 1024
 #: How much text near a picture is kept to link it to chunks later.
 NEIGHBOUR_TEXT_CHARS = 500
 
@@ -237,49 +234,6 @@ def convert_document(
     return converted
 
 
-def check_zip_archive(
-    data: bytes,
-    *,
-    file_name: str,
-    max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES,
-    max_ratio: int = MAX_COMPRESSION_RATIO,
-) -> None:
-    """Refuse an Office file that is not a zip archive or is a zip bomb, before docling opens it.
-
-    Args:
-        data: the file's bytes (DOCX, XLSX and PPTX are zip archives).
-        file_name: for the error message.
-        max_uncompressed_bytes: the most all members may unpack to, in bytes.
-        max_ratio: the highest compression ratio allowed for a member above MAX_RATIO_MEMBER_BYTES.
-
-    Raises:
-        ReadError: when the bytes are no zip archive, unpack to too much, or compress suspiciously well.
-    """
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
-        raise ReadError(
-            f"{file_name} is not a valid {_extension(file_name).upper()} (not a readable zip archive): {exc}"
-        ) from exc
-    for member in members:
-        parts = member.filename.replace("\\", "/").split("/")
-        if member.filename.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-            raise ReadError(f"{file_name} is refused: its member {member.filename!r} points outside the archive")
-    total = sum(member.file_size for member in members)
-    if total > max_uncompressed_bytes:
-        raise ReadError(
-            f"{file_name} is refused: it would unpack to {_mib(total)} MiB, more than the {_mib(max_uncompressed_bytes)} MiB allowed"
-        )
-    for member in members:
-        ratio = member.file_size / max(member.compress_size, 1)
-        if member.file_size > MAX_RATIO_MEMBER_BYTES and ratio > max_ratio:
-            raise ReadError(
-                f"{file_name} is refused as a zip bomb: {member.filename} unpacks to {_mib(member.file_size)} MiB "
-                f"from {member.compress_size} bytes (ratio {ratio:.0f}:1, more than {max_ratio}:1)"
-            )
-
-
 def _import_docling() -> None:
     """Import the docling library, telling the Hugging Face Hub client to stay offline first.
 
@@ -301,6 +255,7 @@ def converter_pid() -> int | None:
 @functools.cache
 def _document_converter() -> Any:
     """docling's DocumentConverter for the embedded formats, built once per converter process."""
+    # deferred: the docling library loads torch (seconds); only the embedded converter needs it
     from docling.datamodel.base_models import InputFormat
     from docling.datamodel.pipeline_options import NativePdfPipelineOptions
     from docling.document_converter import DocumentConverter, NativePdfFormatOption
@@ -320,6 +275,7 @@ def _convert_embedded(data: bytes, file_name: str, extension: str, options: Docl
     is on and the engine imports, else listed in ``unreadable_pages``.
     """
     _import_docling()
+    # deferred: the docling library loads torch (seconds); only the embedded converter needs it
     from docling.datamodel.base_models import ConversionStatus, DocumentStream
 
     bounds = parse_page_range(options.page_range)
@@ -400,7 +356,7 @@ def _pipeline_note(extension: str, options: DoclingOptions) -> str:
 
 def _convert_on_server(data: bytes, file_name: str, options: DoclingOptions, server: str) -> ConvertedDocument:
     """Convert on a docling-serve instance (``POST /v1/convert/file``, multipart)."""
-    import httpx
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import DoclingDocument
 
     form: dict[str, Any] = {
@@ -461,6 +417,7 @@ def _from_docling_document(document: DoclingDocument, pipeline: str, pages: int 
 
 def _extract_pictures(document: DoclingDocument) -> tuple[Picture, ...]:
     """Lift every picture that carries an image out as PNG, with caption and neighbouring text."""
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import PictureItem, TextItem
 
     items = [item for item, _level in document.iterate_items() if isinstance(item, (PictureItem, TextItem))]
@@ -538,7 +495,3 @@ def _is_http_url(value: str) -> bool:
 def _extension(file_name: str) -> str:
     stem, dot, extension = file_name.rpartition(".")
     return extension.lower() if dot and stem else ""
-
-
-def _mib(size_bytes: int) -> int:
-    return round(size_bytes / (1024 * 1024))

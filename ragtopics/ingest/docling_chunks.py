@@ -45,8 +45,8 @@ from docling_core.types.doc import CodeItem, ImageRefMode, PictureItem, SectionH
 
 from ragtopics.errors import InvalidSettingError
 from ragtopics.ingest.chunking import _MIN_BLOCK_BODY, Piece, split_recursive
-from ragtopics.ingest.keywords import is_searchable
 from ragtopics.ingest.pictures import description_paragraph
+from ragtopics.text.keywords import is_searchable
 
 if TYPE_CHECKING:
     from docling_core.types.doc import DoclingDocument

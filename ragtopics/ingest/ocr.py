@@ -27,6 +27,7 @@ Functions:
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import threading
 import time
@@ -34,11 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pypdfium2 as pdfium
+from PIL import Image, UnidentifiedImageError
+
 from ragtopics.errors import ReadError
 
 if TYPE_CHECKING:
     from docling_core.types.doc import DoclingDocument
-    from PIL import Image
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,7 @@ def _engine() -> Any:
     reason = engine_unavailable_reason()
     if reason:
         raise ReadError(reason)
+    # deferred: ONNX Runtime and OpenCV load only when a page is read by OCR
     from rapidocr_onnxruntime import RapidOCR
 
     # text_score 0: every line comes back, and MIN_CONFIDENCE is applied here, where it is documented.
@@ -112,6 +116,7 @@ def pages_without_text(document: DoclingDocument, pages: range | Sequence[int]) 
     Returns:
         The pages among ``pages`` without any non-blank text, ascending.
     """
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import TableItem, TextItem
 
     with_text: set[int] = set()
@@ -138,6 +143,7 @@ def read_pages_by_ocr(document: DoclingDocument, data: bytes, pages: Sequence[in
     Raises:
         ReadError: when the engine does not import or pdfium can not render a page.
     """
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import Size
 
     found = []
@@ -170,8 +176,6 @@ def render_pdf_page(data: bytes, page_no: int, *, dpi: int = RENDER_DPI) -> Imag
     Raises:
         ReadError: when pdfium can not open the PDF or has no such page.
     """
-    import pypdfium2 as pdfium
-
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
@@ -204,10 +208,6 @@ def ocr_image(image: Image.Image | bytes, *, min_confidence: float = MIN_CONFIDE
     """
     engine = _engine()
     if isinstance(image, bytes):
-        import io
-
-        from PIL import Image, UnidentifiedImageError
-
         try:
             image = Image.open(io.BytesIO(image))
             image.load()
@@ -271,6 +271,7 @@ def add_ocr_text(document: DoclingDocument, page_no: int, paragraphs: Sequence[S
     Returns:
         The number of text items added.
     """
+    # deferred: docling_core takes seconds to import; only a converted document needs it
     from docling_core.types.doc import BoundingBox, CoordOrigin, DocItemLabel, ProvenanceItem
 
     page = document.pages[page_no].size

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from PIL import Image
+
 from ragtopics.errors import ConfigurationError, ReadError
 from ragtopics.ingest.docling import Picture
 from ragtopics.prompts.templates import PICTURE_LINE, PICTURES, PromptTemplate
@@ -79,8 +81,6 @@ def read_image(data: bytes, *, file_name: str) -> Picture:
     Raises:
         ReadError: when the bytes are not an image Pillow can open.
     """
-    from PIL import Image
-
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()

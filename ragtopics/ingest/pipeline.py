@@ -29,9 +29,9 @@ from ragtopics.errors import (
     is_store_outage,
 )
 from ragtopics.ingest.chunking import Piece, split_recursive
-from ragtopics.ingest.keywords import index_keywords
+from ragtopics.ingest.docling import DoclingOptions
 from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_id_for, text_with_descriptions
-from ragtopics.ingest.readers import IMAGE_READER, SOURCE_CODE_EXTENSIONS, ReadResult, extension_of, read_file
+from ragtopics.ingest.readers import ReadResult, read_file
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, TokenCounter, cap_tokens, trim_to_tokens
 from ragtopics.llm.gateway import ModelCall
@@ -43,6 +43,8 @@ from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks, graph_write_lock
 from ragtopics.storage.metadata import DocumentRow, PictureRow
+from ragtopics.text.file_types import IMAGE_READER, SOURCE_CODE_EXTENSIONS, extension_of
+from ragtopics.text.keywords import index_keywords
 from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.reports import record_trace, record_traces
 from ragtopics.tracing.trace import Trace, TraceEvent
@@ -504,6 +506,7 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
                       events)  # fmt: skip
     except Exception as exc:
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
+    # deferred: ingest.cost imports this module at module level
     from ragtopics.ingest.cost import record_upload
 
     for trace, doc, _ in done:  # what each upload took: the cost figures, and its actual counts beside its estimate
@@ -571,6 +574,7 @@ def _graph_images(rt: Runtime, topic, version: PreparedVersion, graph, trace: Tr
     """Picture in the graph: the Image nodes of the version's stored pictures (see :mod:`ragtopics.graph.pictures`)."""
     if getattr(topic.settings, "picture_handling", "") != "PICTURE_IN_GRAPH" or not version.pictures:
         return []
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.pictures import link_images
 
     pngs = dict(zip((row.id for row in version.pictures), (png for _, png in version.picture_pngs), strict=True))
@@ -751,6 +755,7 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
         lower_bound = -(-len("".join(result.text.split())) // cfg.chunk_size)
         _check_chunk_count(file_name, lower_bound, limit, cfg, at_least=True)
     if result.records is None and result.document is not None:
+        # deferred: docling_chunks imports docling_core (seconds); only Docling documents need it
         from ragtopics.ingest.docling_chunks import chunk_document
 
         pieces = chunk_document(result.document, result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
@@ -897,8 +902,6 @@ def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[Pi
 
 
 def _docling_options(cfg: RagTopicSettings):
-    from ragtopics.ingest.docling import DoclingOptions
-
     d = cfg.docling_settings
     return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
 
@@ -906,7 +909,7 @@ def _docling_options(cfg: RagTopicSettings):
 def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
               template: PromptTemplate, file_name: str) -> list[str]:  # fmt: skip
     """Keyword field per chunk: only under HYBRID; the distinct keywords of the file's name and the chunk's text
-    (:func:`~ragtopics.ingest.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
+    (:func:`~ragtopics.text.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
     if cfg.retrieval_strategy != "HYBRID":
         return [""] * len(pieces)
     with trace.step("keywords", enrichment=cfg.keyword_enrichment, count=len(pieces)) as ev:
@@ -951,6 +954,7 @@ def ingest_settings(settings: TopicSettings, rt: Runtime | None = None) -> RagTo
     """
     if not isinstance(settings, GraphRagTopicSettings):
         return settings
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.pictures import uses_model
 
     describe = settings.picture_handling != "IGNORE" and rt is not None and uses_model(rt)

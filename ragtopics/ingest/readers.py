@@ -17,43 +17,22 @@ from typing import Any
 from charset_normalizer import from_bytes
 
 from ragtopics.errors import ReadError
+from ragtopics.ingest.docling import DoclingOptions, convert_document
+from ragtopics.ingest.html import html_to_markdown
+from ragtopics.ingest.pictures import read_image
+from ragtopics.ingest.structured import flatten_record, read_records
+from ragtopics.text.file_types import (
+    DOCUMENT_TYPES,
+    HTML_EXTENSIONS,
+    IMAGE_READER,
+    IMAGE_TYPES,
+    STRUCTURED_TYPES,
+    TEXT_EXTENSIONS,
+    extension_of,
+)
 
 log = logging.getLogger(__name__)
 
-#: Plain text, markup and source code: read as text, no model calls.
-TEXT_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        "txt", "text", "md", "markdown", "rst", "adoc", "log", "ini", "cfg", "conf", "env",
-        "py", "pyi", "ipynb", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
-        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
-        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
-        "sql", "html", "htm", "css", "scss", "less", "vue", "svelte", "tex", "proto", "graphql", "gradle",
-        "dockerfile", "makefile", "cmake",
-    }
-)  # fmt: skip
-
-#: Source code: chunked at top-level definitions first (see ragtopics.ingest.chunking).
-SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        "py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "tsx", "java", "kt", "kts", "scala", "go", "rs",
-        "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "fs", "swift", "m", "mm", "rb", "php", "pl", "pm",
-        "lua", "r", "jl", "dart", "ex", "exs", "erl", "hs", "clj", "sh", "bash", "zsh", "fish", "ps1", "bat",
-        "sql", "css", "scss", "less", "vue", "svelte", "proto", "graphql", "gradle", "dockerfile", "makefile", "cmake",
-    }
-)  # fmt: skip
-#: HTML pages: read as text, then converted to Markdown.
-HTML_EXTENSIONS: frozenset[str] = frozenset({"html", "htm"})
-
-#: Structured files and documents (kept in sync with ragtopics.ingest.structured / ragtopics.ingest.docling,
-#: which import heavier libraries and are loaded only when such a file is read).
-STRUCTURED_TYPES: frozenset[str] = frozenset({"json", "jsonl", "ndjson", "xml", "yaml", "yml", "toml", "csv", "tsv"})
-DOCUMENT_TYPES: frozenset[str] = frozenset({"pdf", "docx", "xlsx", "pptx"})
-#: Image files: each is one picture (see ragtopics.ingest.pictures).
-IMAGE_TYPES: frozenset[str] = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tiff"})
-#: The reader name of an image file.
-IMAGE_READER = "image"
-
-SUPPORTED_EXTENSIONS: frozenset[str] = TEXT_EXTENSIONS | STRUCTURED_TYPES | DOCUMENT_TYPES | IMAGE_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +62,6 @@ class ReadResult:
     page_count: int | None = None
     unreadable_pages: tuple[int, ...] = ()
     ocr_pages: tuple[int, ...] = ()
-
-
-def extension_of(file_name: str) -> str:
-    """Lower-case extension without the dot (``"Report.PDF"`` → ``"pdf"``); a bare ``Makefile`` → ``"makefile"``."""
-    stem, dot, ext = file_name.rpartition(".")
-    if not dot or not stem:
-        return file_name.lower()
-    return ext.lower()
 
 
 def read_text_bytes(data: bytes, *, file_name: str) -> ReadResult:
@@ -133,28 +104,20 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
     """
     ext = extension_of(file_name)
     if ext in HTML_EXTENSIONS:
-        from ragtopics.ingest.html import html_to_markdown
-
         page = read_text_bytes(data, file_name=file_name)
         return ReadResult(text=html_to_markdown(page.text), reader="html", encoding=page.encoding)
     if ext in TEXT_EXTENSIONS:
         return read_text_bytes(data, file_name=file_name)
     if ext in STRUCTURED_TYPES:
-        from ragtopics.ingest.structured import flatten_record, read_records
-
         records = tuple(flatten_record(r) for r in read_records(data, file_name=file_name))
         return ReadResult(text="\n\n".join(records), reader=f"{ext} records ({len(records)})", records=records)
     if ext in DOCUMENT_TYPES:
-        from ragtopics.ingest.docling import DoclingOptions, convert_document
-
         converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
                                      docling_server=docling_server)  # fmt: skip
         return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures,
                           document=converted.document, page_count=converted.pages,
                           unreadable_pages=converted.unreadable_pages, ocr_pages=converted.ocr_pages)  # fmt: skip
     if ext in IMAGE_TYPES:
-        from ragtopics.ingest.pictures import read_image
-
         return ReadResult(text=file_name, reader=IMAGE_READER, pictures=(read_image(data, file_name=file_name),))
     raise ReadError(f"no reader for .{ext} files")
 

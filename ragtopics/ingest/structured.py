@@ -50,7 +50,7 @@ from defusedxml import ElementTree as SafeElementTree
 
 from ragtopics.errors import InvalidSettingError, ReadError
 from ragtopics.ingest.chunking import split_recursive
-from ragtopics.ingest.keywords import is_searchable
+from ragtopics.text.keywords import is_searchable
 
 log = logging.getLogger(__name__)
 

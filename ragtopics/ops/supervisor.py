@@ -31,6 +31,7 @@ import redis
 
 import ragtopics
 from ragtopics.errors import RagTopicsError, StoreUnavailableError
+from ragtopics.llm.local_server import LocalModelServer
 from ragtopics.ops.redis_server import EmbeddedRedis, RedisStartError
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings, get_settings
@@ -285,8 +286,6 @@ def run_stack() -> int:
         rt.check_store()
         set_runtime(rt)
         if settings.is_llm_local:
-            from ragtopics.llm.local_server import LocalModelServer
-
             model = LocalModelServer(settings).start()
             stoppers.append(model.stop)
         # Load the embedding model now, so the first question does not wait for it.
@@ -295,6 +294,7 @@ def run_stack() -> int:
         worker.start()
         components.append(worker)
         stoppers.append(worker.stop)
+        # deferred: the console's API (api.health) imports ops.redis_server at module level
         from ragtopics.ui.app import launch_console
 
         app, local_url, share_url = launch_console(rt, host=settings.host, port=settings.port, share=settings.share)

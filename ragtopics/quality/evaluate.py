@@ -54,10 +54,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragtopics.answer.routing import Route
+from ragtopics.answer.turn import MAX_QUESTION_CHARS, ask, ranked_files, search_only
 from ragtopics.errors import ConfigurationError, ModelUnavailableError, RagTopicsError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import validate_settings
+from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 from ragtopics.topics.topics import Topic
 
 log = logging.getLogger(__name__)
@@ -131,9 +133,6 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
             than a chat accepts, bad ``gold_sources`` or an ``expected_way`` that is no way; the message
             names the item.
     """
-    from ragtopics.answer.routing import Route
-    from ragtopics.answer.turn import MAX_QUESTION_CHARS
-
     try:
         items = json.loads(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
@@ -333,8 +332,6 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         RagTopicsError: when every question failed (the first question's error: an unreachable model,
             a way the Topic does not have); nothing would be worth writing.
     """
-    from ragtopics.answer.turn import ask, ranked_files, search_only
-
     if judge:
         if retrieval_only:
             raise ConfigurationError("--judge grades answers: it cannot be combined with --retrieval-only")

@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ragtopics.answer.routing import routes_for
 from ragtopics.errors import NotFoundError, RagTopicsError
+from ragtopics.jobs.queue import queue_for
 from ragtopics.quality import evaluate as ev
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import parse_assignments
@@ -114,8 +116,6 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
             setting or a bad value (naming the key), a way the Topic does not have.
         StoreUnavailableError: when the job cannot be queued.
     """
-    from ragtopics.answer.routing import routes_for
-
     topic = get_topic(rt, topic_name)
     questions = ev.parse_questions(questions_text, "the questions")
     if len(questions) > MAX_QUESTIONS:
@@ -133,7 +133,6 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
                "questions": [asdict(q) for q in questions], "settings_changed": changes, "route": route,
                "retrieval_only": retrieval_only}  # fmt: skip
     _write_json(rt, run_id, "request.json", request)
-    from ragtopics.worker.queue import queue_for
 
     queue_for(rt).enqueue_call("ragtopics.worker.jobs.evaluate_run", args=(run_id,), job_id=run_id,
                                description=f"evaluate {topic.name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,

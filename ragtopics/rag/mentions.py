@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from ragtopics.ingest.keywords import STOP_WORDS, file_stem
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
+from ragtopics.text.keywords import STOP_WORDS, file_stem
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ragtopics.ingest.keywords import is_searchable, query_keywords
 from ragtopics.rag.mentions import Link, follow_mentions_guarded
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
+from ragtopics.text.keywords import is_searchable, query_keywords
 
 #: Reciprocal rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009: k = 60).
 DEFAULT_RRF_K = 60
@@ -119,7 +119,7 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
 
     Returns:
         The retrieval; no hits at all for a question without a letter or digit
-        (see ``ragtopics.ingest.keywords.is_searchable``), so the no-answer path answers.
+        (see ``ragtopics.text.keywords.is_searchable``), so the no-answer path answers.
     """
     if not is_searchable(question):
         return Retrieval([], [], [], {})

@@ -7,13 +7,13 @@ import logging
 from dataclasses import asdict, dataclass
 
 from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
-from ragtopics.ingest.keywords import is_searchable
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.rag.rerank import rerank
 from ragtopics.rag.retrieval import retrieve
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.text.keywords import is_searchable
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ are process settings (``ragtopics.settings.env``), not Topic settings.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from enum import Enum
@@ -25,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from ragtopics.errors import InvalidSettingError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
 from ragtopics.settings.env import ROLES
+from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 
 log = logging.getLogger(__name__)
 
@@ -306,8 +307,6 @@ class ChatSettings(BaseModel):
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("{"):
-                import json
-
                 value = json.loads(text)
             else:
                 pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
@@ -542,8 +541,6 @@ def parse_assignments(assignments: list[str]) -> dict[str, Any]:
     Raises:
         InvalidSettingError: for an item without ``=``.
     """
-    import json
-
     values: dict[str, Any] = {}
     for item in assignments:
         key, sep, raw = item.partition("=")

@@ -34,8 +34,8 @@ from redisvl.query import FilterQuery
 from redisvl.query.filter import Tag
 
 from ragtopics.errors import EmbeddingMismatchError
-from ragtopics.ingest.keywords import file_stem, is_identifier, term_counts
 from ragtopics.storage.locks import Fence
+from ragtopics.text.keywords import file_stem, is_identifier, term_counts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -626,7 +626,7 @@ class ChunkIndex:
         ``max(4k, 100)`` of them in RediSearch's ``BM25STD`` order (on HotpotQA that order finds as
         many gold passages among 100 candidates as the TF-IDF order among 1,000). They are scored
         here with Okapi BM25 (:func:`bm25_score`) on term frequencies counted in the file's name
-        and the chunk's text (:func:`~ragtopics.ingest.keywords.term_counts`); a keyword of the
+        and the chunk's text (:func:`~ragtopics.text.keywords.term_counts`); a keyword of the
         field that the text lacks (an enrichment keyword) counts once. RediSearch's own ``BM25``
         scores a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms, hence
         the scoring here. Document frequencies come from the index. An identifier (letters and
@@ -637,7 +637,7 @@ class ChunkIndex:
         Leland in 1986" is still searched by all its words.
 
         Args:
-            terms: normalised keywords (see ``ragtopics.ingest.keywords``); empty gives ``[]``.
+            terms: normalised keywords (see ``ragtopics.text.keywords``); empty gives ``[]``.
             k: how many hits to return.
             code_weight: factor on an identifier's BM25 term weight (>= 1 favours identifiers).
 

@@ -19,9 +19,9 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ragtopics.access.context import acting_username
 from ragtopics.errors import ConfigurationError, RagTopicsError
 
 log = logging.getLogger(__name__)
@@ -52,18 +52,21 @@ class LinkSigner:
     Args:
         secret: the HMAC key, shared by every process that serves links (non-empty).
         ttl_s: how long a link stays valid, in seconds (> 0).
+        current_user: returns the user a link is for when :meth:`sign` names none (the runtime passes the
+            console's acting user, :data:`ragtopics.access.context.acting_username`); None: no user.
 
     Raises:
         ValueError: when ``secret`` is empty or ``ttl_s`` is not positive.
     """
 
-    def __init__(self, secret: bytes, ttl_s: int = DEFAULT_TTL_S):
+    def __init__(self, secret: bytes, ttl_s: int = DEFAULT_TTL_S, *, current_user: Callable[[], str | None] | None = None):
         if not secret:
             raise ValueError("link secret must not be empty")
         if ttl_s <= 0:
             raise ValueError(f"link ttl_s must be positive, got {ttl_s}")
         self._secret = bytes(secret)
         self.ttl_s = ttl_s
+        self._current_user = current_user
 
     def _signature(self, payload_text: str) -> str:
         digest = hmac.new(self._secret, payload_text.encode("ascii"), hashlib.sha256).digest()
@@ -75,8 +78,8 @@ class LinkSigner:
         Args:
             relative_path: the file's path relative to the blob store (non-empty).
             now: the current Unix time in seconds; ``time.time()`` when None.
-            user: the console user the link is for; None takes the user of the console event
-                being served (:data:`ragtopics.access.context.acting_username`), if any.
+            user: the console user the link is for; None takes the signer's ``current_user`` (the user of
+                the console event being served), if any.
 
         Returns:
             ``/files/<token>``; the token is URL-safe and needs no quoting.
@@ -88,7 +91,7 @@ class LinkSigner:
             raise ValueError("cannot sign a link to an empty path")
         issued = time.time() if now is None else now
         claims = {"path": relative_path, "exp": int(issued) + self.ttl_s}
-        owner = user if user is not None else acting_username.get()
+        owner = user if user is not None else (self._current_user() if self._current_user else None)
         if owner:
             claims["user"] = owner
         payload = json.dumps(claims, separators=(",", ":"))

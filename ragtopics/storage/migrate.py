@@ -80,6 +80,7 @@ def alembic_config(url: str | None = None) -> Config:
         ``migrations`` folder; new revision files are named ``<rev>_<slug>.py``).
     """
     with quiet_alembic():
+        # deferred: alembic takes about a second to import; only a schema check or upgrade needs it
         from alembic.config import Config
 
     cfg = Config()
@@ -94,6 +95,7 @@ def alembic_config(url: str | None = None) -> Config:
 def head_revision() -> str:
     """The newest revision among the package's migration scripts (``"0002"``...)."""
     with quiet_alembic():
+        # deferred: alembic takes about a second to import; only a schema check or upgrade needs it
         from alembic.script import ScriptDirectory
 
         head = ScriptDirectory.from_config(alembic_config()).get_current_head()
@@ -167,6 +169,7 @@ def migration_engine(url: str) -> Engine:
 
 def _upgrade(conn: Connection) -> None:
     """Run the pending migrations on ``conn`` (inside its transaction), after marking a pre-migrations database."""
+    # deferred: alembic takes about a second to import; only a schema check or upgrade needs it
     from alembic import command
 
     if conn.dialect.name == "postgresql":
@@ -196,6 +199,7 @@ def _mark_baseline(conn: Connection, cfg: Config) -> None:
     even older release lacked; such missing tables are created by running the baseline
     revision, which skips the tables that exist.
     """
+    # deferred: alembic takes about a second to import; only a schema check or upgrade needs it
     from alembic import command
 
     tables = set(inspect(conn).get_table_names())
@@ -219,6 +223,7 @@ def _exclusive(url: str) -> Iterator[None]:
         yield
         return
     try:
+        # deferred: fcntl exists only on POSIX; elsewhere the file lock is skipped
         import fcntl
     except ImportError:  # not POSIX: BEGIN IMMEDIATE and the re-check in _upgrade still serialise
         yield
@@ -255,6 +260,7 @@ def new_revision(message: str) -> Path:
     import ragtopics.storage.metadata  # noqa: F401  (the models autogenerate compares with)
 
     with quiet_alembic():
+        # deferred: alembic takes about a second to import; only a schema check or upgrade needs it
         from alembic import command
         from alembic.script import ScriptDirectory
 

@@ -16,7 +16,7 @@ from sqlalchemy import insert
 from sqlmodel import col, delete, select
 
 from ragtopics.storage.metadata import MetadataStore, TraceRow, utcnow
-from ragtopics.tracing.trace import clip
+from ragtopics.text.clip import clip
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from rq.job import Job
 
 from ragtopics.documents.delete import insert_step
+from ragtopics.jobs.queue import TOPIC_JOBS, job_topic_id
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.topics.topics import Topic, get_topic, update_settings
-from ragtopics.worker.queue import TOPIC_JOBS, job_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def topic_job_ids(rt: Runtime, topic_id: str) -> list[str]:
 
 
 def topic_jobs(rt: Runtime, topic_id: str) -> list[Job]:
-    """The RQ jobs that belong to a Topic: those of its job set (:data:`~ragtopics.worker.queue.TOPIC_JOBS`) and
+    """The RQ jobs that belong to a Topic: those of its job set (:data:`~ragtopics.jobs.queue.TOPIC_JOBS`) and
     of its documents' versions, read in one round trip. No registry is read, so the cost follows the
     Topic's own jobs, not the queue's.
     """
@@ -182,6 +182,7 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
+    # deferred: these modules import this one at module level; importing them adds their steps
     import ragtopics.demo.links
     import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
 

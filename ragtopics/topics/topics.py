@@ -11,7 +11,6 @@ from typing import Any
 import redis
 
 from ragtopics.errors import InvalidSettingError, NotFoundError
-from ragtopics.ingest.docling import ocr_unavailable_reason
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
 from ragtopics.storage import documents as document_store
@@ -122,6 +121,7 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
 def _check_graph_database(rt: Runtime, model: TopicSettings) -> None:
     name = getattr(model, "graph_database", "")
     if name:
+        # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.databases import check_graph_database
 
         check_graph_database(rt, name)
@@ -133,6 +133,7 @@ def _check_graph_not_moved(rt: Runtime, topic: Topic, model: TopicSettings) -> N
     after = getattr(model, "graph_database", "") or "default"
     if before == after:
         return
+    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.ingest import graph_store
 
     entities = graph_store(rt, topic).stats()["entities"]
@@ -145,6 +146,7 @@ def _schedule_refresh(rt: Runtime, topic: Topic) -> None:
     """(Re)schedule a GraphRAG Topic's Refresh Cycle; a queue that cannot be reached is logged (the worker schedules it at start)."""
     if topic.kind != "graphrag":
         return
+    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
     from ragtopics.graph.refresh import schedule_refresh
 
     try:
@@ -175,6 +177,9 @@ def _check_runnable(model: TopicSettings) -> None:
         InvalidSettingError: OCR switched on where no OCR engine can run.
     """
     if model.docling_settings.ocr:
+        # deferred: the ingest pipeline imports this module (get_topic) at module level
+        from ragtopics.ingest.docling import ocr_unavailable_reason
+
         reason = ocr_unavailable_reason(model.docling_server)
         if reason:
             raise InvalidSettingError(f"docling_settings: OCR cannot be switched on here: {reason}. Keep ocr false, or set "

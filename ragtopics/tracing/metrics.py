@@ -15,6 +15,11 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from rq import Queue
+from sqlalchemy import func
+from sqlmodel import select
+
+from ragtopics.storage.metadata import DocumentRow
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,6 @@ class StoreCollector(Collector):
         yield readable
 
     def _jobs(self) -> Iterator[Metric]:
-        from rq import Queue
-
         depth = GaugeMetricFamily("ragtopics_queue_depth", "Jobs waiting in each job queue.", labels=["queue"])
         jobs = GaugeMetricFamily("ragtopics_jobs", "Jobs of each queue by state (rq's registries).", labels=["queue", "state"])
         for queue in Queue.all(connection=self.rt.redis):
@@ -107,11 +110,6 @@ class StoreCollector(Collector):
         yield jobs
 
     def _documents(self) -> Iterator[Metric]:
-        from sqlalchemy import func
-        from sqlmodel import select
-
-        from ragtopics.storage.metadata import DocumentRow
-
         documents = GaugeMetricFamily("ragtopics_documents", "Documents by status (queued, processing, indexed, empty, "
                                       "failed, deleting).", labels=["status"])  # fmt: skip
         with self.rt.metadata.session() as s:

@@ -77,6 +77,7 @@ def tracer_provider(settings: Settings) -> Any:
 def _otlp_provider(endpoint: str, service_name: str) -> Any:
     """A provider that batches spans to ``<endpoint>/v1/traces`` (the path the OTLP/HTTP spec adds to the
     generic endpoint variable)."""
+    # deferred: the OpenTelemetry SDK loads only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -124,6 +125,7 @@ def export_trace(settings: Settings, trace: Trace, *, kind: str, owner: str = ""
 def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, topic_id: str, *,
                 record_content: bool) -> int:  # fmt: skip
     """One trace as a root span with its steps under it; returns the number of spans."""
+    # deferred: the OpenTelemetry SDK loads only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import Status, StatusCode
 

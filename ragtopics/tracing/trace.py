@@ -13,8 +13,10 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from ragtopics.text.clip import clip
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +167,8 @@ class Trace:
 
     def to_list(self) -> list[dict[str, Any]]:
         """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""
-        return [{"step": e.step, "started_at": e.started_at, "duration_ms": e.duration_ms, "data": clip(e.data),
-                 "error": clip(e.error), "id": e.id, "parent": e.parent} for e in self.events]  # fmt: skip
+        return [{"step": e.step, "started_at": e.started_at, "duration_ms": e.duration_ms, "data": clip(e.data, MAX_VALUE_CHARS),
+                 "error": clip(e.error, MAX_VALUE_CHARS), "id": e.id, "parent": e.parent} for e in self.events]  # fmt: skip
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -209,19 +211,3 @@ def _cut(value: Any, budget: int) -> tuple[Any, int, int]:
             used, left_out = used + n, left_out + cut
         return (dict(zip(value, items, strict=True)) if isinstance(value, dict) else items), used, left_out
     return value, 0, 0
-
-
-def clip(value: Any, max_chars: int = MAX_VALUE_CHARS, max_items: int | None = None) -> Any:
-    """A JSON-ready copy of ``value`` with strings cut to ``max_chars`` and lists to ``max_items`` (marked where cut);
-    a dataclass instance becomes its dict."""
-    if isinstance(value, str) and len(value) > max_chars:
-        return value[:max_chars] + f"… [{len(value) - max_chars} more characters]"
-    if isinstance(value, dict):
-        return {k: clip(v, max_chars, max_items) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        kept = value if max_items is None else value[:max_items]
-        more = [f"… [{len(value) - len(kept)} more items]"] if len(kept) < len(value) else []
-        return [clip(v, max_chars, max_items) for v in kept] + more
-    if is_dataclass(value) and not isinstance(value, type):
-        return clip(asdict(value), max_chars, max_items)
-    return value

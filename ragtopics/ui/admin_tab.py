@@ -14,10 +14,12 @@ import gradio as gr
 
 from ragtopics.access import users
 from ragtopics.errors import RagTopicsError
+from ragtopics.graph.databases import list_graph_databases, register_graph_database, remove_graph_database
 from ragtopics.llm import endpoints
 from ragtopics.runtime import Runtime
 from ragtopics.settings.env import ROLES
 from ragtopics.ui.prompts_tab import PROMPT_NAMES, prompt_text, save_prompt
+from ragtopics.ui.web import acting_user
 
 #: What Test connection asks a chat model.
 TEST_PROMPT = "Reply with one word: ready"
@@ -58,8 +60,6 @@ def change_endpoint(rt: Runtime, action: str, role: str, base_url: str, model: s
                     images: bool, price_in: str = "", price_out: str = "") -> str:  # fmt: skip
     """Save or reset a role's endpoint (``price_in``/``price_out``: per 1M input/output tokens, "" for none); returns
     the status line (errors name the field)."""
-    from ragtopics.ui.web import acting_user
-
     who = acting_user()
     try:
         if action == "save":
@@ -94,15 +94,11 @@ def check_connection(rt: Runtime, role: str) -> str:
 
 def graph_databases_table(rt: Runtime) -> list[list[str]]:
     """Rows of Admin → Graph Databases: name and URL (password hidden)."""
-    from ragtopics.graph.databases import list_graph_databases
-
     return [[d["name"], d["url"]] for d in list_graph_databases(rt)]
 
 
 def change_graph_databases(rt: Runtime, action: str, name: str, url: str) -> tuple[list[list[str]], str]:
     """Register (``add``) or remove a graph database; returns the new table and a status line."""
-    from ragtopics.graph.databases import register_graph_database, remove_graph_database
-
     name = (name or "").strip()
     try:
         if action == "add":

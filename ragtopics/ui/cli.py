@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragtopics.errors import RagTopicsError
+from ragtopics.errors import RagTopicsError, RefusedFileError
 from ragtopics.ui.words import removed_text
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ragtopics`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.settings.env import get_settings
 
     logging.basicConfig(level=get_settings().log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 def _quiet_model_loading() -> None:
     """No progress bars from the embedding model's loader in CLI output."""
     try:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -195,12 +198,14 @@ def _quiet_model_loading() -> None:
 
 
 def _cmd_up(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.ops.supervisor import run_stack
 
     return run_stack()
 
 
 def _cmd_worker(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.worker.main import run_worker
 
     run_worker(burst=args.burst)
@@ -208,6 +213,7 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_serve_model(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.llm.local_server import LocalModelServer
     from ragtopics.settings.env import get_settings
 
@@ -221,6 +227,7 @@ def _cmd_serve_model(args) -> int:
 
 
 def _cmd_topic(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.runtime import get_runtime
     from ragtopics.settings.topic import parse_assignments
     from ragtopics.topics import topics
@@ -234,10 +241,12 @@ def _cmd_topic(args) -> int:
         for t in topics.list_topics(rt):
             print(f"{t.name}\t{t.kind}\t{t.id}\tsettings v{t.settings_version}")
     elif args.topic_command == "show":
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.api.shapes import topic_detail
 
         print(json.dumps(topic_detail(topics.get_topic(rt, args.name)), indent=2))
     elif args.topic_command == "delete":
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.topics.delete import delete_topic
 
         if not args.yes:
@@ -257,10 +266,11 @@ def _cmd_topic(args) -> int:
 
 
 def _cmd_ingest(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.documents.uploads import BatchedUploads
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     topic = get_topic(rt, args.topic)
@@ -293,6 +303,7 @@ def _cmd_ingest(args) -> int:
 
 def _dry_run(rt, topic, args) -> int:
     """``ingest --dry-run``: the cost estimate of the files on stdout; nothing is stored or queued."""
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.ingest.cost import estimate_upload
 
     files = []
@@ -310,6 +321,7 @@ def _dry_run(rt, topic, args) -> int:
 
 def _print_comparison(rt, job_ids: list[str]) -> None:
     """After an ingest: the estimate kept with each upload beside what it took, summed (chunks, calls by kind)."""
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.ingest.cost import KINDS, comparison
 
     try:
@@ -340,6 +352,7 @@ STORE_OUTAGE_S = 180.0
 
 
 def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     import redis
 
     pending = dict(jobs)
@@ -413,13 +426,15 @@ def _chunks(count: int) -> str:
 
 
 def _step(p) -> str:
-    """A running job's step for the ingest line (see :func:`~ragtopics.worker.queue.phase_text`)."""
-    from ragtopics.worker.queue import phase_text
+    """A running job's step for the ingest line (see :func:`~ragtopics.jobs.queue.phase_text`)."""
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
+    from ragtopics.jobs.queue import phase_text
 
     return phase_text(p.phase or "working", p.done, p.total)
 
 
 def _cmd_docs(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.documents.uploads import list_documents
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -427,6 +442,7 @@ def _cmd_docs(args) -> int:
     rt = get_runtime()
     topic = get_topic(rt, args.topic)
     if args.delete is not None:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.documents.delete import delete_document
 
         rt.check_store()
@@ -435,6 +451,7 @@ def _cmd_docs(args) -> int:
         return 0
     docs = list_documents(rt, topic)
     if args.json:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.api.shapes import document
 
         print(json.dumps([document(d) for d in docs], indent=2))
@@ -445,6 +462,7 @@ def _cmd_docs(args) -> int:
 
 
 def _cmd_ask(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.answer.turn import ask
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -454,6 +472,7 @@ def _cmd_ask(args) -> int:
     topic = get_topic(rt, args.topic)
     attachment = None
     if args.attach is not None:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.answer.attachments import read_attachment
 
         try:
@@ -474,6 +493,7 @@ def _cmd_ask(args) -> int:
     if final is None:
         raise RagTopicsError("the answer ended before its first update")
     if args.json:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.api.shapes import answer
 
         print(json.dumps(answer(final), ensure_ascii=False))
@@ -486,11 +506,13 @@ def _cmd_ask(args) -> int:
 
 
 def _cmd_db(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.storage import migrate
 
     if args.db_command == "revision":
         print(f"wrote {migrate.new_revision(args.message)}; review it (data is never carried over by itself)")
         return 0
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.settings.env import get_settings
     from ragtopics.storage.metadata import MetadataStore
 
@@ -500,6 +522,7 @@ def _cmd_db(args) -> int:
 
 
 def _cmd_graph(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.graph.report import entity_info, graph_stats
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
@@ -516,10 +539,12 @@ def _cmd_graph(args) -> int:
     if args.import_file is not None or args.from_falkordb is not None:
         shown = _graph_ingestion(rt, topic, args)
     elif args.corrections:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.graph.corrections import list_corrections
 
         shown = [c.as_dict() for c in list_corrections(rt, topic.id)]
     elif correction is not None:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.graph.corrections import correct
 
         shown = correct(rt, topic, correction[0], correction[1], correction[2] or "").as_dict()
@@ -552,10 +577,11 @@ def _graph_correction(args) -> tuple[str, str, str | None] | None:
 
 def _graph_ingestion(rt, topic, args) -> dict:
     """Read ``--import`` (JSON, or CSV with ``--edges``) or ``--from-falkordb``, import it, return the report."""
-    from ragtopics.errors import RefusedFileError
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.graph import graph_ingestion as gi
 
     if args.from_falkordb is not None:
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.graph.databases import graph_database_url
 
         url = graph_database_url(rt, args.from_falkordb)
@@ -577,6 +603,7 @@ def _graph_ingestion(rt, topic, args) -> dict:
 
 
 def _cmd_graphdb(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.graph.databases import list_graph_databases, register_graph_database, remove_graph_database
     from ragtopics.runtime import get_runtime
 
@@ -593,6 +620,7 @@ def _cmd_graphdb(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.demo import links
     from ragtopics.runtime import get_runtime
 
@@ -633,8 +661,6 @@ def _cmd_demo(args) -> int:
 
 
 def _read_password() -> str:
-    import getpass
-
     if sys.stdin.isatty():
         first = getpass.getpass("Password: ")
         if getpass.getpass("Again: ") != first:
@@ -644,6 +670,7 @@ def _read_password() -> str:
 
 
 def _cmd_user(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.access import users
     from ragtopics.runtime import get_runtime
 
@@ -665,6 +692,7 @@ def _cmd_user(args) -> int:
         users.delete_user(rt, args.name)
         print(f"deleted {args.name}", file=sys.stderr)
     elif args.user_command == "unlock":
+        # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
         from ragtopics.ui.web import unlock_logins
 
         print(f"unlocked {args.name} ({unlock_logins(rt, args.name)} counter(s) of failed logins removed)", file=sys.stderr)
@@ -675,10 +703,11 @@ def _cmd_user(args) -> int:
 
 
 def _cmd_communities(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.graph.refresh import enqueue_rebuild
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.runtime import get_runtime
     from ragtopics.topics.topics import get_topic
-    from ragtopics.worker.queue import job_progress
 
     rt = get_runtime()
     rt.check_store()
@@ -700,6 +729,7 @@ def _cmd_communities(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.quality import evaluate as ev
 
     if args.compare:
@@ -727,6 +757,7 @@ def _cmd_eval(args) -> int:
         return 0
     if not args.topic or not args.questions:
         raise RagTopicsError("eval needs a Topic and a question file (or --compare A B)")
+    # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.runtime import get_runtime
     from ragtopics.settings.topic import parse_assignments
     from ragtopics.topics.topics import get_topic

@@ -7,12 +7,12 @@ once, inside its URL; the table shows links by id only.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
 from typing import Any
 
 import gradio as gr
 
 from ragtopics.demo import links
+from ragtopics.demo.links import request_base_url
 from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.ui import web
@@ -20,17 +20,6 @@ from ragtopics.ui.common import md_text
 
 LINK_HEADERS = ["Link", "Topic", "State", "Expires (UTC)", "Sources", "Per visitor/min", "Per link/min", "Questions", "Made by"]
 TURN_HEADERS = ["When (UTC)", "Visitor", "Question", "Answer", "Sources"]
-
-
-def request_base_url(headers: Mapping[str, str], scheme: str = "http") -> str | None:
-    """The address a request was sent to, as its sender saw it: ``X-Forwarded-Proto``/``-Host`` (a reverse
-    proxy) first, then ``Host``; None without a host."""
-    forwarded_host = (headers.get("x-forwarded-host") or "").split(",")[0].strip()
-    host = forwarded_host or headers.get("host", "")
-    if not host:
-        return None
-    proto = (headers.get("x-forwarded-proto") or "").split(",")[0].strip() or scheme
-    return f"{proto}://{host}/"
 
 
 def links_table(rt: Runtime) -> list[list]:

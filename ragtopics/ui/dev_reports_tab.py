@@ -15,12 +15,12 @@ import gradio as gr
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from ragtopics.access.context import caller_of
 from ragtopics.access.users import DEV_REPORTING
 from ragtopics.errors import NotFoundError, RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.tracing import reports
 from ragtopics.ui.common import find_topic, topic_choices
-from ragtopics.ui.web import caller_of
 
 ALL = "All"
 #: Time filter → how far back it reaches (None: no limit).

@@ -20,11 +20,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ragtopics.ingest.readers import STRUCTURED_TYPES, TEXT_EXTENSIONS, extension_of
+from ragtopics.access.context import caller_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage.blobs import FileStoreError
 from ragtopics.storage.links import LinkError
-from ragtopics.ui.web import caller_of
+from ragtopics.text.file_types import STRUCTURED_TYPES, TEXT_EXTENSIONS, extension_of
 
 log = logging.getLogger(__name__)
 

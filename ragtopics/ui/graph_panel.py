@@ -18,10 +18,10 @@ import redis
 from ragtopics.errors import RagTopicsError
 from ragtopics.graph.refresh import enqueue_rebuild, next_refresh
 from ragtopics.graph.report import graph_stats
+from ragtopics.jobs.queue import JobProgress, job_progress
 from ragtopics.runtime import Runtime
 from ragtopics.ui.common import find_topic, progress_bar
 from ragtopics.ui.words import plural
-from ragtopics.worker.queue import JobProgress, job_progress
 
 log = logging.getLogger(__name__)
 

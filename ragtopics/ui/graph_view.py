@@ -16,6 +16,8 @@ import gradio as gr
 import igraph
 
 from ragtopics.errors import RagTopicsError
+from ragtopics.graph.community_index import CommunityIndex
+from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import list_topics
@@ -105,9 +107,6 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     Returns:
         ``(svg or message, details)``; a RAG Topic, an unknown entity or an empty graph say so.
     """
-    from ragtopics.graph.community_index import CommunityIndex
-    from ragtopics.graph.ingest import graph_store
-
     topic = find_topic(rt, topic_name)
     if topic is None or topic.kind != "graphrag":
         return "<p>Choose a GraphRAG Topic.</p>", ""
@@ -156,8 +155,6 @@ def history_lines(rt: Runtime, topic_id: str, entity: Entity) -> list[str]:
 
 def communities_table(rt: Runtime, topic_name: str) -> list[list]:
     """Rows of the community list: title, members, key entities, summary (largest first)."""
-    from ragtopics.graph.community_index import CommunityIndex
-
     topic = find_topic(rt, topic_name)
     if topic is None or topic.kind != "graphrag":
         return []

@@ -12,11 +12,11 @@ from typing import Any
 import gradio as gr
 
 from ragtopics.errors import RagTopicsError
+from ragtopics.jobs.queue import dead_letters, retry_dead_letter
 from ragtopics.runtime import Runtime
 from ragtopics.storage.traces import recent_traces
 from ragtopics.tracing.trace import summary_line
 from ragtopics.ui.common import find_topic, md_text
-from ragtopics.worker.queue import dead_letters, retry_dead_letter
 
 DEAD_HEADERS = ["Job id", "What", "Failed (UTC)", "Error"]
 KINDS = {"All": None, "Uploads": "upload", "Answers": "chat", "Community rebuilds": "communities"}

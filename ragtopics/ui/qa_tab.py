@@ -15,12 +15,12 @@ import gradio as gr
 
 from ragtopics.answer.routing import Route, routes_for
 from ragtopics.errors import RagTopicsError
+from ragtopics.jobs.queue import job_progress, phase_text
 from ragtopics.quality.evaluate import changed_questions, compare, shared_questions, short_value
 from ragtopics.quality.runs import list_runs, load_run, result_files, start_run
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui.common import progress_bar, topic_choices
-from ragtopics.worker.queue import job_progress, phase_text
 
 QUESTION_HEADERS = ["Question", "Way", "Confidence", "recall@5", "MRR", "Files (best first)", "Gold", "Answer", "ms"]
 #: Relative column widths: the numbers keep their headers on one line, the texts wrap.

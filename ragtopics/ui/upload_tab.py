@@ -10,14 +10,14 @@ import gradio as gr
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, list_documents
 from ragtopics.errors import STORE_DOWN_MESSAGE, RagTopicsError, is_store_outage
-from ragtopics.ingest.cost import comparison, comparison_text
+from ragtopics.ingest.cost import comparison, comparison_text, estimate_upload
+from ragtopics.jobs.queue import job_progresses, job_statuses, phase_text
 from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, md_text, progress_bar, refresh_dropdown, short_name, topic_choices
 from ragtopics.ui.words import plural, removed_text
-from ragtopics.worker.queue import job_progresses, job_statuses, phase_text
 
 MAX_TRACKED_JOBS = 2000
 #: Finished versions whose progress the console keeps instead of reading again (every open tab together).
@@ -84,8 +84,6 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
 def preview_cost(rt: Runtime, topic_name: str | None, paths: list[str] | None) -> str:
     """The Preview cost panel: the estimate (:func:`~ragtopics.ingest.cost.estimate_upload`) of the chosen files as
     Markdown; nothing is stored or queued."""
-    from ragtopics.ingest.cost import estimate_upload
-
     if not topic_name:
         return "Choose a Topic first."
     if not paths:
@@ -106,11 +104,11 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
     the summary says how many uploads were such repeats.
 
     Every tracked job still to run or running is counted by its status alone; only those shown
-    get their phase and counts read (:func:`~ragtopics.worker.queue.job_statuses`).
+    get their phase and counts read (:func:`~ragtopics.jobs.queue.job_statuses`).
 
     Args:
         kept: job id → progress of the versions seen finished, kept between calls (see
-            :func:`~ragtopics.worker.queue.job_progresses`) and cut to its newest
+            :func:`~ragtopics.jobs.queue.job_progresses`) and cut to its newest
             :data:`MAX_KEPT_FINISHED`; ``None``: every finished job is read again.
     """
     if not jobs:

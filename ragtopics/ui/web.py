@@ -24,6 +24,7 @@ import html
 import inspect
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,10 +40,11 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from gradio import networking
 from gradio import utils as gr_utils
 
 from ragtopics.access import sessions, users
-from ragtopics.access.context import acting_username
+from ragtopics.access.context import SCOPE_USER, acting_username, caller_of
 from ragtopics.access.users import LOCAL_USER, User
 from ragtopics.errors import STORE_DOWN_MESSAGE, AccessDeniedError, RagTopicsError, is_store_outage
 from ragtopics.runtime import Runtime
@@ -59,8 +61,6 @@ PUBLIC_PATHS = frozenset({"/login", "/logout"}) | PROBE_PATHS
 #: (:mod:`ragtopics.ui.demo_page`), which check the link's token themselves and can only ask its Topic.
 PUBLIC_PATTERNS = (re.compile(r"/demo/[A-Za-z0-9_-]{1,100}"), re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/ask"),
                    re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/files/[A-Za-z0-9_.-]{1,4000}"))  # fmt: skip
-#: The scope key under which the middleware leaves the caller for the routes behind it.
-SCOPE_USER = "ragtopics.user"
 #: Failed logins per username and client address before the login is refused for a while.
 MAX_FAILED_LOGINS = 10
 #: Seconds the failed-login count is kept (and a blocked login stays blocked).
@@ -215,11 +215,6 @@ async def _refuse(scope, receive, send, status: int, message: str) -> None:
 
     body = error_body(status, message) if is_api_path(scope.get("path", "")) else {"error": message}
     await JSONResponse(body, status_code=status)(scope, receive, send)
-
-
-def caller_of(request) -> User | None:
-    """The user the middleware found for a FastAPI/Starlette request."""
-    return request.scope.get(SCOPE_USER)
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -518,9 +513,5 @@ def open_share_link(port: int) -> str:
     Raises:
         RuntimeError (or OSError): the share service cannot be reached (no internet).
     """
-    import secrets
-
-    from gradio import networking
-
     return networking.setup_tunnel("127.0.0.1", port, secrets.token_urlsafe(32), None, None)
 

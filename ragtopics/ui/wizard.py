@@ -21,10 +21,10 @@ import gradio as gr
 from pydantic import BaseModel
 
 from ragtopics.errors import RagTopicsError
-from ragtopics.ingest.readers import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.docs import describe_default, describe_type
-from ragtopics.settings.topic import SETTINGS_MODELS, phase_of
+from ragtopics.settings.topic import SETTINGS_MODELS, RagTopicSettings, phase_of
+from ragtopics.text.file_types import DOCUMENT_TYPES, IMAGE_TYPES, STRUCTURED_TYPES, TEXT_EXTENSIONS
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.common import md_text
 
@@ -173,8 +173,6 @@ def create_from_wizard(rt: Runtime, kind_label: str, name: str, description: str
 
 def build(rt: Runtime) -> dict:
     """Lay out the wizard; returns ``{"create": event, "status", "name", "fields", "inputs"}``."""
-    from ragtopics.settings.topic import RagTopicSettings
-
     default_types = set(RagTopicSettings().file_types)
     fields: list[Field] = []
     with gr.Walkthrough(selected=1, elem_id="wizard") as walk:

@@ -14,7 +14,11 @@ import time
 from rq import get_current_job
 
 from ragtopics.errors import ReadError, RefusedFileError
-from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.graph import fanout
+from ragtopics.graph.refresh import run_rebuild
+from ragtopics.ingest.pipeline import ingest_document, ingest_documents
+from ragtopics.llm import endpoints
+from ragtopics.quality.runs import execute_run
 from ragtopics.runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -91,8 +95,6 @@ def ingest_batch(topic_id: str, items: list[tuple[str, str, str]]) -> dict:
         ``{"documents": {job id: as ingest returns}}``: each file's own outcome; one that failed
         has status ``failed`` and its message as ``reason``.
     """
-    from ragtopics.ingest.pipeline import ingest_documents
-
     job = get_current_job()
 
     def settled(job_id: str, result) -> None:  # a file that failed early shows it at once, not when the batch ends
@@ -137,9 +139,7 @@ def extract_batch(topic_id: str, document_id: str, job_id: str, chunk_ids: list[
     Returns:
         ``{"status", "extracted", "cached", "failed"}``.
     """
-    from ragtopics.graph.fanout import extract_batch as run
-
-    return run(_runtime(), topic_id, document_id, job_id, chunk_ids)
+    return fanout.extract_batch(_runtime(), topic_id, document_id, job_id, chunk_ids)
 
 
 def finish_graph(topic_id: str, document_id: str, job_id: str) -> dict:
@@ -148,9 +148,7 @@ def finish_graph(topic_id: str, document_id: str, job_id: str) -> dict:
     Returns:
         As :func:`ingest`.
     """
-    from ragtopics.graph.fanout import finish_graph as run
-
-    return _result(run(_runtime(), topic_id, document_id, job_id, _job_progress()))
+    return _result(fanout.finish_graph(_runtime(), topic_id, document_id, job_id, _job_progress()))
 
 
 def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
@@ -163,8 +161,6 @@ def rebuild_communities(topic_id: str, reason: str = "now") -> dict:
         The run's counts (:class:`~ragtopics.graph.communities.RebuildReport` as a dict), or
         ``{"status": "skipped", "reason": ...}`` when another rebuild of the Topic holds its lock.
     """
-    from ragtopics.graph.refresh import run_rebuild
-
     return run_rebuild(_runtime(), topic_id, reason=reason, progress=_job_progress())
 
 
@@ -175,16 +171,12 @@ def evaluate_run(run_id: str) -> dict:
     Returns:
         The run's summary (also written to its folder).
     """
-    from ragtopics.quality.runs import execute_run
-
     report = _job_progress()
     return execute_run(_runtime(), run_id, lambda done, total: report("evaluating", done, total))
 
 
 def _runtime():
     """The worker's runtime, with the model endpoints set in the console re-read (a change reaches the next job)."""
-    from ragtopics.llm.endpoints import refresh
-
     rt = get_runtime()
-    refresh(rt)
+    endpoints.refresh(rt)
     return rt

@@ -17,9 +17,11 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.worker import WorkerStatus
 
+from ragtopics.graph.refresh import schedule_all
+from ragtopics.jobs.queue import queue_for
 from ragtopics.runtime import Runtime, get_runtime
 from ragtopics.storage.locks import set_holder
-from ragtopics.worker.queue import queue_for
+from ragtopics.worker.recovery import recovery_pass
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +92,6 @@ class ProductWorker(SimpleWorker):
 
 
 def _recovery_pass(rt: Runtime, *, lost_chunks: bool = False):
-    from ragtopics.worker.recovery import recovery_pass
-
     return recovery_pass(rt, lost_chunks=lost_chunks)
 
 
@@ -123,7 +123,6 @@ def run_worker(*, burst: bool = False) -> None:
     embedder = rt.gateway.embedder
     if hasattr(embedder, "load"):
         embedder.load()
-    from ragtopics.graph.refresh import schedule_all
 
     # documents whose job chain a crash cut, and indexed documents whose last chunks a killed Redis lost
     report(*_recovery_pass(rt, lost_chunks=True))

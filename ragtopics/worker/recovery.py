@@ -30,18 +30,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.queue import Queue
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.worker import Worker
+from sqlmodel import col, select
 
+from ragtopics.documents.uploads import enqueue_document
+from ragtopics.errors import StoreUnavailableError
+from ragtopics.graph.refresh import rebuild_job_id
+from ragtopics.jobs.queue import batch_of, enqueue_ingest, queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
-from ragtopics.storage.metadata import DocumentRow
-from ragtopics.worker.queue import batch_of, enqueue_ingest, queue_for
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, release_dead_holders
+from ragtopics.storage.metadata import DocumentRow, TopicRow
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +89,6 @@ def recover_stranded(rt: Runtime) -> list[Recovered]:
     Raises:
         redis.RedisError: when Redis cannot be reached.
     """
-    from ragtopics.errors import StoreUnavailableError
-    from ragtopics.storage.locks import document_lock
-
     StartedJobRegistry(queue=queue_for(rt)).cleanup()  # rq fails the jobs whose worker stopped renewing them
     out: list[Recovered] = []
     for row in _in_flight(rt):
@@ -170,12 +172,6 @@ def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
     Raises:
         redis.RedisError: when Redis cannot be reached.
     """
-    from sqlmodel import select
-
-    from ragtopics.documents.uploads import enqueue_document
-    from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock
-    from ragtopics.storage.metadata import TopicRow
-
     out: list[Recovered] = []
     with rt.metadata.session() as s:
         topic_ids = list(s.exec(select(TopicRow.id)).all())
@@ -216,8 +212,6 @@ def recover_rebuilds(rt: Runtime) -> list[str]:
     Returns:
         The ids of the GraphRAG Topics whose rebuild was queued again.
     """
-    from ragtopics.graph.refresh import rebuild_job_id
-
     out = []
     for key in rt.redis.scan_iter(match="rt:*:communities:job", count=1000):
         topic_id = _decoded(key).split(":")[1]
@@ -277,8 +271,6 @@ def release_locks_of_dead_workers(rt: Runtime) -> list[str]:
     """Release the document and graph locks held by workers rq no longer knows (their key expired: dead, or stalled
     past three heartbeats), so their documents and Topics need not wait for the locks' time to live
     (:func:`~ragtopics.storage.locks.release_dead_holders`); returns the keys released."""
-    from ragtopics.storage.locks import release_dead_holders
-
     return release_dead_holders(rt.redis, {worker.name for worker in Worker.all(connection=rt.redis)})
 
 
@@ -340,8 +332,6 @@ def _about_to_be_enqueued(rt: Runtime, job: Job) -> bool:
     rq enqueues a job's dependents when its last dependency ends, in the same clean-up or worker that ended it; a
     recovery pass in another worker may look in between. A job still deferred long after that was lost.
     """
-    from datetime import datetime
-
     ended = []
     for dep in Job.fetch_many(job.dependency_ids, connection=rt.redis):
         if dep is None:
@@ -386,7 +376,5 @@ def _worker_runs(rt: Runtime, name: str | None) -> bool:
 
 
 def _in_flight(rt: Runtime) -> list[DocumentRow]:
-    from sqlmodel import col, select
-
     with rt.metadata.session() as s:
         return list(s.exec(select(DocumentRow).where(col(DocumentRow.status).in_(IN_FLIGHT))).all())

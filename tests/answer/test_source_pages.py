@@ -11,7 +11,7 @@ from ragtopics.answer.context import Source, page_link, pages_label
 from ragtopics.answer.history import saved_turns
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import get_document
-from ragtopics.ingest.keywords import query_keywords
+from ragtopics.text.keywords import query_keywords
 from ragtopics.topics.topics import create_topic
 from tests.ingest.test_docling_chunks import three_page_pdf
 from tests.ingest.test_ingest import stored_chunks, upload

@@ -10,13 +10,13 @@ from rq.job import Job
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import BatchedUploads, batchable, get_document, upload_file
 from ragtopics.ingest.pipeline import ingest_documents
+from ragtopics.jobs.queue import batch_of, job_progress, job_progresses, queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.chunk_index import decode_vector
 from ragtopics.storage.traces import load_trace
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.upload_tab import jobs_html
-from ragtopics.worker.queue import batch_of, job_progress, job_progresses, queue_for
 from ragtopics.worker.recovery import recover_stranded, stranded_reason
 
 SMALL = {"chunk_size": 200, "chunk_overlap": 0}

@@ -8,11 +8,11 @@ from rq.job import Job
 from ragtopics.documents.delete import DOCUMENT_DELETE_STEPS, add_delete_step, delete_document
 from ragtopics.documents.uploads import document_id_for, get_document, list_documents, receive_upload, upload_file
 from ragtopics.errors import NotFoundError, StateTransitionError, StoreUnavailableError
+from ragtopics.jobs.queue import job_progress
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.traces import load_trace
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import job_progress
 
 HYBRID_LLM_KEYWORDS = {"chunk_size": 120, "chunk_overlap": 0, "retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM",
                        "min_similarity_score": 0}  # fmt: skip

@@ -6,12 +6,12 @@ from rq.job import Job
 
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import upload_file
+from ragtopics.jobs.queue import queue_for
 from ragtopics.prompts.resolve import set_prompt
 from ragtopics.storage.topics import count_topic_rows
 from ragtopics.topics.delete import delete_topic, topic_job_ids
 from ragtopics.topics.topics import create_topic, get_topic, list_topics
 from ragtopics.ui.cli import main
-from ragtopics.worker.queue import queue_for
 from tests.redis_commands import CommandLog
 
 

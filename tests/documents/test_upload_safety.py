@@ -17,9 +17,9 @@ import pytest
 
 from ragtopics.documents.uploads import document_trace, get_document, list_documents, receive_upload
 from ragtopics.errors import RefusedFileError
-from ragtopics.ingest.keywords import query_keywords
+from ragtopics.jobs.queue import job_progress, queue_for
+from ragtopics.text.keywords import query_keywords
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import job_progress, queue_for
 from tests.ingest.test_docling import make_docx, make_pdf, make_xlsx, make_zip_bomb
 from tests.ingest.test_ingest import stored_chunks, upload
 from tests.ingest.test_structured import BILLION_LAUGHS

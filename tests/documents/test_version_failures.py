@@ -22,10 +22,10 @@ from ragtopics.errors import StateTransitionError
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.store import GraphStore
+from ragtopics.jobs.queue import job_progress
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.chunk_index import ChunkIndex
 from ragtopics.topics.topics import create_topic, get_topic
-from ragtopics.worker.queue import job_progress
 from tests.scripted_llm import capitalised_entities
 
 GRAPH = {"graph_extraction_method": "LLM", "chunk_size": 120, "chunk_overlap": 0}

@@ -21,9 +21,9 @@ from PIL import Image
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import get_document, list_documents, receive_upload
 from ragtopics.errors import RagTopicsError, RefusedFileError
-from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
+from ragtopics.jobs.queue import queue_for
+from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import queue_for
 from tests.ingest.test_docling import make_docx, make_pdf, png_bytes
 from tests.ingest.test_ingest import stored_chunks, upload
 from tests.ingest.test_structured import EXTERNAL_ENTITY, YAML_ALIAS_BOMB

@@ -20,9 +20,9 @@ from rq import SimpleWorker
 
 from ragtopics.answer.history import list_sessions, session_turns
 from ragtopics.documents.uploads import upload_file
+from ragtopics.jobs.queue import queue_for
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.app import launch_console
-from ragtopics.worker.queue import queue_for
 from tests.conftest import free_port
 from tests.faults.processes import document_rows, kill, start_worker, wait_for
 

@@ -25,8 +25,8 @@ from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.refresh import enqueue_rebuild, run_rebuild
+from ragtopics.jobs.queue import job_progress
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import job_progress
 from tests.faults.processes import kill, start_worker, wait_for
 
 KILLS = 10

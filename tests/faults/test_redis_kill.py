@@ -73,7 +73,7 @@ def diagnose(rt, job_id: str) -> dict:
     """Where a job stands in Redis, for a failure message."""
     from rq.job import Job
 
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
     from ragtopics.worker.recovery import stranded_reason
 
     queue = queue_for(rt)
@@ -131,8 +131,8 @@ def test_the_console_says_storage_is_unavailable_and_recovers_without_a_restart(
     from rq import SimpleWorker
 
     from ragtopics.errors import STORE_DOWN_MESSAGE
+    from ragtopics.jobs.queue import queue_for
     from ragtopics.ui.app import launch_console
-    from ragtopics.worker.queue import queue_for
 
     rt, server = own_store
     topic = create_topic(rt, "Outage", settings={"min_similarity_score": 0.0, "route_before_retrieval": False})
@@ -164,7 +164,7 @@ def test_redis_killed_while_an_answer_streams_loses_no_turn_and_no_chunk(own_sto
 
     from ragtopics.answer.history import session_turns
     from ragtopics.answer.turn import ask
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     rt, server = own_store
     topic = create_topic(rt, "Mid-chat", settings={"min_similarity_score": 0.0})
@@ -200,7 +200,7 @@ def test_graphs_summaries_chats_and_queued_jobs_survive_a_redis_kill(own_store, 
     from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
     from ragtopics.graph.ingest import graph_store
     from ragtopics.graph.refresh import enqueue_rebuild, run_rebuild
-    from ragtopics.worker.queue import job_progress
+    from ragtopics.jobs.queue import job_progress
     from tests.graph.test_graph_ingestion import LLM, people
 
     rt, server = own_store

@@ -22,8 +22,8 @@ from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import recompute_due
 from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, run_rebuild, schedule_refresh
 from ragtopics.graph.report import entity_info, graph_stats
+from ragtopics.jobs.queue import job_progress, queue_for
 from ragtopics.topics.topics import create_topic, get_topic, update_settings
-from ragtopics.worker.queue import job_progress, queue_for
 from tests.scripted_llm import capitalised_entities
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,6 +24,7 @@ from typing import ClassVar
 import pytest
 from PIL import Image
 
+from ragtopics.documents.sniff import check_zip_archive
 from ragtopics.errors import ConfigurationError, InvalidSettingError, ReadError
 from ragtopics.ingest import docling as documents_docling
 from ragtopics.ingest.convert_process import TERM_GRACE_S
@@ -31,7 +32,6 @@ from ragtopics.ingest.docling import (
     DOCUMENT_EXTENSIONS,
     ConvertedDocument,
     DoclingOptions,
-    check_zip_archive,
     convert_document,
     parse_page_range,
 )

@@ -7,11 +7,11 @@ import pytest
 
 from ragtopics.documents.uploads import document_trace, get_document, list_documents, receive_upload, upload_file
 from ragtopics.errors import RefusedFileError
+from ragtopics.jobs.queue import job_progress
 from ragtopics.llm.embedding import OpenAIEmbedder
 from ragtopics.storage.chunk_index import decode_vector
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import job_progress
 
 
 def upload(rt, topic, name, data: bytes):

@@ -16,9 +16,9 @@ from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import get_document
 from ragtopics.ingest.docling import Picture
 from ragtopics.ingest.pictures import link_pictures
+from ragtopics.jobs.queue import job_progress
 from ragtopics.storage.metadata import PictureRow
 from ragtopics.topics.topics import create_topic, update_settings
-from ragtopics.worker.queue import job_progress
 from tests.ingest.test_ingest import stored_chunks, upload
 
 CAPTION = "Figure 1: pump wiring diagram"

@@ -14,9 +14,9 @@ import yaml
 
 from ragtopics.documents.uploads import get_document
 from ragtopics.ingest.chunking import split_recursive
-from ragtopics.ingest.keywords import extract_keywords, is_searchable, query_keywords
 from ragtopics.ingest.structured import read_records
 from ragtopics.rag.retrieval import retrieve
+from ragtopics.text.keywords import extract_keywords, is_searchable, query_keywords
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.upload_tab import indexed_with_text
 from tests.ingest.test_ingest import stored_chunks, upload

@@ -8,13 +8,13 @@ from rq import SimpleWorker
 from ragtopics.answer.history import session_turns, turn_trace
 from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard
 from ragtopics.answer.turn import ask
+from ragtopics.jobs.queue import queue_for
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.llm.local_server import LocalModelServer, gguf_path
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
 from ragtopics.settings.topic import DEFAULT_NO_ANSWER
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import queue_for
 from tests.conftest import free_port
 from tests.ingest.test_ingest import upload
 

@@ -59,9 +59,52 @@ def test_local_imports_need_a_reason_and_kind_branches_belong_to_the_kinds_packa
     assert [site.split("  ")[0] for site in report.kind_branches] == ["ragtopics/answer/turn.py:6", "ragtopics/answer/turn.py:6"]
 
 
+def test_a_run_of_imports_shares_the_comment_above_it_and_a_gap_ends_the_run(tmp_path, structure):
+    write(tmp_path, {
+        "__init__.py": "",
+        "cli/__init__.py": "",
+        "cli/main.py": (
+            "def f():\n"
+            "    # deferred: the CLI starts faster without them\n"
+            "    import csv\n"
+            "    from json import (\n"
+            "        dumps,\n"
+            "    )\n"
+            "    import re\n"
+            "\n"
+            "    import shutil\n"
+            "    return csv, dumps, re, shutil\n"
+        ),
+    })  # fmt: skip
+    report = structure.scan(tmp_path)
+    assert len(report.local_imports) == 4
+    assert [site.split("  ")[0] for site in report.local_imports_unexplained] == ["ragtopics/cli/main.py:9"]
+
+
 def test_the_report_runs_on_the_product(structure, capsys):
     assert structure.main([]) == 0
     out = capsys.readouterr().out
     assert "import cycles between subpackages" in out and "imports inside functions" in out
     report = structure.scan()
     assert report.modules > 100
+
+
+def test_the_product_has_no_import_cycle_and_no_unexplained_local_import(structure, capsys):
+    report = structure.scan()
+    assert report.cycles() == []
+    assert report.local_imports_unexplained == []
+    assert structure.main(["--check-imports"]) == 0
+
+
+def test_check_imports_fails_on_a_cycle_but_not_on_a_kind_branch(tmp_path, structure, monkeypatch, capsys):
+    write(tmp_path, {
+        "__init__.py": "",
+        "alpha/__init__.py": "", "alpha/a.py": "def f(kind):\n    return kind == 'rag'\n",
+        "beta/__init__.py": "", "beta/b.py": "from ragtopics.alpha import a\n",
+    })  # fmt: skip
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    assert structure.main(["--check-imports"]) == 0
+    assert structure.main(["--check"]) == 1  # the kind branch
+    (tmp_path / "ragtopics" / "alpha" / "a2.py").write_text("from ragtopics.beta import b\n")
+    assert structure.main(["--check-imports"]) == 1
+

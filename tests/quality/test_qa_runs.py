@@ -10,10 +10,10 @@ import pytest
 from gradio_client import Client
 
 from ragtopics.errors import NotFoundError, RagTopicsError
+from ragtopics.jobs.queue import job_progress
 from ragtopics.quality.runs import list_runs, load_run, run_path, start_run
 from ragtopics.ui.app import launch_console
 from ragtopics.ui.qa_tab import compare_html, question_rows, summary_html
-from ragtopics.worker.queue import job_progress
 from tests.conftest import free_port
 from tests.quality.conftest import QUESTIONS
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragtopics.ingest.keywords import extract_keywords, query_keywords
 from ragtopics.rag.retrieval import filter_hits, fuse_rrf
 from ragtopics.storage.chunk_index import ChunkHit
+from ragtopics.text.keywords import extract_keywords, query_keywords
 
 
 def hit(cid: str, score: float = 0.5) -> ChunkHit:

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from rq import SimpleWorker
 
+from ragtopics.access.context import SCOPE_USER
 from ragtopics.access.users import User
 from ragtopics.answer.turn import ask
 from ragtopics.api.health import readiness
@@ -21,16 +22,16 @@ from ragtopics.demo.links import DEMO_PREFIX
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.errors import ConfigurationError
+from ragtopics.jobs.queue import queue_for
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.runtime import Runtime, set_runtime
 from ragtopics.settings.env import Settings
-from ragtopics.storage.blobs import FileStoreError, S3FileStore
+from ragtopics.storage.blobs import FileStoreError
+from ragtopics.storage.s3 import S3FileStore
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic
 from ragtopics.ui.demo_page import add_demo_routes
 from ragtopics.ui.files_route import add_file_route
-from ragtopics.ui.web import SCOPE_USER
-from ragtopics.worker.queue import queue_for
 from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, SeaweedS3, running
 
 BUCKET = "ragtopics-files"
@@ -243,9 +244,9 @@ def test_pictures_of_a_document_are_objects_too(machines, s3_server):
 def test_an_evaluation_run_and_a_dev_report_reach_the_console_from_a_worker_on_another_machine(machines, s3_server):
     import json
 
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.quality.runs import list_runs, load_run, result_files, start_run
     from ragtopics.tracing import reports
-    from ragtopics.worker.queue import job_progress
 
     console, worker = machines
     topic = create_topic(console, "Boilers", settings={"chunk_size": 200, "chunk_overlap": 0, "min_similarity_score": 0.0,

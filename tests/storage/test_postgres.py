@@ -91,7 +91,7 @@ def test_topics_documents_chats_and_users_on_postgresql(pg_url, tmp_path, redis_
 def _exercise(rt: Runtime, scripted_llm) -> None:
     from rq import SimpleWorker
 
-    from ragtopics.worker.queue import queue_for
+    from ragtopics.jobs.queue import queue_for
 
     def run_jobs() -> None:
         SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ragtopics.ingest.keywords import index_keywords
 from ragtopics.storage import chunk_index
 from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord, candidate_terms
+from ragtopics.text.keywords import index_keywords
 
 
 def chunk(document_id: str, file_name: str, text: str, n: int = 0) -> ChunkRecord:

@@ -157,8 +157,8 @@ def test_ingest_keeps_waiting_through_a_store_outage(rt, run_jobs, tmp_path, cap
     import redis
 
     from ragtopics.documents.uploads import upload_file
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.ui import cli
-    from ragtopics.worker.queue import job_progress
 
     main(["topic", "create", "Outage"])
     topic = get_topic(rt, "Outage")
@@ -181,8 +181,8 @@ def test_ingest_keeps_waiting_through_a_store_outage(rt, run_jobs, tmp_path, cap
 def test_ingest_says_a_document_deleted_while_it_was_indexed_was_deleted(rt, tmp_path, capsys):
     from ragtopics.documents.delete import delete_document
     from ragtopics.documents.uploads import upload_file
+    from ragtopics.jobs.queue import job_progress
     from ragtopics.ui import cli
-    from ragtopics.worker.queue import job_progress
 
     main(["topic", "create", "Gone"])
     doc = upload_file(rt, get_topic(rt, "Gone"), "a.txt", b"Pump A is serviced weekly.")
@@ -194,8 +194,8 @@ def test_ingest_says_a_document_deleted_while_it_was_indexed_was_deleted(rt, tmp
 
 
 def test_ingest_names_the_step_of_the_file_being_indexed():
+    from ragtopics.jobs.queue import JobProgress
     from ragtopics.ui.cli import _step
-    from ragtopics.worker.queue import JobProgress
 
     assert _step(JobProgress("j", "started", "extracting", 12, 40)) == "extracting graph 12/40 chunks"
     assert _step(JobProgress("j", "started", "embedding", 3, 10)) == "embedding 3/10"

@@ -10,12 +10,12 @@ from rq import SimpleWorker
 from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import list_documents, upload_file
 from ragtopics.graph.report import graph_stats
+from ragtopics.jobs.queue import JobProgress, phase_text, queue_for
 from ragtopics.settings.env import LOCAL_MODEL_NAME
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.ui.graph_panel import last_run_text, progress_html, rebuild_progress_html, render, start_recompute
 from ragtopics.ui.upload_tab import documents_table, jobs_html
-from ragtopics.worker.queue import JobProgress, phase_text, queue_for
 from tests.ui.test_browser import page  # noqa: F401 - the console in headless Chromium (skipped without Chromium)
 
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}

@@ -16,7 +16,7 @@ def test_every_setting_is_on_exactly_one_step(kind):
 
 
 def test_file_type_groups_cover_every_supported_type():
-    from ragtopics.ingest.readers import SUPPORTED_EXTENSIONS
+    from ragtopics.text.file_types import SUPPORTED_EXTENSIONS
 
     assert set().union(*map(set, wizard.FILE_TYPE_GROUPS.values())) == SUPPORTED_EXTENSIONS
     assert wizard.file_types_of([["pdf"], None, ["csv", "json"], []]) == ["csv", "json", "pdf"]

@@ -7,9 +7,9 @@ from rq import SimpleWorker
 
 from ragtopics.documents.uploads import BatchedUploads, upload_file
 from ragtopics.graph.fanout import extracted_key, finish_job_id, parked_key
+from ragtopics.jobs.queue import job_progresses, queue_for
 from ragtopics.topics.topics import create_topic, get_topic
 from ragtopics.ui.upload_tab import jobs_html
-from ragtopics.worker.queue import job_progresses, queue_for
 from tests.redis_commands import CommandLog
 
 SMALL = {"chunk_size": 200, "chunk_overlap": 0}

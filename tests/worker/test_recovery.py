@@ -15,8 +15,8 @@ from rq.job import Job
 
 from ragtopics.documents.uploads import get_document, upload_file
 from ragtopics.graph.ingest import graph_store
+from ragtopics.jobs.queue import queue_for
 from ragtopics.topics.topics import create_topic
-from ragtopics.worker.queue import queue_for
 from ragtopics.worker.recovery import recover_stranded, stranded_reason
 from tests.graph.test_upload import CURIE, NLP
 

@@ -7,8 +7,12 @@ from dataclasses import dataclass, replace
 
 from rq import Queue
 from rq.job import Job
+from rq.registry import FailedJobRegistry
+from rq.results import Result
 
+from ragtopics.errors import NotFoundError, RagTopicsError
 from ragtopics.runtime import Runtime
+from ragtopics.storage import documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +234,7 @@ def job_progress(rt: Runtime, job_id: str) -> JobProgress:
 
 def _read_progresses(rt: Runtime, job_ids: list[str]) -> dict[str, JobProgress]:
     """The progress of each version job (see :func:`job_progresses`), read in at most four round trips."""
+    # deferred: graph.fanout imports this module at module level
     from ragtopics.graph.fanout import extracted_key
 
     jobs = dict(zip(job_ids, Job.fetch_many(job_ids, connection=rt.redis), strict=True))
@@ -274,8 +279,6 @@ def _read_progresses(rt: Runtime, job_ids: list[str]) -> dict[str, JobProgress]:
 def _queue_results(pipe, jobs: list[Job]):
     """Queue a read of the latest result of each job that ended on ``pipe``; returns a function that
     maps the replies of those reads (in order) to ``{job id: Result}``."""
-    from rq.results import Result
-
     ended = [job for job in jobs if _status(job) in ("finished", "failed")]
     for job in ended:
         pipe.xrevrange(Result.get_key(job.id), "+", "-", count=1)
@@ -316,8 +319,6 @@ def _status(job: Job) -> str:
 
 def _progress_of(job: Job, result=None) -> JobProgress:
     """A job's progress from its fetched hash and its latest ``result`` (read for jobs that ended)."""
-    from rq.results import Result
-
     status, meta = _status(job), job.meta or {}
     error = ""
     if status == "failed":
@@ -360,8 +361,6 @@ class DeadLetter:
 
 def dead_letters(rt: Runtime, limit: int = 100) -> list[DeadLetter]:
     """The jobs that failed for good, newest first (at most ``limit``)."""
-    from rq.registry import FailedJobRegistry
-
     ids = FailedJobRegistry(queue=queue_for(rt)).get_job_ids()[-limit:][::-1]
     out = []
     for job in Job.fetch_many(ids, connection=rt.redis):
@@ -383,11 +382,6 @@ def retry_dead_letter(rt: Runtime, job_id: str) -> None:
         NotFoundError: no failed job has that id.
         RagTopicsError: an upload job none of whose files waits for it any more (names them, and why they failed).
     """
-    from rq.registry import FailedJobRegistry
-
-    from ragtopics.errors import NotFoundError, RagTopicsError
-    from ragtopics.storage import documents
-
     registry = FailedJobRegistry(queue=queue_for(rt))
     if job_id not in registry.get_job_ids():
         raise NotFoundError(f"no failed job {job_id!r} (it may have been retried already)")
