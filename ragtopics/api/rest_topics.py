@@ -104,8 +104,9 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
     """A GraphRAG Topic's communities (recompute, status; operator, as the Upload page's graph panel) and graph
     (counts, one entity; viewer, as the Graph page)."""
     from ragtopics.graph.corrections import correct, list_corrections
+    from ragtopics.graph.model import graph_settings
     from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
-    from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
+    from ragtopics.graph.report import community_stats, entity_info, graph_stats
 
     @app.post("/topics/{name}/communities", tags=["graph"], status_code=202)
     def recompute(name: str, user: User = needs("operator")) -> dict:
@@ -128,7 +129,7 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
 
         def status() -> dict:
             topic = get_topic(rt, name)
-            _graphrag(topic)  # a RAG Topic has none: the console's message
+            graph_settings(topic)  # a RAG Topic has none: the console's message
             stats = community_stats(rt, topic)
             job_id = rebuild_job_id(rt, topic.id)
             progress = job_progress(rt, job_id) if job_id else None

@@ -15,6 +15,7 @@ from ragtopics.documents.sniff import check_content
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.ingest.docling import check_zip_archive
 from ragtopics.ingest.readers import DOCUMENT_TYPES, extension_of
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
@@ -234,7 +235,7 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     take far longer than embedding, and alone each file shows its own progress through them."""
     from ragtopics.ingest.readers import IMAGE_TYPES
 
-    if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
+    if not kind_of(topic).indexes_in_batches or size_bytes > BATCH_FILE_BYTES:
         return False
     ext = extension_of(file_name)
     cfg = topic.settings
