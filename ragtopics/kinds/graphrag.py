@@ -63,7 +63,8 @@ class GraphRagKind(TopicKind):
         Raises:
             ConfigurationError: when they are of another model.
         """
-        return _graph(topic.settings)
+        settings: GraphRagTopicSettings = super().settings_of(topic)
+        return settings
 
     # -- routing ---------------------------------------------------------------------------
 

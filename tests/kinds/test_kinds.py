@@ -68,7 +68,7 @@ def test_each_kind_makes_the_retriever_of_its_ways_and_says_which_answers_stream
 
     found = kind_of(plain).retriever(rt, plain, "SEARCH", resolve_prompts(rt, plain.id)).retrieve(
         RetrievalQuery("Where did Marie Curie work?"), Trace("chat", "q"))
-    assert found.route == "SEARCH" and found.items and found.items[0].file_names == ("curie.txt",)
+    assert found.route == "SEARCH" and found.items and found.items[0].file_names == ["curie.txt"]
     prompts = resolve_prompts(rt, graph.id)
     made = {route: type(kind_of(graph).retriever(rt, graph, route, prompts)).__name__ for route in ("PATH", "LOCAL", "GLOBAL", "HYBRID")}
     assert made == {"PATH": "PathRetriever", "LOCAL": "LocalRetriever", "GLOBAL": "GlobalRetriever", "HYBRID": "HybridRetriever"}
@@ -102,7 +102,7 @@ def test_a_graph_kind_stores_its_share_of_the_graph_with_the_version_and_a_rag_k
     assert rag_row.status == graph_row.status == "indexed"
     assert "graph" not in rag_row.indexed_with and graph_row.indexed_with["graph"]["entities"] > 0
     store = graph_store(rt, graph)
-    assert store.document_chunk_ids(graph_doc.id) == set(rt.chunk_index(graph.id).document_chunk_ids(graph_doc.id))
+    assert set(store.document_chunk_ids(graph_doc.id)) == set(rt.chunk_index(graph.id).document_chunk_ids(graph_doc.id))
     assert recompute_due(rt, graph.id) == "curie.txt was uploaded"
     assert not graph_store(rt, plain).exists()  # nothing of a graph for a RAG Topic
 
