@@ -17,9 +17,12 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ragtopics.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from ragtopics.storage.chunk_index import ChunkHit
 
 #: What an evidence item is.
 EvidenceKind = Literal["chunk", "entity", "relationship", "community_report", "path"]
@@ -310,3 +313,17 @@ class UsedEvidence:
     evidence: Evidence
     reason: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
+    """A retrieved chunk as evidence: its text, cosine score, pictures and document (with the chunk's pages)."""
+    return Evidence(
+        kind="chunk",
+        id=hit.chunk_id,
+        text=hit.text,
+        score=hit.score,
+        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic, version=hit.version,
+                               pages=hit.pages),),
+        context=hit.context,
+        pictures=tuple(hit.pictures.split()),
+    )

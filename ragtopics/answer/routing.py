@@ -43,6 +43,7 @@ from ragtopics.answer.router_exemplars import (
     split_requests,
 )  # fmt: skip
 from ragtopics.errors import ConfigurationError, ModelUnavailableError
+from ragtopics.kinds import kind_named
 from ragtopics.llm.embedding import Embedder
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.prompts.templates import PromptTemplate
@@ -65,10 +66,8 @@ class Route(str, Enum):
 
 #: The search ways of a GraphRAG Topic; a RAG Topic has SEARCH in their place.
 GRAPH_SEARCH_ROUTES: tuple[Route, ...] = (Route.PATH, Route.LOCAL, Route.GLOBAL, Route.HYBRID)
-_ROUTES: dict[str, tuple[Route, ...]] = {
-    "rag": (Route.DIRECT, Route.ATTACHMENT, Route.SEARCH),
-    "graphrag": (Route.DIRECT, Route.ATTACHMENT, *GRAPH_SEARCH_ROUTES),
-}
+#: The ways that search (a kind has one or more of them); DIRECT and ATTACHMENT do not.
+SEARCH_ROUTES: tuple[Route, ...] = (Route.SEARCH, *GRAPH_SEARCH_ROUTES)
 #: What each way is for, as the LLM router's prompt lists it (from the two specifications).
 ROUTE_DESCRIPTIONS: dict[Route, str] = {
     Route.DIRECT: "thanks, greetings, small talk, or a request to reshape the previous answer (shorter, as a table)",
@@ -83,15 +82,12 @@ METHODS = ("AUTO", "EMBEDDING", "LLM")
 
 
 def routes_for(kind: str) -> tuple[Route, ...]:
-    """The ways a Topic of ``kind`` can take, in display order.
+    """The ways a Topic of ``kind`` can take, in display order (the kind's :attr:`~ragtopics.kinds.TopicKind.routes`).
 
     Raises:
-        ConfigurationError: for a kind other than ``"rag"`` or ``"graphrag"``.
+        ConfigurationError: for an unknown kind.
     """
-    try:
-        return _ROUTES[kind]
-    except KeyError:
-        raise ConfigurationError(f"unknown Topic kind {kind!r}; known kinds: {', '.join(_ROUTES)}") from None
+    return tuple(Route(name) for name in kind_named(kind).routes)
 
 
 def default_route(kind: str) -> Route:
@@ -100,16 +96,15 @@ def default_route(kind: str) -> Route:
     Raises:
         ConfigurationError: for an unknown kind.
     """
-    return Route.SEARCH if routes_for(kind)[-1] == Route.SEARCH else Route.HYBRID
+    return Route(kind_named(kind).default_route)
 
 
 def collapse(route: Route, kind: str) -> Route:
-    """``route`` as a way of a ``kind`` Topic: a graph search way on a RAG Topic is SEARCH,
-    SEARCH on a GraphRAG Topic is HYBRID; DIRECT and ATTACHMENT stay."""
-    if kind == "rag" and route in GRAPH_SEARCH_ROUTES:
-        return Route.SEARCH
-    if kind == "graphrag" and route == Route.SEARCH:
-        return Route.HYBRID
+    """``route`` as a way of a ``kind`` Topic: a search way the kind lacks becomes the kind's default way
+    (a graph search way on a RAG Topic is SEARCH, SEARCH on a GraphRAG Topic is HYBRID); DIRECT and
+    ATTACHMENT stay."""
+    if route in SEARCH_ROUTES and route not in routes_for(kind):
+        return default_route(kind)
     return route
 
 

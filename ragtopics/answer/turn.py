@@ -35,13 +35,13 @@ from ragtopics.answer.extractive import (
 )
 from ragtopics.answer.history import check_session, history_messages, new_session_id, save_turn
 from ragtopics.answer.repetition import STOPPED_NOTE, RepetitionGuard, trimmed
-from ragtopics.answer.routing import Route, choose_route, default_route, routes_for
-from ragtopics.errors import ConfigurationError, RagTopicsError
+from ragtopics.answer.routing import Route, choose_route, routes_for
+from ragtopics.errors import RagTopicsError
 from ragtopics.ingest.pictures import OfferedPicture, format_pictures, place_pictures
+from ragtopics.kinds import kind_of
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.prompts.templates import NEEDS_DOCUMENTS, PromptTemplate
 from ragtopics.runtime import Runtime
-from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.storage import chats
 from ragtopics.topics.topics import Topic, get_topic
 from ragtopics.tracing.otel import export_trace
@@ -55,9 +55,6 @@ MAX_QUESTION_CHARS = 8000
 #: Ends a streamed answer that the model stopped because it reached its token limit.
 TRUNCATED_NOTE = " … *(cut off at the answer length limit of {max_tokens} tokens, LLM_MAX_TOKENS)*"
 
-#: The ways of a GraphRAG Topic whose answer streams while it is written; the others are written
-#: whole first and then shown word by word (the GraphRAG specification, "After the search").
-STREAMED_GRAPH_ROUTES = ("GLOBAL", "HYBRID")
 #: Words added per update when a written answer is shown word by word.
 WORDS_PER_UPDATE = 3
 #: Seconds between checks for progress messages while a graph search runs in its thread.
@@ -240,11 +237,12 @@ class _Turn:
     def __init__(self, rt: Runtime, topic: Topic, question: str, session_id: str, attachment: Attachment | None,
                  trace: Trace, save: bool, started: float):  # fmt: skip
         self.rt, self.topic, self.cfg, self.question = rt, topic, topic.settings, question
+        self.kind = kind_of(topic)
         self.session_id, self.attachment, self.trace, self.save = session_id, attachment, trace, save
         self.started = started
         self.prompts: dict[str, PromptTemplate] = {}
         self.history: list[dict] = []
-        self.route: str = default_route(topic.kind).value
+        self.route: str = self.kind.default_route
         self.confidence: float | None = None
         self.reason = ""
         self.method = ""
@@ -266,7 +264,7 @@ class _Turn:
             if text is not None:
                 yield self.finish(text, [])
                 return
-            fallback = default_route(self.topic.kind).value
+            fallback = self.kind.default_route
             self.trace.add("fallback_to_search", reason=f"the {self.route} answer needed the documents; {fallback} taken")
             self.reason = f"{self.route} answer needed the documents; {fallback} taken"
             self.planned, self.route = self.route, fallback
@@ -280,62 +278,21 @@ class _Turn:
             self.decide_route()
 
     def decide_route(self) -> None:
-        cfg = self.cfg
-        named: tuple[str, ...] = ()
-        if self.topic.kind == "graphrag":  # the entities of the graph the question names: a routing signal
-            named = self.graph_entities(())
-        choice = choose_route(self.rt.gateway, kind=self.topic.kind, method=getattr(cfg, "router_method", "AUTO"),
-                              template=self.prompts["router"], history=self.history, question=self.question,
-                              has_attachment=self.attachment is not None, threshold=_router_threshold(cfg),
-                              direct_threshold=getattr(cfg, "direct_confidence_threshold", None),
-                              allow_direct=getattr(cfg, "answer_without_searching", True), trace=self.trace,
-                              named=named)  # fmt: skip
+        cfg, kind = self.cfg, self.kind
+        named = kind.named_entities(self.rt, self.topic, self.question, (), self.trace)  # a routing signal
+        choice = choose_route(self.rt.gateway, kind=kind.name, method=cfg.router_method, template=self.prompts["router"],
+                              history=self.history, question=self.question, has_attachment=self.attachment is not None,
+                              threshold=kind.router_threshold(cfg), direct_threshold=kind.direct_threshold(cfg),
+                              allow_direct=kind.allows_direct(cfg), trace=self.trace, named=named)  # fmt: skip
         self.route, self.confidence, self.reason, self.method = choice.route.value, choice.confidence, choice.reason, choice.method
         self.entities = tuple(choice.entities)
-        if self.topic.kind == "graphrag" and choice.method == "llm" and choice.entities:
-            self.entities = self.graph_entities(choice.entities)  # the model's names, as the graph holds them
-        elif self.topic.kind == "graphrag":
-            self.entities = named
-
-    def graph_entities(self, router_names: tuple[str, ...]) -> tuple[str, ...]:
-        """The entities of the Topic's graph the question (or the router) names, by name or alias; traced."""
-        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
-        from ragtopics.graph.ingest import graph_store
-        from ragtopics.graph.path import named_entities
-
-        with self.trace.step("named_entities", router=list(router_names)) as ev:
-            found = named_entities(graph_store(self.rt, self.topic), self.question, router_names)
-            ev.data["found"] = list(found)
-        return found
+        if kind.has_graph:  # the model's names as the graph holds them, else the names the question holds
+            llm_named = choice.method == "llm" and choice.entities
+            self.entities = kind.named_entities(self.rt, self.topic, self.question, self.entities, self.trace) if llm_named else named
 
     def retriever(self, progress: SearchProgress | None = None) -> Retriever:
         """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""
-        cfg = self.cfg
-        if self.topic.kind == "rag":
-            if not isinstance(cfg, RagTopicSettings):
-                raise ConfigurationError(f"Topic {self.topic.name!r} is a RAG Topic but has {type(cfg).__name__}")
-            # deferred: rag's retriever implements answer.context's Retriever and imports answer at module level
-            from ragtopics.rag.retriever import ChunkRetriever
-
-            return ChunkRetriever(self.rt, self.topic.id, cfg, self.prompts["rerank"])
-        if not isinstance(cfg, GraphRagTopicSettings):
-            raise ConfigurationError(f"Topic {self.topic.name!r} is a GraphRAG Topic but has {type(cfg).__name__}")
-        # deferred: the graph package imports answer at module level, and loads only for GraphRAG Topics
-        from ragtopics.graph.global_search import GlobalRetriever
-        from ragtopics.graph.hybrid import HybridRetriever
-        from ragtopics.graph.local import LocalRetriever
-        from ragtopics.graph.path import PathRetriever
-
-        if self.route == "PATH":
-            return PathRetriever(self.rt, self.topic, cfg)
-        if self.route == "LOCAL":
-            return LocalRetriever(self.rt, self.topic, cfg)
-        if self.route == "GLOBAL":
-            return GlobalRetriever(self.rt, self.topic, cfg, self.prompts["global_map"], progress=progress)
-        if self.route == "HYBRID":
-            return HybridRetriever(self.rt, self.topic, cfg, self.prompts["global_map"], self.prompts["follow_up_plan"],
-                                   progress=progress)  # fmt: skip
-        raise ConfigurationError(f"{self.route} is not a search way of a GraphRAG Topic")
+        return self.kind.retriever(self.rt, self.topic, self.route, self.prompts, progress)
 
     def search_and_answer(self, allow_tools: bool) -> Iterator[ChatUpdate]:
         yield self.update("", phase="searching")
@@ -389,7 +346,7 @@ class _Turn:
         summaries") shows before the first token and Stop (closing this generator) ends its model calls."""
         previous = next((m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), "")
         query = RetrievalQuery(self.question, previous, self.entities)
-        if self.topic.kind == "rag":
+        if not self.kind.searches_in_thread:
             return self.retriever().retrieve(query, self.trace)
         progress = SearchProgress()
         retriever = self.retriever(progress)
@@ -498,7 +455,7 @@ class _Turn:
         """The answer as the model writes it. A GraphRAG Topic's PATH and LOCAL answers are written
         whole first and then shown word by word; GLOBAL and HYBRID (and a RAG Topic's) stream."""
         parts: list[str] = []
-        whole_first = self.topic.kind == "graphrag" and self.route not in STREAMED_GRAPH_ROUTES
+        whole_first = not self.kind.streams_answer(self.route)
         with self.trace.step("answer", route=self.route, streamed=not whole_first) as ev:
             deltas = self.answer_deltas(messages, "answer", **kw)
             while True:
@@ -531,7 +488,7 @@ class _Turn:
         """Whether answers are quoted rather than written: Answer Mode EXTRACTIVE, or AUTO while the role that
         would write the answer (the Language Model; HYBRID's Follow-up Model), with the Topic's override, is
         the bundled model."""
-        mode = getattr(self.cfg, "answer_mode", "AUTO")
+        mode = self.cfg.answer_mode
         if mode == "AUTO":
             return self.rt.gateway.endpoint(role, self.trace).is_local
         return mode == "EXTRACTIVE"
@@ -744,14 +701,6 @@ def _linked(rt: Runtime, sources: list[Source]) -> list[Source]:
             s = s.with_link(rt.signer.sign(path)) if rt.blobs.exists(path) else s.with_(link="", status="changed")
         out.append(s)
     return out
-
-
-def _router_threshold(cfg: TopicSettings) -> float:
-    """The Topic kind's router threshold: Router Confidence Threshold (RAG) or Confidence Threshold (GraphRAG).
-
-    A threshold of 0 is kept (every route the router names is taken).
-    """
-    return cfg.router_confidence_threshold if isinstance(cfg, RagTopicSettings) else cfg.confidence_threshold
 
 
 def _checked_route(topic: Topic, route: str | None) -> Route | None:

@@ -22,8 +22,9 @@ from ragtopics.access.users import User
 from ragtopics.api import errors, shapes
 from ragtopics.api.rest import needs
 from ragtopics.graph.corrections import correct, list_corrections
+from ragtopics.graph.model import graph_settings
 from ragtopics.graph.refresh import enqueue_rebuild, next_refresh, rebuild_job_id
-from ragtopics.graph.report import _graphrag, community_stats, entity_info, graph_stats
+from ragtopics.graph.report import community_stats, entity_info, graph_stats
 from ragtopics.jobs.queue import job_progress
 from ragtopics.quality.runs import load_run, start_run
 from ragtopics.runtime import Runtime
@@ -127,7 +128,7 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
 
         def status() -> dict:
             topic = get_topic(rt, name)
-            _graphrag(topic)  # a RAG Topic has none: the console's message
+            graph_settings(topic)  # a RAG Topic has none: the console's message
             stats = community_stats(rt, topic)
             job_id = rebuild_job_id(rt, topic.id)
             progress = job_progress(rt, job_id) if job_id else None

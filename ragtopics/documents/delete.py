@@ -7,8 +7,9 @@ Each step is idempotent, so a delete that stopped half-way (a crash, Redis away)
 finished by deleting again; until then the row says ``deleting`` and nothing of the
 document is searchable (its chunks go first).
 
-A GraphRAG Topic adds its own step (the document's share of the graph) with
-:func:`add_delete_step`, instead of copying this sequence.
+A Topic kind adds its own steps (a GraphRAG Topic: the document's share of the graph) through
+:meth:`~ragtopics.kinds.TopicKind.document_delete_steps`, instead of copying this sequence;
+:func:`add_delete_step` adds a step to every document delete.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from ragtopics.errors import NotFoundError
+from ragtopics.kinds import KindDeleteStep, kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
+from ragtopics.storage import topics as topic_store
 from ragtopics.storage.locks import document_lock
 from ragtopics.storage.metadata import DocumentRow
 from ragtopics.storage.traces import delete_owner_traces
@@ -143,17 +146,33 @@ def delete_document(rt: Runtime, topic: Topic, file_name: str) -> dict[str, int]
     return delete_document_by_id(rt, topic.id, document_id)
 
 
-def delete_document_by_id(rt: Runtime, topic_id: str, document_id: str) -> dict[str, int]:
-    """Delete a document by id (see :func:`delete_document`); a document already gone removes nothing."""
-    import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the document's share of the graph)
+def delete_steps(steps: list[tuple[str, Callable]], own: list[KindDeleteStep]) -> list[tuple[str, Callable]]:
+    """A delete sequence with a Topic kind's own steps inserted, each before the step it names.
 
+    Raises:
+        ValueError: when a kind's step names no step to run before.
+    """
+    out = list(steps)
+    for step in own:
+        insert_step(out, step.name, step.run, before=step.before)
+    return out
+
+
+def delete_document_by_id(rt: Runtime, topic_id: str, document_id: str) -> dict[str, int]:
+    """Delete a document by id (see :func:`delete_document`); a document already gone removes nothing.
+
+    The steps are :data:`DOCUMENT_DELETE_STEPS` with the Topic kind's own
+    (:meth:`~ragtopics.kinds.TopicKind.document_delete_steps`).
+    """
+    topic = topic_store.find_topic(rt.metadata, topic_id)
+    own = kind_of(topic).document_delete_steps() if topic is not None else []
     with document_lock(rt.redis, document_id):
         before = document_store.get_document(rt.metadata, document_id)
         row = document_store.begin_delete(rt.metadata, document_id)
     if row is None:
         return {}
     deletion = Deletion(rt, topic_id, row, job_id=before.job_id if before is not None else "")
-    for name, step in DOCUMENT_DELETE_STEPS:
+    for name, step in delete_steps(DOCUMENT_DELETE_STEPS, own):
         step(deletion)
         log.debug("delete %s: %s done", row.file_name, name)
     with document_lock(rt.redis, document_id):

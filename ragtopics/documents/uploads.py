@@ -16,6 +16,7 @@ import redis
 from ragtopics.documents.sniff import check_content, check_zip_archive
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
 from ragtopics.jobs.queue import enqueue_ingest, enqueue_ingest_batch
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
 from ragtopics.storage import documents as document_store
@@ -227,7 +228,7 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     (not a Docling document, not a picture), at most :data:`BATCH_FILE_BYTES`, in a Topic whose upload
     makes no model call per chunk (SEMANTIC chunking, LLM keyword enrichment, NARRATE): such calls
     take far longer than embedding, and alone each file shows its own progress through them."""
-    if topic.kind != "rag" or size_bytes > BATCH_FILE_BYTES:
+    if not kind_of(topic).indexes_in_batches or size_bytes > BATCH_FILE_BYTES:
         return False
     ext = extension_of(file_name)
     cfg = topic.settings

@@ -46,7 +46,7 @@ from sqlmodel import col, select
 from ragtopics.errors import InvalidSettingError, NotFoundError
 from ragtopics.graph.entity_edits import EditOutcome, delete_entity, mentions_of, move_mentions
 from ragtopics.graph.lifecycle import mark_recompute_due
-from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
+from ragtopics.graph.model import Entity, Relationship, entity_id_for, graph_settings, normalize_name
 from ragtopics.graph.store import GraphStore
 from ragtopics.runtime import Runtime
 from ragtopics.storage.locks import LOCK_WAIT_S, graph_write_lock
@@ -275,8 +275,7 @@ def load_rules(rt: Runtime, topic_id: str) -> RuleSet:
 def _graph_store(rt: Runtime, topic) -> GraphStore:
     from ragtopics.graph.ingest import graph_store  # ingest imports this module for the rules
 
-    if topic.kind != "graphrag":
-        raise InvalidSettingError(f"Topic {topic.name!r} is a {topic.kind} Topic; only GraphRAG Topics have a graph to correct")
+    graph_settings(topic, "only GraphRAG Topics have a graph to correct", InvalidSettingError)
     return graph_store(rt, topic)
 
 

@@ -19,6 +19,7 @@ from sqlmodel import select
 
 from ragtopics.errors import InvalidSettingError, StoreUnavailableError
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.metadata import GraphDatabaseRow
 from ragtopics.topics.topics import list_topics
 
@@ -69,7 +70,7 @@ def remove_graph_database(rt: Runtime, name: str) -> None:
     """
     if name == DEFAULT_GRAPH_DATABASE:
         raise InvalidSettingError("the app's own Redis is always registered")
-    users = [t.name for t in list_topics(rt) if getattr(t.settings, "graph_database", "") == name]
+    users = [t.name for t in list_topics(rt) if isinstance(t.settings, GraphRagTopicSettings) and t.settings.graph_database == name]
     if users:
         raise InvalidSettingError(f"graph database {name!r} is used by Topic(s) {', '.join(users)}; "
                                   "point them at another one first")  # fmt: skip

@@ -83,13 +83,13 @@ def choose_method(settings: Any, gateway: ModelGateway) -> str:
     a real endpoint.
 
     Args:
-        settings: the Topic's settings (anything with ``graph_extraction_method``; AUTO when absent).
+        settings: the Topic's settings (a GraphRAG Topic's, or anything with ``graph_extraction_method``).
         gateway: the model gateway, for the role's endpoint.
 
     Raises:
         ConfigurationError: for a method other than AUTO, NLP or LLM.
     """
-    method = getattr(settings, "graph_extraction_method", "AUTO")
+    method = settings.graph_extraction_method
     name = str(method.value if isinstance(method, Enum) else method or "AUTO").upper()
     if name not in METHODS:
         raise ConfigurationError(f"unknown graph extraction method {method!r}; choose one of {', '.join(METHODS)}")

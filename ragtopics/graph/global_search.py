@@ -31,10 +31,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, SearchProgress
+from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityHit, CommunityIndex
 from ragtopics.prompts.templates import PromptTemplate
-from ragtopics.rag.retrieval import reciprocal_rank_fusion
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.tracing.trace import Trace
@@ -101,12 +101,12 @@ class GlobalRetriever:
             dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
             hits = dense
             ev.data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
-            if getattr(cfg, "global_keyword_search", False) and dense:
+            if cfg.global_keyword_search and dense:
                 keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
                 similar = {h.community_id for h in dense}
                 fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],
                                                 "keyword": [h.community_id for h in keyword if h.community_id in similar]},
-                                               k=getattr(cfg, "rrf_k", 60))  # fmt: skip
+                                               k=DEFAULT_RRF_K)  # fmt: skip
                 by_id = {h.community_id: h for h in dense}
                 hits = [by_id[cid] for cid in fused][: cfg.top_k_reports]
             ev.data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])

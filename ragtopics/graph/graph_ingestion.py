@@ -49,7 +49,7 @@ from ragtopics.graph.ingest import (
     entity_text,
     graph_store,
 )
-from ragtopics.graph.model import Entity, Relationship, entity_id_for, normalize_name
+from ragtopics.graph.model import Entity, Relationship, entity_id_for, graph_settings, normalize_name
 from ragtopics.ingest.pipeline import chunk_ids_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
@@ -453,8 +453,8 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
     Raises:
         see :func:`ingest_graph`.
     """
-    if topic.kind != "graphrag":
-        raise InvalidSettingError(f"Topic {topic.name!r} is a {topic.kind} Topic; graph ingestion needs a GraphRAG Topic")
+
+    graph_settings(topic, "graph ingestion needs a GraphRAG Topic", InvalidSettingError)
     name = clean_file_name(source_name)
     file_name = name + SUFFIX
     document_id = document_id_for(topic.id, file_name)
@@ -678,7 +678,7 @@ def _check_name_free(rt: Runtime, document_id: str, file_name: str) -> None:
 
 def _check_size(topic, imported: ImportedGraph, file_name: str) -> None:
     """Refuse files over the Topic's upload size limit (Max File Size)."""
-    limit_mb = float(getattr(topic.settings, "max_file_size_mb", 0) or 0)
+    limit_mb = float(topic.settings.max_file_size_mb or 0)
     if limit_mb and imported.size_bytes > limit_mb * 1024 * 1024:
         raise RefusedFileError(f"{file_name} was refused: it is {imported.size_bytes / 1048576:.1f} MB, the limit of this "
                                f"Topic is {limit_mb:g} MB")  # fmt: skip

@@ -37,11 +37,20 @@ from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.databases import graph_client
 from ragtopics.graph.dedup import DedupResult, ask_model, deduplicate, partner_keys
 from ragtopics.graph.extract import choose_method, extract_chunk, extraction_version, looks_like_toc_or_index
-from ragtopics.graph.model import ChunkExtraction, Entity, MergeRecord, Relationship, entity_id_for, normalize_name
+from ragtopics.graph.model import (
+    ChunkExtraction,
+    Entity,
+    MergeRecord,
+    Relationship,
+    entity_id_for,
+    graph_settings,
+    normalize_name,
+)
 from ragtopics.graph.store import GraphStore, RemovalReport
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkRecord
 from ragtopics.tracing.trace import Trace
 
@@ -60,8 +69,10 @@ def graph_store(rt: Runtime, topic) -> GraphStore:
     Raises:
         StoreUnavailableError: when its Graph Database is no longer registered.
     """
-    client = graph_client(rt, getattr(topic.settings, "graph_database", "") or "")
-    return GraphStore(client, topic.id, getattr(topic.settings, "collection_name", "") or "")
+
+    cfg = topic.settings
+    database, collection = (cfg.graph_database, cfg.collection_name) if isinstance(cfg, GraphRagTopicSettings) else ("", "")
+    return GraphStore(graph_client(rt, database or ""), topic.id, collection or "")
 
 
 class ExtractionCache:
@@ -463,7 +474,7 @@ def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: Grap
     """
     store = graph_store(rt, topic).fence_writes(fence)
     store.ensure()
-    if getattr(topic.settings, "local_keyword_search", False):
+    if graph_settings(topic).local_keyword_search:
         store.ensure_keyword_index()
     new_ids = {cid for cid, _ in plan.chunks}
     dropped = (set(old_chunk_ids) | set(store.document_chunk_ids(document_id))) - new_ids

@@ -1,18 +1,10 @@
-"""How a GraphRAG Topic extends the delete sequences, and when its communities are due for a recompute.
+"""When a GraphRAG Topic's communities are due for a recompute.
 
-Importing this module adds, once:
-
-- to a document delete (:mod:`ragtopics.documents.delete`): ``remove_graph_share``,
-  which removes the document's chunk ids from every entity's and relationship's
-  provenance (deleting what is left without any, and rebuilding the description,
-  aliases and strength of what stays from the chunks left; an entity keeps its vector,
-  made of its name) and marks a recompute as due;
-- to a Topic delete (:mod:`ragtopics.topics.delete`): ``drop_graph``, which deletes the
-  Topic's FalkorDB graph and every RediSearch index named for the Topic.
-
-Community summaries are not rewritten by an upload or a delete: the Topic records
-that a recompute is due, and the next rebuild (Refresh Cycle or Recompute Communities
-Now) brings them up to date.
+An upload or a delete marks a recompute as due (the GraphRAG kind's delete steps,
+:mod:`ragtopics.kinds.graphrag`, remove a document's share of the graph, or the graph).
+Community summaries are not rewritten by an upload or a delete: the Topic records that a
+recompute is due, and the next rebuild (Refresh Cycle or Recompute Communities Now) brings
+them up to date.
 """
 
 from __future__ import annotations
@@ -20,11 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ragtopics.documents.delete import Deletion, add_delete_step
-from ragtopics.graph.store import GraphStore
 from ragtopics.runtime import Runtime
-from ragtopics.topics.delete import TopicDeletion, add_topic_delete_step
-from ragtopics.topics.topics import get_topic
 
 log = logging.getLogger(__name__)
 
@@ -65,51 +53,3 @@ def recompute_due(rt: Runtime, topic_id: str) -> str:
 def clear_recompute_due(rt: Runtime, topic_id: str) -> None:
     """Forget the due mark (after a rebuild)."""
     rt.redis.delete(due_key(topic_id))
-
-
-def _graph_store(rt: Runtime, topic_id: str) -> GraphStore | None:
-    # deferred: graph.ingest imports this module at module level (through graph.corrections)
-    from ragtopics.graph.ingest import graph_store
-
-    topic = get_topic(rt, topic_id)
-    return graph_store(rt, topic) if topic.kind == "graphrag" else None
-
-
-def _remove_graph_share(d: Deletion) -> None:
-    """Remove the document's share of the graph; entities other documents also mention stay, with what those say.
-
-    Counts ``entities`` and ``relationships`` removed, ``entities_kept`` and ``relationships_kept`` (rebuilt
-    from the chunks left), and ``descriptions_changed`` (kept entities whose description lost text).
-    """
-    store = _graph_store(d.rt, d.topic_id)
-    if store is None or not store.exists():
-        return
-    report = store.remove_document(d.document.id)  # entities that stay keep their vectors (made of their names)
-    d.count("entities", report.entities_removed)
-    d.count("relationships", report.relationships_removed)
-    d.count("entities_kept", report.entities_kept)
-    d.count("relationships_kept", report.relationships_kept)
-    d.count("descriptions_changed", len(report.rebuilt))
-    mark_recompute_due(d.rt, d.topic_id, f"{d.document.file_name} was deleted")
-    log.info("graph share of %s removed: %s", d.document.file_name, report)
-
-
-def _drop_graph(t: TopicDeletion) -> None:
-    """Delete the Topic's graph, and every RediSearch index named for the Topic (entities, community reports)."""
-    if t.topic.kind == "graphrag":
-        # deferred: graph.ingest imports this module at module level (through graph.corrections)
-        from ragtopics.graph.ingest import graph_store
-
-        store = graph_store(t.rt, t.topic)
-        if store.exists():
-            t.count("graph_entities", store.stats().get("entities", 0))
-            store.drop()
-    names = [n.decode() if isinstance(n, bytes) else n for n in t.rt.redis.execute_command("FT._LIST")]
-    for name in names:
-        if name.startswith(f"rt-{t.topic.id}-"):
-            t.rt.redis.execute_command("FT.DROPINDEX", name, "DD")
-            t.count("search_indexes", 1)
-
-
-add_delete_step("remove_graph_share", _remove_graph_share, before="remove_files")
-add_topic_delete_step("drop_graph", _drop_graph, before="drop_index")

@@ -44,16 +44,15 @@ import igraph
 import numpy as np
 import redis
 
-from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
+from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery, chunk_evidence
+from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore, Subgraph
 from ragtopics.rag.mentions import Link, follow_mentions_guarded, place_links
-from ragtopics.rag.retrieval import DEFAULT_RRF_K, reciprocal_rank_fusion
-from ragtopics.rag.retriever import chunk_evidence
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
-from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex, decode_vector, parse_pages
+from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 from ragtopics.text.keywords import is_searchable, query_keywords
 from ragtopics.tracing.trace import Trace
 
@@ -83,9 +82,6 @@ MAX_ITEM_CHARS = 300
 MAX_ITEM_DOCUMENTS = 3
 #: What follows a graph-ingestion pseudo-document's name (``ragtopics.graph.graph_ingestion.SUFFIX``).
 GRAPH_INGESTION_SUFFIX = " (graph ingestion)"
-
-_FIELDS = ["chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version", "embedding"]
-
 
 @dataclass(frozen=True, slots=True)
 class Seeds:
@@ -337,28 +333,9 @@ def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:
 
 
 def fetch_chunks(index: ChunkIndex, chunk_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
-    """Stored chunks by id, each scored by its cosine similarity to ``vector`` (one pipelined round trip).
-
-    Args:
-        chunk_ids: ids to read (unknown ones are left out).
-        vector: the question's embedding, shape ``(dims,)``, unit norm (stored chunks are unit norm too).
-
-    Returns:
-        chunk id → hit, in the order asked.
-    """
-    pipe = index.client.pipeline(transaction=False)
-    for cid in dict.fromkeys(chunk_ids):
-        pipe.hmget(index.key(cid), _FIELDS)
-    found: dict[str, ChunkHit] = {}
-    for values in pipe.execute():
-        if values[0] is None or values[-1] is None:
-            continue
-        row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(_FIELDS[:-1], values[:-1])}
-        score = float(np.dot(decode_vector(values[-1], index.dims), vector))
-        found[row["chunk_id"]] = ChunkHit(row["chunk_id"], row["document_id"], row["file_name"], int(row["position"] or 0),
-                                          row["text"], round(score, 6), row["context"], row["pictures"],
-                                          parse_pages(row["pages"]), row["version"])  # fmt: skip
-    return found
+    """Stored chunks by id, each scored by its cosine similarity to ``vector``
+    (:meth:`~ragtopics.storage.chunk_index.ChunkIndex.chunks_by_id`); chunk id → hit, in the order asked."""
+    return index.chunks_by_id(chunk_ids, vector)
 
 
 def _links(sub: Subgraph, chunks: dict[str, ChunkHit]) -> dict[str, list[str]]:
@@ -471,7 +448,7 @@ def rank_chunks(ppr: dict[str, float], cosine: dict[str, float], more: dict[str,
 
 
 def graph_chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
-    """A chunk as evidence (:func:`~ragtopics.rag.retriever.chunk_evidence`), a graph-ingestion record marked as such."""
+    """A chunk as evidence (:func:`~ragtopics.answer.context.chunk_evidence`), a graph-ingestion record marked as such."""
     item = chunk_evidence(hit, topic=topic)
     if not hit.file_name.endswith(GRAPH_INGESTION_SUFFIX):
         return item

@@ -13,8 +13,12 @@ import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+from ragtopics.errors import ConfigurationError
+from ragtopics.settings.topic import GraphRagTopicSettings
 
 
 class ExtractedEntity(BaseModel):
@@ -107,3 +111,21 @@ class MergeRecord:
     merged: str
     rule: str
     score: float = 1.0
+
+
+def graph_settings(topic: Any, why: str = "only GraphRAG Topics have a graph",
+                   error: type[ConfigurationError] = ConfigurationError) -> GraphRagTopicSettings:  # fmt: skip
+    """The settings of a Topic that keeps a graph, typed.
+
+    Args:
+        topic: the Topic (anything with ``name``, ``kind`` and ``settings``).
+        why: the end of the message when the Topic keeps no graph.
+        error: the error class raised then.
+
+    Raises:
+        ConfigurationError (or ``error``): the Topic's settings are not a GraphRAG Topic's:
+        ``"Topic 'Plain' is a rag Topic; only GraphRAG Topics have a graph"``.
+    """
+    if not isinstance(topic.settings, GraphRagTopicSettings):
+        raise error(f"Topic {topic.name!r} is a {topic.kind} Topic; {why}")
+    return topic.settings

@@ -33,11 +33,12 @@ from ragtopics.graph.communities import rebuild
 from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import clear_recompute_due, due_marker
-from ragtopics.graph.report import _graphrag
+from ragtopics.graph.model import graph_settings
 from ragtopics.ingest.cost import record_rebuild
 from ragtopics.jobs.queue import queue_for
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.topics.topics import get_topic, list_topics
 from ragtopics.tracing.reports import record_trace
 from ragtopics.tracing.trace import Trace
@@ -73,7 +74,7 @@ def enqueue_rebuild(rt: Runtime, topic, *, reason: str = "recompute now") -> str
         ConfigurationError: for a RAG Topic.
         redis.RedisError: when the queue cannot be reached.
     """
-    _graphrag(topic)
+    graph_settings(topic)
     current = _decode(rt.redis.get(_job_key(topic.id)))
     if current and _status(rt, current) in ("queued", "started", "deferred"):
         return current
@@ -96,7 +97,8 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
     if previous and _status(rt, previous) == "scheduled":
         with contextlib.suppress(NoSuchJobError):
             Job.fetch(previous, connection=rt.redis).cancel()
-    interval = getattr(topic.settings, "refresh_interval_s", None) if topic.kind == "graphrag" else None
+    cfg = topic.settings
+    interval = cfg.refresh_interval_s if isinstance(cfg, GraphRagTopicSettings) else None
     if not interval:
         rt.redis.delete(_next_key(topic.id))
         return None
@@ -126,7 +128,7 @@ def schedule_all(rt: Runtime) -> int:
     """
     scheduled = 0
     for topic in list_topics(rt):
-        if topic.kind != "graphrag":
+        if not isinstance(topic.settings, GraphRagTopicSettings):  # only a graph has communities to refresh
             continue
         current = _decode(rt.redis.get(_next_key(topic.id)))
         if current and _status(rt, current) == "scheduled":

@@ -6,18 +6,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from ragtopics.errors import ConfigurationError, NotFoundError
+from ragtopics.errors import NotFoundError
 from ragtopics.graph.communities import last_run
 from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.corrections import history_of
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.lifecycle import recompute_due
+from ragtopics.graph.model import graph_settings
 from ragtopics.runtime import Runtime
-
-
-def _graphrag(topic) -> None:
-    if topic.kind != "graphrag":
-        raise ConfigurationError(f"Topic {topic.name!r} is a {topic.kind} Topic; only GraphRAG Topics have a graph")
 
 
 def graph_stats(rt: Runtime, topic) -> dict[str, Any]:
@@ -26,7 +22,7 @@ def graph_stats(rt: Runtime, topic) -> dict[str, Any]:
     Raises:
         ConfigurationError: for a RAG Topic.
     """
-    _graphrag(topic)
+    graph_settings(topic)
     store = graph_store(rt, topic)
     counts = store.stats() if store.exists() else {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0}
     out: dict[str, Any] = {"topic": topic.name, "chunks": rt.chunk_index(topic.id).count(),
@@ -57,7 +53,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
         ConfigurationError: for a RAG Topic.
         NotFoundError: when no entity has that name or alias.
     """
-    _graphrag(topic)
+    graph_settings(topic)
     store = graph_store(rt, topic)
     entity = store.entity_by_name(name) if store.exists() else None
     if entity is None:

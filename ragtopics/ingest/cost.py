@@ -44,6 +44,7 @@ from ragtopics.ingest.chunking import Piece
 from ragtopics.ingest.pipeline import CONTEXT_DOCUMENT_CHARS, _cap_to_window, _chunk, ingest_settings
 from ragtopics.ingest.readers import read_file
 from ragtopics.ingest.structured import pack_records_counted
+from ragtopics.kinds import kind_of
 from ragtopics.llm.endpoints import stored_overrides
 from ragtopics.prompts.templates import NARRATE
 from ragtopics.runtime import Runtime
@@ -693,9 +694,7 @@ def call_figure(kind: str, work: str = "") -> str:
 
 def work_name(topic, kinds: set[str]) -> str:
     """What a Topic's upload work per chunk is measured under: ``rag``, ``graphrag-nlp`` or ``graphrag-llm``."""
-    if topic.kind != "graphrag":
-        return "rag"
-    return "graphrag-llm" if "graph_extraction" in kinds else "graphrag-nlp"
+    return kind_of(topic).upload_work("graph_extraction" in kinds)
 
 
 def active_kinds(rt: Runtime, topic) -> set[str]:
@@ -704,7 +703,7 @@ def active_kinds(rt: Runtime, topic) -> set[str]:
     kinds: set[str] = set()
     if cfg.describe_pictures:
         kinds.add("describe_picture")
-    if topic.kind == "graphrag":
+    if kind_of(topic).has_graph:
         # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.communities import uses_bundled_model
         from ragtopics.graph.extract import choose_method
@@ -739,7 +738,7 @@ def endpoint_prices(rt: Runtime) -> dict[str, tuple[float | None, float | None]]
     prices = {}
     for role in ROLES:
         row = rows.get(role)
-        if row is None and llm is not None and getattr(rt.settings, f"{role}_base_url", None) is None:
+        if row is None and llm is not None and not rt.settings.has_own_endpoint(role):
             row = llm
         if row is not None and (row.price_in_per_mtok is not None or row.price_out_per_mtok is not None):
             prices[role] = (row.price_in_per_mtok, row.price_out_per_mtok)
@@ -780,7 +779,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     per_work = figures.work_seconds(work)[0]
     estimate.work_seconds = per_work * estimate.chunks
     outlook = None
-    if topic.kind == "graphrag":
+    if kind_of(topic).has_graph:
         outlook = graph_calls(rt, topic, kinds, figures, graph_files)
         if outlook.work is not None:  # the graph's work per chunk grows with the graph the upload finds
             entities, estimate.work_seconds = outlook.entities, 0.0
@@ -812,7 +811,7 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
                               + ", ".join(sorted({extension_of(f.file_name) for f in sized})))  # fmt: skip
     if "community_report" in estimate.calls:
         estimate.notes.append("community reports are written at the next rebuild, not during the upload")
-    if topic.kind == "graphrag" and "graph_extraction" not in kinds:
+    if kind_of(topic).has_graph and "graph_extraction" not in kinds:
         estimate.notes.append("graph extraction uses the NLP method: no model calls")
     return estimate
 
@@ -873,7 +872,7 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
             f.calls[kind] = calls
         if spec.unit == "chunk" and kind in ("graph_extraction", "keywords", "context_line"):
             chars[kind] = chunk_chars * (per_unit if kind == "graph_extraction" else 1.0)
-    if topic.kind == "graphrag":  # the text the graph extraction reads (tables of contents skipped)
+    if kind_of(topic).has_graph:  # the text the graph extraction reads (tables of contents skipped)
         # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.extract import looks_like_toc_or_index
 
@@ -928,7 +927,7 @@ def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | 
         kinds, figures = active_kinds(rt, topic), figures or load_figures(rt)
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
         if not f.refused:
-            if topic.kind == "graphrag":  # as if it were the next upload into the graph as it is now
+            if kind_of(topic).has_graph:  # as if it were the next upload into the graph as it is now
                 graph_calls(rt, topic, kinds, figures, [(f, chars.get("graph", 0.0))])
             store_estimate(rt, row, f, topic)
     except Exception as exc:
@@ -1038,7 +1037,8 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
             increments[f"file:{ext}"] = {"count": actual["chunks"], "units": actual["bytes"]}
             increments[f"pictures:{ext}"] = {"count": actual["pictures"], "units": actual["bytes"]}
     graph, work = actual["graph"], work_name(topic, kinds)
-    if topic.kind == "graphrag" and graph.get("chars"):
+    has_graph = kind_of(topic).has_graph
+    if has_graph and graph.get("chars"):
         increments[f"graph:mentions:{work}"] = {"count": graph.get("mentions", 0), "units": graph["chars"]}
         increments[f"graph:new:{work}"] = {"count": graph.get("new_entities", 0), "units": graph["chars"]}
         if "deduplication" in kinds:
@@ -1046,7 +1046,7 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
                                           graph.get("open_pairs", 0), graph.get("dedup_calls", 0)])  # fmt: skip
         observe(rt, f"work:{work}", [actual["chunks"], graph.get("graph_entities", 0), actual["work_seconds"]])
     add_figures(rt, increments)
-    if topic.kind == "graphrag" and actual["chunks"]:
+    if has_graph and actual["chunks"]:
         rt.redis.incrby(SINCE_REBUILD_KEY.format(topic_id=topic.id), actual["chunks"])
     body = {k: actual[k] for k in ("chunks", "calls", "tokens_in", "tokens_out", "seconds", "pictures", "records")}
     with rt.metadata.session() as s:

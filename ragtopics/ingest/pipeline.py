@@ -34,14 +34,15 @@ from ragtopics.ingest.pictures import describe_pictures, link_pictures, picture_
 from ragtopics.ingest.readers import ReadResult, read_file
 from ragtopics.ingest.structured import pack_records_counted, records_per_chunk
 from ragtopics.ingest.token_cap import CONTEXT_LINE_TOKENS, CappedChunks, TokenCounter, cap_tokens, trim_to_tokens
+from ragtopics.kinds import GraphShare, kind_of
 from ragtopics.llm.gateway import ModelCall
-from ragtopics.prompts.resolve import resolve_ingest_prompts, resolve_prompts
+from ragtopics.prompts.resolve import resolve_ingest_prompts
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings, RagTopicSettings, TopicSettings
 from ragtopics.storage import documents
 from ragtopics.storage.chunk_index import ChunkRecord
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks, graph_write_lock
+from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, Fence, document_lock, document_locks
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 from ragtopics.text.file_types import IMAGE_READER, SOURCE_CODE_EXTENSIONS, extension_of
 from ragtopics.text.keywords import index_keywords
@@ -156,11 +157,9 @@ def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None =
         version = _complete(rt, doc, draft, vectors, cfg, prompts, trace, report)
     except Exception as exc:
         return _stop_or_fail(rt, doc.id, job_id, exc, trace, new_blobs)
-    if topic.kind == "graphrag" and fan_out and version.records:
-        from ragtopics.graph.fanout import park_and_fan_out  # extraction continues in small jobs
-
-        return _guarded(rt, doc.id, job_id, trace, new_blobs,
-                        lambda: park_and_fan_out(rt, topic, doc, job_id, version, trace))  # fmt: skip
+    kind = kind_of(topic)
+    if kind.fans_out_extraction and fan_out and version.records:  # extraction continues in small jobs
+        return _guarded(rt, doc.id, job_id, trace, new_blobs, lambda: kind.fan_out(rt, topic, doc, job_id, version, trace))
     return finish_version(rt, topic, doc, job_id, version, trace, report, progress)
 
 
@@ -289,12 +288,13 @@ class PreparedVersion:
 def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace,
                    report: ProgressFn, progress: ProgressFn | None, graph_failures: dict[str, str] | None = None,
                    extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
-    """Plan the graph share (GraphRAG), then store the version: picture files, then graph share, row and chunk swap
-    under the locks (:func:`~ragtopics.documents.versions.store_version`: all of them, or none).
+    """Store the version: the kind's step (a GraphRAG Topic's graph share), then picture files, graph share, row and
+    chunk swap under the locks (:func:`~ragtopics.documents.versions.store_version`: all of them, or none).
 
     For a GraphRAG Topic the extraction runs first, with no lock; the deduplication against the graph, the
     graph writes and the chunk swap then run under the Topic's graph write lock (one upload of the Topic at
-    a time), the writes also under the document's lock, each fenced with both locks' tokens.
+    a time), the writes also under the document's lock, each fenced with both locks' tokens
+    (:meth:`~ragtopics.kinds.TopicKind.store_upload`).
 
     Called at the end of :func:`ingest_document`, or by the job that finishes a GraphRAG
     upload whose extraction fanned out (its chunks' extractions are then in the cache;
@@ -304,21 +304,12 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
     new_blobs: list[str] = []
 
     def store() -> IngestResult:
-        records = version.records
-        if topic.kind != "graphrag":
-            return store_under_locks(None, None)
-        from ragtopics.graph.ingest import complete_plan, extract_graph  # the NLP library loads only for GraphRAG Topics
+        return kind_of(topic).store_upload(rt, topic, version, store_under_locks, report, trace, graph_failures=graph_failures,
+                                           extracted_elsewhere=extracted_elsewhere)  # fmt: skip
 
-        # The slow half (extraction, name vectors) needs no lock; deduplication against the graph and the
-        # writes run under the Topic's graph write lock, so concurrent uploads plan against each other's graph.
-        extracted = extract_graph(rt, topic, records, report, trace, known_failures=graph_failures,
-                                  extracted_elsewhere=extracted_elsewhere)  # fmt: skip
-        with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
-            return store_under_locks(complete_plan(rt, topic, records, extracted, report, trace), graph_fence)
-
-    def store_under_locks(graph, graph_fence) -> IngestResult:
+    def store_under_locks(share: GraphShare | None) -> IngestResult:
         records = version.records
-        images = _graph_images(rt, topic, version, graph, trace) if graph is not None else []
+        graph, images = (share.plan, share.images) if share is not None else (None, [])
         report("storing", len(records), len(records))
         status = documents.DocumentStatus.INDEXED if records else documents.DocumentStatus.EMPTY
         warning = _warning(records, version.read_warnings, doc, topic.name, graph)
@@ -326,8 +317,8 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
         if graph is not None:
             indexed_with["graph"] = graph.summary()
         with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S) as fence:  # a newer upload or a delete waits for the swap
-            if graph_fence is not None:
-                fence = fence.joined(graph_fence)  # every write needs both locks still held
+            if share is not None and share.fence is not None:
+                fence = fence.joined(share.fence)  # every write needs both locks still held
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs, fence)
@@ -383,7 +374,7 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
     report = progress or (lambda phase, done, total: None)
     results = _Results(settled)
     topic = get_topic(rt, topic_id)
-    if topic.kind == "graphrag":
+    if not kind_of(topic).indexes_in_batches:
         return {job_id: _alone(rt, document_id, job_id, blob_path) for document_id, job_id, blob_path in items}
     cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)
@@ -568,20 +559,6 @@ def _embed_together(rt: Runtime, texts: list[list[str]], traces: list[Trace], re
             if file_texts:
                 trace.add("model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, took_ms, items=len(file_texts))))
     return out
-
-
-def _graph_images(rt: Runtime, topic, version: PreparedVersion, graph, trace: Trace) -> list:
-    """Picture in the graph: the Image nodes of the version's stored pictures (see :mod:`ragtopics.graph.pictures`)."""
-    if getattr(topic.settings, "picture_handling", "") != "PICTURE_IN_GRAPH" or not version.pictures:
-        return []
-    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
-    from ragtopics.graph.pictures import link_images
-
-    pngs = dict(zip((row.id for row in version.pictures), (png for _, png in version.picture_pngs), strict=True))
-    pictures = {row.id: (row.caption or "", row.description or "", pngs.get(row.id)) for row in version.pictures}
-    chunk_pictures = {r.chunk_id: r.pictures.split() for r in version.records if r.pictures}
-    template = resolve_prompts(rt, topic.id)["picture_entities"]
-    return link_images(rt, graph.entities, chunk_pictures, pictures, trace, template)
 
 
 def _guarded(rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs: list[str],

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragtopics.errors import NotFoundError
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
+from ragtopics.settings.topic import TopicSettings
 from ragtopics.storage.metadata import ChatTurnRow, DocumentRow
 from ragtopics.storage.traces import load_trace
 from ragtopics.topics.topics import get_topic
@@ -119,12 +121,12 @@ def diagnose_turn(rt: Runtime, turn_id: int) -> Diagnosis:
     way = f"way {turn.route}" + (f" (confidence {turn.route_confidence:.2f})" if turn.route_confidence is not None else "")
     reason = f": {turn.route_reason}" if turn.route_reason else ""
     no_answer = turn.answer.strip() == cfg.no_answer_response.strip()
-    summaries = kind == "graphrag" and turn.route == "GLOBAL"
+    summaries = kind_of(topic).has_graph and turn.route == "GLOBAL"
     if not turn.sources and (turn.route in NO_SEARCH_WAYS or (summaries and not no_answer)):
         what = ("; GLOBAL answers from community summaries, which cite no file" if summaries
                 else ", so no document was searched")  # fmt: skip
         findings = [f"The router chose {way}{reason}{what}."]
-        threshold = _route_threshold(cfg, kind, turn.route)
+        threshold = kind_of(topic).route_threshold(cfg, turn.route)
         if threshold is not None and turn.route_confidence is not None:
             findings.append(f"Its confidence {turn.route_confidence:.2f} was at or above the threshold {threshold:.2f}.")
         return _remedy(kind, "no_sources", cfg, findings)
@@ -143,15 +145,7 @@ def diagnose_turn(rt: Runtime, turn_id: int) -> Diagnosis:
                                             "If a source does not belong, the threshold let it in."])  # fmt: skip
 
 
-def _route_threshold(cfg, kind: str, route: str) -> float | None:
-    """The confidence the router needed for ``route``: a RAG Topic's Router Confidence Threshold; a GraphRAG
-    Topic's DIRECT Confidence Threshold for DIRECT, its Confidence Threshold for any other way."""
-    if kind == "rag":
-        return getattr(cfg, "router_confidence_threshold", None)
-    return getattr(cfg, "direct_confidence_threshold" if route == "DIRECT" else "confidence_threshold", None)
-
-
-def _search_findings(events: list[dict], cfg, route: str = "") -> list[str]:
+def _search_findings(events: list[dict], cfg: TopicSettings, route: str = "") -> list[str]:
     """What the search step shows: candidates, what was kept, the best scores against Min. Similarity Score
     (for GLOBAL: of the community summaries; HYBRID's summaries are only its start, its chunks come from LOCAL)."""
     select = _step(events, "global_select")
@@ -164,7 +158,7 @@ def _search_findings(events: list[dict], cfg, route: str = "") -> list[str]:
     data = retrieve.get("data") or {}
     found = data.get("dense") or data.get("kept") or []
     best = sorted((float(h.get("score") or 0) for h in found if isinstance(h, dict)), reverse=True)[:3]
-    min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
+    min_score = data.get("min_score", cfg.min_similarity_score)
     lines = [(f"The search ({data.get('strategy', 'dense')}) found {len(found) if found else data.get('candidates', 0)} candidate chunk(s) and "
              f"kept {len(data.get('kept') or [])} (Top-K {data.get('top_k', '?')}, Min. Similarity Score {min_score}).")]  # fmt: skip
     return lines + _best_scores(best)
@@ -175,12 +169,12 @@ def _best_scores(scores: list[float]) -> list[str]:
     return ["Best similarity scores: " + ", ".join(f"{b:.2f}" for b in scores) + "."] if scores else []
 
 
-def _summary_findings(data: dict, cfg) -> list[str]:
+def _summary_findings(data: dict, cfg: TopicSettings) -> list[str]:
     """What GLOBAL's selection of community summaries shows (its ``global_select`` step)."""
     if data.get("reason"):
         return [f"GLOBAL searched community summaries and found none: {data['reason']} (run Recompute Communities Now)."]
     kept, best = data.get("reports") or [], data.get("best") or []
-    min_score = data.get("min_score", getattr(cfg, "min_similarity_score", None))
+    min_score = data.get("min_score", cfg.min_similarity_score)
     return [(f"GLOBAL searched community summaries, not documents, and kept {len(kept)} (Top-K Reports "
             f"{data.get('top_k', '?')}, Min. Similarity Score {min_score})."),
             *_best_scores([float(b.get("score") or 0) for b in best])]  # fmt: skip
@@ -209,8 +203,9 @@ def diagnose_document(rt: Runtime, document_id: str) -> Diagnosis:
     if doc.status == "failed":
         return _remedy(topic.kind, "file_failed", topic.settings, [f"{doc.file_name} failed: {doc.error}", *facts])
     graph = (doc.indexed_with or {}).get("graph") or {}
-    if doc.status in ("indexed", "empty") and (doc.chunk_count == 0 or (topic.kind == "graphrag" and not graph.get("entities"))):
-        what = f"{doc.chunk_count} chunk(s)" + (f", {graph.get('entities', 0)} entities" if topic.kind == "graphrag" else "")
+    has_graph = kind_of(topic).has_graph
+    if doc.status in ("indexed", "empty") and (doc.chunk_count == 0 or (has_graph and not graph.get("entities"))):
+        what = f"{doc.chunk_count} chunk(s)" + (f", {graph.get('entities', 0)} entities" if has_graph else "")
         return _remedy(topic.kind, "file_empty", topic.settings, [f"{doc.file_name} gave {what}.", *facts,
                                                                  *([doc.warning] if doc.warning else [])])  # fmt: skip
     return Diagnosis("fine", f"{doc.file_name} is {doc.status}", [f"{doc.chunk_count} chunk(s).", *facts])

@@ -15,17 +15,14 @@ What the score means:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.rag.mentions import Link, follow_mentions_guarded
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
 from ragtopics.text.keywords import is_searchable, query_keywords
-
-#: Reciprocal rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009: k = 60).
-DEFAULT_RRF_K = 60
 
 #: Hits taken from each list before fusion under HYBRID (at least; 3 × kept when more).
 FUSION_DEPTH = 30
@@ -53,31 +50,6 @@ class Retrieval:
 def filter_hits(hits: list[ChunkHit], *, min_score: float, top_k: int) -> list[ChunkHit]:
     """Drop hits scoring below ``min_score``, then keep the ``top_k`` best (order kept)."""
     return [h for h in hits if h.score >= min_score][:top_k]
-
-
-def reciprocal_rank_fusion(ranked_ids: Mapping[str, Sequence[str]], *, k: int = DEFAULT_RRF_K) -> dict[str, dict]:
-    """Merge ranked lists of ids: ``score(d) = Σ_lists 1 / (k + rank_d)``, ranks from 1.
-
-    Source: Cormack, Clarke & Büttcher, "Reciprocal Rank Fusion outperforms Condorcet
-    and individual Rank Learning Methods", SIGIR 2009 (k = 60 there). Works on any ids
-    (chunks here, entities in a GraphRAG Topic's LOCAL seeds).
-
-    Args:
-        ranked_ids: list name → ids, best first; an id repeated within a list counts once, at its first rank.
-        k: the fusion constant (>= 1); larger flattens the advantage of top ranks.
-
-    Returns:
-        id → ``{<list name>: 1-based rank or None, ..., "rrf": raw fused score}``, best first
-        (ties keep first-seen order).
-    """
-    ranks: dict[str, dict] = {}
-    for name, ids in ranked_ids.items():
-        for rank, item in enumerate(ids, start=1):
-            entry = ranks.setdefault(item, dict.fromkeys(ranked_ids) | {"rrf": 0.0})
-            if entry[name] is None:
-                entry[name] = rank
-                entry["rrf"] += 1.0 / (k + rank)
-    return {item: ranks[item] for item in sorted(ranks, key=lambda i: -ranks[i]["rrf"])}
 
 
 def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K) -> tuple[list[ChunkHit], dict[str, dict]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery
+from ragtopics.answer.context import Context, RetrievalQuery, chunk_evidence
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.rag.rerank import rerank
 from ragtopics.rag.retrieval import retrieve
@@ -20,20 +20,6 @@ log = logging.getLogger(__name__)
 
 #: Candidates collected per kept chunk before an LLM rerank (the spec: "about three times as many").
 RERANK_POOL_FACTOR = 3
-
-
-def chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
-    """A retrieved chunk as evidence: its text, cosine score, pictures and document (with the chunk's pages)."""
-    return Evidence(
-        kind="chunk",
-        id=hit.chunk_id,
-        text=hit.text,
-        score=hit.score,
-        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic, version=hit.version,
-                               pages=hit.pages),),
-        context=hit.context,
-        pictures=tuple(hit.pictures.split()),
-    )
 
 
 @dataclass(slots=True)

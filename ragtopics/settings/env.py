@@ -296,6 +296,10 @@ class Settings(BaseSettings):
         """``DATABASE_URL``, or a SQLite file under the data directory."""
         return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'ragtopics.db'}"
 
+    def has_own_endpoint(self, role: str) -> bool:
+        """Whether ``role`` has its own ``<ROLE>_BASE_URL`` (else it uses the Language Model's endpoint)."""
+        return getattr(self, f"{role}_base_url", None) is not None
+
     def endpoint(self, role: str) -> ModelEndpoint:
         """Return the endpoint for ``role``.
 

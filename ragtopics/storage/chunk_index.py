@@ -713,6 +713,28 @@ class ChunkIndex:
             pipe.hget(self.key(cid), "embedding")
         return {cid: decode_vector(raw, self.dims) for cid, raw in zip(chunk_ids, pipe.execute()) if raw}
 
+    def chunks_by_id(self, chunk_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
+        """Stored chunks by id, each scored by its cosine similarity to ``vector`` (one pipelined round trip).
+
+        Args:
+            chunk_ids: ids to read (unknown ones are left out; a repeated id is read once).
+            vector: the question's embedding, shape ``(dims,)``, unit norm (stored chunks are unit norm too).
+
+        Returns:
+            chunk id → hit, in the order asked.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for cid in dict.fromkeys(chunk_ids):
+            pipe.hmget(self.key(cid), [*_HIT_FIELDS, "embedding"])
+        found: dict[str, ChunkHit] = {}
+        for values in pipe.execute():
+            if values[0] is None or values[-1] is None:
+                continue
+            row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(_HIT_FIELDS, values[:-1], strict=True)}
+            score = float(np.dot(decode_vector(values[-1], self.dims), vector))
+            found[row["chunk_id"]] = _hit(row, round(score, 6))
+        return found
+
     def count(self) -> int:
         """Number of chunks in the index (0 when it does not exist)."""
         if self.built_with() is None:
@@ -929,6 +951,10 @@ def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_
         if tf:
             score += weight * tf * (k1 + 1) / (tf + norm)
     return score
+
+
+#: The stored fields of a chunk that make a :class:`ChunkHit`.
+_HIT_FIELDS = ("chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version")
 
 
 def _hit(row: dict, score: float) -> ChunkHit:

@@ -1,9 +1,10 @@
 """Deleting a Topic: its index, documents, chats, traces, prompts, stored files and job records.
 
 Like a document delete (:mod:`ragtopics.documents.delete`), a Topic delete is a
-sequence of named, idempotent steps (:data:`TOPIC_DELETE_STEPS`) that other parts of
-the product extend with :func:`add_topic_delete_step` (a GraphRAG Topic adds its
-graph). The SQL rows go last, so a delete that stopped half-way can be run again.
+sequence of named, idempotent steps (:data:`TOPIC_DELETE_STEPS`), to which the Topic's
+kind adds its own (:meth:`~ragtopics.kinds.TopicKind.topic_delete_steps`: a GraphRAG
+Topic's graph) and other parts of the product add theirs with :func:`add_topic_delete_step`.
+The SQL rows go last, so a delete that stopped half-way can be run again.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 
 from rq.job import Job
 
-from ragtopics.documents.delete import insert_step
+from ragtopics.documents.delete import delete_steps, insert_step
 from ragtopics.jobs.queue import TOPIC_JOBS, job_topic_id
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
@@ -97,6 +99,15 @@ def _drop_index(d: TopicDeletion) -> None:
     d.count("redis_keys", len(keys))
 
 
+def _drop_search_indexes(d: TopicDeletion) -> None:
+    """Drop every other RediSearch index named for the Topic (a GraphRAG Topic's entities and community reports)."""
+    names = [n.decode() if isinstance(n, bytes) else n for n in d.rt.redis.execute_command("FT._LIST")]
+    for name in names:
+        if name.startswith(f"rt-{d.topic.id}-"):
+            d.rt.redis.execute_command("FT.DROPINDEX", name, "DD")
+            d.count("search_indexes", 1)
+
+
 def _remove_jobs(d: TopicDeletion) -> None:
     """Remove the Topic's job records; waits up to RUNNING_JOB_WAIT_S for running jobs to stop first.
 
@@ -135,7 +146,7 @@ def _disconnect(d: TopicDeletion) -> None:
         if row.id == d.topic.id:
             continue
         other = get_topic(d.rt, row.id)
-        names = list(getattr(other.settings, "mcp_interfaces", []) or [])
+        names = list(other.settings.mcp_interfaces)
         kept = [n for n in names if n not in (d.topic.name, d.topic.id)]
         if kept != names:
             update_settings(d.rt, other.id, {"mcp_interfaces": kept})
@@ -157,6 +168,7 @@ def _remove_files(d: TopicDeletion) -> None:
 TOPIC_DELETE_STEPS: list[tuple[str, TopicDeleteStep]] = [
     ("stop_documents", _stop_documents),
     ("drop_index", _drop_index),
+    ("drop_search_indexes", _drop_search_indexes),
     ("remove_jobs", _remove_jobs),
     ("disconnect", _disconnect),
     ("remove_files", _remove_files),
@@ -182,13 +194,11 @@ def delete_topic(rt: Runtime, name_or_id: str) -> TopicDeletion:
     Raises:
         NotFoundError: when there is no such Topic.
     """
-    # deferred: these modules import this one at module level; importing them adds their steps
-    import ragtopics.demo.links
-    import ragtopics.graph.lifecycle  # noqa: F401 - adds the GraphRAG step (the Topic's graph)
+    import ragtopics.demo.links  # noqa: F401 - adds its step (the Topic's demo links); demo imports this module
 
     topic = get_topic(rt, name_or_id)
     deletion = TopicDeletion(rt, topic)
-    for name, step in TOPIC_DELETE_STEPS:
+    for name, step in delete_steps(TOPIC_DELETE_STEPS, kind_of(topic).topic_delete_steps()):
         step(deletion)
         log.debug("delete Topic %s: %s done", topic.name, name)
     log.info("deleted Topic %r (%s): %s", topic.name, topic.id, deletion.removed)

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from ragtopics.errors import InvalidSettingError, NotFoundError
+from ragtopics.kinds import kind_named, kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import TopicSettings, load_settings, validate_settings
 from ragtopics.storage import documents as document_store
@@ -61,7 +60,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
         raise InvalidSettingError(f"a Topic name must be 1 to {MAX_NAME_CHARS} printable characters")
     model = validate_settings(kind, settings or {})
     _check_runnable(model)
-    _check_graph_database(rt, model)
+    kind_named(kind).check_settings(rt, None, model, None)
     topic_id = topic_id_for(name)
     _check_connected(rt, name, topic_id, model)
     payload = model.model_dump(mode="json")
@@ -72,7 +71,7 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
         raise InvalidSettingError(f"a Topic called {same} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
     topic = get_topic(rt, topic_id)
-    _schedule_refresh(rt, topic)
+    kind_of(topic).settings_saved(rt, topic, None)
     return topic
 
 
@@ -107,52 +106,13 @@ def update_settings(rt: Runtime, name_or_id: str, changes: dict[str, Any]) -> To
         _check_runnable(model)
     if "mcp_interfaces" in changes:
         _check_connected(rt, topic.name, topic.id, model)
-    if "graph_database" in changes:
-        _check_graph_database(rt, model)
-        _check_graph_not_moved(rt, topic, model)
+    kind = kind_of(topic)
+    kind.check_settings(rt, topic, model, set(changes))
     payload = model.model_dump(mode="json")
     topic_store.save_settings(rt.metadata, topic.id, payload)
     topic = get_topic(rt, topic.id)
-    if "refresh_cycle" in changes:
-        _schedule_refresh(rt, topic)
+    kind.settings_saved(rt, topic, set(changes))
     return topic
-
-
-def _check_graph_database(rt: Runtime, model: TopicSettings) -> None:
-    name = getattr(model, "graph_database", "")
-    if name:
-        # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
-        from ragtopics.graph.databases import check_graph_database
-
-        check_graph_database(rt, name)
-
-
-def _check_graph_not_moved(rt: Runtime, topic: Topic, model: TopicSettings) -> None:
-    """Refuse pointing a Topic whose graph already holds entities at another graph database (it would be left behind)."""
-    before = getattr(topic.settings, "graph_database", "") or "default"
-    after = getattr(model, "graph_database", "") or "default"
-    if before == after:
-        return
-    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
-    from ragtopics.graph.ingest import graph_store
-
-    entities = graph_store(rt, topic).stats()["entities"]
-    if entities:
-        raise InvalidSettingError(f"graph_database: the graph of Topic {topic.name!r} already holds {entities} entities in "
-                                  f"{before!r}; choose the graph database before the first upload, or create a new Topic")  # fmt: skip
-
-
-def _schedule_refresh(rt: Runtime, topic: Topic) -> None:
-    """(Re)schedule a GraphRAG Topic's Refresh Cycle; a queue that cannot be reached is logged (the worker schedules it at start)."""
-    if topic.kind != "graphrag":
-        return
-    # deferred: the graph package imports topics at module level, and loads only for GraphRAG Topics
-    from ragtopics.graph.refresh import schedule_refresh
-
-    try:
-        schedule_refresh(rt, topic)
-    except redis.RedisError as exc:
-        log.warning("could not schedule the Refresh Cycle of Topic %s: %s", topic.name, exc)
 
 
 def _check_connected(rt: Runtime, name: str, topic_id: str, model: TopicSettings) -> None:
@@ -197,28 +157,12 @@ def _topic(row: TopicRow) -> Topic:
     )
 
 
-def _reembed_entities(rt: Runtime, topic: Topic) -> None:
-    """Replace a GraphRAG Topic's entity vectors with the configured model's (each made of the entity's name).
-
-    An entity's vector is made once (:func:`~ragtopics.graph.ingest.embed_entities`), so a model change
-    would otherwise leave every entity with a vector of the old model, or of another dimension.
-    """
-    from ragtopics.graph.ingest import embed_entities, graph_store  # the graph code loads only for a graph
-
-    store = graph_store(rt, topic)
-    if not store.exists():
-        return
-    removed = store.vectors.clear()
-    embedded = embed_entities(rt, store, [e.id for e in store.all_entities()])
-    log.info("Topic %r: %d entity vectors replaced by %d made with %s", topic.name, removed, embedded,
-             rt.gateway.embedder.model)  # fmt: skip
-
-
 def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, Any], str]) -> list[str]:
     """Re-embed every stored document of a Topic with the configured embedding model.
 
-    Drops the Topic's chunk index (and the record of the embedder it was built with), makes a
-    GraphRAG Topic's entity vectors again with the configured model, then queues each document's
+    Drops the Topic's chunk index (and the record of the embedder it was built with), makes the kind's
+    own vectors (a GraphRAG Topic's entity vectors) again with the configured model
+    (:meth:`~ragtopics.kinds.TopicKind.reembed`), then queues each document's
     stored file for indexing again, as a re-upload would.
     Until the jobs have run, the Topic finds nothing.
 
@@ -236,8 +180,7 @@ def reembed_topic(rt: Runtime, name_or_id: str, enqueue: Callable[[Runtime, Any]
     """
     topic = get_topic(rt, name_or_id)
     rt.chunk_index(topic.id).drop()
-    if topic.kind == "graphrag":
-        _reembed_entities(rt, topic)
+    kind_of(topic).reembed(rt, topic)
     jobs = []
     for document_id in document_store.stored_documents(rt.metadata, topic.id):
         with document_lock(rt.redis, document_id):

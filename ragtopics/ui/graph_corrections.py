@@ -15,6 +15,7 @@ import gradio as gr
 
 from ragtopics.errors import RagTopicsError
 from ragtopics.graph.corrections import KINDS, correct, list_corrections
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.ui import web
 from ragtopics.ui.common import find_topic, md_text
@@ -32,7 +33,7 @@ NAME_LABELS = {"split": "Alias to split off"}
 def corrections_table(rt: Runtime, topic_name: str | None) -> list[list]:
     """Rows of a Topic's corrections, oldest first (none for an unknown or RAG Topic)."""
     topic = find_topic(rt, topic_name)
-    if topic is None or topic.kind != "graphrag":
+    if topic is None or not kind_of(topic).has_graph:
         return []
     return [[c.id, c.summary(), c.created_by or "(CLI)", f"{c.created_at:%Y-%m-%d %H:%M}" if c.created_at else ""]
             for c in list_corrections(rt, topic.id)]  # fmt: skip

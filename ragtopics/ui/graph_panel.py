@@ -19,6 +19,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.graph.refresh import enqueue_rebuild, next_refresh
 from ragtopics.graph.report import graph_stats
 from ragtopics.jobs.queue import JobProgress, job_progress
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.ui.common import find_topic, progress_bar
 from ragtopics.ui.words import plural
@@ -100,7 +101,7 @@ def last_run_text(run: dict | None) -> str:
 
 def refresh_text(rt: Runtime, topic) -> str:
     """When the Refresh Cycle rebuilds the communities next."""
-    cycle = getattr(topic.settings, "refresh_cycle", "off")
+    cycle = kind_of(topic).settings_of(topic).refresh_cycle
     if cycle == "off":
         return "**Refresh Cycle:** off (communities are rebuilt only by Recompute Communities Now)"
     due = next_refresh(rt, topic.id)
@@ -134,7 +135,7 @@ def graph_panel_markdown(rt: Runtime, topic) -> str:
 def render(rt: Runtime, topic_name: str | None) -> tuple[bool, str]:
     """Whether the panel shows for the Topic (GraphRAG only), and its text."""
     topic = find_topic(rt, topic_name)
-    if topic is None or topic.kind != "graphrag":
+    if topic is None or not kind_of(topic).has_graph:
         return False, ""
     try:
         return True, graph_panel_markdown(rt, topic)

@@ -19,6 +19,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.graph.community_index import CommunityIndex
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
+from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import list_topics
 from ragtopics.ui.common import find_topic
@@ -108,7 +109,7 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
         ``(svg or message, details)``; a RAG Topic, an unknown entity or an empty graph say so.
     """
     topic = find_topic(rt, topic_name)
-    if topic is None or topic.kind != "graphrag":
+    if topic is None or not kind_of(topic).has_graph:
         return "<p>Choose a GraphRAG Topic.</p>", ""
     if not (name or "").strip():
         return "<p>Type an entity's name (or pick one from the community list).</p>", ""
@@ -156,7 +157,7 @@ def history_lines(rt: Runtime, topic_id: str, entity: Entity) -> list[str]:
 def communities_table(rt: Runtime, topic_name: str) -> list[list]:
     """Rows of the community list: title, members, key entities, summary (largest first)."""
     topic = find_topic(rt, topic_name)
-    if topic is None or topic.kind != "graphrag":
+    if topic is None or not kind_of(topic).has_graph:
         return []
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
     hits = index.get(sorted(index.get_hashes()))
@@ -166,7 +167,7 @@ def communities_table(rt: Runtime, topic_name: str) -> list[list]:
 
 def graphrag_names(rt: Runtime) -> list[str]:
     """Names of the GraphRAG Topics."""
-    return [t.name for t in list_topics(rt) if t.kind == "graphrag"]
+    return [t.name for t in list_topics(rt) if kind_of(t).has_graph]
 
 
 def build(rt: Runtime) -> dict:

@@ -13,7 +13,7 @@ from ragtopics.errors import RagTopicsError
 from ragtopics.runtime import Runtime
 from ragtopics.settings.docs import display_value, settings_rows
 from ragtopics.settings.env import ROLES
-from ragtopics.settings.topic import RagTopicSettings, phase_of
+from ragtopics.settings.topic import RagTopicSettings, TopicSettings, phase_of
 from ragtopics.topics.delete import delete_topic
 from ragtopics.topics.topics import create_topic, get_topic, list_topics, reembed_topic, update_settings
 from ragtopics.ui import wizard
@@ -27,11 +27,15 @@ def topics_table(rt: Runtime) -> list[list]:
     Top-K is Top-K Results for RAG and Top-K Nodes for GraphRAG.
     """
     return [
-        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap,
-         getattr(t.settings, "top_k_results", None) or getattr(t.settings, "top_k_nodes", None),
+        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap, _top_k(t.settings),
          t.settings.min_similarity_score, f"v{t.settings_version}"]
         for t in list_topics(rt)
     ]
+
+
+def _top_k(settings: TopicSettings) -> int:
+    """Top-K Results (RAG) or Top-K Nodes (GraphRAG)."""
+    return settings.top_k_results if isinstance(settings, RagTopicSettings) else settings.top_k_nodes
 
 
 def build(rt: Runtime) -> dict:

@@ -21,6 +21,7 @@ import gradio as gr
 from pydantic import BaseModel
 
 from ragtopics.errors import RagTopicsError
+from ragtopics.kinds import KINDS as TOPIC_KINDS
 from ragtopics.runtime import Runtime
 from ragtopics.settings.docs import describe_default, describe_type
 from ragtopics.settings.topic import SETTINGS_MODELS, RagTopicSettings, phase_of
@@ -35,7 +36,9 @@ FILE_TYPE_GROUPS: dict[str, list[str]] = {
     "Structured data": sorted(STRUCTURED_TYPES),
     "Pictures": sorted(IMAGE_TYPES),
 }
-KINDS = {"RAG": "rag", "GraphRAG": "graphrag"}
+KINDS = {kind.label: kind.name for kind in TOPIC_KINDS.values()}
+#: The kind the wizard starts with (its fields show first).
+FIRST_KIND = next(iter(TOPIC_KINDS))
 #: The wizard's steps after step 1, per kind: (title, setting keys). file_types is drawn as groups.
 STEPS: dict[str, list[tuple[str, list[str]]]] = {
     "rag": [
@@ -177,7 +180,7 @@ def build(rt: Runtime) -> dict:
     fields: list[Field] = []
     with gr.Walkthrough(selected=1, elem_id="wizard") as walk:
         with gr.Step("1 · Name", id=1):
-            kind = gr.Radio(list(KINDS), value="RAG", label="Kind", elem_id="wizard-kind",
+            kind = gr.Radio(list(KINDS), value=TOPIC_KINDS[FIRST_KIND].label, label="Kind", elem_id="wizard-kind",
                             info="RAG: chunks, vectors and keywords. GraphRAG: also a knowledge graph with communities, "
                                  "and a router that picks the way per question.")  # fmt: skip
             with gr.Row():
@@ -212,15 +215,14 @@ def build(rt: Runtime) -> dict:
     status = gr.Markdown(elem_id="topic-status")
 
     settings_fields = [f for f in fields if f.key]
-    rag_only = [f.component for f in fields if f.kind == "rag"]
-    graph_only = [f.component for f in fields if f.kind == "graphrag"]
+    per_kind = {name: [f.component for f in fields if f.kind == name] for name in TOPIC_KINDS}
     private: dict[str, Any] = {"api_visibility": "private"}
 
     def show_kind(label):
-        is_graph = label == "GraphRAG"
-        return [gr.update(visible=not is_graph)] * len(rag_only) + [gr.update(visible=is_graph)] * len(graph_only)
+        shown = KINDS.get(label)
+        return [gr.update(visible=name == shown) for name, components in per_kind.items() for _ in components]
 
-    kind.change(show_kind, kind, rag_only + graph_only, **private)
+    kind.change(show_kind, kind, [c for components in per_kind.values() for c in components], **private)
     for button, step in ((next1, 2), (back2, 1), (next2, 3), (back3, 2), (next3, 4), (back4, 3)):
         button.click(lambda s=step: (gr.Walkthrough(selected=s), ""), None, [walk, status], **private)  # no stale message
     groups.input(lambda chosen: [list(types) if g in (chosen or []) else [] for g, types in FILE_TYPE_GROUPS.items()],
@@ -229,7 +231,7 @@ def build(rt: Runtime) -> dict:
 
     def on_create(kind_label, name_value, description_value, prompt_value, *rest):
         chosen_groups, raw = list(rest[:n_groups]), rest[n_groups:]
-        wanted = KINDS.get(kind_label, "rag")
+        wanted = KINDS.get(kind_label, FIRST_KIND)
         values = {f.key: v for f, v in zip(settings_fields, raw) if f.kind == wanted}
         status_line = create_from_wizard(rt, kind_label, name_value, description_value, prompt_value, chosen_groups, values)
         created = status_line.startswith("Created")
@@ -242,15 +244,16 @@ def build(rt: Runtime) -> dict:
 
 
 def _kind_fields(step_index: int) -> list[Field]:
-    """The fields of one step for both kinds; the GraphRAG ones start hidden."""
+    """The fields of one step for every kind; only the first kind's show at first."""
     made = []
-    for kind in ("rag", "graphrag"):
+    for kind in TOPIC_KINDS:
         keys = STEPS[kind][step_index][1]
+        first = kind == FIRST_KIND
         if not keys:
-            made.append(Field(kind, "", gr.Markdown("A RAG Topic has no knowledge graph: nothing to set here.",
-                                                    visible=kind == "rag")))  # fmt: skip
+            made.append(Field(kind, "", gr.Markdown(f"A {TOPIC_KINDS[kind].label} Topic has no knowledge graph: nothing to set here.",
+                                                    visible=first)))  # fmt: skip
             continue
         for key in keys:
-            component = field_component(kind, key, visible=kind == "rag")
+            component = field_component(kind, key, visible=first)
             made.append(Field(kind, key, component))
     return made
