@@ -20,7 +20,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -228,13 +228,14 @@ class LocalEmbedder(Embedder):
         mask = torch.zeros((len(packs), 1, width, width), dtype=torch.float32)
         mask.masked_fill_(~same[:, None], torch.finfo(torch.float32).min)  # padding sees nothing, and no text sees it
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        transformer: Any = model[0].auto_model  # the Hugging Face BertModel under sentence-transformers' Transformer
         with self._lock:
             threads = torch.get_num_threads()
             torch.set_num_threads(SHORT_TEXT_THREADS)
             try:
                 with torch.inference_mode():
-                    hidden = model[0].auto_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                                 token_type_ids=torch.zeros_like(ids)).last_hidden_state  # fmt: skip
+                    hidden = transformer(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                         token_type_ids=torch.zeros_like(ids)).last_hidden_state  # fmt: skip
             finally:
                 torch.set_num_threads(threads)
         for i, row, start, end in spans:
