@@ -229,18 +229,22 @@ _RELATIONSHIP_HEAD = re.compile(r"^[^:\n]{1,80} - [^:\n]{1,80}: (?=\S)")
 
 
 def theme_quotes(question: str, passages: Sequence[Passage], embed: Callable[[list[str]], np.ndarray], *,
-                 max_themes: int = MAX_QUOTES) -> list[tuple[str, Quote]]:
+                 max_themes: int = MAX_QUOTES, overview: bool = False) -> list[tuple[str, Quote]]:  # fmt: skip
     """The best sentence of each community summary, titled: an overview answer without a language model.
 
     A question about a whole corpus ("what are the main themes?") is answered by what the best
     communities are about, so each summary contributes one line, its title with the sentence of it
     closest to the question, in the summaries' retrieval order (GLOBAL's ranking), at most ``max_themes``.
+    With ``overview`` (a question that names no subject, :func:`~ragtopics.graph.global_search.is_overview`)
+    the question says nothing to be close to: each summary gives its most representative sentence instead,
+    the one closest to the mean of its sentences' vectors.
 
     Args:
         question: the user's question.
         passages: community report texts as GLOBAL renders them (``Community: <title>`` then ``- <point>``
             lines, see :mod:`ragtopics.graph.global_search`), best first.
         embed: texts → L2-normalised vectors (the embedding model).
+        overview: rank each summary's sentences by their centroid, not by the question.
 
     Returns:
         ``(title, quote)`` pairs; a summary with no sentence is left out.
@@ -254,10 +258,21 @@ def theme_quotes(question: str, passages: Sequence[Passage], embed: Callable[[li
         titled.append((title, Passage(p.code, body, p.rank)))
     out: list[tuple[str, Quote]] = []
     for title, passage in titled:
-        ranked = rank_sentences(question, [passage], embed)
+        ranked = _central_sentences(passage, embed) if overview else rank_sentences(question, [passage], embed)
         if ranked:
             out.append((title, ranked[0]))
     return out
+
+
+def _central_sentences(passage: Passage, embed: Callable[[list[str]], np.ndarray]) -> list[Quote]:
+    """A passage's sentences by cosine to the mean of their vectors (the most representative first)."""
+    sentences = split_sentences(passage.text)[:MAX_CANDIDATES]
+    if not sentences:
+        return []
+    vectors = np.asarray(embed(sentences))
+    scores = vectors @ vectors.mean(axis=0)
+    quotes = [Quote(passage.code, s, passage.rank, n, float(scores[n])) for n, s in enumerate(sentences)]
+    return sorted(quotes, key=lambda q: -q.score)
 
 
 def compose_themes(themes: Sequence[tuple[str, Quote]], *, lead: str, note: str) -> str:

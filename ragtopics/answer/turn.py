@@ -529,9 +529,12 @@ class _Turn:
     def quote_themes(self, passages: list[Passage], files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:
         """An overview answer from community summaries alone: one titled line per community (see
         :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none)."""
+        from ragtopics.graph.global_search import is_overview
+
         with self.trace.step("answer", route=self.route, method="extractive", form="themes") as ev:
             themes = theme_quotes(self.question, passages,
-                                  lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"))  # fmt: skip
+                                  lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"),
+                                  overview=is_overview(self.question))  # fmt: skip
             raw = compose_themes(themes, lead=SUMMARIES_LEAD, note=self.extractive_note())
             ev.data.update(quotes=[{"code": q.code, "title": title, "sentence": q.text, "score": round(q.score, 4)}
                                    for title, q in themes], raw_answer=raw,

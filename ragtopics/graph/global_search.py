@@ -5,12 +5,19 @@ the community reports written in Phase B, as Microsoft GraphRAG's global search 
 
 1. **Select**: the Top-K Reports summaries most similar to the question (cosine >= Min.
    Similarity Score), fused by reciprocal rank with a BM25 search of their titles and
-   summaries when Global Keyword Search is on.
+   summaries when Global Keyword Search is on. A question about the whole collection that
+   names no subject of its own ("What are the main themes of these documents?",
+   :func:`is_overview`) matches every summary about equally weakly, and by similarity it picked
+   small communities that happened to share its words; it reads the Top-K Reports *largest*
+   communities instead (most entities: what the collection says most about), whatever their
+   similarity.
 2. **Map**: each summary is read alone. With a real Language Model endpoint, one typed call
    per summary, ``{helpful, points, score}``, at most :data:`MAP_CONCURRENCY` at a time;
    unhelpful summaries are dropped. With the bundled model (too small to judge), the
    summary's sentences and key relationships are ranked by cosine similarity to the
-   question with the bundled embedding model and the best :data:`POINTS_PER_REPORT` kept.
+   question with the bundled embedding model and the best :data:`POINTS_PER_REPORT` kept;
+   for an overview question, by similarity to the summary's own centroid (its most
+   representative sentences), in the communities' size order.
 3. **Reduce**: the answer stage writes one answer from the kept points (the evidence
    items returned here, kind ``community_report``, without source files) and streams it.
 
@@ -58,6 +65,34 @@ CANDIDATES_PER_REPORT = 3
 #: overview question ("the main themes") reads the communities the corpus says most about.
 SIZE_PRIOR = 0.1
 
+#: Cue words of a question about a whole collection (its themes, topics, an overview or a summary).
+_OVERVIEW_CUES = frozenset({
+    "theme", "themes", "topic", "topics", "subject", "subjects", "overview", "summary", "summarise", "summarize",
+    "gist", "about", "cover", "covered", "covers", "discuss", "discussed", "discusses"
+})
+#: Words such a question may use besides its cues: asking, pointing at the collection, qualifying the themes.
+_OVERVIEW_WORDS = _OVERVIEW_CUES | frozenset({
+    "a", "all", "an", "and", "any", "are", "as", "be", "broad", "by", "can", "collection", "common", "content",
+    "contents", "corpus", "data", "describe", "do", "document", "documents", "does", "file", "files", "for",
+    "general", "give", "here", "how", "i", "ideas", "important", "in", "is", "it", "its", "key", "kind", "kinds",
+    "know", "list", "main", "major", "material", "me", "most", "mostly", "of", "on", "or", "our", "overall",
+    "please", "recurring", "say", "says", "set", "sort", "sorts", "sources", "talk", "tell", "text", "texts",
+    "that", "the", "their", "them", "there", "these", "they", "this", "those", "to", "us", "various", "we", "what",
+    "whats", "which", "with", "you", "your", "central", "areas", "matters", "broadly", "mainly"
+})
+
+
+def is_overview(question: str) -> bool:
+    """Whether a question asks about the whole collection and names no subject of its own.
+
+    True for "What are the main themes of these documents?" or "Give me an overview"; false for
+    "What are the main themes of the documents about physicists?" (physicists is a subject: the
+    summaries most similar to it answer that). Every word must be one of a fixed list of asking and
+    pointing words, and one of them a cue (theme, topic, overview, summary, about, cover, discuss).
+    """
+    words = re.findall(r"[a-z]+", question.lower().replace("'", ""))
+    return bool(words) and all(w in _OVERVIEW_WORDS for w in words) and any(w in _OVERVIEW_CUES for w in words)
+
 
 class MapReply(BaseModel):
     """What the map call says about one summary."""
@@ -95,27 +130,24 @@ class GlobalRetriever:
         if index.count() == 0:
             trace.add("global_select", reports=0, reason="no community summaries")
             return Context((), self.route, "no community summaries yet: run Recompute Communities Now")
+        overview = is_overview(query.question)
         with trace.step("global_select", top_k=cfg.top_k_reports, min_score=cfg.min_similarity_score) as ev:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
-            nearest = prefer_large(index.search_vector(vector, cfg.top_k_reports * CANDIDATES_PER_REPORT))[: cfg.top_k_reports]
-            dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
-            hits = dense
-            ev.data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
-            if cfg.global_keyword_search and dense:
-                keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
-                similar = {h.community_id for h in dense}
-                fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],
-                                                "keyword": [h.community_id for h in keyword if h.community_id in similar]},
-                                               k=DEFAULT_RRF_K)  # fmt: skip
-                by_id = {h.community_id: h for h in dense}
-                hits = [by_id[cid] for cid in fused][: cfg.top_k_reports]
-            ev.data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])
+            if overview:  # the whole collection: its largest communities, whatever their similarity to the question
+                hits = index.largest(cfg.top_k_reports)
+                ev.data.update(overview=True, reports=[{"id": h.community_id, "title": h.title, "entities": len(h.entity_ids)}
+                                                       for h in hits])  # fmt: skip
+            else:
+                hits = self._similar(query, index, vector, ev.data)
         if not hits:
             return Context((), self.route, "no community summary passed Min. Similarity Score")
         if self.progress is not None:
             self.progress.say(f"reading {len(hits)} summar{'y' if len(hits) == 1 else 'ies'}")
         with trace.step("global_map", reports=len(hits), method="embedding" if self.bundled else "model") as ev:
-            mapped = self._map_by_embedding(query.question, hits, vector) if self.bundled else self._map_by_model(query.question, hits, trace)
+            if self.bundled:
+                mapped = self._map_by_embedding(query.question, hits, None if overview else vector)
+            else:
+                mapped = self._map_by_model(query.question, hits, trace)
             kept = [(h, points, score) for h, points, score in mapped if points]
             kept.sort(key=lambda x: -x[2])
             ev.data.update(kept=len(kept), dropped=[h.title for h, points, _ in mapped if not points])
@@ -124,6 +156,25 @@ class GlobalRetriever:
         items = tuple(Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score,
                                provenance=()) for h, points, score in kept)  # fmt: skip
         return Context(items, self.route, "" if items else "no community summary helps answer the question")
+
+    def _similar(self, query: RetrievalQuery, index: CommunityIndex, vector: np.ndarray, data: dict) -> list[CommunityHit]:
+        """The summaries most similar to the question (with a small preference for large communities), at least
+        Min. Similarity Score, fused with a keyword search when Global Keyword Search is on; ``data`` is the trace step's."""
+        cfg = self.settings
+        nearest = prefer_large(index.search_vector(vector, cfg.top_k_reports * CANDIDATES_PER_REPORT))[: cfg.top_k_reports]
+        dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
+        hits = dense
+        data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
+        if getattr(cfg, "global_keyword_search", False) and dense:
+            keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
+            similar = {h.community_id for h in dense}
+            fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],
+                                            "keyword": [h.community_id for h in keyword if h.community_id in similar]},
+                                           k=DEFAULT_RRF_K)  # fmt: skip
+            by_id = {h.community_id: h for h in dense}
+            hits = [by_id[cid] for cid in fused][: cfg.top_k_reports]
+        data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])
+        return hits
 
     @property
     def bundled(self) -> bool:
@@ -158,18 +209,31 @@ class GlobalRetriever:
                 out.append((hit, points, score))
         return out
 
-    def _map_by_embedding(self, question: str, hits: list[CommunityHit], vector: np.ndarray) -> list[tuple[CommunityHit, list[str], float]]:
-        """The best sentences and key relationships of each summary by cosine to the question (no model call)."""
+    def _map_by_embedding(self, question: str, hits: list[CommunityHit],
+                          vector: np.ndarray | None) -> list[tuple[CommunityHit, list[str], float]]:  # fmt: skip
+        """The best sentences and key relationships of each summary by cosine to the question (no model call).
+
+        With ``vector`` None (an overview question): each summary's most representative sentences, by cosine
+        to the mean of its sentences' vectors, and as score the community's size relative to the largest
+        selected (the answer keeps the size order).
+        """
         candidates = [(h, list(_sentences(h.summary)) + list(h.key_relationships)) for h in hits]
         texts = [t for _, ts in candidates for t in ts]
-        vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, len(vector)))
+        dims = self.rt.gateway.embedder.dims
+        vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, dims), dtype=np.float32)
+        largest = max((len(h.entity_ids) for h in hits), default=1) or 1
         out, at = [], 0
         for hit, ts in candidates:
-            scores = vectors[at : at + len(ts)] @ vector if ts else np.zeros(0)
+            own = vectors[at : at + len(ts)]
             at += len(ts)
+            target = vector if vector is not None else own.mean(axis=0) if ts else None
+            scores = own @ target if ts and target is not None else np.zeros(0)
             order = np.argsort(-scores)[:POINTS_PER_REPORT]
             points = [ts[i] for i in sorted(order)]  # in the summary's own order
-            out.append((hit, points, float(scores[order[0]]) if len(order) else 0.0))
+            if vector is None:
+                out.append((hit, points, len(hit.entity_ids) / largest))
+            else:
+                out.append((hit, points, float(scores[order[0]]) if len(order) else 0.0))
         return out
 
 

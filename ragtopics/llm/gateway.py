@@ -459,11 +459,13 @@ class ModelGateway:
         return message.content or "", calls
 
     @_counted("embedding")
-    def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding") -> np.ndarray:
+    def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding",
+              short: bool = False) -> np.ndarray:  # fmt: skip
         """Embed texts with the configured embedding model.
 
         An embedder behind an HTTP endpoint (``embedder.base_url`` set) sends each batch
-        under this gateway's retry policy and the endpoint's concurrency slots.
+        under this gateway's retry policy and the endpoint's concurrency slots. ``short``: the
+        texts are short phrases (:meth:`~ragtopics.llm.embedding.Embedder.embed`).
 
         Returns:
             Shape ``(len(texts), dims)`` float32, unit rows.
@@ -480,9 +482,9 @@ class ModelGateway:
                 with slot:
                     return self._call(label, request)
 
-            vectors = self.embedder.embed(texts, send=send)
+            vectors = self.embedder.embed(texts, send=send, short=short)
         else:
-            vectors = self.embedder.embed(texts)
+            vectors = self.embedder.embed(texts, short=short)
         call = ModelCall("embedding", purpose, self.embedder.model, 0, 0, _ms(t0), items=len(texts))
         if trace is not None:
             trace.add("model_call", **asdict(call))
@@ -507,7 +509,7 @@ class ModelGateway:
         found = self._short_vectors.get_many(model, texts)
         todo = list(dict.fromkeys(t for t in texts if t not in found))
         if todo:
-            vectors = self.embed(todo, trace=trace, purpose=purpose)
+            vectors = self.embed(todo, trace=trace, purpose=purpose, short=True)
             found.update(zip(todo, vectors))
             self._short_vectors.put_many(model, zip(todo, vectors))
         if not texts:

@@ -81,6 +81,16 @@ def test_an_overview_from_summaries_gives_each_community_one_titled_line_in_retr
     assert compose_themes([], lead="x", note="y") == ""
 
 
+def test_an_overview_quotes_each_summarys_most_representative_sentence(embedder):
+    # An overview question names nothing to be close to; the sentence nearest the summary's centroid stands for it.
+    body = ("- Miles Davis recorded Kind of Blue, a jazz album.\n- John Coltrane played jazz saxophone with Miles Davis.\n"
+            "- Blue Note is a jazz record label.\n- The label's offices were on a street in New York.")  # fmt: skip
+    passages = [Passage("S1", "Community: Jazz, Miles Davis and Blue Note\n" + body, 0)]
+    [(title, quote)] = theme_quotes("What are the main themes of these documents?", passages, embed_with(embedder),
+                                    overview=True)  # fmt: skip
+    assert title == "Jazz, Miles Davis and Blue Note" and "jazz" in quote.text and "offices" not in quote.text
+
+
 def test_codes_and_rare_question_words_outrank_a_sentence_that_only_sounds_alike(embedder):
     text = ("Pump P-1 must be serviced every 500 hours. Pump P-2 must be serviced every 800 hours. "
             "All pumps need regular service by a technician.")  # fmt: skip

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ragtopics.answer.context import RetrievalQuery
 from ragtopics.documents.uploads import upload_file
-from ragtopics.graph.global_search import GlobalRetriever
+from ragtopics.graph.global_search import GlobalRetriever, is_overview
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.prompts.templates import GLOBAL_MAP
 from ragtopics.topics.topics import create_topic, get_topic
@@ -96,3 +98,42 @@ def test_a_change_during_a_rebuild_keeps_the_recompute_due(rt, run_jobs, scripte
     run_rebuild(rt, topic.id)
     assert recompute_due(rt, topic.id) == "bohr.txt was uploaded and 1 other change"
 
+
+
+def test_an_overview_question_reads_the_largest_communities_whatever_their_similarity(rt, reconfigure, run_jobs,
+                                                                                       scripted_llm):  # fmt: skip
+    from ragtopics.graph.community_index import CommunityIndex
+
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Overview")
+    reconfigure(LLM_BASE_URL=None)  # offline: the report is built from the graph and the map ranks by embedding
+    run_rebuild(rt, topic.id)
+    index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims, embedding_model=rt.gateway.embedder.model)
+    every = index.largest(100)
+    sizes = [len(h.entity_ids) for h in every]
+    assert len(every) == index.count() >= 2 and sizes == sorted(sizes, reverse=True)
+    strict = topic.settings.model_copy(update={"min_similarity_score": 0.99, "top_k_reports": 2})
+    trace = Trace("chat", "q")
+    context = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(RetrievalQuery("What are the main themes of these documents?"), trace)
+    select = next(e for e in trace.events if e.step == "global_select")
+    assert select.data["overview"] is True
+    assert [r["id"] for r in select.data["reports"]] == [h.community_id for h in every[:2]]  # the two largest, in size order
+    assert [e.id for e in context.items] == [h.community_id for h in every[:2] if h.summary]
+    assert [e.score for e in context.items] == sorted((e.score for e in context.items), reverse=True)
+    # A theme question with a subject of its own is still answered by similarity, and the threshold holds.
+    subject = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(RetrievalQuery(QUESTION), Trace("chat", "q"))
+    assert subject.items == ()
+
+
+@pytest.mark.parametrize("question, overview", [
+    ("What are the main themes of these documents?", True),
+    ("Give me an overview", True),
+    ("What topics do the files cover?", True),
+    ("What is this collection about?", True),
+    ("What are the main themes of these documents about physicists and the Nobel Prize?", False),
+    ("Who won the Nobel Prize in 1921?", False),
+    ("What are the main themes?", True),
+    ("Where did Einstein lecture?", False),
+    ("", False),
+])  # fmt: skip
+def test_which_questions_ask_for_an_overview(question, overview):
+    assert is_overview(question) is overview
