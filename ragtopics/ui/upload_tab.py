@@ -67,11 +67,11 @@ def indexed_with_text(w: dict) -> str:
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     """Rows of the Indexed Documents list, with the settings each file's searchable version was indexed with."""
-    topic = find_topic(rt, topic_name)
-    if topic is None:
+    stamp = documents_stamp(rt.metadata, topic_name) if topic_name else None  # the Topic's id, without its settings
+    if stamp is None:
         return []
     rows = []
-    for d in list_documents(rt, topic):
+    for d in list_documents(rt, stamp[0]):
         w = d.indexed_with
         status = d.status
         if d.status == "failed" and w:

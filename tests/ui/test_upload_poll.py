@@ -32,7 +32,7 @@ def statements(rt):
 
 def list_reads(seen: list[str]) -> int:
     """Statements that load document rows (the list), as opposed to the stamp's one aggregate."""
-    return sum(s.startswith("SELECT document.id, document.topic_id") for s in seen)
+    return sum(s.startswith("SELECT document.id, document.file_name") for s in seen)
 
 
 def test_a_tick_reads_the_documents_list_only_when_it_changed(rt, run_jobs):
