@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -119,10 +119,10 @@ class ExtractionCache:
         """Cache an extraction."""
         self._store({key: extraction.model_dump_json()})
 
-    def _store(self, entries: dict[str, bytes | str]) -> None:
+    def _store(self, entries: Mapping[str, bytes | str]) -> None:
         """Write fields of the hash, each expiring :data:`CACHE_TTL_S` from now (one round trip)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(self.hash_key, mapping=entries)
+        pipe.hset(self.hash_key, mapping=dict(entries.items()))
         pipe.hexpire(self.hash_key, CACHE_TTL_S, *entries)
         pipe.execute()
 
