@@ -113,7 +113,7 @@ def bench_graph_upload_memory(rt: Runtime, figure, chunks: int = GRAPH_UPLOAD_CH
     seconds = time.perf_counter() - t0
     row = get_document(rt, doc.id)
     figure(f"worker peak RSS (VmHWM), one {chunks:,}-chunk GraphRAG upload (NLP)", peak, "MB")
-    figure("  chunks indexed / status", f"{row.chunk_count:,} / {row.status}")
+    figure("  chunks indexed / status", f"{row.chunk_count:,} / {row.status}" + (f" ({row.error})" if row.error else ""))
     figure("  its graph: entities, relationships", f"{row.indexed_with.get('graph', {}).get('entities', 0):,}, "
                                                     f"{row.indexed_with.get('graph', {}).get('relationships', 0):,}")  # fmt: skip
     figure("  worker run (reading to graph stored)", seconds, "s")
