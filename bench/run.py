@@ -57,7 +57,7 @@ from bench.estimate import bench_estimate
 from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
 from bench.latency import bench_latency
-from bench.memory import bench_memory
+from bench.memory import bench_graph_upload_memory, bench_memory
 from bench.report import figure, keep, print_ratios, section, versus, write
 from bench.router import bench_router
 from ragtopics.answer.context import RetrievalQuery
@@ -561,6 +561,7 @@ def main() -> int:
         section("8. GraphRAG (bench.graph)")
         bench_graph(rt, data, figure, section)
         bench_memory(rt, data.corpus, figure, section)
+        bench_graph_upload_memory(rt, figure)
     section("9. entity deduplication (bench.dedup)")
     dedup = dedup_bench.main([])
     versus("dedup of 10,000 names", dedup["dedup_10k_s"], "s", "naive all-pairs loop", dedup["naive_10k_s"],

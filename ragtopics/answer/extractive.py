@@ -90,6 +90,35 @@ _SPLITTER = None
 _SPLITTER_LOCK = threading.Lock()
 
 
+#: Cue words of a question about a whole collection (its themes, topics, an overview or a summary).
+_OVERVIEW_CUES = frozenset({
+    "theme", "themes", "topic", "topics", "subject", "subjects", "overview", "summary", "summarise", "summarize",
+    "gist", "about", "cover", "covered", "covers", "discuss", "discussed", "discusses"
+})
+#: Words such a question may use besides its cues: asking, pointing at the collection, qualifying the themes.
+_OVERVIEW_WORDS = _OVERVIEW_CUES | frozenset({
+    "a", "all", "an", "and", "any", "are", "as", "be", "broad", "by", "can", "collection", "common", "content",
+    "contents", "corpus", "data", "describe", "do", "document", "documents", "does", "file", "files", "for",
+    "general", "give", "here", "how", "i", "ideas", "important", "in", "is", "it", "its", "key", "kind", "kinds",
+    "know", "list", "main", "major", "material", "me", "most", "mostly", "of", "on", "or", "our", "overall",
+    "please", "recurring", "say", "says", "set", "sort", "sorts", "sources", "talk", "tell", "text", "texts",
+    "that", "the", "their", "them", "there", "these", "they", "this", "those", "to", "us", "various", "we", "what",
+    "whats", "which", "with", "you", "your", "central", "areas", "matters", "broadly", "mainly"
+})
+
+
+def is_overview(question: str) -> bool:
+    """Whether a question asks about the whole collection and names no subject of its own.
+
+    True for "What are the main themes of these documents?" or "Give me an overview"; false for
+    "What are the main themes of the documents about physicists?" (physicists is a subject: the
+    summaries most similar to it answer that). Every word must be one of a fixed list of asking and
+    pointing words, and one of them a cue (theme, topic, overview, summary, about, cover, discuss).
+    """
+    words = re.findall(r"[a-z]+", question.lower().replace("'", ""))
+    return bool(words) and all(w in _OVERVIEW_WORDS for w in words) and any(w in _OVERVIEW_CUES for w in words)
+
+
 def _sentencizer():
     """spaCy's rule-based sentence splitter on a blank English pipeline (no model to load), built once."""
     global _SPLITTER
@@ -235,7 +264,7 @@ def theme_quotes(question: str, passages: Sequence[Passage], embed: Callable[[li
     A question about a whole corpus ("what are the main themes?") is answered by what the best
     communities are about, so each summary contributes one line, its title with the sentence of it
     closest to the question, in the summaries' retrieval order (GLOBAL's ranking), at most ``max_themes``.
-    With ``overview`` (a question that names no subject, :func:`~ragtopics.graph.global_search.is_overview`)
+    With ``overview`` (a question that names no subject, :func:`is_overview`)
     the question says nothing to be close to: each summary gives its most representative sentence instead,
     the one closest to the mean of its sentences' vectors.
 

@@ -29,6 +29,7 @@ from ragtopics.answer.extractive import (
     choose_quotes,
     compose_answer,
     compose_themes,
+    is_overview,
     lead_line,
     rank_sentences,
     theme_quotes,
@@ -529,8 +530,6 @@ class _Turn:
     def quote_themes(self, passages: list[Passage], files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:
         """An overview answer from community summaries alone: one titled line per community (see
         :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none)."""
-        from ragtopics.graph.global_search import is_overview
-
         with self.trace.step("answer", route=self.route, method="extractive", form="themes") as ev:
             themes = theme_quotes(self.question, passages,
                                   lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"),

@@ -371,9 +371,9 @@ def get_document(rt: Runtime, document_id: str) -> DocumentRow:
     return row
 
 
-def list_documents(rt: Runtime, topic: Topic) -> list[DocumentInfo]:
-    """The Indexed Documents list of a Topic, by file name."""
-    rows = document_store.topic_documents(rt.metadata, topic.id)
+def list_documents(rt: Runtime, topic: Topic | str) -> list[DocumentInfo]:
+    """The Indexed Documents list of a Topic (or of the Topic with that id), by file name."""
+    rows = document_store.document_list(rt.metadata, topic if isinstance(topic, str) else topic.id)
     return [
         DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
                      dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)

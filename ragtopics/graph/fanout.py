@@ -38,6 +38,7 @@ from ragtopics.ingest.pipeline import IngestResult, _stopped, finish_version
 from ragtopics.jobs.queue import queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
+from ragtopics.topics.keys import forget_keys, note_keys
 from ragtopics.topics.topics import get_topic
 from ragtopics.tracing.trace import Trace
 
@@ -69,6 +70,12 @@ def _events_key(topic_id: str, job_id: str) -> str:
     return parked_key(topic_id, job_id) + ":events"
 
 
+def _parked_keys(topic_id: str, job_id: str) -> list[str]:
+    """Every key of a parked version: the version, the chunks extracted, the failures, the trace events."""
+    return [parked_key(topic_id, job_id), extracted_key(topic_id, job_id), _failed_key(topic_id, job_id),
+            _events_key(topic_id, job_id)]  # fmt: skip
+
+
 def finish_job_id(job_id: str) -> str:
     """The id of the job that finishes an upload whose extraction fanned out."""
     return f"{job_id}-graph"
@@ -98,8 +105,10 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
         SupersededError: when a newer upload or a delete made the version obsolete.
     """
     setup = extraction_setup(rt, topic)
-    missing = [r.chunk_id for r in version.records if not looks_like_toc_or_index(r.text)
-               and setup.cache.get(setup.cache.key(extraction_text(r), setup.method, setup.version)) is None]  # fmt: skip
+    wanted = {r.chunk_id: setup.cache.key(extraction_text(r), setup.method, setup.version)
+              for r in version.records if not looks_like_toc_or_index(r.text)}  # fmt: skip
+    cached = setup.cache.get_many(list(wanted.values()))  # one round trip, whatever the number of chunks
+    missing = [chunk_id for chunk_id, key in wanted.items() if cached[key] is None]
     if not missing:
         trace.add("extraction_jobs", batches=0, reason="every chunk's extraction is cached")
         report = _reporter(rt, doc.id, job_id, None)
@@ -115,6 +124,7 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
     pipe = rt.redis.pipeline(transaction=True)
     pipe.set(key, pickle.dumps({"version": version, "trace": trace, "total": len(missing)}), ex=PARK_TTL_S)
     pipe.delete(extracted_key(topic.id, job_id), _failed_key(topic.id, job_id), _events_key(topic.id, job_id))
+    note_keys(pipe, topic.id, _parked_keys(topic.id, job_id), PARK_TTL_S)  # a Topic delete finds them there
     pipe.execute()
     meta = {"topic_id": topic.id, "document_id": doc.id}
     jobs = [
@@ -205,7 +215,10 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
     except SupersededError as exc:
         return _stopped(document_id, exc, trace)
     finally:
-        rt.redis.delete(key, extracted_key(topic_id, job_id), _failed_key(topic_id, job_id), _events_key(topic_id, job_id))
+        pipe = rt.redis.pipeline(transaction=True)
+        pipe.delete(*_parked_keys(topic_id, job_id))
+        forget_keys(pipe, topic_id, _parked_keys(topic_id, job_id))
+        pipe.execute()
 
 
 def _reporter(rt: Runtime, document_id: str, job_id: str, progress):

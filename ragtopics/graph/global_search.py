@@ -38,6 +38,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, SearchProgress
+from ragtopics.answer.extractive import is_overview
 from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityHit, CommunityIndex
@@ -64,35 +65,6 @@ CANDIDATES_PER_REPORT = 3
 #: orders reports by a community rank that grows with the community's share of the corpus, so an
 #: overview question ("the main themes") reads the communities the corpus says most about.
 SIZE_PRIOR = 0.1
-
-#: Cue words of a question about a whole collection (its themes, topics, an overview or a summary).
-_OVERVIEW_CUES = frozenset({
-    "theme", "themes", "topic", "topics", "subject", "subjects", "overview", "summary", "summarise", "summarize",
-    "gist", "about", "cover", "covered", "covers", "discuss", "discussed", "discusses"
-})
-#: Words such a question may use besides its cues: asking, pointing at the collection, qualifying the themes.
-_OVERVIEW_WORDS = _OVERVIEW_CUES | frozenset({
-    "a", "all", "an", "and", "any", "are", "as", "be", "broad", "by", "can", "collection", "common", "content",
-    "contents", "corpus", "data", "describe", "do", "document", "documents", "does", "file", "files", "for",
-    "general", "give", "here", "how", "i", "ideas", "important", "in", "is", "it", "its", "key", "kind", "kinds",
-    "know", "list", "main", "major", "material", "me", "most", "mostly", "of", "on", "or", "our", "overall",
-    "please", "recurring", "say", "says", "set", "sort", "sorts", "sources", "talk", "tell", "text", "texts",
-    "that", "the", "their", "them", "there", "these", "they", "this", "those", "to", "us", "various", "we", "what",
-    "whats", "which", "with", "you", "your", "central", "areas", "matters", "broadly", "mainly"
-})
-
-
-def is_overview(question: str) -> bool:
-    """Whether a question asks about the whole collection and names no subject of its own.
-
-    True for "What are the main themes of these documents?" or "Give me an overview"; false for
-    "What are the main themes of the documents about physicists?" (physicists is a subject: the
-    summaries most similar to it answer that). Every word must be one of a fixed list of asking and
-    pointing words, and one of them a cue (theme, topic, overview, summary, about, cover, discuss).
-    """
-    words = re.findall(r"[a-z]+", question.lower().replace("'", ""))
-    return bool(words) and all(w in _OVERVIEW_WORDS for w in words) and any(w in _OVERVIEW_CUES for w in words)
-
 
 class MapReply(BaseModel):
     """What the map call says about one summary."""
@@ -165,7 +137,7 @@ class GlobalRetriever:
         dense = [h for h in nearest if h.score >= cfg.min_similarity_score]
         hits = dense
         data["best"] = [{"title": h.title, "score": round(h.score, 4)} for h in nearest[:3]]  # kept or not
-        if getattr(cfg, "global_keyword_search", False) and dense:
+        if cfg.global_keyword_search and dense:
             keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
             similar = {h.community_id for h in dense}
             fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],

@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -78,29 +78,63 @@ def graph_store(rt: Runtime, topic) -> GraphStore:
 class ExtractionCache:
     """Extraction results of a Topic in Redis, keyed by chunk text, method and prompt version.
 
-    Keys live under the Topic's prefix (``rt:{topic_id}:xcache:<sha1>``), so deleting the
-    Topic removes them.
+    One hash per Topic (``rt:{topic_id}:xcache``, one of the Topic's keys of one name,
+    :data:`ragtopics.topics.keys.TOPIC_KEYS`), a field per extraction; each field expires
+    :data:`CACHE_TTL_S` after its last use (``HEXPIRE``, Redis 7.4 or later), so the cache of a large
+    Topic is one key, removed at once by a Topic delete, and no walk of the keyspace is needed.
+
+    Entries of earlier versions, one string key each (``rt:{topic_id}:xcache:<sha1>``, same TTL), are
+    still read, and moved into the hash when found.
     """
 
     def __init__(self, client: redis.Redis, topic_id: str):
         self.client = client
-        self.prefix = f"rt:{topic_id}:xcache:"
+        self.hash_key = f"rt:{topic_id}:xcache"
+        self.prefix = self.hash_key + ":"  # the string keys of earlier versions
 
     def key(self, text: str, method: str, version: str) -> str:
-        """The cache key of one chunk's extraction."""
-        return self.prefix + hashlib.sha1(f"{method}\0{version}\0{text}".encode()).hexdigest()
+        """The cache key of one chunk's extraction (its field in the Topic's hash)."""
+        return hashlib.sha1(f"{method}\0{version}\0{text}".encode()).hexdigest()
 
     def get(self, key: str) -> ChunkExtraction | None:
-        """The cached extraction, or None."""
-        raw = self.client.get(key)
-        if raw is None:
-            return None
-        self.client.expire(key, CACHE_TTL_S)
-        return ChunkExtraction.model_validate_json(raw)
+        """The cached extraction, or None (see :meth:`get_many`)."""
+        return self.get_many([key])[key]
+
+    def get_many(self, keys: list[str]) -> dict[str, ChunkExtraction | None]:
+        """The cached extraction of each key (None: not cached), read in one round trip (two when some are
+        missing: the string keys of earlier versions); each one found lives :data:`CACHE_TTL_S` longer.
+
+        Returns:
+            ``{key: extraction or None}`` for every key given.
+        """
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.hash_key, keys)
+        pipe.hexpire(self.hash_key, CACHE_TTL_S, *keys)
+        raws, _ = pipe.execute()
+        found = dict(zip(keys, raws, strict=True))
+        missing = [key for key, raw in found.items() if raw is None]
+        if missing:
+            older = dict(zip(missing, self.client.mget([self.prefix + key for key in missing]), strict=True))
+            moved = {key: raw for key, raw in older.items() if raw is not None}
+            if moved:
+                self._store(moved)
+                self.client.delete(*[self.prefix + key for key in moved])
+                found.update(moved)
+        return {key: None if raw is None else ChunkExtraction.model_validate_json(raw) for key, raw in found.items()}
 
     def put(self, key: str, extraction: ChunkExtraction) -> None:
         """Cache an extraction."""
-        self.client.set(key, extraction.model_dump_json(), ex=CACHE_TTL_S)
+        self._store({key: extraction.model_dump_json()})
+
+    def _store(self, entries: Mapping[str, bytes | str]) -> None:
+        """Write fields of the hash, each expiring :data:`CACHE_TTL_S` from now (one round trip)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(self.hash_key, mapping=dict(entries.items()))
+        pipe.hexpire(self.hash_key, CACHE_TTL_S, *entries)
+        pipe.execute()
 
 
 @dataclass

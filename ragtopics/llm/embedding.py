@@ -199,7 +199,7 @@ class LocalEmbedder(Embedder):
 
         Falls back to :meth:`_embed_batch` for a model whose modules are not transformer, mean pooling and normalisation.
         """
-        import torch
+        import torch  # deferred: torch takes seconds to import; only the bundled model needs it
 
         model = self._loaded()
         if not texts:

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from sqlalchemy import func, or_
 from sqlmodel import col, delete, select
 
 from ragtopics.errors import StateTransitionError, SupersededError
-from ragtopics.storage.metadata import DocumentRow, MetadataStore, PictureRow, utcnow
+from ragtopics.storage.metadata import DocumentRow, MetadataStore, PictureRow, TopicRow, utcnow
 
 
 class DocumentStatus(StrEnum):
@@ -115,6 +116,37 @@ def topic_documents(store: MetadataStore, topic_id: str) -> list[DocumentRow]:
     """The document rows of a Topic, by file name."""
     with store.session() as s:
         return list(s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id).order_by(col(DocumentRow.file_name))).all())
+
+
+#: The columns of a document that its Topic's list shows (:func:`document_list`).
+LIST_COLUMNS = ("id", "file_name", "status", "chunk_count", "size_bytes", "error", "warning", "job_id", "indexed_with",
+                "content_sha256", "pending_sha256", "updated_at")  # fmt: skip
+
+
+def document_list(store: MetadataStore, topic_id: str) -> list[Any]:
+    """The :data:`LIST_COLUMNS` of every document of a Topic, by file name: rows read as tuples (with the
+    columns as attributes), not as ORM objects, for lists read often (the Upload tab's)."""
+    columns = [getattr(DocumentRow, name) for name in LIST_COLUMNS]
+    with store.session() as s:
+        return list(s.exec(select(*columns).where(DocumentRow.topic_id == topic_id).order_by(col(DocumentRow.file_name))).all())
+
+
+def documents_stamp(store: MetadataStore, name_or_id: str) -> tuple[str, int, str] | None:
+    """What changes whenever the document rows of a Topic change: ``(topic id, number of rows, latest
+    updated_at)``, read in one aggregate query (no row is loaded); None when there is no such Topic.
+
+    Every change of a row goes through this module and sets ``updated_at`` to now (:func:`_move`,
+    :func:`stage_upload`), a removed row lowers the count; so a list read with the same stamp is still
+    current, except when a writer's clock is behind the latest row's (callers re-read now and then).
+    """
+    with store.session() as s:
+        topic_id = s.exec(select(TopicRow.id).where(or_(col(TopicRow.id) == name_or_id, col(TopicRow.name) == name_or_id))
+                          .order_by(col(TopicRow.id) != name_or_id)).first()  # fmt: skip
+        if topic_id is None:
+            return None
+        count, latest = s.exec(select(func.count(col(DocumentRow.id)), func.max(DocumentRow.updated_at))
+                               .where(DocumentRow.topic_id == topic_id)).one()  # fmt: skip
+    return topic_id, int(count or 0), str(latest or "")
 
 
 def stage_upload(store: MetadataStore, *, document_id: str, topic_id: str, file_name: str, sha256: str, blob_path: str,

@@ -17,20 +17,19 @@ from dataclasses import dataclass, field
 from rq.job import Job
 
 from ragtopics.documents.delete import delete_steps, insert_step
-from ragtopics.jobs.queue import TOPIC_JOBS, job_topic_id
+from ragtopics.jobs.queue import BATCH_OF, TOPIC_JOBS, job_topic_id
 from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage import topics as topic_store
 from ragtopics.storage.locks import document_lock
+from ragtopics.topics.keys import remove_topic_keys
 from ragtopics.topics.topics import Topic, get_topic, update_settings
 
 log = logging.getLogger(__name__)
 
 #: How long a Topic delete waits for jobs of its documents that are running right now, in seconds.
 RUNNING_JOB_WAIT_S = 30.0
-#: Keys the server walks per SCAN round trip when it looks for a Topic's keys.
-SCAN_COUNT = 10_000
 
 
 @dataclass
@@ -85,18 +84,17 @@ def _stop_documents(d: TopicDeletion) -> None:
 
 
 def _drop_index(d: TopicDeletion) -> None:
-    """Drop the Topic's chunk index with its chunks, and every other Redis key under the Topic's prefix.
+    """Drop the Topic's chunk index with its chunks, and every other Redis key the Topic owns.
 
-    Those keys are found by SCAN on the prefix: the server walks its keyspace (in
-    :data:`SCAN_COUNT` steps), but no key of another Topic is read or written.
+    Those keys are named, not searched for (:func:`~ragtopics.topics.keys.topic_keys`: its keys of one
+    name and those its jobs noted), with the shared-job names of its documents' versions: the cost
+    follows the Topic's own keys, and no other key of the server is read or walked.
     """
     index = d.rt.chunk_index(d.topic.id)
     d.count("chunks", index.count())
     index.drop()
-    keys = list(d.rt.redis.scan_iter(match=f"rt:{d.topic.id}:*", count=SCAN_COUNT))
-    for start in range(0, len(keys), 1000):
-        d.rt.redis.unlink(*keys[start : start + 1000])
-    d.count("redis_keys", len(keys))
+    versions = document_store.job_ids(d.rt.metadata, d.topic.id)
+    d.count("redis_keys", remove_topic_keys(d.rt, d.topic.id, [BATCH_OF.format(job_id) for job_id in versions]))
 
 
 def _drop_search_indexes(d: TopicDeletion) -> None:

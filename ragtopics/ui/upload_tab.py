@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -14,6 +15,7 @@ from ragtopics.ingest.cost import comparison, comparison_text, estimate_upload
 from ragtopics.jobs.queue import job_progresses, job_statuses, phase_text
 from ragtopics.quality.diagnosis import diagnose_document
 from ragtopics.runtime import Runtime
+from ragtopics.storage.documents import documents_stamp
 from ragtopics.topics.topics import get_topic
 from ragtopics.ui import graph_panel
 from ragtopics.ui.common import find_topic, md_text, progress_bar, refresh_dropdown, short_name, topic_choices
@@ -65,11 +67,11 @@ def indexed_with_text(w: dict) -> str:
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
     """Rows of the Indexed Documents list, with the settings each file's searchable version was indexed with."""
-    topic = find_topic(rt, topic_name)
-    if topic is None:
+    stamp = documents_stamp(rt.metadata, topic_name) if topic_name else None  # the Topic's id, without its settings
+    if stamp is None:
         return []
     rows = []
-    for d in list_documents(rt, topic):
+    for d in list_documents(rt, stamp[0]):
         w = d.indexed_with
         status = d.status
         if d.status == "failed" and w:
@@ -170,6 +172,62 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
     return "".join(bars)
 
 
+#: Ticks after which an open tab reads the Indexed Documents list again although its stamp did not change
+#: (a worker whose clock is behind the newest row's writes an older ``updated_at``).
+LIST_REREAD_TICKS = 10
+#: Fewest ticks between two reads of a list that changes (while uploads finish every second, the list
+#: follows them every few seconds; the progress bars show each job at every tick).
+LIST_CHANGED_TICKS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What an open Upload tab shows now, as :func:`poll` compares it.
+
+    Attributes:
+        bars: hash of the progress bars' HTML.
+        rows: hash of the Indexed Documents list's rows.
+        stamp: the list's :func:`~ragtopics.storage.documents.documents_stamp` when it was read.
+        age: ticks since the list was read.
+    """
+
+    bars: int | None = None
+    rows: int | None = None
+    stamp: tuple | None = None
+    age: int = 0
+
+
+def poll(rt: Runtime, topic_name: str | None, jobs: list[tuple[str, ...]], kept: dict | None,
+         shown: Shown | None) -> tuple[str | None, list[list] | None, Shown]:  # fmt: skip
+    """One tick of an open Upload tab: its progress bars (:func:`jobs_html`) and its Indexed Documents list.
+
+    The list's rows are read when another Topic was chosen, when the Topic's documents changed since
+    they were read (their :func:`~ragtopics.storage.documents.documents_stamp`, one aggregate query) and
+    :data:`LIST_CHANGED_TICKS` ticks have passed, and every :data:`LIST_REREAD_TICKS` ticks; so a tick
+    costs the stamp, not the rows of every document, and a list that changes all the time is read every
+    few ticks, not at each.
+
+    Args:
+        topic_name: the Topic chosen in the tab (None or "": no list).
+        jobs, kept: as :func:`jobs_html` takes them.
+        shown: what the previous tick returned (None: nothing shown yet).
+
+    Returns:
+        ``(bars, rows, shown)``: the bars' HTML and the list's rows, each None when unchanged since
+        ``shown``, and what is shown after this tick.
+    """
+    shown = shown or Shown()
+    bars = jobs_html(rt, jobs, kept)
+    stamp = documents_stamp(rt.metadata, topic_name) if topic_name else None
+    rows, rows_key, age, read_stamp = None, shown.rows, shown.age + 1, shown.stamp
+    other_topic = (stamp or ("",))[0] != (shown.stamp or ("",))[0]
+    if other_topic or age >= LIST_REREAD_TICKS or (stamp != shown.stamp and age >= LIST_CHANGED_TICKS):
+        rows, age, read_stamp = documents_table(rt, topic_name), 0, stamp
+        rows_key = hash(repr(rows))
+    now = Shown(hash(bars), rows_key, read_stamp, age)
+    return (None if now.bars == shown.bars else bars), (None if rows_key == shown.rows else rows), now
+
+
 def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     with gr.Tab("Upload", id="upload") as tab:
@@ -229,21 +287,18 @@ def build(rt: Runtime) -> dict:
     preview.click(lambda t, p: preview_cost(rt, t, p), [topic, files], cost_panel, api_name="preview_cost",
                   api_visibility="undocumented")  # fmt: skip
     def tick(topic_name, current_jobs, shown):
-        """Re-render the bars and the list only when they changed, so an idle tab does not flicker.
+        """Re-render the bars and the list only when they changed (:func:`poll`), so an idle tab does not flicker.
 
         While Redis does not answer, the bars say so (and the list keeps what it showed); the next
         tick after it is back shows the jobs again.
         """
         try:
-            bars, rows = jobs_html(rt, current_jobs, finished), documents_table(rt, topic_name)
+            bars, rows, now = poll(rt, topic_name, current_jobs, finished, shown)
         except Exception as exc:
             if not is_store_outage(exc):
                 raise
             return progress_bar(STORE_DOWN_MESSAGE, 0.0, "", "failed"), gr.skip(), None
-        key = hash((bars, repr(rows)))
-        if key == shown:
-            return gr.skip(), gr.skip(), shown
-        return bars, rows, key
+        return (gr.skip() if bars is None else bars), (gr.skip() if rows is None else rows), now
 
     timer.tick(tick, [topic, jobs, rendered], [progress, table, rendered], show_progress="hidden", api_visibility="private")
 

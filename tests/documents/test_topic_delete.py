@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
+from rq import SimpleWorker
 from rq.job import Job
 
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import upload_file
-from ragtopics.jobs.queue import queue_for
+from ragtopics.graph.fanout import parked_key
+from ragtopics.graph.ingest import CACHE_TTL_S
+from ragtopics.graph.refresh import run_rebuild
+from ragtopics.jobs.queue import TOPIC_JOBS, queue_for
 from ragtopics.prompts.resolve import set_prompt
 from ragtopics.storage.topics import count_topic_rows
 from ragtopics.topics.delete import delete_topic, topic_job_ids
@@ -106,6 +112,7 @@ def test_deleting_a_small_topic_next_to_a_large_one_reads_only_its_own_jobs_and_
     with CommandLog(rt.redis) as log:
         delete_topic(rt, "Small")
 
+    assert log.count("SCAN", "KEYS") == 0  # its keys are named, the keyspace is not walked
     named = [c for c in log.commands if any(large.id in a or a.startswith("rq:job:large-") for a in c[1:])]
     assert named == []  # not one of the large Topic's keys or jobs is read or written
     job_reads = [c for c in log.commands if c[0] == "HGETALL" and c[1].startswith("rq:job:")]
@@ -113,3 +120,45 @@ def test_deleting_a_small_topic_next_to_a_large_one_reads_only_its_own_jobs_and_
     assert not any(Job.exists(row.job_id, connection=rt.redis) for row in own)
     assert footprint(rt, small.id) == {"redis_keys": 0, "job_records": 0, "search_index": 0, "rows": 0, "files": 0}
     assert footprint(rt, large.id) == large_before and all(Job.exists(j, connection=rt.redis) for j in theirs)
+
+
+CURIE = ("Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
+         "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
+ISLANDS = "\n\n".join(f"Paragraph {i} is about {w} and how {w} relates to nothing else at all."
+                      for i, w in enumerate(["Alderney", "Brecqhou", "Caldey", "Dursey"]))  # fmt: skip
+NLP = {"graph_extraction_method": "NLP", "chunk_size": 100, "chunk_overlap": 0}
+
+
+def test_a_graphrag_topic_delete_names_its_keys_instead_of_walking_the_keyspace(rt, run_jobs, scripted_llm):
+    scripted_llm.replies["community_report"] = json.dumps({"title": "Physicists in Paris", "summary": "They met in Paris."})
+    graph = create_topic(rt, "Physicists", kind="graphrag", settings=NLP)
+    other = create_topic(rt, "Islands", kind="graphrag", settings=NLP)
+    upload_file(rt, graph, "curie.txt", CURIE.encode())
+    upload_file(rt, other, "islands.txt", ISLANDS.encode())
+    run_jobs()
+    assert run_rebuild(rt, graph.id)["written"] >= 1  # community reports, the run's record
+    parked = upload_file(rt, graph, "islands.txt", ISLANDS.encode())
+    SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, max_jobs=1)  # the ingest job parks it
+    assert rt.redis.exists(parked_key(graph.id, parked.job_id))
+    cache = f"rt:{graph.id}:xcache"  # the extraction cache: one hash, each field expiring on its own
+    assert rt.redis.type(cache) in (b"hash", "hash") and rt.redis.hlen(cache) >= 2
+    assert all(0 < ttl <= CACHE_TTL_S for ttl in rt.redis.httl(cache, *rt.redis.hkeys(cache)))
+    pipe = rt.redis.pipeline(transaction=False)
+    for n in range(5000):  # another Topic's many keys
+        pipe.set(f"rt:{other.id}:xcache:{n:04d}", "{}")
+    pipe.execute()
+    kinds = {key.decode().split(":")[2] for key in rt.redis.scan_iter(match=f"rt:{graph.id}:*", count=1000)}
+    assert {"chunk", "community", "xcache", "parked", "index", "keys", "runs"} <= kinds
+    other_before = footprint(rt, other.id)
+
+    with CommandLog(rt.redis) as log:
+        deletion = delete_topic(rt, "Physicists")
+
+    assert log.count("SCAN", "KEYS") == 0  # the keyspace is not walked
+    assert [c for c in log.commands if any(other.id in a for a in c[1:])] == []  # nor another Topic's keys touched
+    unlinked = [k for c in log.commands if c[0] == "UNLINK" for k in c[1:]]
+    assert len(unlinked) <= 20 and parked_key(graph.id, parked.job_id) in unlinked and cache in unlinked
+    assert deletion.removed["redis_keys"] >= 4  # the cache, the parked version, the run record, the key set (at least)
+    assert footprint(rt, graph.id) == {"redis_keys": 0, "job_records": 0, "search_index": 0, "rows": 0, "files": 0}
+    assert rt.redis.scard(TOPIC_JOBS.format(graph.id)) == 0
+    assert footprint(rt, other.id) == other_before
