@@ -14,7 +14,7 @@ import redis
 from ragtopics.graph.dedup import partner_keys
 from ragtopics.graph.model import Entity, entity_id_for
 from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore
-from tests.graph.test_store import ent, eid, rel
+from tests.graph.test_store import eid, ent, rel
 from tests.redis_commands import CommandLog
 
 HUB_CHUNKS = 20_000
