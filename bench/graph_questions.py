@@ -1,6 +1,6 @@
 """Graph question benchmark: LOCAL, PATH and GLOBAL retrieval latency as a GraphRAG Topic grows.
 
-Figures, one per line, never asserted (``make bench`` section 15; ``python -m bench.graph_questions``
+Figures, one per line, never asserted (``make bench`` section 16; ``python -m bench.graph_questions``
 alone, ``--quick``: 10,000 entities only, no HotpotQA part):
 
 1. **Synthetic graphs of 10,000 and 100,000 entities**, written through the product's own store
@@ -239,7 +239,7 @@ def bench_synthetic(rt, sizes: tuple[int, ...] = SIZES) -> dict[int, dict[str, t
 
     results = {}
     for n in sizes:
-        section(f"15.{sizes.index(n) + 1} graph questions: synthetic graph of {n:,} entities (heavy-tailed mentions)")
+        section(f"16.{sizes.index(n) + 1} graph questions: synthetic graph of {n:,} entities (heavy-tailed mentions)")
         topic, names, draw = build_synthetic(rt, n)
         results[n] = time_ways(rt, topic, synthetic_questions(names, draw, QUESTIONS + WARMUP), f"{n // 1000}k")
         p95 = results[n]["LOCAL"][1]
@@ -260,7 +260,7 @@ def bench_hotpot(rt, data, count: int = HOTPOT_QUESTIONS) -> dict[str, tuple[flo
     from ragtopics.ingest.pipeline import ingest_document
     from ragtopics.topics.topics import create_topic
 
-    section(f"15.{len(SIZES) + 1} graph questions: HotpotQA Topic (gold passages of {count} questions, NLP method)")
+    section(f"16.{len(SIZES) + 1} graph questions: HotpotQA Topic (gold passages of {count} questions, NLP method)")
     questions = data.questions[:count]
     titles = list(dict.fromkeys(t for q in questions for t, _ in q["supporting_facts"] if t in data.corpus))
     topic = create_topic(rt, "bench-graph-q-hotpot", kind="graphrag", settings={"graph_extraction_method": "NLP"})

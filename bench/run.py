@@ -28,7 +28,7 @@ Sections:
         written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``);
     14. the cost preview's error: estimated against actual chunks and model calls by kind for a RAG
         Topic, a GraphRAG NLP Topic and a GraphRAG LLM Topic, scripted model (``bench.estimate``);
-    15. graph questions: LOCAL, PATH and GLOBAL retrieval p50 / p95 on synthetic graphs of 10,000 and
+    16. graph questions: LOCAL, PATH and GLOBAL retrieval p50 / p95 on synthetic graphs of 10,000 and
         100,000 entities with heavy-tailed mentions, and on a HotpotQA GraphRAG Topic, next to the goal
         "LOCAL p95 <= 150 ms at 100,000 entities" (``bench.graph_questions``).
 """
