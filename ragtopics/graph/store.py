@@ -37,16 +37,18 @@ sees half an upload or half a removal. User text only ever travels as query para
 FalkorDB runs consecutive SET clauses as one (``SET a.v = 2 SET a.w = a.v`` sets w to
 the old v), so each new value is computed from the old ones, in a WITH, and set once.
 
-Shortest paths use ``algo.SPpaths`` with ``relDirection: 'both'`` and ``maxLen``:
-FalkorDB's ``shortestPath`` refuses undirected patterns, and a bounded variable-length
-match ``[*1..N]`` enumerates paths. Measured on a random graph of 5,000 entities and
-20,000 relationships (median of 5 pairs): at 4 hops SPpaths 0.9 ms vs 1.7 ms, at 6 hops
-22 ms vs 85 ms, at 8 hops 121 ms vs more than 5 s (timed out). Every path query also
-carries a server-side timeout.
+Shortest paths are a bidirectional breadth-first search, one ring query per hop, widening
+the smaller side: FalkorDB's ``shortestPath`` refuses undirected patterns, a bounded
+variable-length match ``[*1..N]`` enumerates paths, and ``algo.SPpaths`` (``relDirection:
+'both'``, 0.9 ms at 4 hops on a uniform random graph of 5,000 entities) ran past its
+10 s limit between entities of a graph whose mentions are heavy-tailed (10,000 entities,
+entities named in thousands of chunks: bench section 16). Every path query carries a
+server-side timeout.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -265,12 +267,19 @@ CALL {
 RETURN count(DISTINCT i)
 """
 
-_SHORTEST_PATH = f"""
-MATCH (a:Entity {{id: $a}}), (b:Entity {{id: $b}})
-CALL algo.SPpaths({{sourceNode: a, targetNode: b, relTypes: ['RELATED'], relDirection: 'both',
-                   maxLen: $max_hops, pathCount: 1}}) YIELD path
-RETURN [e IN nodes(path) | [{_ENTITY}]],
-       [r IN relationships(path) | [startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids]]
+# One ring of a breadth-first search: the entities tied to the frontier, either direction.
+_RING = """
+UNWIND $frontier AS fid
+MATCH (:Entity {id: fid})-[:RELATED]-(b:Entity)
+RETURN DISTINCT fid, b.id
+"""
+
+# The relationships of each step of a chain (both ends by their index, then the edges between them).
+_STEPS = """
+UNWIND range(0, size($pairs) - 1) AS i
+MATCH (x:Entity {id: $pairs[i][0]}), (y:Entity {id: $pairs[i][1]})
+OPTIONAL MATCH (x)-[r:RELATED]-(y)
+RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids
 """
 
 # The best entity for each look-up key: a name match before an alias match, then most chunks, then by id.
@@ -810,14 +819,44 @@ class GraphStore:
         """
         if max_hops < 1:
             raise ValueError(f"max_hops must be at least 1, got {max_hops}")
-        if a_id == b_id:
-            found = self.entities([a_id])
-            return GraphPath(tuple(found), ()) if found else None
-        rows = self._read(_SHORTEST_PATH, {"a": a_id, "b": b_id, "max_hops": int(max_hops)}, timeout_ms=QUERY_TIMEOUT_MS)
-        if not rows:
+        ends = {e.id: e for e in self.entities([a_id, b_id])}
+        if a_id not in ends or b_id not in ends:
             return None
-        nodes, rels = rows[0]
-        return GraphPath(tuple(_entity(n) for n in nodes), tuple(_relationship(r) for r in rels))
+        if a_id == b_id:
+            return GraphPath((ends[a_id],), ())
+        # Bidirectional breadth-first search, one ring query per hop, always widening the smaller side: a chain
+        # through a hub meets in the middle without listing the hub's ring.
+        parents: tuple[dict[str, str | None], dict[str, str | None]] = ({a_id: None}, {b_id: None})
+        frontiers = ([a_id], [b_id])
+        for _ in range(max_hops):
+            if not frontiers[0] or not frontiers[1]:
+                return None
+            side = 0 if len(frontiers[0]) <= len(frontiers[1]) else 1
+            mine, other = parents[side], parents[1 - side]
+            ring, meets = [], []
+            for fid, nid in sorted(self._read(_RING, {"frontier": frontiers[side]}, timeout_ms=QUERY_TIMEOUT_MS)):
+                if nid in mine:
+                    continue
+                mine[nid] = fid
+                ring.append(nid)
+                if nid in other:
+                    meets.append(nid)
+            if meets:
+                return self._chain(_walk(parents, min(meets)))
+            frontiers = (ring, frontiers[1]) if side == 0 else (frontiers[0], ring)
+        return None
+
+    def _chain(self, ids: list[str]) -> GraphPath | None:
+        """The entities of ``ids`` in order and, for each step, its strongest relationship (either direction)."""
+        rows = self._read(_STEPS, {"pairs": [[x, y] for x, y in itertools.pairwise(ids)]}, timeout_ms=QUERY_TIMEOUT_MS)
+        best: dict[int, list] = {}
+        for i, *rel in rows:
+            if rel[0] is not None and (i not in best or (rel[3] or 0.0, rel[0], rel[1]) > (best[i][3] or 0.0, best[i][0], best[i][1])):
+                best[i] = rel
+        entities = self.entities(ids)
+        if len(entities) != len(ids) or len(best) != len(ids) - 1:
+            return None  # changed while it was searched
+        return GraphPath(tuple(entities), tuple(_relationship(best[i]) for i in range(len(ids) - 1)))
 
     def chunks_about(self, chunk_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
         """For each chunk, the chunks of *other* documents that are about an entity it mentions (one query).
@@ -1064,6 +1103,17 @@ def _appended_texts(touched: list[str], merged: dict[str, dict], before: dict[st
         keys = list(dict.fromkeys([*(keys or []), *(k for m in new for k in m["keys"] if k != name_key)]))
         rows.append({"id": eid, "description": text, "aliases": aliases, "keys": keys, "changed": text != (description or "")})
     return rows, whole
+
+
+def _walk(parents: tuple[dict[str, str | None], dict[str, str | None]], meet: str) -> list[str]:
+    """The ids from the first search's root to the second's, through ``meet`` (both searches' parent links)."""
+    left = [meet]
+    while (up := parents[0][left[-1]]) is not None:
+        left.append(up)
+    right = [meet]
+    while (down := parents[1][right[-1]]) is not None:
+        right.append(down)
+    return left[::-1] + right[1:]
 
 
 def merged_sentences(sentences: Iterable[str]) -> str:
