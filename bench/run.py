@@ -27,7 +27,10 @@ Sections:
     13. answer containment and token F1 of quoted (EXTRACTIVE) answers against the bundled model's
         written ones on the three eval sets beside ``hotpotqa`` (``bench.answers``);
     14. the cost preview's error: estimated against actual chunks and model calls by kind for a RAG
-        Topic, a GraphRAG NLP Topic and a GraphRAG LLM Topic, scripted model (``bench.estimate``).
+        Topic, a GraphRAG NLP Topic and a GraphRAG LLM Topic, scripted model (``bench.estimate``);
+    16. graph questions: LOCAL, PATH and GLOBAL retrieval p50 / p95 on synthetic graphs of 10,000 and
+        100,000 entities with heavy-tailed mentions, and on a HotpotQA GraphRAG Topic, next to the goal
+        "LOCAL p95 <= 150 ms at 100,000 entities" (``bench.graph_questions``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from bench.chat import bench_bundled_model, bench_overhead
 from bench.estimate import bench_estimate
 from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
+from bench.graph_questions import bench_graph_questions
 from bench.latency import bench_latency
 from bench.memory import bench_graph_upload_memory, bench_memory
 from bench.report import figure, keep, print_ratios, section, versus, write
@@ -577,6 +581,8 @@ def main() -> int:
         bench_answers(rt, folder.parent, free_port=free_port)
     with throwaway_runtime(prefix="ragtopics-estimate-") as rt:
         bench_estimate(rt, data, figure, section)
+    with throwaway_runtime(prefix="ragtopics-graphq-") as rt:
+        bench_graph_questions(rt, data)
     section("overall")
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("total run time", time.perf_counter() - started, "s")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ragtopics.graph.dedup import block_keys
 from ragtopics.graph.model import Entity, entity_id_for, normalize_name
-from ragtopics.graph.store import GraphStore, merged_sentences
+from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore, merged_sentences
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ UNWIND $entities AS x
 MERGE (e:Entity {id: x.id})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '', e.aliases = [],
               e.alias_keys = [], e.block_keys = x.block_keys, e.tracked = true
-SET e.chunk_ids = x.chunk_ids, e.name = x.name
+SET e.chunk_ids = x.chunk_ids, e.chunk_count = x.chunk_count, e.name = x.name
 WITH count(*) AS _entities
 UNWIND $mentions AS m
 MATCH (e:Entity {id: m.entity}), (c:Chunk {id: m.chunk})
@@ -213,14 +213,15 @@ def move_mentions(store: GraphStore, source: Entity, target_name: str, target_ty
     left = {cid for cid in mentions[source.id] if cid not in moving}
     target_relationships = _relationships(store, [target_id]) if target_id in stored else {}
     new_rels, gone_rels, touched = _moved_relationships(relationships, target_relationships, source.id, target_id, moving)
-    target_chunks = sorted(set(stored[target_id].chunk_ids if target_id in stored else ()) | moving)
+    target_chunks = sorted(set(mentions[target_id]) | moving)
     entities = [{"id": target_id, "name": stored[target_id].name if target_id in stored else target_name,
                  "type": target_type, "key": normalize_name(target_name), "block_keys": block_keys([target_name])[0],
-                 "chunk_ids": target_chunks}]  # fmt: skip
+                 "chunk_ids": target_chunks[:ENTITY_CHUNK_SAMPLE], "chunk_count": len(target_chunks)}]  # fmt: skip
     gone_entities = [] if left else [source.id]
     if left:
         entities.append({"id": source.id, "name": source.name, "type": source.type, "key": normalize_name(source.name),
-                         "block_keys": block_keys([source.name])[0], "chunk_ids": sorted(set(source.chunk_ids) - moving)})  # fmt: skip
+                         "block_keys": block_keys([source.name])[0], "chunk_ids": sorted(left)[:ENTITY_CHUNK_SAMPLE],
+                         "chunk_count": len(left)})  # fmt: skip
     shows = [] if left else [{"image": i, "entity": target_id} for (i,) in store.read(_SHOWN_IN, {"id": source.id})]
     store.graph.query(_WRITE, {
         "gone_mentions": [{"entity": source.id, "chunk": cid} for cid in sorted(moving)] if left else [],
@@ -285,4 +286,4 @@ def delete_entity(store: GraphStore, entity: Entity) -> EditOutcome:
                              "DETACH DELETE e RETURN rels", {"id": entity.id}).result_set  # fmt: skip
     store.vectors.delete([entity.id])
     log.info("graph %s: entity %r (%s) deleted", store.name, entity.name, entity.type)
-    return EditOutcome("", False, (entity.id,), len(entity.chunk_ids), int(rows[0][0]) if rows else 0)
+    return EditOutcome("", False, (entity.id,), entity.mentions, int(rows[0][0]) if rows else 0)

@@ -150,7 +150,7 @@ class LocalRetriever:
         """Expand the seeds, collect and rank their chunks; the evidence items, chunks first."""
         cfg = self.settings
         with trace.step("expand", seeds=len(seeds.entities), hop_depth=cfg.hop_depth, limit=cfg.max_subgraph_nodes) as ev:
-            sub = store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes)
+            sub = with_chunks(store, store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes))
             ev.data.update(entities=len(sub.entities), relationships=len(sub.relationships),
                            names=[e.name for e in sub.entities][:50])  # fmt: skip
         with trace.step("collect_chunks") as ev:
@@ -279,7 +279,7 @@ def seed_weights(seeds: list[Entity], ranked: dict[str, list[str]], *, named: Se
     """
     fused = reciprocal_rank_fusion(ranked, k=k)
     top = len([r for r in ranked.values() if r]) / (k + 1) or 1.0
-    raw = {e.id: (top if e.id in named else fused.get(e.id, {"rrf": 0.0})["rrf"]) / max(len(e.chunk_ids), 1) for e in seeds}
+    raw = {e.id: (top if e.id in named else fused.get(e.id, {"rrf": 0.0})["rrf"]) / max(e.mentions, 1) for e in seeds}
     best = max(raw.values(), default=0.0) or 1.0
     return {eid: max(w / best, 1e-6) for eid, w in raw.items()}
 
@@ -304,12 +304,26 @@ def entities_of_chunks(store: GraphStore, chunk_ids: list[str]) -> list[Entity]:
     if not chunk_ids or not store.exists():
         return []
     rows = store.graph.ro_query("UNWIND $ids AS cid MATCH (e:Entity)-[:MENTIONED_IN]->(:Chunk {id: cid}) "
-                                "RETURN cid, e.id, size(e.chunk_ids)", {"ids": chunk_ids}).result_set  # fmt: skip
+                                "RETURN cid, e.id, coalesce(e.chunk_count, size(e.chunk_ids))", {"ids": chunk_ids}).result_set  # fmt: skip
     rank = {cid: i for i, cid in enumerate(chunk_ids)}
     best: dict[str, tuple[int, int]] = {}
     for cid, eid, size in rows:
         best[eid] = min(best.get(eid, (len(chunk_ids), 0)), (rank[cid], int(size)))
     return store.entities(sorted(best, key=lambda eid: (best[eid], eid)))
+
+
+def with_chunks(store: GraphStore, sub: Subgraph, limit: int = MAX_CANDIDATE_CHUNKS) -> Subgraph:
+    """The subgraph with each entity's chunks read from its mentions, at most ``limit`` per entity (one query).
+
+    An entity read from the graph carries only the first few of its chunks
+    (:data:`~ragtopics.graph.store.ENTITY_CHUNK_SAMPLE`); the search needs up to :data:`MAX_CANDIDATE_CHUNKS`
+    of them, and no more: an entity in 20,000 chunks costs as much as one in ``limit``.
+    """
+    found = store.chunks_of([e.id for e in sub.entities if e.mentions > len(e.chunk_ids)], limit)
+    if not found:
+        return sub
+    return replace(sub, entities=tuple(replace(e, chunk_ids=frozenset(found[e.id])) if e.id in found else e
+                                       for e in sub.entities))  # fmt: skip
 
 
 def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:

@@ -67,7 +67,10 @@ class Entity:
         type: upper-case type.
         description: merged description (bounded in length by the writer).
         aliases: other names merged into it (surface forms, abbreviations).
-        chunk_ids: the chunks that mention it (provenance).
+        chunk_ids: the chunks that mention it (provenance). Written: all of them. Read from the graph: at
+            most :data:`~ragtopics.graph.store.ENTITY_CHUNK_SAMPLE` of them (all when it has no more), so a
+            read costs the same whatever the provenance; ``GraphStore.chunks_of`` reads more.
+        chunk_count: how many chunks mention it, when read from the graph; 0 when written (see :attr:`mentions`).
     """
 
     id: str
@@ -76,6 +79,12 @@ class Entity:
     description: str = ""
     aliases: tuple[str, ...] = ()
     chunk_ids: frozenset[str] = field(default_factory=frozenset)
+    chunk_count: int = 0
+
+    @property
+    def mentions(self) -> int:
+        """How many chunks mention it: ``chunk_count`` when known, else the size of ``chunk_ids``."""
+        return max(self.chunk_count, len(self.chunk_ids))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,9 +38,10 @@ from ragtopics.graph.local import (
     graph_chunk_evidence,
     provenance_of,  # fmt: skip
     short_description,
+    with_chunks,
 )
 from ragtopics.graph.model import Entity, Relationship
-from ragtopics.graph.store import GraphPath, GraphStore
+from ragtopics.graph.store import GraphPath, GraphStore, Subgraph
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit
@@ -119,6 +120,8 @@ class PathRetriever:
             else:
                 a, b = found[0].entity, found[1].entity
                 chain = shortest_chain(store, a, b, cfg.path_max_hops, ev.data)
+                if chain is not None:
+                    chain = replace(chain, entities=with_chunks(store, Subgraph(chain.entities, ())).entities)
                 if chain is None:
                     why = f"no chain of at most {cfg.path_max_hops} hops between {a.name} and {b.name}"
                     ev.data["fallback"] = why

@@ -68,7 +68,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
     ]  # fmt: skip
     relationships.sort(key=lambda r: -r["strength"])
     return {"id": entity.id, "name": entity.name, "type": entity.type, "description": entity.description,
-            "aliases": list(entity.aliases), "chunk_ids": sorted(entity.chunk_ids), "relationships": relationships,
+            "aliases": list(entity.aliases), "chunk_ids": sorted(store.chunk_ids_for([entity.id]).get(entity.id, ())), "relationships": relationships,
             "communities": _communities_of(rt, topic, entity.id), "history": history_of(rt, topic.id, entity)}  # fmt: skip
 
 

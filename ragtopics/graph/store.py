@@ -2,7 +2,7 @@
 
 Schema (one graph per Topic, named ``rt-<topic_id>-graph`` unless the Topic names one)::
 
-    (:Entity {id, name, type, description, aliases, chunk_ids, name_key, alias_keys, block_keys, tracked})
+    (:Entity {id, name, type, description, aliases, chunk_ids, chunk_count, name_key, alias_keys, block_keys, tracked})
     (:EntityVector {id, embedding})   the entity's vector (of its name), a node never updated (entity_index.py)
     (:Chunk {id, document_id, position})          (:Document {id, file_name})
     (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths, chunk_sentences}]->(:Entity)
@@ -14,6 +14,13 @@ names at least one chunk; every chunk id it names is a stored Chunk with a
 MENTIONED_IN edge from the entity; a relationship's chunks are also its endpoints'
 chunks. So :meth:`GraphStore.remove_chunks` finds everything a chunk supports through
 the Chunk.id index and removes, in one query, exactly what nothing else supports.
+
+An entity's provenance is its ``MENTIONED_IN`` edges, one per chunk; the node keeps only their
+number (``chunk_count``) and the first :data:`ENTITY_CHUNK_SAMPLE` chunk ids (``chunk_ids``), so
+reading or writing an entity costs the same whether one chunk mentions it or 20,000: an upsert
+adds the mentions it creates to the count, a removal subtracts the mentions it deletes and refills
+the sample from the edges left (:meth:`GraphStore.chunks_of` reads an entity's chunks, bounded).
+Graphs written before kept every chunk id on the node; :meth:`GraphStore.ensure` converts them.
 
 Derived text has provenance too: each ``MENTIONED_IN`` edge keeps what its chunk said about
 the entity (description sentences, the names it used), and a relationship keeps each chunk's
@@ -30,16 +37,18 @@ sees half an upload or half a removal. User text only ever travels as query para
 FalkorDB runs consecutive SET clauses as one (``SET a.v = 2 SET a.w = a.v`` sets w to
 the old v), so each new value is computed from the old ones, in a WITH, and set once.
 
-Shortest paths use ``algo.SPpaths`` with ``relDirection: 'both'`` and ``maxLen``:
-FalkorDB's ``shortestPath`` refuses undirected patterns, and a bounded variable-length
-match ``[*1..N]`` enumerates paths. Measured on a random graph of 5,000 entities and
-20,000 relationships (median of 5 pairs): at 4 hops SPpaths 0.9 ms vs 1.7 ms, at 6 hops
-22 ms vs 85 ms, at 8 hops 121 ms vs more than 5 s (timed out). Every path query also
-carries a server-side timeout.
+Shortest paths are a bidirectional breadth-first search, one ring query per hop, widening
+the smaller side: FalkorDB's ``shortestPath`` refuses undirected patterns, a bounded
+variable-length match ``[*1..N]`` enumerates paths, and ``algo.SPpaths`` (``relDirection:
+'both'``, 0.9 ms at 4 hops on a uniform random graph of 5,000 entities) ran past its
+10 s limit between entities of a graph whose mentions are heavy-tailed (10,000 entities,
+entities named in thousands of chunks: bench section 16). Every path query carries a
+server-side timeout.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -67,7 +76,11 @@ QUERY_TIMEOUT_MS = 10_000
 _PAGE = 1000
 _INDEXES = [("Entity", "id"), ("Entity", "name"), ("Entity", "name_key"), ("Entity", "alias_keys"), ("Entity", "block_keys"),
             ("Chunk", "id"), ("Document", "id")]  # fmt: skip
-_ENTITY = "e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids"
+#: Most chunk ids an entity node keeps (its first mentions; the ``MENTIONED_IN`` edges hold them all).
+ENTITY_CHUNK_SAMPLE = 16
+# A graph written before chunk_count existed has every chunk id on the node: the count is its size there.
+_COUNT = "coalesce(e.chunk_count, size(e.chunk_ids))"
+_ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTITY_CHUNK_SAMPLE}], {_COUNT}"
 _RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
 
 # Merges a list of new sentences into a stored description: kept, appended when new, bounded.
@@ -119,26 +132,33 @@ WITH count(*) AS _chunks
 UNWIND $entities AS x
 MERGE (e:Entity {{id: x.id}})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
-              e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.block_keys = x.block_keys, e.tracked = true
+              e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.chunk_count = 0, e.block_keys = x.block_keys,
+              e.tracked = true
 WITH e, x.sentences AS said, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
      [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
-     [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks
-WITH e, new_aliases, new_keys, new_chunks,
+     CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] END AS new_chunks
+WITH e, new_aliases, new_keys, (e.chunk_ids + new_chunks)[..$sample] AS sample,
      CASE WHEN e.tracked THEN e.description
           ELSE {_MERGE_DESCRIPTION.format(old="e.description", new="said")} END AS description
-SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = e.chunk_ids + new_chunks,
+SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = sample,
     e.description = description
 WITH count(*) AS _entities
 UNWIND $endpoints AS x
 MATCH (e:Entity {{id: x.id}})
-WITH e, [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] AS new_chunks
-SET e.chunk_ids = e.chunk_ids + new_chunks
+WITH e, CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] END AS new_chunks
+WITH e, (e.chunk_ids + new_chunks)[..$sample] AS sample
+SET e.chunk_ids = sample
 WITH count(*) AS _endpoints
 UNWIND $mentions AS m
 MATCH (e:Entity {{id: m.entity}}), (c:Chunk {{id: m.chunk}})
+OPTIONAL MATCH (e)-[old:MENTIONED_IN]->(c)
+WITH e, c, m, CASE WHEN old IS NULL THEN 1 ELSE 0 END AS fresh
 MERGE (e)-[n:MENTIONED_IN]->(c)
 ON CREATE SET n.at = $now
 SET n.sentences = m.sentences, n.names = m.names, n.keys = m.keys, n.subject = m.subject
+WITH e, sum(fresh) AS added
+WITH e, coalesce(e.chunk_count, 0) + added AS chunk_count
+SET e.chunk_count = chunk_count
 WITH count(*) AS _mentions
 UNWIND $relationships AS x
 MATCH (a:Entity {{id: x.source}}), (b:Entity {{id: x.target}})
@@ -193,10 +213,19 @@ CALL {
 CALL {
   UNWIND $ids AS cid
   MATCH (:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
-  WITH DISTINCT e
-  WITH e, [x IN e.chunk_ids WHERE NOT x IN $ids] AS keep
-  SET e.chunk_ids = keep
-  WITH e, e.id AS eid, size(keep) = 0 AS gone
+  WITH e, count(*) AS lost
+  WITH e, coalesce(e.chunk_count, 0) - lost AS left, [x IN e.chunk_ids WHERE NOT x IN $ids] AS sample
+  CALL {
+    WITH e, left, sample
+    UNWIND CASE WHEN size(sample) < $sample AND size(sample) < left THEN [1] ELSE [] END AS _refill
+    MATCH (e)-[:MENTIONED_IN]->(c:Chunk)
+    WHERE NOT c.id IN $ids AND NOT c.id IN sample
+    WITH c LIMIT $sample
+    RETURN collect(c.id) AS more
+  }
+  WITH e, left, (sample + more)[..$sample] AS sample
+  SET e.chunk_ids = sample, e.chunk_count = left
+  WITH e, e.id AS eid, left <= 0 AS gone
   FOREACH (x IN CASE WHEN gone THEN [e] ELSE [] END | DETACH DELETE x)
   RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS ents_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS ents_kept,
          collect(CASE WHEN gone THEN eid END) AS gone_ids
@@ -238,12 +267,19 @@ CALL {
 RETURN count(DISTINCT i)
 """
 
-_SHORTEST_PATH = f"""
-MATCH (a:Entity {{id: $a}}), (b:Entity {{id: $b}})
-CALL algo.SPpaths({{sourceNode: a, targetNode: b, relTypes: ['RELATED'], relDirection: 'both',
-                   maxLen: $max_hops, pathCount: 1}}) YIELD path
-RETURN [e IN nodes(path) | [{_ENTITY}]],
-       [r IN relationships(path) | [startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids]]
+# One ring of a breadth-first search: the entities tied to the frontier, either direction.
+_RING = """
+UNWIND $frontier AS fid
+MATCH (:Entity {id: fid})-[:RELATED]-(b:Entity)
+RETURN DISTINCT fid, b.id
+"""
+
+# The relationships of each step of a chain (both ends by their index, then the edges between them).
+_STEPS = """
+UNWIND range(0, size($pairs) - 1) AS i
+MATCH (x:Entity {id: $pairs[i][0]}), (y:Entity {id: $pairs[i][1]})
+OPTIONAL MATCH (x)-[r:RELATED]-(y)
+RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids
 """
 
 # The best entity for each look-up key: a name match before an alias match, then most chunks, then by id.
@@ -252,7 +288,7 @@ RETURN [e IN nodes(path) | [{_ENTITY}]],
 _BY_NAME_KEYS = f"""
 UNWIND $keys AS k
 MATCH (e:Entity) WHERE e.name_key = k OR k IN e.alias_keys
-WITH k, e ORDER BY k, CASE WHEN e.name_key = k THEN 0 ELSE 1 END, size(e.chunk_ids) DESC, e.id
+WITH k, e ORDER BY k, CASE WHEN e.name_key = k THEN 0 ELSE 1 END, {_COUNT} DESC, e.id
 WITH k, collect(e)[0] AS e
 RETURN k, {_ENTITY}
 """
@@ -417,7 +453,33 @@ class GraphStore:
                 except ResponseError as exc:
                     if "already indexed" not in str(exc):
                         raise
+        self.count_mentions()
         self._ensured = True
+
+    def count_mentions(self, batch: int = 1000) -> int:
+        """Give every entity written before ``chunk_count`` existed its count, and cut its chunk list to the sample.
+
+        Such an entity kept every chunk id on its node (each also a ``MENTIONED_IN`` edge); after this it keeps
+        their number and the first :data:`ENTITY_CHUNK_SAMPLE`. Idempotent; run by :meth:`ensure` (a scan of
+        the entities that finds none once converted).
+
+        Returns:
+            How many entities were converted (0 once all are).
+        """
+        done = 0
+        while True:
+            rows = self.graph.query(
+                "MATCH (e:Entity) WHERE e.chunk_count IS NULL WITH e LIMIT $n "
+                "WITH e, coalesce(e.chunk_ids, []) AS ids WITH e, size(ids) AS n, ids[..$sample] AS sample "
+                "SET e.chunk_count = n, e.chunk_ids = sample RETURN count(*)",
+                {"n": batch, "sample": ENTITY_CHUNK_SAMPLE},
+            ).result_set
+            converted = int(rows[0][0]) if rows else 0
+            done += converted
+            if converted < batch:
+                if done:
+                    log.info("graph %s: chunk counts stored for %d entities written with whole chunk lists", self.name, done)
+                return done
 
     def drop(self) -> None:
         """Delete the graph with its indexes and entity vectors (nothing happens when there is none)."""
@@ -473,33 +535,58 @@ class GraphStore:
                      "subject": (e["id"], cid) in about}
                     for e in [*merged.values(), *endpoints] for cid in e["chunk_ids"]]  # fmt: skip
         self.ensure()
+        touched = [*merged, *(e["id"] for e in endpoints)]
+        before = self._entity_texts(touched)
+        said_before = self._said({(m["entity"], m["chunk"]) for m in mentions})
         self.graph.query(_UPSERT, {
             "document_id": document_id, "file_name": file_name, "chunks": chunk_rows,
             "entities": list(merged.values()), "endpoints": endpoints, "mentions": mentions,
             "relationships": list(rels.values()), "max_chars": MAX_DESCRIPTION_CHARS, "now": time.time_ns(),
+            "sample": ENTITY_CHUNK_SAMPLE,
         })  # fmt: skip
-        self.rebuild_entities([*merged, *(e["id"] for e in endpoints)])
+        positions = {c["id"]: c["position"] for c in chunk_rows}
+        rows, whole = _appended_texts(touched, merged, before, said_before, mentions, positions)
+        self.rebuild_entities(whole, also=rows)
         log.debug("graph %s: upserted %s (%d chunks, %d entities, %d relationships)",
                   self.name, document_id, len(chunk_rows), len(merged), len(rels))  # fmt: skip
 
-    def rebuild_entities(self, entity_ids: Iterable[str]) -> list[str]:
+    def _entity_texts(self, entity_ids: list[str]) -> dict[str, tuple]:
+        """entity id → ``(tracked, name, name_key, description, aliases, alias_keys)`` of the stored ones (one query)."""
+        rows = self._read("UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
+                          "RETURN e.id, e.tracked, e.name, e.name_key, e.description, e.aliases, e.alias_keys", {"ids": entity_ids})  # fmt: skip
+        return {row[0]: tuple(row[1:]) for row in rows}
+
+    def _said(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+        """``(entity id, chunk id)`` → ``(sentences, names, keys)`` of the stored mentions among ``pairs`` (one query)."""
+        if not pairs:
+            return {}
+        # Both ends by their index, then the edge between them (Expand Into): a pattern from the entity would walk
+        # every mention of a hub for each pair.
+        rows = self._read("UNWIND $pairs AS p MATCH (e:Entity {id: p[0]}), (c:Chunk {id: p[1]}) "
+                          "OPTIONAL MATCH (e)-[n:MENTIONED_IN]->(c) WITH p, n WHERE n IS NOT NULL "
+                          "RETURN p[0], p[1], n.sentences, n.names, n.keys", {"pairs": [list(p) for p in sorted(pairs)]})  # fmt: skip
+        return {(eid, cid): (list(s or []), list(n or []), list(k or [])) for eid, cid, s, n, k in rows}
+
+    def rebuild_entities(self, entity_ids: Iterable[str], *, also: list[dict] | None = None) -> list[str]:
         """Rebuild the description, aliases and alias keys of entities from what their chunks say, oldest mention first.
 
-        Entities written before mentions kept their text (no ``tracked`` flag) are left as they are.
+        Entities written before mentions kept their text (no ``tracked`` flag) are left as they are. Reads every
+        mention of the entities (an upsert that only adds mentions appends to the stored text instead, see
+        :func:`_appended_texts`).
 
         Args:
             entity_ids: stored entity ids (unknown ids are skipped).
+            also: rows ``{"id", "description", "aliases", "keys", "changed"}`` already computed, written in the same query.
 
         Returns:
             The ids of the entities whose description changed.
         """
         ids = list(dict.fromkeys(entity_ids))
-        if not ids:
-            return []
+        rows: list[dict] = [{k: v for k, v in r.items() if k != "changed"} for r in also or []]
+        changed: list[str] = [r["id"] for r in also or [] if r["changed"]]
         found: dict[str, list] = {}
-        for row in self._read(_MENTIONS, {"ids": ids}):
+        for row in self._read(_MENTIONS, {"ids": ids}) if ids else []:
             found.setdefault(row[0], []).append(row)
-        rows, changed = [], []
         for eid, mentions in found.items():
             mentions.sort(key=lambda m: (m[7], m[8] or "", m[9] if m[9] is not None else 0))
             _, name, name_key, old, *_ = mentions[0]
@@ -552,7 +639,8 @@ class GraphStore:
         ids = sorted(set(chunk_ids))
         if not ids or not self.exists():
             return RemovalReport()
-        row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS}).result_set[0]
+        self.ensure()
+        row = self.graph.query(_REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS, "sample": ENTITY_CHUNK_SAMPLE}).result_set[0]
         ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched = row
         self.vectors.delete(gone_ids or [])
         rebuilt = self.rebuild_entities(touched or [])
@@ -656,8 +744,34 @@ class GraphStore:
         return {name: found[key] for name, key in keys.items() if key in found}
 
     def chunk_ids_for(self, entity_ids: Iterable[str]) -> dict[str, frozenset[str]]:
-        """The chunks behind each stored entity: entity id → its chunk ids (unknown ids left out)."""
-        return {e.id: e.chunk_ids for e in self.entities(entity_ids)}
+        """Every chunk behind each stored entity: entity id → its chunk ids (unknown ids left out).
+
+        Reads the ``MENTIONED_IN`` edges whole (as many rows as chunks mention the entities): for the graph's
+        editors and reports; a search reads a bounded number with :meth:`chunks_of`.
+        """
+        return {eid: frozenset(ids) for eid, ids in self.chunks_of(entity_ids, None).items()}
+
+    def chunks_of(self, entity_ids: Iterable[str], limit: int | None) -> dict[str, list[str]]:
+        """The chunks that mention each entity, at most ``limit`` per entity, in one query.
+
+        Follows the ``MENTIONED_IN`` edges and stops after ``limit`` of each entity, so an entity that 20,000
+        chunks mention costs ``limit`` rows.
+
+        Args:
+            entity_ids: entity ids (unknown ones are left out).
+            limit: most chunk ids per entity (>= 0); ``None``: all of them.
+
+        Returns:
+            entity id → chunk ids, the edges' order (first mentions first, as stored), for entities with a chunk.
+        """
+        ids = list(dict.fromkeys(entity_ids))
+        if not ids or (limit is not None and limit <= 0):
+            return {}
+        bound = "" if limit is None else "WITH c LIMIT $limit "
+        rows = self._read("UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
+                          f"CALL {{ WITH e MATCH (e)-[:MENTIONED_IN]->(c:Chunk) {bound}RETURN collect(c.id) AS cids }} "
+                          "RETURN e.id, cids", {"ids": ids, "limit": limit or 0})  # fmt: skip
+        return {eid: list(cids) for eid, cids in rows if cids}
 
     def neighbours(self, entity_ids: Iterable[str], hops: int, limit: int) -> Subgraph:
         """The entities within ``hops`` relationships of the seeds (either direction), at most ``limit`` in all.
@@ -705,14 +819,44 @@ class GraphStore:
         """
         if max_hops < 1:
             raise ValueError(f"max_hops must be at least 1, got {max_hops}")
-        if a_id == b_id:
-            found = self.entities([a_id])
-            return GraphPath(tuple(found), ()) if found else None
-        rows = self._read(_SHORTEST_PATH, {"a": a_id, "b": b_id, "max_hops": int(max_hops)}, timeout_ms=QUERY_TIMEOUT_MS)
-        if not rows:
+        ends = {e.id: e for e in self.entities([a_id, b_id])}
+        if a_id not in ends or b_id not in ends:
             return None
-        nodes, rels = rows[0]
-        return GraphPath(tuple(_entity(n) for n in nodes), tuple(_relationship(r) for r in rels))
+        if a_id == b_id:
+            return GraphPath((ends[a_id],), ())
+        # Bidirectional breadth-first search, one ring query per hop, always widening the smaller side: a chain
+        # through a hub meets in the middle without listing the hub's ring.
+        parents: tuple[dict[str, str | None], dict[str, str | None]] = ({a_id: None}, {b_id: None})
+        frontiers = ([a_id], [b_id])
+        for _ in range(max_hops):
+            if not frontiers[0] or not frontiers[1]:
+                return None
+            side = 0 if len(frontiers[0]) <= len(frontiers[1]) else 1
+            mine, other = parents[side], parents[1 - side]
+            ring, meets = [], []
+            for fid, nid in sorted(self._read(_RING, {"frontier": frontiers[side]}, timeout_ms=QUERY_TIMEOUT_MS)):
+                if nid in mine:
+                    continue
+                mine[nid] = fid
+                ring.append(nid)
+                if nid in other:
+                    meets.append(nid)
+            if meets:
+                return self._chain(_walk(parents, min(meets)))
+            frontiers = (ring, frontiers[1]) if side == 0 else (frontiers[0], ring)
+        return None
+
+    def _chain(self, ids: list[str]) -> GraphPath | None:
+        """The entities of ``ids`` in order and, for each step, its strongest relationship (either direction)."""
+        rows = self._read(_STEPS, {"pairs": [[x, y] for x, y in itertools.pairwise(ids)]}, timeout_ms=QUERY_TIMEOUT_MS)
+        best: dict[int, list] = {}
+        for i, *rel in rows:
+            if rel[0] is not None and (i not in best or (rel[3] or 0.0, rel[0], rel[1]) > (best[i][3] or 0.0, best[i][0], best[i][1])):
+                best[i] = rel
+        entities = self.entities(ids)
+        if len(entities) != len(ids) or len(best) != len(ids) - 1:
+            return None  # changed while it was searched
+        return GraphPath(tuple(entities), tuple(_relationship(best[i]) for i in range(len(ids) - 1)))
 
     def chunks_about(self, chunk_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
         """For each chunk, the chunks of *other* documents that are about an entity it mentions (one query).
@@ -797,7 +941,7 @@ class GraphStore:
             if "index" in str(exc).lower():
                 return []
             raise
-        return [(_entity(row[:6]), float(row[6])) for row in rows]
+        return [(_entity(row[:7]), float(row[7])) for row in rows]
 
     def entity_count(self) -> int:
         """Number of entities in the graph (0 without a graph)."""
@@ -841,12 +985,17 @@ class GraphStore:
         self.ensure()
         self.fill_block_keys()
         params = {"old": sorted(set(leaving))}
-        staying = "(size($old) = 0 OR any(c IN e.chunk_ids WHERE NOT c IN $old))"
+        # Some chunk outside $old mentions it: more mentions than those from $old, counted from the chunks (the
+        # Chunk.id index), so the cost follows the chunks leaving, not the entity's provenance.
+        staying = "" if not params["old"] else (
+            " CALL { WITH e UNWIND $old AS o MATCH (c:Chunk {id: o}) OPTIONAL MATCH (c)<-[n:MENTIONED_IN]-(e)"
+            " RETURN count(n) AS leaving }"
+            f" WITH k, e, leaving WHERE {_COUNT} > leaving")  # fmt: skip
 
         def ids(match: str, values: list) -> set[str]:
             if not values:
                 return set()
-            rows = self._read(f"UNWIND $keys AS k MATCH {match} AND {staying} RETURN DISTINCT e.id", {**params, "keys": values})
+            rows = self._read(f"UNWIND $keys AS k MATCH {match}{staying} RETURN DISTINCT e.id", {**params, "keys": values})
             return {row[0] for row in rows}
 
         by_block = "(e:Entity) WHERE k IN e.block_keys"
@@ -854,7 +1003,7 @@ class GraphStore:
         found |= ids("(e:Entity) WHERE k IN e.alias_keys", keys.alias_keys)
         common: set[str] = set()
         if keys.words:
-            counts = self._read(f"UNWIND $keys AS k MATCH {by_block} AND {staying} RETURN k, count(e)",
+            counts = self._read(f"UNWIND $keys AS k MATCH {by_block}{staying} RETURN k, count(e)",
                                 {**params, "keys": list(keys.words)})  # fmt: skip
             common = {keys.words[k] for k, n in counts if n > MAX_WORD_BLOCK}
             found |= ids(by_block, [k for k, n in counts if n <= MAX_WORD_BLOCK])
@@ -910,6 +1059,61 @@ class GraphStore:
             if len(ids) < page_size:
                 return
             after = ids[-1]
+
+
+def _appended_texts(touched: list[str], merged: dict[str, dict], before: dict[str, tuple],
+                    said_before: dict[tuple[str, str], tuple], mentions: list[dict],
+                    positions: dict[str, int]) -> tuple[list[dict], list[str]]:  # fmt: skip
+    """The new texts of the entities an upsert touched that only gained mentions, without reading their old mentions.
+
+    A mention the upsert creates is the newest (its ``at`` is the upsert's time; the others of one upsert follow
+    by chunk position), and :func:`merged_sentences` is a left fold, so the rebuilt description is the stored one
+    continued with the new mentions' sentences, and the aliases are the stored ones followed by the new names:
+    the same as :meth:`GraphStore.rebuild_entities`, at a cost that follows the upsert, not the provenance.
+    An entity one of whose stored mentions says something else now, or that gains a mention of a chunk of
+    another upsert, is rebuilt whole; one written before mentions kept their text (not ``tracked``) is left.
+
+    Returns:
+        ``(rows for rebuild_entities(also=...), ids to rebuild whole)``.
+    """
+    rows: list[dict] = []
+    whole: list[str] = []
+    fresh: dict[str, list[dict]] = {}
+    for m in mentions:
+        fresh.setdefault(m["entity"], [])
+        old = said_before.get((m["entity"], m["chunk"]))
+        if old is not None and old != (list(m["sentences"]), list(m["names"]), list(m["keys"])):
+            fresh[m["entity"]].append({"rebuild": True})
+        elif old is None:
+            fresh[m["entity"]].append(m)
+    for eid in dict.fromkeys(touched):
+        tracked, name, name_key, description, aliases, keys = before.get(
+            eid, (True, merged.get(eid, {}).get("name"), merged.get(eid, {}).get("key"), "", [], []))
+        if not tracked:
+            continue
+        new = fresh.get(eid, [])
+        if any(m.get("rebuild") or m["chunk"] not in positions for m in new):
+            whole.append(eid)
+            continue
+        if not new and eid in before:
+            continue
+        new.sort(key=lambda m: positions[m["chunk"]])
+        text = merged_sentences([description or "", *(s for m in new for s in m["sentences"])])
+        aliases = list(dict.fromkeys([*(aliases or []), *(n for m in new for n in m["names"] if n != name)]))
+        keys = list(dict.fromkeys([*(keys or []), *(k for m in new for k in m["keys"] if k != name_key)]))
+        rows.append({"id": eid, "description": text, "aliases": aliases, "keys": keys, "changed": text != (description or "")})
+    return rows, whole
+
+
+def _walk(parents: tuple[dict[str, str | None], dict[str, str | None]], meet: str) -> list[str]:
+    """The ids from the first search's root to the second's, through ``meet`` (both searches' parent links)."""
+    left = [meet]
+    while (up := parents[0][left[-1]]) is not None:
+        left.append(up)
+    right = [meet]
+    while (down := parents[1][right[-1]]) is not None:
+        right.append(down)
+    return left[::-1] + right[1:]
 
 
 def merged_sentences(sentences: Iterable[str]) -> str:
@@ -1016,9 +1220,9 @@ def _merge_relationships(relationships: list[Relationship]) -> dict[tuple[str, s
 
 
 def _entity(row: list) -> Entity:
-    eid, name, type_, description, aliases, chunk_ids = row
-    return Entity(id=eid, name=name, type=type_, description=description or "",
-                  aliases=tuple(aliases or ()), chunk_ids=frozenset(chunk_ids or ()))  # fmt: skip
+    eid, name, type_, description, aliases, chunk_ids, count = row
+    return Entity(id=eid, name=name, type=type_, description=description or "", aliases=tuple(aliases or ()),
+                  chunk_ids=frozenset(chunk_ids or ()), chunk_count=int(count or 0))  # fmt: skip
 
 
 def _relationship(row: list) -> Relationship:

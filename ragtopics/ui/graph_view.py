@@ -131,8 +131,8 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     names = {e.id: e.name for e in around.entities}
     ties = [r for r in around.relationships if centre.id in (r.source_id, r.target_id)]
     around_text = plural(len(around.entities) - 1, "entity", "entities")
-    lines = [(f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(len(centre.chunk_ids), 'chunk')} "
-             f"{'mentions' if len(centre.chunk_ids) == 1 else 'mention'} it"), "", centre.description or "", ""]  # fmt: skip
+    lines = [(f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(centre.mentions, 'chunk')} "
+             f"{'mentions' if centre.mentions == 1 else 'mention'} it"), "", centre.description or "", ""]  # fmt: skip
     if centre.aliases:
         lines.append("Also called: " + ", ".join(sorted(centre.aliases)))
     for r in sorted(ties, key=lambda r: -r.strength)[:15]:

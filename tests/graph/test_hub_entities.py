@@ -1,0 +1,195 @@
+"""An entity that 20,000 chunks mention costs as much to read and write as one that one chunk mentions.
+
+Provenance lives on the ``MENTIONED_IN`` edges; the entity node keeps a count and a bounded sample. The tests
+count what the store reads back from the real graph (rows and their size), never time it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+
+from ragtopics.graph.dedup import partner_keys
+from ragtopics.graph.model import Entity, entity_id_for
+from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore
+from tests.graph.test_store import eid, ent, rel
+from tests.redis_commands import CommandLog
+
+HUB_CHUNKS = 20_000
+MID_CHUNKS = 2 * ENTITY_CHUNK_SAMPLE
+
+
+@pytest.fixture
+def client(redis_server) -> redis.Redis:
+    client = redis.Redis.from_url(redis_server.url, socket_connect_timeout=3, protocol=2)
+    client.flushall()
+    return client
+
+
+@pytest.fixture
+def store(client) -> GraphStore:
+    return GraphStore(client, "topic-hub")
+
+
+class ReadLog:
+    """The rows and the size (characters of their repr) of every read the store makes, observed on the real replies."""
+
+    def __init__(self, store: GraphStore):
+        self.reads: list[tuple[int, int]] = []
+        real = store._read
+
+        def observed(query, params=None, **options):
+            rows = real(query, params, **options)
+            self.reads.append((len(rows), len(repr(rows))))
+            return rows
+
+        store._read = observed  # type: ignore[method-assign]
+
+    def take(self) -> tuple[int, int]:
+        """Rows and size of the reads since the last call."""
+        rows, size = sum(r for r, _ in self.reads), sum(s for _, s in self.reads)
+        self.reads.clear()
+        return rows, size
+
+
+#: A description of a usual length (extracted descriptions are a sentence or two).
+SAID = "It is described at the length of a typical extracted description: a sentence or two about it."
+
+
+def said(name: str) -> str:
+    return f"{name}. {SAID}"
+
+
+def cid(i: int) -> str:
+    return f"c{i:05d}"
+
+
+def write_hub(store: GraphStore) -> None:
+    """"Hub" in HUB_CHUNKS chunks (written in documents of 2,000), "Mid" in MID_CHUNKS, "One" in one; the same
+    description length for each; "One" and "Mid" tied to "Hub"."""
+    per_doc = 2000
+    for d in range(HUB_CHUNKS // per_doc):
+        chunks = [(cid(i), i) for i in range(d * per_doc, (d + 1) * per_doc)]
+        entities = [ent("Hub", *[c for c, _ in chunks], description=said("Hub"))]
+        if d == 0:
+            entities += [ent("Mid", *[cid(i) for i in range(MID_CHUNKS)], description=said("Mid")),
+                         ent("One", cid(0), description=said("One"))]  # fmt: skip
+        store.upsert(f"doc-{d}", f"d{d}.txt", chunks, entities,
+                     [rel("One", "Hub", cid(0)), rel("Mid", "Hub", cid(1))] if d == 0 else [])  # fmt: skip
+
+
+def test_reading_a_hub_entity_returns_as_much_as_reading_an_entity_of_one_chunk(store):
+    write_hub(store)
+    hub, mid, one = store.entities([eid("Hub"), eid("Mid"), eid("One")])
+    assert (hub.chunk_count, mid.chunk_count, one.chunk_count) == (HUB_CHUNKS, MID_CHUNKS, 1)
+    assert len(hub.chunk_ids) == len(mid.chunk_ids) == ENTITY_CHUNK_SAMPLE and one.chunk_ids == {cid(0)}
+    assert hub.mentions == HUB_CHUNKS and store.chunk_ids_for([hub.id])[hub.id] == {cid(i) for i in range(HUB_CHUNKS)}
+
+    reads = ReadLog(store)
+    cost: dict[str, dict[str, tuple[int, int]]] = {}
+    for name in ["Hub", "Mid", "One"]:
+        cost[name] = {}
+        store.entities([eid(name)])
+        cost[name]["entities"] = reads.take()
+        store.entities_by_names([name])
+        cost[name]["name look-up"] = reads.take()
+        store.neighbours([eid(name)], hops=0, limit=1)
+        cost[name]["neighbours"] = reads.take()
+        store.dedup_partners(partner_keys([Entity(entity_id_for(name, "PERSON"), name, "PERSON")]), leaving=[cid(1)])
+        cost[name]["dedup partners"] = reads.take()
+        store.chunks_of([eid(name)], 5)
+        cost[name]["chunks (5)"] = reads.take()
+    # the hub's reads are those of an entity with twice the sample: the same rows, the same size (but the count's digits)
+    for what, (rows, size) in cost["Hub"].items():
+        assert rows == cost["Mid"][what][0] and size - cost["Mid"][what][1] <= rows * len(str(HUB_CHUNKS)), (what, cost)
+    for what, (rows, size) in cost["Hub"].items():
+        one_rows, one_size = cost["One"][what]
+        assert rows == one_rows, what
+        # the difference is at most the sample of chunk ids (and the count's digits): the same order
+        assert size <= one_size + rows * (ENTITY_CHUNK_SAMPLE * (len(repr(cid(0))) + 2) + 8), (what, size, one_size)
+        assert size < 3 * one_size, (what, size, one_size)
+
+
+def test_writing_and_removing_mentions_of_a_hub_reads_no_more_than_for_a_small_entity(store, client):
+    write_hub(store)
+
+    def props_size(name: str) -> int:
+        rows = store.read("MATCH (e:Entity {id: $id}) RETURN properties(e)", {"id": eid(name)})
+        return len(repr({k: v for k, v in rows[0][0].items() if k not in ("chunk_count", "id", "name", "name_key",
+                                                                             "block_keys", "description")}))  # fmt: skip
+
+    assert props_size("Hub") == props_size("Mid")  # the node holds a sample, not the 20,000 ids
+
+    reads = ReadLog(store)
+    costs = {}
+    for name, chunk in [("Hub", "n1"), ("One", "n2")]:
+        with CommandLog(client) as log:
+            store.upsert(f"new-{chunk}", f"{chunk}.txt", [(chunk, 0)], [ent(name, chunk, description="Seen again.")], [])
+        costs[name] = (reads.take(), log.count("GRAPH.QUERY", "GRAPH.RO_QUERY"))
+    (hub_rows, _), hub_queries = costs["Hub"]
+    (one_rows, _), one_queries = costs["One"]
+    assert hub_queries == one_queries and hub_rows == one_rows  # nothing read grows with the 20,000 mentions
+    (hub,) = store.entities([eid("Hub")])
+    assert hub.chunk_count == HUB_CHUNKS + 1 and hub.description == f"{said('Hub')} Seen again."
+
+    report = store.remove_document("new-n1")
+    (hub,) = store.entities([eid("Hub")])
+    assert report.entities_kept == 1 and hub.chunk_count == HUB_CHUNKS and hub.description == said("Hub")
+
+    # remove all but the last 10 of the hub's chunks: the count and the sample follow what is left
+    store.remove_chunks([cid(i) for i in range(HUB_CHUNKS - 10)])
+    (hub,) = store.entities([eid("Hub")])
+    assert hub.chunk_count == 10 and hub.chunk_ids == {cid(i) for i in range(HUB_CHUNKS - 10, HUB_CHUNKS)}
+    assert [(e.name, e.chunk_ids) for e in store.entities([eid("Mid"), eid("One")])] == [("One", {"n2"})]  # Mid is gone
+    store.remove_chunks([cid(i) for i in range(HUB_CHUNKS - 10, HUB_CHUNKS)])
+    assert store.entities([eid("Hub")]) == []
+
+
+def test_removing_sampled_chunks_refills_the_sample_from_the_mentions_left(store):
+    chunks = [(cid(i), i) for i in range(3 * ENTITY_CHUNK_SAMPLE)]
+    store.upsert("doc-1", "a.txt", chunks, [ent("Hub", *[c for c, _ in chunks])], [])
+    (hub,) = store.entities([eid("Hub")])
+    first = sorted(hub.chunk_ids)
+    store.remove_chunks(first[:5])
+    (hub,) = store.entities([eid("Hub")])
+    everything = store.chunk_ids_for([hub.id])[hub.id]
+    assert hub.chunk_count == len(everything) == 3 * ENTITY_CHUNK_SAMPLE - 5
+    assert len(hub.chunk_ids) == ENTITY_CHUNK_SAMPLE and hub.chunk_ids <= everything and not set(first[:5]) & hub.chunk_ids
+
+
+def test_appending_to_descriptions_gives_what_a_rebuild_from_every_mention_gives(store):
+    rng = random.Random(7)
+    names = ["Acme", "Pump", "Valve", "Bolt"]
+    sentences = [f"Fact {i} about it." for i in range(40)] + ["x" * 600 + "."]
+    for d in range(12):
+        chunks = [(f"d{d}-{j}", j) for j in range(3)]
+        entities = []
+        for c, _ in chunks:
+            for name in rng.sample(names, 2):
+                aliases = tuple(rng.sample([f"{name} Ltd", f"{name} Inc", name.upper()], rng.randint(0, 2)))
+                entities.append(ent(name, c, description=" ".join(rng.sample(sentences, 2)), aliases=aliases))
+        rels = [rel(entities[0].name, entities[1].name, chunks[0][0])] if entities[0].name != entities[1].name else []
+        store.upsert(f"doc-{d}", f"{d}.txt", chunks, entities, rels)
+        if d == 5:
+            store.upsert(f"doc-{d}", f"{d}.txt", chunks[:1], [ent(names[0], chunks[0][0], description="Rewritten.")], [])
+    before = {e.id: (e.description, e.aliases) for e in store.all_entities()}
+    assert any(len(d) > 900 for d, _ in before.values())  # the bound was reached along the way
+
+    assert store.rebuild_entities(before) == []  # a rebuild from every mention changes no description
+    assert {e.id: (e.description, e.aliases) for e in store.all_entities()} == before
+
+
+def test_a_graph_written_with_whole_chunk_lists_is_converted_at_the_next_write(store):
+    store.upsert("doc-1", "a.txt", [(cid(i), i) for i in range(40)], [ent("Old", *[cid(i) for i in range(40)])], [])
+    store.graph.query("MATCH (e:Entity) SET e.chunk_ids = $ids, e.chunk_count = NULL", {"ids": [cid(i) for i in range(40)]})
+    (old,) = GraphStore(store.client, "topic-hub").entities([eid("Old")])
+    assert old.chunk_count == 40 and len(old.chunk_ids) == ENTITY_CHUNK_SAMPLE  # read as before the conversion
+
+    fresh = GraphStore(store.client, "topic-hub")
+    fresh.ensure()
+    rows = fresh.read("MATCH (e:Entity) RETURN e.chunk_count, size(e.chunk_ids)")
+    assert rows == [[40, ENTITY_CHUNK_SAMPLE]] and fresh.count_mentions() == 0
+    fresh.remove_chunks([cid(0)])
+    assert fresh.entities([eid("Old")])[0].chunk_count == 39
