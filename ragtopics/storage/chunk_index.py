@@ -1113,10 +1113,29 @@ def _vector_hits(reply, prefix: str) -> list[ChunkHit]:
     RediSearch's COSINE metric returns a distance, 1 - cosine similarity; the score is the
     similarity, clipped at 1 (half-precision vectors put a chunk's similarity to itself a hair
     above 1). Hits are ordered by the unclipped distance, then chunk id, so the order never
-    depends on the reply's (unsorted) order.
+    depends on the reply's (unsorted) order. A RESP2 reply is read without decoding its field
+    names (:func:`_hit_from_bytes`), which takes about a third off the reading of ten rows.
     """
-    ranked = sorted((float(row["vector_distance"]), row["chunk_id"], row) for row in _search_rows(reply, prefix))
-    return [_hit(row, min(1.0, 1.0 - distance)) for distance, _, row in ranked]
+    if isinstance(reply, dict):
+        ranked = sorted((float(row["vector_distance"]), row["chunk_id"], row) for row in _search_rows(reply, prefix))
+        return [_hit(row, min(1.0, 1.0 - distance)) for distance, _, row in ranked]
+    skip = len(prefix) + 1
+    rows = []
+    for key, fields in zip(reply[1::2], reply[2::2], strict=False):
+        row = dict(zip(fields[::2], fields[1::2], strict=False))
+        rows.append((float(row[b"vector_distance"]), _decode(key)[skip:], row))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [_hit_from_bytes(chunk_id, row, min(1.0, 1.0 - distance)) for distance, chunk_id, row in rows]
+
+
+def _hit_from_bytes(chunk_id: str, row: dict, score: float) -> ChunkHit:
+    """A RESP2 search row (field name → value, both bytes) as a hit; a field the row lacks is empty (position 0)."""
+    get = row.get
+    pages = get(b"pages")
+    return ChunkHit(chunk_id=chunk_id, document_id=_decode(get(b"document_id", b"")), file_name=_decode(get(b"file_name", b"")),
+                    position=int(get(b"position") or 0), text=_decode(get(b"text", b"")), score=score,
+                    context=_decode(get(b"context", b"")), pictures=_decode(get(b"pictures", b"")),
+                    pages=parse_pages(_decode(pages)) if pages else (), version=_decode(get(b"version", b"")))  # fmt: skip
 
 
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:
