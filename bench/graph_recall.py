@@ -23,7 +23,7 @@ GLOBAL and the GraphRAG HYBRID way answer from community summaries, so passage r
 measure them; the router bench (``make bench``, section 7) measures which way a question takes.
 
 It prints a table per set and a summary, and asserts nothing. ``python -m bench.graph_recall
-[--data-dir DIR] [--sets a,b]``: with a folder, each set's Redis data and Topics stay in a subfolder
+[--data-dir DIR] [--sets a,b] [--rag-only]`` (``--rag-only``: the RAG Topic and its ways alone): with a folder, each set's Redis data and Topics stay in a subfolder
 and a second run skips the ingest.
 ``--product --rag NAME --graph NAME`` measures two Topics already filled in the running product
 (its configuration from the environment, as the CLI reads it), e.g. after ``ragtopics ingest``;
@@ -64,17 +64,21 @@ INGEST_STEPS = [("embed", "chunk embedding"), ("extract_graph", "extraction"), (
                 ("deduplicate", "deduplication"), ("embed_entities", "entity embedding"), ("store", "store (chunks + graph)")]  # fmt: skip
 
 
-def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic, dict[str, float]]:
+def ingest(rt: Runtime, corpus: dict[str, list[str]], *, rag_only: bool = False) -> tuple[Topic, Topic | None, dict[str, float]]:
     """The RAG and the GraphRAG Topic with every passage, ingesting only what a kept folder lacks.
 
     Each passage is one file, ``<key>.txt`` (the key is the title on ``hotpotqa``, ``doc NNNN`` on the
     opaque sets), ingested in-process one file per call, the same way for both kinds.
 
+    Args:
+        rag_only: the RAG Topic only (the GraphRAG one is ``None``).
+
     Returns:
         The two Topics and the ingest seconds of each kind ({} for a Topic kept from the data folder).
     """
     topics, seconds = [], {}
-    for name, kind, settings in [(RAG_TOPIC, "rag", {}), (GRAPH_TOPIC, "graphrag", {"graph_extraction_method": "NLP"})]:
+    kinds = [(RAG_TOPIC, "rag", {}), (GRAPH_TOPIC, "graphrag", {"graph_extraction_method": "NLP"})]
+    for name, kind, settings in kinds[:1] if rag_only else kinds:
         try:
             topic = get_topic(rt, name)
             print(f"  {name}: kept from the data folder", flush=True)
@@ -96,7 +100,7 @@ def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic, dic
         rt.redis.bgrewriteaof()
     if len(seconds) == 2:
         print(f"  GraphRAG (NLP) ingest / RAG ingest: {seconds['graphrag'] / seconds['rag']:.2f}x (goal <= 3x)", flush=True)
-    return topics[0], topics[1], seconds
+    return topics[0], topics[1] if len(topics) > 1 else None, seconds
 
 
 def files_of(context: Context) -> list[str]:
@@ -128,8 +132,8 @@ def ranking_variants(trace: Trace) -> dict[str, list[str]]:
 COLUMNS = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr")
 
 
-def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], list[str]]:
-    """The retrievers measured, by name, and a line for each way left out (with why)."""
+def ways_for(rt: Runtime, rag: Topic, graph: Topic | None) -> tuple[dict[str, object], list[str]]:
+    """The retrievers measured, by name, and a line for each way left out (with why); no GraphRAG way without ``graph``."""
     prompts = resolve_prompts(rt, rag.id)
     skipped = []
     ways: dict[str, object] = {}
@@ -142,6 +146,8 @@ def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], 
             continue
         cfg = rag.settings.model_copy(update={**update, "top_k_results": CHUNKS_RETURNED, "min_similarity_score": 0.0})
         ways[name] = ChunkRetriever(rt, rag.id, cfg, prompts["rerank"])
+    if graph is None:
+        return ways, [*skipped, "GraphRAG: not measured (--rag-only)"]
     for strategy in ("NODES", "CHUNKS", "FUSED"):
         cfg = graph.settings.model_copy(update={"seed_strategy": strategy, "max_cited_chunks": CHUNKS_RETURNED})
         ways[f"GraphRAG LOCAL {strategy}"] = LocalRetriever(rt, graph, cfg)
@@ -151,7 +157,7 @@ def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], 
     return ways, skipped
 
 
-def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> dict[str, dict[str, float]]:
+def evaluate(rt: Runtime, rag: Topic, graph: Topic | None, questions: list[dict]) -> dict[str, dict[str, float]]:
     """Run every way over the questions and print recall@1/5/10, any-gold@5, MRR and ms per question.
 
     Returns:
@@ -197,14 +203,14 @@ def set_folders(names: list[str]) -> list[Path]:
     return [eval_dir().parent / name for name in names]
 
 
-def run_set(folder: Path, data_dir: Path | None, limit: int) -> dict:
+def run_set(folder: Path, data_dir: Path | None, limit: int, *, rag_only: bool = False) -> dict:
     """Ingest one set into a RAG and a GraphRAG Topic (or reuse them from ``data_dir``) and evaluate every way."""
     data = load_eval_data(folder)
     questions = data.questions[:limit] if limit else data.questions
     print(f"\n#### {shown_path(folder)}: {len(data.corpus)} passages, {len(questions)} questions", flush=True)
     with throwaway_runtime(data_dir / folder.name if data_dir else None, prefix="ragtopics-recall-") as rt:
         print("\n== ingest", flush=True)
-        rag, graph, seconds = ingest(rt, data.corpus)
+        rag, graph, seconds = ingest(rt, data.corpus, rag_only=rag_only)
         print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold passages in the first "
               f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
         return {"table": evaluate(rt, rag, graph, questions), "ingest_s": seconds}
@@ -216,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="keep each set's Redis data and Topics here (a second run reuses them)")
     parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated sets beside hotpotqa (default {','.join(SETS)})")
     parser.add_argument("--questions", type=int, default=0, help="evaluate only the first N questions (0: all)")
+    parser.add_argument("--rag-only", action="store_true", help="ingest and measure the RAG Topic only (its ways)")
     parser.add_argument("--product", action="store_true", help="measure Topics of the running product (--rag, --graph)")
     parser.add_argument("--rag", default=RAG_TOPIC, help="the RAG Topic to measure with --product")
     parser.add_argument("--graph", default=GRAPH_TOPIC, help="the GraphRAG Topic to measure with --product")
@@ -234,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = {}
     for folder in set_folders([n.strip() for n in args.sets.split(",") if n.strip()]):
-        results[folder.name] = run_set(folder, args.data_dir, args.questions)
+        results[folder.name] = run_set(folder, args.data_dir, args.questions, rag_only=args.rag_only)
     print("\n#### summary (recall@5)", flush=True)
     for name, result in results.items():
         table, seconds = result["table"], result["ingest_s"]

@@ -28,6 +28,9 @@ over real ones), and their texts have real term statistics for BM25.
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,13 +40,31 @@ import numpy as np
 from redisvl.index import SearchIndex
 from redisvl.query import VectorQuery
 
-from ragtopics.rag.retrieval import FUSION_DEPTH, fuse_rrf, retrieve
+from ragtopics.rag.retrieval import FUSION_DEPTH, fuse_rrf, reciprocal_rank_fusion, retrieve
 from ragtopics.runtime import Runtime
-from ragtopics.storage.chunk_index import _MIN_KEYWORD_CANDIDATES, ChunkIndex, ChunkRecord, candidate_terms
-from ragtopics.text.keywords import index_keywords, query_keywords
+from ragtopics.storage.chunk_index import (
+    _MIN_KEYWORD_CANDIDATES,
+    _RETURN_FIELDS,
+    _STEMMER,
+    CODE_WEIGHT,
+    ChunkIndex,
+    ChunkRecord,
+    _escape_term,
+    _hit,
+    _search_rows,
+    bm25_idf,
+    bm25_score,
+    candidate_terms,
+    chunk_term_counts,
+    union_terms,
+)
+from ragtopics.text.keywords import index_keywords, is_identifier, query_keywords
 from ragtopics.topics.topics import create_topic
 
 SIZES = (10_000, 100_000)
+#: Set to a number of chunks (``300000``, ``1000000``) to add that size to the latency section of ``make bench``
+#: (opt in: writing and indexing 100,000 chunks takes minutes; Redis needs about 6 KB of memory a chunk).
+LARGE_ENV = "RAGTOPICS_BENCH_LATENCY_LARGE"
 TOP_K = 10
 EF_VALUES = (10, 20, 30, 40, 60, 100, 200)
 STORE_BATCH = 1_000
@@ -176,46 +197,126 @@ def recall_at_k(found: list[list[str]], exact: list[list[str]]) -> float:
     return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact)]))
 
 
+def hybrid_before(index: ChunkIndex, question: str, vector: np.ndarray, candidates: int = TOP_K) -> list[str]:
+    """The HYBRID retrieval as it was before 2026-12-05, for the same run's before/after: ids of the kept hits.
+
+    Five round trips (the KNN with every field a source shows; the embedder record; the terms'
+    document frequencies; the keyword candidates with their text and keywords; the embeddings of the
+    keyword-only hits kept), each candidate's term frequencies counted from its text with the keyword
+    regular expressions (:func:`~ragtopics.storage.chunk_index.chunk_term_counts`, its cache of 20,000
+    chunks included), and the fusion over full hits. Its results equal the product's (checked by
+    :func:`bench_latency` on every timed question).
+    """
+    depth = max(FUSION_DEPTH, 3 * candidates)
+    dense = index.search_vector(vector, depth)
+    terms = list(dict.fromkeys(query_keywords(question)))
+    keyword = []
+    if terms and index.built_with() is not None:
+        counts, chunks = index.term_frequencies(terms) or index._count_each(terms)
+        frequencies = dict(zip(terms, counts, strict=True))
+        terms = [t for t in terms if frequencies[t]]
+        if terms:
+            total = max(chunks, max(frequencies.values()))
+            weights = {t: (CODE_WEIGHT if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
+            fields = (*_RETURN_FIELDS, "keywords")
+            reply = index.client.execute_command(
+                "FT.SEARCH", index.index.name,
+                f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(candidate_terms(frequencies, terms)))})",
+                "RETURN", len(fields), *fields, "SCORER", "BM25STD",
+                "LIMIT", 0, max(4 * depth, _MIN_KEYWORD_CANDIDATES), "DIALECT", 2,
+            )  # fmt: skip
+            rows = [(_hit(row, 0.0), row.get("keywords", "").split()) for row in _search_rows(reply, index.prefix)]
+            counted = [(hit, chunk_term_counts(hit, words)) for hit, words in rows]
+            identifiers = [t for t in terms if is_identifier(t)]
+            holding = [(hit, c) for hit, c in counted if any(t in c for t in identifiers)]
+            counted = holding or counted
+            average = sum(sum(c.values()) for _, c in counted) / len(counted) if counted else 1.0
+            scored = [replace(hit, score=round(bm25_score(c, weights, average_length=average), 6)) for hit, c in counted]
+            keyword = sorted((h for h in scored if h.score > 0), key=lambda h: -h.score)[:depth]
+    fused, _ = fuse_rrf({"dense": dense, "keyword": keyword})
+    pool = fused[:candidates]
+    known = {h.chunk_id for h in dense}
+    index.embeddings([h.chunk_id for h in pool if h.chunk_id not in known])
+    return [h.chunk_id for h in pool]
+
+
 def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, count: int) -> dict[str, Timing]:
     """Time each part of a HYBRID search alone, over the first ``count`` questions (one round each).
 
-    Parts: the KNN (:meth:`ChunkIndex.search_vector` at the fusion depth); the keyword document
-    frequencies from the index's counts (:meth:`ChunkIndex.term_frequencies`, one ``HMGET``) and, for
-    reference, from one count query per term (what the search did before the counts were kept);
-    the keyword candidates for the terms searched (:func:`candidate_terms`) and, for reference, for
-    every term; the whole keyword search; and the fusion of the two lists.
+    Parts: the KNN alone at the fusion depth with the ids and file names only; the first round trip
+    (:meth:`ChunkIndex.search_hybrid`'s embedder record, KNN and keyword document frequencies in one
+    pipeline) and, for reference, the KNN with every field plus the frequencies' ``HMGET`` apart; the
+    keyword candidates for the terms searched with their stored term counts (:func:`candidate_terms`)
+    and, for reference, with their text and keywords; the whole keyword search (candidates and BM25);
+    the fusion; and the kept hits' fields (:meth:`ChunkIndex.read_hits`).
     """
     depth = max(FUSION_DEPTH, 3 * TOP_K)
     limit = max(4 * depth, _MIN_KEYWORD_CANDIDATES)
-    terms = [query_keywords(q) for q in questions[:count]]
+    terms = [list(dict.fromkeys(query_keywords(q))) for q in questions[:count]]
     found = [index.term_frequencies(t) or index._count_each(t) for t in terms]
     searched = []
     for t, (counts, _) in zip(terms, found):
         frequencies = dict(zip(t, counts, strict=True))
         present = [w for w in t if frequencies[w]]
         searched.append(candidate_terms(frequencies, present) if present else [])
-    dense = [index.search_vector(qvecs[i], depth) for i in range(count)]
-    keyword = [index.search_keywords(terms[i], depth) for i in range(count)]
+    lists = [index.search_hybrid(qvecs[i], terms[i], depth) for i in range(count)]
+    fields = (*_RETURN_FIELDS, "keywords")
+
+    def with_text(i: int) -> list:
+        if not searched[i]:
+            return []
+        return index.client.execute_command(
+            "FT.SEARCH", index.index.name, f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(searched[i]))})",
+            "RETURN", len(fields), *fields, "SCORER", "BM25STD", "LIMIT", 0, limit, "DIALECT", 2)  # fmt: skip
+
+    def fusion(i: int) -> dict:
+        dense, keyword = lists[i]
+        return reciprocal_rank_fusion({"dense": [h.chunk_id for h in dense], "keyword": [h.chunk_id for h in keyword]})
+
+    kept = [list(fusion(i))[:TOP_K] for i in range(count)]
+    known = [{h.chunk_id for h in lists[i][0]} for i in range(count)]
     parts = {
-        "KNN (fusion depth)": lambda i: index.search_vector(qvecs[i], depth),
-        "term frequencies: counts (HMGET)": lambda i: index.term_frequencies(terms[i]),
-        "term frequencies: a count query a term": lambda i: index._count_each(terms[i]),
-        "candidates: terms searched": lambda i: index._keyword_candidates(searched[i], limit) if searched[i] else [],
-        "candidates: every term": lambda i: index._keyword_candidates(terms[i], limit) if terms[i] else [],
-        "keyword search (all of it)": lambda i: index.search_keywords(terms[i], depth),
-        "fusion (RRF)": lambda i: fuse_rrf({"dense": dense[i], "keyword": keyword[i]}),
-    }
+        "KNN alone (fusion depth, ids and file names)": lambda i: index.search_vector(qvecs[i], depth, fields=("document_id", "file_name")),
+        "KNN + frequencies (one pipeline)": lambda i: index._search_vector(
+            qvecs[i], depth, ("document_id", "file_name"), [("HMGET", index.terms_key, "", "*", *_STEMMER.stemWords(terms[i]))] if terms[i] else []),
+        "before: KNN, every field": lambda i: index.search_vector(qvecs[i], depth),
+        "before: frequencies (HMGET) apart": lambda i: index.term_frequencies(terms[i]),
+        "candidates with their term counts": lambda i: index._keyword_candidates(searched[i], limit) if searched[i] else [],
+        "before: candidates with text and keywords": with_text,
+        "keyword search (candidates + BM25)": lambda i: index.search_keywords(terms[i], depth, full=False),
+        "fusion (RRF over ids)": fusion,
+        "the kept hits' fields (read_hits)": lambda i: index.read_hits(kept[i], vectors=[c for c in kept[i] if c not in known[i]]),
+    }  # fmt: skip
     timed = timed_rounds(parts, count, rounds=1)
     return {name: timing for name, (_, timing) in timed.items()}
 
 
-def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section) -> dict:
-    """Measure every search at each size in :data:`SIZES`; print the figures and return them for the plot.
+def sizes_from_env(sizes: tuple[int, ...] = SIZES) -> tuple[int, ...]:
+    """:data:`SIZES` and the size named by :data:`LARGE_ENV`, when set (a positive whole number of chunks).
+
+    Raises:
+        ValueError: when the variable is set to anything but a positive whole number.
+    """
+    raw = os.environ.get(LARGE_ENV, "").replace(",", "").replace("_", "").strip()
+    if not raw:
+        return sizes
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{LARGE_ENV} must be a number of chunks such as 300000, not {raw!r}")
+    return tuple(sorted({*sizes, int(raw)}))
+
+
+def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section,
+                  sizes: tuple[int, ...] = SIZES) -> dict:  # fmt: skip
+    """Measure every search at each size in ``sizes``; print the figures and return them for the plot.
+
+    After the largest size, Redis's memory per chunk is printed without the bench's FLAT index as well,
+    with what it comes to at 1,000,000 chunks (the sizes measured show it constant per chunk).
 
     Args:
         vectors: ``(n, d)`` unit float32 embeddings of ``texts`` (n = the real chunks).
         questions: the questions to search for (embedded here, outside the timings).
         figure: ``figure(label, value, unit)`` prints one figure.
+        sizes: index sizes, ascending (:func:`sizes_from_env` adds the opt-in large one).
 
     Returns:
         ``{size: {"brute force": Timing, "KNN HNSW ef=..": Timing, "KNN FLAT": Timing, "HYBRID": Timing}}``.
@@ -225,14 +326,14 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
     picks = np.random.default_rng(1).integers(0, len(texts), timed)
     qvecs = np.vstack([rt.gateway.embed(questions), vectors[picks]]).astype(np.float32)
     questions = questions + [texts[i] for i in picks]
-    all_vectors, all_texts = derive(vectors, texts, max(SIZES))
+    all_vectors, all_texts = derive(vectors, texts, max(sizes))
     topic = create_topic(rt, "bench-latency", settings={"top_k_results": TOP_K})
     index = rt.chunk_index(topic.id)
     index.ensure()
     baseline = int(rt.redis.info("memory")["used_memory"])
     flat = flat_index(rt, index)
     written, out = 0, {}
-    for size in SIZES:
+    for size in sizes:
         section(f"3. retrieval latency over {size:,} chunks ({timed} questions x {ROUNDS} rounds, top {TOP_K})")
         t0 = time.perf_counter()
         store(index, all_vectors[:size], all_texts[:size], written)
@@ -252,13 +353,14 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             searches[f"KNN HNSW EF_RUNTIME={ef}"] = lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype())
         searches["KNN FLAT (RediSearch, exact)"] = lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype())
         searches[product_name] = lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)]
-        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: retrieve(
-            index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits
+        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: [h.chunk_id for h in retrieve(
+            index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits]
+        searches["HYBRID before 2026-12-05"] = lambda i: hybrid_before(index, questions[i], qvecs[i])
         timings = timed_rounds(searches, timed, warm_up=range(timed, 2 * timed))
         exact_ids = [[ids[i] for i in row] for row in timings[brute_name][0]]
         rows = {}
         for name, (found, timing) in timings.items():
-            if name.startswith("product HYBRID"):  # a fused list, not a nearest-neighbour list: no recall against exact
+            if "HYBRID" in name:  # a fused list, not a nearest-neighbour list: no recall against exact
                 rows[name] = replace(timing, recall=float("nan"))
             else:
                 rows[name] = timing if name == brute_name else replace(timing, recall=recall_at_k(found, exact_ids))
@@ -269,10 +371,40 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             recall = "n/a" if np.isnan(t.recall) else f"{t.recall:.3f}"
             print(f"  {name:<36} {t.p50_ms:>8.2f} {t.p95_ms:>8.2f} {recall:>10} {speedup:>12.1f}x", flush=True)
         figure("product EF_RUNTIME (this index's)", index.ef_runtime())
+        same = sum(a == b for a, b in zip(timings["product HYBRID (KNN + BM25 + RRF)"][0], timings["HYBRID before 2026-12-05"][0]))
+        figure("HYBRID questions with the same hits as before", f"{same} of {timed}")
         print("  where a HYBRID search's time goes (each part alone):", flush=True)
         for name, t in hybrid_parts(index, questions, qvecs, timed).items():
             print(f"    {name:<42} p50 {t.p50_ms:>7.2f} ms   p95 {t.p95_ms:>7.2f} ms", flush=True)
         out[size] = rows
     flat.delete(drop=False)
+    per_chunk = (int(rt.redis.info("memory")["used_memory"]) - baseline) / written
+    figure(f"Redis memory per chunk at {written:,}, the product's index alone", per_chunk, "bytes")
+    figure("the same, projected to 1,000,000 chunks", per_chunk * 1_000_000 / 2**30, "GiB")
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.latency [--sizes 10000,100000,300000]``: this section of ``make bench`` alone, on a
+    throwaway Redis (the same chunk texts, derived vectors and questions)."""
+    from bench.report import figure, section
+    from bench.run import embed_texts, eval_dir, latency_texts, load_eval_data, throwaway_runtime
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(str(n) for n in sizes_from_env()),
+                        help="index sizes in chunks, comma separated (default: %(default)s)")  # fmt: skip
+    args = parser.parse_args(argv)
+    sizes = tuple(sorted({int(n.replace("_", "")) for n in args.sizes.split(",") if n.strip()}))
+    data = load_eval_data(eval_dir())
+    with throwaway_runtime(prefix="ragtopics-latency-") as rt:
+        section("3. embedding 10,000 real chunk texts for the latency index")
+        texts = latency_texts(data.corpus, 10_000)
+        vectors, embed_s = embed_texts(rt, texts)
+        figure("embed time", embed_s, "s")
+        bench_latency(rt, vectors, texts, [q["question"] for q in data.questions], figure, section, sizes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 

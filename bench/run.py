@@ -60,7 +60,7 @@ from bench.estimate import bench_estimate
 from bench.filetypes import BUILDERS
 from bench.graph import bench_graph
 from bench.graph_questions import bench_graph_questions
-from bench.latency import bench_latency
+from bench.latency import bench_latency, sizes_from_env
 from bench.memory import bench_graph_upload_memory, bench_memory
 from bench.report import figure, keep, print_ratios, section, versus, write
 from bench.router import bench_router
@@ -490,7 +490,7 @@ def bench_search_latency(rt: Runtime, data: EvalData) -> None:
     figure("chunk texts", len(texts))
     figure("embed time", embed_s, "s")
     figure(f"embeddings/s (length-sorted batches of {EMBED_BATCH})", len(texts) / embed_s)
-    rows = bench_latency(rt, vectors, texts, [q["question"] for q in data.questions], figure, section)
+    rows = bench_latency(rt, vectors, texts, [q["question"] for q in data.questions], figure, section, sizes_from_env())
     for size, timings in rows.items():
         brute = timings["brute force (numpy, exact)"]
         knn = timings["product search_vector"]

@@ -434,7 +434,7 @@ def more_candidates(store: GraphStore, index: ChunkIndex, question: str, vector:
 
     lists = {"named": store.chunks_about_names(candidate_names(question)[:MAX_NAME_LOOKUPS])}
     if keywords:
-        lists["keyword"] = [h.chunk_id for h in index.search_keywords(query_keywords(question), CHUNK_SEARCH_DEPTH)]
+        lists["keyword"] = [h.chunk_id for h in index.search_keywords(query_keywords(question), CHUNK_SEARCH_DEPTH, full=False)]
     wanted = list(dict.fromkeys(cid for ids in lists.values() for cid in ids if cid not in chunks))
     if wanted:
         chunks.update(fetch_chunks(index, wanted, vector))

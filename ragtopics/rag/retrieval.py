@@ -34,8 +34,9 @@ class Retrieval:
 
     Attributes:
         hits: the kept chunks, best first (``score`` as described in the module docstring).
-        dense: the vector hits before filtering (cosine similarity).
-        keyword: the BM25 hits (empty under DENSE).
+        dense: the vector hits before filtering (cosine similarity); under HYBRID with the chunk id,
+            document id and file name only (the kept hits are read whole).
+        keyword: the BM25 hits (empty under DENSE), with the chunk id, document id and file name only.
         fused_ranks: chunk id → ``{"dense": rank or None, "keyword": rank or None, "rrf": score}``.
         links: the second hops taken through file names (:mod:`ragtopics.rag.mentions`).
     """
@@ -98,23 +99,24 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
     # Fusion needs each list deeper than what is kept, or a chunk ranked well by one
     # search but just outside the other's cut-off loses its second vote.
     depth = max(candidates, top_k) if strategy != "HYBRID" else max(FUSION_DEPTH, 3 * candidates)
-    dense = index.search_vector(query_vector, depth)
-    passed = [h for h in dense if h.score >= min_score]
     if strategy != "HYBRID":
+        dense = index.search_vector(query_vector, depth)
+        passed = [h for h in dense if h.score >= min_score]
         kept, links = follow_mentions_guarded(index, passed, query_vector) if mentions else (passed, [])
         return Retrieval(kept[:candidates], dense, [], {}, links)
-    keyword = index.search_keywords(query_keywords(question), depth)
-    fused, ranks = fuse_rrf({"dense": passed, "keyword": keyword}, k=rrf_k)
-    normalised = {h.chunk_id: h.score for h in fused}
-    for cid, entry in ranks.items():
-        entry["rrf_normalised"] = normalised.get(cid)
-    pool = fused[: max(candidates, depth)] if mentions else fused[:candidates]
+    dense, keyword = index.search_hybrid(query_vector, query_keywords(question), depth)
+    passed = [h for h in dense if h.score >= min_score]
+    # Both lists hold ids and file names only (two round trips); the kept hits' fields are read after fusion.
+    ranks = reciprocal_rank_fusion({"dense": [h.chunk_id for h in passed], "keyword": [h.chunk_id for h in keyword]}, k=rrf_k)
+    best = max(1, bool(passed) + bool(keyword)) / (rrf_k + 1)  # normalised as fuse_rrf does
+    for entry in ranks.values():
+        entry["rrf_normalised"] = round(entry["rrf"] / best, 6)
+    pool_ids = list(ranks)[: max(candidates, depth) if mentions else candidates]
     cosine = {h.chunk_id: h.score for h in dense}
-    missing = [h.chunk_id for h in pool if h.chunk_id not in cosine]
-    for cid, vector in index.embeddings(missing).items():
+    stored, vectors = index.read_hits(pool_ids, vectors=[cid for cid in pool_ids if cid not in cosine])
+    for cid, vector in vectors.items():
         cosine[cid] = float(np.dot(vector, query_vector))
     # A hit's score is its cosine similarity under both strategies (see the module docstring).
-    pool = [replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in pool]
+    pool = [replace(stored[cid], score=round(cosine.get(cid, 0.0), 6)) for cid in pool_ids if cid in stored]
     kept, links = follow_mentions_guarded(index, pool, query_vector) if mentions else (pool, [])
     return Retrieval(kept[:candidates], dense, keyword, ranks, links)
-

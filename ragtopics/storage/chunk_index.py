@@ -179,6 +179,12 @@ class ChunkHit:
 
 #: The fields a search reads per chunk; its id comes from the key (one field less for the server to read).
 _RETURN_FIELDS = ["document_id", "file_name", "position", "text", "context", "pictures", "pages", "version"]
+#: The fields a HYBRID search reads per candidate before fusion (a source's other fields are read for the kept
+#: hits only, :meth:`ChunkIndex.read_hits`): what the trace shows of each list, without the text.
+_RANKING_FIELDS = ["document_id", "file_name"]
+#: The hash field that holds a chunk's BM25 term frequencies and length, written at upload with its keywords
+#: (:func:`pack_term_counts`); a keyword search reads it for each candidate instead of counting the text.
+TERM_COUNTS_FIELD = "term_counts"
 
 
 class ChunkIndex:
@@ -561,9 +567,12 @@ class ChunkIndex:
             "start": chunk.start,
             "end": chunk.end,
             "embedding": self.encode(vector),
+            # only a chunk with keywords can be a keyword candidate: a DENSE upload stores no counts
+            TERM_COUNTS_FIELD: pack_term_counts(chunk_terms(chunk.file_name, chunk.text, chunk.keywords.split()))
+            if chunk.keywords else "",
         }
 
-    def search_vector(self, vector: np.ndarray, k: int, *, _again: bool = False) -> list[ChunkHit]:
+    def search_vector(self, vector: np.ndarray, k: int, *, fields: Sequence[str] = _RETURN_FIELDS) -> list[ChunkHit]:
         """Return the ``k`` chunks nearest to ``vector`` by cosine similarity, best first.
 
         One round trip: the embedder record and the KNN query (HNSW at the index's
@@ -574,50 +583,107 @@ class ChunkIndex:
         Args:
             vector: shape ``(dims,)``.
             k: number of neighbours (>= 1).
+            fields: the stored fields read per hit (by default every field a source shows); a field left
+                out is empty in the hit (position 0).
 
         Raises:
             EmbeddingMismatchError: the index was built with another embedder.
         """
+        hits, _ = self._search_vector(vector, k, fields, ())
+        return hits or []
+
+    def _search_vector(self, vector: np.ndarray, k: int, fields: Sequence[str], also: Sequence[tuple],
+                       *, _again: bool = False) -> tuple[list[ChunkHit] | None, list]:  # fmt: skip
+        """:meth:`search_vector`, with the commands ``also`` sent in the same pipeline.
+
+        Returns:
+            ``(hits, the replies to also)`` (a failed command's reply is its exception); hits ``None``
+            when there is no index.
+        """
         profile = self._profile()  # remembered for the process after the first read
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.record_key)
-        pipe.execute_command(*self._knn_command(vector, k, profile=profile))
-        record, reply = pipe.execute(raise_on_error=False)
+        pipe.execute_command(*self._knn_command(vector, k, profile=profile, fields=fields))
+        for command in also:
+            pipe.execute_command(*command)
+        record, reply, *extra = pipe.execute(raise_on_error=False)
         if isinstance(record, Exception):
             raise record
         if record and record.get(b"datatype") and _record_profile(record) != profile and not _again:
             _PROFILES.pop(self.index.name, None)  # the index was made anew meanwhile
-            return self.search_vector(vector, k, _again=True)
+            return self._search_vector(vector, k, fields, also, _again=True)
         if not record:  # no index, or one from before the record was kept: the slower path decides
             built = self.built_with()
             if built is None:
-                return []
+                return None, extra
             self._check_built(built)
-            reply = _unless_missing(lambda: self.client.execute_command(*self._knn_command(vector, k)), None)
+            reply = _unless_missing(lambda: self.client.execute_command(*self._knn_command(vector, k, fields=fields)), None)
             if reply is None:
-                return []
+                return None, extra
         else:
             self._check_built(_record_built(record))
         if isinstance(reply, Exception):
-            return _unless_missing(_raiser(reply), [])
-        return _vector_hits(reply, self.prefix)
+            return _unless_missing(_raiser(reply), None), extra
+        return _vector_hits(reply, self.prefix), extra
 
-    def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", profile: tuple[str, int] | None = None) -> tuple:
+    def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", profile: tuple[str, int] | None = None,
+                     fields: Sequence[str] = _RETURN_FIELDS) -> tuple:  # fmt: skip
         """The ``FT.SEARCH`` KNN command for ``vector`` (the query redisvl's ``VectorQuery`` builds, less its
         ``SORTBY``: the reply holds the k nearest in any order and :func:`_vector_hits` sorts them, which
         spares the server a sorter, 0.03 of its 0.4 ms at 100,000 chunks); ``within``: only the chunks of
-        that document; ``profile``: the index's ``(vector type, EF_RUNTIME)`` when the caller has it."""
-        fields = (*_RETURN_FIELDS, "vector_distance")
+        that document; ``profile``: the index's ``(vector type, EF_RUNTIME)`` when the caller has it;
+        ``fields``: the stored fields returned per hit."""
+        returned = (*fields, "vector_distance")
         scope = f"@document_id:{{{_escape_term(within)}}}" if within else "*"
         datatype, ef = profile or self._profile()
         blob = np.asarray(vector, dtype=_NUMPY_TYPES[datatype]).tobytes()
         return (
             "FT.SEARCH", self.index.name, f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
             "PARAMS", 4, "vector", blob, "ef", max(ef, int(k)),
-            "RETURN", len(fields), *fields, "LIMIT", 0, int(k), "DIALECT", 2,
+            "RETURN", len(returned), *returned, "LIMIT", 0, int(k), "DIALECT", 2,
         )  # fmt: skip
 
-    def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT) -> list[ChunkHit]:
+    def search_hybrid(self, vector: np.ndarray, terms: list[str], k: int,
+                      *, code_weight: float = CODE_WEIGHT) -> tuple[list[ChunkHit], list[ChunkHit]]:  # fmt: skip
+        """The two ranked lists a HYBRID search fuses: the ``k`` chunks nearest to ``vector``
+        (:meth:`search_vector`) and the ``k`` best by BM25 for ``terms`` (:meth:`search_keywords`).
+
+        Their hits carry the chunk id, document id, file name and score only: a search keeps a few of
+        them and reads those chunks' other fields (:meth:`read_hits`), not the text of every candidate.
+        Two round trips whatever the number of terms: the embedder record, the KNN and the terms'
+        document frequencies in one pipeline; then the keyword candidates (the frequencies choose the
+        terms searched, :func:`candidate_terms`), each read with its stored term counts
+        (:data:`TERM_COUNTS_FIELD`).
+
+        Args:
+            vector: shape ``(dims,)``, unit norm.
+            terms: the question's normalised keywords (``ragtopics.text.keywords.query_keywords``).
+            k: the depth of each list (>= 1).
+            code_weight: as in :meth:`search_keywords`.
+
+        Returns:
+            ``(dense, keyword)``: dense scored by cosine similarity, nearest first; keyword by BM25, best
+            first. Both empty when the Topic has no index.
+
+        Raises:
+            EmbeddingMismatchError: the index was built with another embedder.
+        """
+        terms = list(dict.fromkeys(t for t in terms if t))
+        also = [("HMGET", self.terms_key, _TERMS_COMPLETE, _TERMS_TOTAL, *_STEMMER.stemWords(terms))] if terms else []
+        dense, extra = self._search_vector(vector, k, _RANKING_FIELDS, also)
+        if dense is None:
+            return [], []
+        if not terms:
+            return dense, []
+        values = extra[0]
+        counted = None
+        if not isinstance(values, Exception) and _decode(values[0] or b"") == _TERMS_KEYED_BY:
+            counted = [max(0, int(v or 0)) for v in values[2:]], max(0, int(values[1] or 0))
+        none: list[ChunkHit] = []
+        keyword = _unless_missing(lambda: self._search_keywords(terms, k, code_weight, counted=counted), none)
+        return dense, keyword
+
+    def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT, full: bool = True) -> list[ChunkHit]:
         """BM25 search of the keyword index: chunks whose keywords match any of ``terms``, identifiers weighted up.
 
         Only chunks written with keywords (uploaded under HYBRID) can match. RediSearch finds
@@ -626,9 +692,10 @@ class ChunkIndex:
         ``max(4k, 100)`` of them in RediSearch's ``BM25STD`` order (on HotpotQA that order finds as
         many gold passages among 100 candidates as the TF-IDF order among 1,000). They are scored
         here with Okapi BM25 (:func:`bm25_score`) on term frequencies counted in the file's name
-        and the chunk's text (:func:`~ragtopics.text.keywords.term_counts`); a keyword of the
-        field that the text lacks (an enrichment keyword) counts once. RediSearch's own ``BM25``
-        scores a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms, hence
+        and the chunk's text (:func:`~ragtopics.text.keywords.term_counts`), written with the chunk
+        at upload (:data:`TERM_COUNTS_FIELD`; counted from the text for a chunk stored before); a
+        keyword of the field that the text lacks (an enrichment keyword) counts once. RediSearch's
+        own ``BM25`` scores a term that is in most chunks as 0 and ``BM25STD`` overflows on such terms, hence
         the scoring here. Document frequencies come from the index. An identifier (letters and
         digits: ``E-4711``, ``SK-44``) counts ``code_weight`` times a word; when the question names
         one and some chunk holds it, chunks that hold none are left out, so chunks that talk about
@@ -640,6 +707,8 @@ class ChunkIndex:
             terms: normalised keywords (see ``ragtopics.text.keywords``); empty gives ``[]``.
             k: how many hits to return.
             code_weight: factor on an identifier's BM25 term weight (>= 1 favours identifiers).
+            full: read every field a source shows for the hits returned (one more round trip); ``False``:
+                the chunk id, document id and file name only.
 
         Returns:
             Up to ``k`` hits, best first (ties in RediSearch's order); ``score`` is the BM25 score (> 0).
@@ -647,10 +716,18 @@ class ChunkIndex:
         terms = list(dict.fromkeys(t for t in terms if t))
         if not terms or self.built_with() is None:
             return []
-        return _unless_missing(lambda: self._search_keywords(terms, k, code_weight), [])
+        none: list[ChunkHit] = []
+        hits = _unless_missing(lambda: self._search_keywords(terms, k, code_weight), none)
+        if not full or not hits:
+            return hits
+        stored, _ = self.read_hits([h.chunk_id for h in hits])
+        return [replace(stored[h.chunk_id], score=h.score) for h in hits if h.chunk_id in stored]
 
-    def _search_keywords(self, terms: list[str], k: int, code_weight: float) -> list[ChunkHit]:
-        counts, chunks = self.term_frequencies(terms) or self._count_each(terms)
+    def _search_keywords(self, terms: list[str], k: int, code_weight: float,
+                         counted: tuple[list[int], int] | None = None) -> list[ChunkHit]:  # fmt: skip
+        """:meth:`search_keywords` without the fields a source shows; ``counted``: the terms' document
+        frequencies and the chunk total when the caller read them (:meth:`term_frequencies`)."""
+        counts, chunks = counted or self.term_frequencies(terms) or self._count_each(terms)
         frequencies = dict(zip(terms, counts, strict=True))
         terms = [t for t in terms if frequencies[t]]
         if not terms:
@@ -658,14 +735,17 @@ class ChunkIndex:
         total = max(chunks, max(frequencies.values()))
         weights = {t: (code_weight if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
         rows = self._keyword_candidates(candidate_terms(frequencies, terms), max(4 * k, _MIN_KEYWORD_CANDIDATES))
-        counted = [(hit, chunk_term_counts(hit, keywords)) for hit, keywords in rows]
+        # each candidate's frequencies of the question's terms and its length, found in its packed counts
+        counted_rows = [(hit, {t: packed_count(packed, t) for t in terms}, packed_length(packed)) for hit, packed in rows]
         identifiers = [t for t in terms if is_identifier(t)]
-        holding = [(hit, counts) for hit, counts in counted if any(t in counts for t in identifiers)]
+        holding = [row for row in counted_rows if any(row[1][t] for t in identifiers)]
         if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
-            counted = holding
-        average = sum(sum(c.values()) for _, c in counted) / len(counted) if counted else 1.0
-        scored = [replace(hit, score=round(bm25_score(counts, weights, average_length=average), 6)) for hit, counts in counted]
-        return sorted((h for h in scored if h.score > 0), key=lambda h: -h.score)[:k]
+            counted_rows = holding
+        average = sum(length for _, _, length in counted_rows) / len(counted_rows) if counted_rows else 1.0
+        scored = [(round(bm25_score(tf, weights, average_length=average, length=length), 6), hit)
+                  for hit, tf, length in counted_rows]  # fmt: skip
+        best = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: -pair[0])[:k]  # stable: ties keep RediSearch's order
+        return [replace(hit, score=score) for score, hit in best]
 
     def _count_each(self, terms: list[str]) -> tuple[list[int], int]:
         """For each term, how many chunks' keywords hold it (its document frequency), and how many chunks
@@ -678,21 +758,59 @@ class ChunkIndex:
         replies = pipe.execute()
         return [_search_total(reply) for reply in replies[:-1]], _search_total(replies[-1])
 
-    def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, list[str]]]:
-        """Up to ``limit`` chunks whose keywords hold any of ``terms``, with their keyword lists.
+    def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, str]]:
+        """Up to ``limit`` chunks whose keywords hold any of ``terms``, each with its packed term counts
+        (:func:`pack_term_counts`); the hits carry the chunk id, document id and file name.
 
         The reply is read here, as in :meth:`search_vector`: redis-py's generic result objects
-        took about a fifth of a HYBRID search's time for 100 candidates.
+        took about a fifth of a HYBRID search's time for 100 candidates. A chunk stored before its
+        counts were kept has them counted from its text (one more round trip for such chunks).
         """
-        fields = (*_RETURN_FIELDS, "keywords")
+        fields = (*_RANKING_FIELDS, TERM_COUNTS_FIELD)
         reply = self.client.execute_command(
             "FT.SEARCH", self.index.name, f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
             "RETURN", len(fields), *fields,
             "SCORER", "BM25STD",  # the order candidates are cut in; their scores are computed in Python
             "LIMIT", 0, int(limit), "DIALECT", 2,
         )  # fmt: skip
-        rows = _search_rows(reply, self.prefix)
-        return [(_hit(row, 0.0), row.get("keywords", "").split()) for row in rows]
+        rows = [(_hit(row, 0.0), row.get(TERM_COUNTS_FIELD, "")) for row in _search_rows(reply, self.prefix)]
+        unpacked = [hit for hit, packed in rows if not packed]
+        if not unpacked:
+            return rows
+        pipe = self.client.pipeline(transaction=False)
+        for hit in unpacked:
+            pipe.hmget(self.key(hit.chunk_id), ["text", "keywords"])
+        packed_now = {}
+        for hit, (text, keywords) in zip(unpacked, pipe.execute(), strict=True):
+            if text is not None:  # else removed since the query
+                counts = chunk_term_counts(replace(hit, text=_decode(text)), _decode(keywords or b"").split())
+                packed_now[hit.chunk_id] = pack_term_counts(counts)
+        return [(hit, packed or packed_now[hit.chunk_id]) for hit, packed in rows if packed or hit.chunk_id in packed_now]
+
+    def read_hits(self, chunk_ids: Sequence[str], *, vectors: Iterable[str] = ()) -> tuple[dict[str, ChunkHit], dict[str, np.ndarray]]:
+        """The fields a source shows of the given chunks, and the stored embeddings of some of them; one round trip.
+
+        Args:
+            chunk_ids: the chunks (a missing id is left out).
+            vectors: the chunks among them whose embedding is read as well.
+
+        Returns:
+            ``({chunk id: hit with score 0.0}, {chunk id: float32 array of shape (dims,)})``.
+        """
+        wanted = set(vectors)
+        pipe = self.client.pipeline(transaction=False)
+        for cid in chunk_ids:
+            pipe.hmget(self.key(cid), [*_RETURN_FIELDS, "embedding"] if cid in wanted else _RETURN_FIELDS)
+        hits, found = {}, {}
+        for cid, values in zip(chunk_ids, pipe.execute() if chunk_ids else [], strict=True):
+            if values[0] is None:  # no document id: the chunk is gone
+                continue
+            row = {name: _decode(value) for name, value in zip(_RETURN_FIELDS, values) if value is not None}
+            row["chunk_id"] = cid
+            hits[cid] = _hit(row, 0.0)
+            if cid in wanted and values[-1]:
+                found[cid] = decode_vector(values[-1], self.dims)
+        return hits, found
 
     def chunk_counts(self) -> dict[str, int]:
         """How many chunks the index holds per document (one aggregation): ``{document id: count}``."""
@@ -900,9 +1018,53 @@ def bm25_idf(total: int, matching: int) -> float:
     return math.log(1.0 + (total - matching + 0.5) / (matching + 0.5))
 
 
+def chunk_terms(file_name: str, text: str, keywords: Iterable[str]) -> Counter[str]:
+    """Term frequencies of a chunk for BM25: its file's name and text counted
+    (:func:`~ragtopics.text.keywords.term_counts`), then each keyword of its keyword field that they
+    lack (a model's enrichment keyword) once.
+
+    Args:
+        file_name: the chunk's file name (its stem is counted: ``Leland.txt`` → ``leland``).
+        text: the chunk's text.
+        keywords: the words of its keyword field.
+    """
+    counts = term_counts(f"{file_stem(file_name)}\n{text}")
+    for keyword in keywords:
+        if keyword not in counts:
+            counts[keyword] = 1
+    return counts
+
+
+def pack_term_counts(counts: Mapping[str, int]) -> str:
+    """A chunk's term frequencies as stored in its hash (:data:`TERM_COUNTS_FIELD`): its length, then
+    ``term:count`` pairs, space separated, with a space at the end (``"3 pump:2 p7:1 "``).
+
+    The length is the sum of every count; a term holding ``:`` (only a model's enrichment keyword can)
+    counts in the length but is not listed, as no query term can hold one. A keyword search reads a term's
+    count with one substring search (:func:`packed_count`), which costs less than splitting the field.
+
+    Args:
+        counts: term → occurrences (> 0), as :func:`chunk_terms` gives them.
+    """
+    return f"{sum(counts.values())}" + "".join(f" {t}:{c}" for t, c in counts.items() if ":" not in t) + " "
+
+
+def packed_count(packed: str, term: str) -> int:
+    """How often ``term`` (no space or ``:``) occurs in a chunk, from its packed counts (:func:`pack_term_counts`); 0 when not."""
+    at = packed.find(f" {term}:")
+    if at < 0:
+        return 0
+    start = at + len(term) + 2
+    return int(packed[start : packed.index(" ", start)])
+
+
+def packed_length(packed: str) -> int:
+    """A chunk's length in terms (the sum of its counts) from its packed counts (:func:`pack_term_counts`)."""
+    return int(packed[: packed.index(" ")])
+
+
 def chunk_term_counts(hit: ChunkHit, keywords: list[str]) -> Counter[str]:
-    """Term frequencies of a chunk for BM25: its file's name and text counted, then each keyword of its
-    keyword field that they lack (a model's enrichment keyword) once.
+    """:func:`chunk_terms` of a hit, for a chunk stored before its counts were (:data:`TERM_COUNTS_FIELD`).
 
     Kept for the :data:`_TERM_CACHE_SIZE` chunks used last: a chunk id is a hash of its document (Topic
     and file name) and text, so an id always has the same counts (the keywords, set at upload, are part
@@ -914,10 +1076,7 @@ def chunk_term_counts(hit: ChunkHit, keywords: list[str]) -> Counter[str]:
         if cached is not None:
             _TERM_CACHE.move_to_end(key)
             return cached
-    counts = term_counts(f"{file_stem(hit.file_name)}\n{hit.text}")
-    for keyword in keywords:
-        if keyword not in counts:
-            counts[keyword] = 1
+    counts = chunk_terms(hit.file_name, hit.text, keywords)
     with _TERM_CACHE_LOCK:
         _TERM_CACHE[key] = counts
         if len(_TERM_CACHE) > _TERM_CACHE_SIZE:
@@ -932,19 +1091,20 @@ _TERM_CACHE_LOCK = threading.Lock()
 
 
 def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_length: float,
-               k1: float = BM25_K1, b: float = BM25_B) -> float:  # fmt: skip
+               k1: float = BM25_K1, b: float = BM25_B, length: int | None = None) -> float:  # fmt: skip
     """Okapi BM25 of one chunk for query terms with weights (IDF × term weight).
 
     Args:
-        counts: the chunk's term frequencies (term → occurrences); their sum is its length.
+        counts: the chunk's term frequencies (term → occurrences; at least those of the query terms).
         weights: query term → its weight (``bm25_idf`` times the code weight).
         average_length: mean length of the scored chunks (> 0).
         k1, b: term-frequency saturation and length normalisation.
+        length: the chunk's length in terms; ``None``: the sum of ``counts`` (then every term's count).
 
     Returns:
         ``Σ_t w_t · tf (k1 + 1) / (tf + k1 (1 - b + b · len / avg))``, 0 when no term occurs.
     """
-    norm = k1 * (1 - b + b * sum(counts.values()) / max(average_length, 1e-9))
+    norm = k1 * (1 - b + b * (sum(counts.values()) if length is None else length) / max(average_length, 1e-9))
     score = 0.0
     for term, weight in weights.items():
         tf = counts.get(term, 0)
@@ -979,10 +1139,29 @@ def _vector_hits(reply, prefix: str) -> list[ChunkHit]:
     RediSearch's COSINE metric returns a distance, 1 - cosine similarity; the score is the
     similarity, clipped at 1 (half-precision vectors put a chunk's similarity to itself a hair
     above 1). Hits are ordered by the unclipped distance, then chunk id, so the order never
-    depends on the reply's (unsorted) order.
+    depends on the reply's (unsorted) order. A RESP2 reply is read without decoding its field
+    names (:func:`_hit_from_bytes`), which takes about a third off the reading of ten rows.
     """
-    ranked = sorted((float(row["vector_distance"]), row["chunk_id"], row) for row in _search_rows(reply, prefix))
-    return [_hit(row, min(1.0, 1.0 - distance)) for distance, _, row in ranked]
+    if isinstance(reply, dict):
+        ranked = sorted((float(row["vector_distance"]), row["chunk_id"], row) for row in _search_rows(reply, prefix))
+        return [_hit(row, min(1.0, 1.0 - distance)) for distance, _, row in ranked]
+    skip = len(prefix) + 1
+    rows = []
+    for key, fields in zip(reply[1::2], reply[2::2], strict=False):
+        row = dict(zip(fields[::2], fields[1::2], strict=False))
+        rows.append((float(row[b"vector_distance"]), _decode(key)[skip:], row))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [_hit_from_bytes(chunk_id, row, min(1.0, 1.0 - distance)) for distance, chunk_id, row in rows]
+
+
+def _hit_from_bytes(chunk_id: str, row: dict, score: float) -> ChunkHit:
+    """A RESP2 search row (field name → value, both bytes) as a hit; a field the row lacks is empty (position 0)."""
+    get = row.get
+    pages = get(b"pages")
+    return ChunkHit(chunk_id=chunk_id, document_id=_decode(get(b"document_id", b"")), file_name=_decode(get(b"file_name", b"")),
+                    position=int(get(b"position") or 0), text=_decode(get(b"text", b"")), score=score,
+                    context=_decode(get(b"context", b"")), pictures=_decode(get(b"pictures", b"")),
+                    pages=parse_pages(_decode(pages)) if pages else (), version=_decode(get(b"version", b"")))  # fmt: skip
 
 
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:

@@ -1,0 +1,128 @@
+"""HYBRID search reads stored term counts, not texts: each chunk's BM25 term frequencies are written with it at
+upload and equal what its text gives; a HYBRID retrieval sends a fixed set of commands to the real Redis (the
+KNN, the record and the document frequencies together, one candidate query without texts, then the kept hits
+only); and its results equal those of the scoring from the text, which a chunk stored before the counts were
+kept still gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragtopics.rag.retrieval import fuse_rrf, retrieve
+from ragtopics.storage import chunk_index
+from ragtopics.storage.chunk_index import (
+    TERM_COUNTS_FIELD,
+    ChunkIndex,
+    ChunkRecord,
+    chunk_terms,
+    pack_term_counts,
+    packed_count,
+    packed_length,
+)
+from ragtopics.text.keywords import index_keywords, query_keywords
+from tests.redis_commands import CommandLog
+
+TEXTS = {
+    "Pump manual.txt": ["The pump P-7 moves coolant; the pump runs at 40 rpm.", "Service the valve V-12 every year."],
+    "Valve guide.md": ["A valve stops flow. Valves wear; valve seats crack.", "The coolant pump P-7 feeds valve V-12."],
+    "Leland.txt": ["Leland is a town in North Carolina.", "A film was shot in Leland in 1986."],
+    "Films of 1986.txt": ["Films shot in 1986 include one about a pump.", "The director filmed the coolant plant."],
+}
+QUESTIONS = ["Which pump moves coolant?", "How often is valve V-12 serviced?", "What film was shot in Leland in 1986?",
+             "P-7 coolant", "valves crack"]  # fmt: skip
+
+
+def unpack(packed: str) -> tuple[int, dict[str, int]]:
+    """``(length, {term: count})`` of a packed field, read by splitting (independent of :func:`packed_count`)."""
+    length, *pairs = packed.split()
+    return int(length), {term: int(count) for term, count in (p.rsplit(":", 1) for p in pairs)}
+
+
+def vector(seed: int, dims: int = 8) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=dims).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def build(rt, topic: str, *, enrich: str = "") -> ChunkIndex:
+    """An index of :data:`TEXTS`, keywords as a HYBRID upload writes them (plus ``enrich``, a model's keywords)."""
+    index = ChunkIndex(rt.redis, topic, dims=8, embedding_model="m")
+    n = 0
+    for d, (name, texts) in enumerate(TEXTS.items()):
+        records = []
+        for position, text in enumerate(texts):
+            keywords = " ".join(filter(None, [index_keywords(name, text), enrich]))
+            records.append(ChunkRecord(chunk_id=f"chunk-{d}-{position}", document_id=f"doc-{d}", file_name=name,
+                                       position=position, text=text, embedding=vector(n), keywords=keywords))  # fmt: skip
+            n += 1
+        index.replace_document(f"doc-{d}", records)
+    return index
+
+
+def test_each_chunk_stores_the_term_counts_its_text_gives(rt):
+    index = build(rt, "topic-tf", enrich="turbomachinery note:odd")
+    for d, (name, texts) in enumerate(TEXTS.items()):
+        for position, text in enumerate(texts):
+            stored = rt.redis.hgetall(index.key(f"chunk-{d}-{position}"))
+            packed = stored[TERM_COUNTS_FIELD.encode()].decode()
+            keywords = stored[b"keywords"].decode().split()
+            expected = chunk_terms(name, text, keywords)
+            length, counts = unpack(packed)
+            assert length == sum(expected.values())  # the ":" keyword counts in the length ...
+            assert counts == {t: c for t, c in expected.items() if ":" not in t}  # ... but is not listed
+            assert counts["turbomachinery"] == 1  # an enrichment keyword the text lacks counts once
+            assert packed_length(packed) == length
+            assert all(packed_count(packed, t) == c for t, c in expected.items() if ":" not in t)
+            assert packed_count(packed, "absent") == 0
+    assert unpack(pack_term_counts(chunk_terms("Pump manual.txt", "The pump P-7: the pump.", [])))[1] == {
+        "pump": 3, "manual": 1, "p7": 1}  # fmt: skip
+    # a chunk without keywords (a DENSE upload) stores no counts: it is never a keyword candidate
+    index.replace_document("doc-dense", [ChunkRecord(chunk_id="chunk-dense", document_id="doc-dense", file_name="d.txt",
+                                                     position=0, text="pump", embedding=vector(99))])  # fmt: skip
+    assert rt.redis.hget(index.key("chunk-dense"), TERM_COUNTS_FIELD) == b""
+
+
+def test_a_hybrid_search_reads_the_kept_hits_only(rt):
+    index = build(rt, "topic-hybrid-commands")
+    question = "Which pump P-7 moves coolant through valve V-12?"
+    index.search_vector(vector(3), 1)  # the index's profile, read once a process
+    with CommandLog(rt.redis) as log:
+        found = retrieve(index, question, vector(3), strategy="HYBRID", top_k=3, min_score=0.0, candidates=3)
+    assert len(found.hits) == 3 and found.keyword
+    searches = [c for c in log.commands if c[0] == "FT.SEARCH"]
+    assert len(searches) == 2  # the KNN and the keyword candidates
+    for command in searches:
+        returned = command[command.index("RETURN") + 2 :][: int(command[command.index("RETURN") + 1])]
+        assert "text" not in returned and "keywords" not in returned
+    assert [c[0] for c in log.commands if c[1] == index.terms_key] == ["HMGET"]  # the document frequencies, once
+    assert log.count("HGETALL") == 1  # the embedder record
+    chunk_reads = [c for c in log.commands if len(c) > 1 and c[1].startswith(index.prefix)]
+    assert sorted(c[1] for c in chunk_reads) == sorted(index.key(h.chunk_id) for h in found.hits)
+    assert all(c[0] == "HMGET" for c in chunk_reads)
+    sent = [c for c in log.commands if c[0] != "CLIENT"]  # less a new connection's handshake
+    assert len(sent) == 2 + 2 + len(found.hits)  # record, KNN, frequencies, candidates; the kept hits
+    assert all(h.text for h in found.hits)  # the kept hits carry every field a source shows
+    assert not any(h.text for h in found.keyword + found.dense)  # the lists fused carry ids and file names only
+
+
+@pytest.mark.parametrize("enrich", ["", "coolant turbomachinery"])
+def test_results_equal_the_scoring_from_the_text(rt, monkeypatch, enrich):
+    index = build(rt, f"topic-hybrid-same-{bool(enrich)}", enrich=enrich)
+    # the same chunks as an older release wrote them: no stored counts, so each candidate is counted from its text
+    monkeypatch.setattr(chunk_index, "pack_term_counts", lambda counts: "")
+    before = build(rt, f"topic-hybrid-before-{bool(enrich)}", enrich=enrich)
+    monkeypatch.undo()
+    assert rt.redis.hget(before.key("chunk-0-0"), TERM_COUNTS_FIELD) == b""
+    for i, q in enumerate(QUESTIONS):
+        stored = index.search_keywords(query_keywords(q), 10)
+        counted = before.search_keywords(query_keywords(q), 10)
+        # equal scores; RediSearch orders tied candidates differently in two indexes, so ties are compared as sets
+        assert stored and sorted((-h.score, h.chunk_id, h.text, h.file_name) for h in stored) == sorted(
+            (-h.score, h.chunk_id, h.text, h.file_name) for h in counted)  # fmt: skip
+        now = retrieve(index, q, vector(i), strategy="HYBRID", top_k=4, min_score=0.0, candidates=4)
+        # the fusion equals fuse_rrf over full hits, the scores are cosine similarities of the stored vectors
+        dense = [h for h in index.search_vector(vector(i), 30) if h.score >= 0.0]  # Min. Similarity Score 0
+        fused, _ = fuse_rrf({"dense": dense, "keyword": index.search_keywords(query_keywords(q), 30)})
+        assert [h.chunk_id for h in now.hits] == [h.chunk_id for h in fused[:4]]
+        vectors = index.embeddings([h.chunk_id for h in now.hits])
+        assert [h.score for h in now.hits] == pytest.approx([float(vectors[h.chunk_id] @ vector(i)) for h in now.hits], abs=1e-3)
