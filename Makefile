@@ -43,7 +43,8 @@ test-fast: install
 
 # The linter and the type checker, as configured in pyproject.toml ([tool.ruff], [tool.mypy]).
 lint: install
-	$(VENV)/bin/ruff check ragtopics tests bench
+	$(VENV)/bin/ruff check ragtopics tests bench tools
+	$(VENV)/bin/ruff format --check ragtopics tests bench tools
 	$(VENV)/bin/mypy
 
 bench: install

@@ -111,8 +111,9 @@ def exact_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top])]
 
 
-def timed_rounds(searches: dict[str, Callable[[int], Any]], count: int, rounds: int = ROUNDS,
-                 warm_up: range = range(0)) -> dict[str, tuple[list, Timing]]:  # fmt: skip
+def timed_rounds(
+    searches: dict[str, Callable[[int], Any]], count: int, rounds: int = ROUNDS, warm_up: range = range(0)
+) -> dict[str, tuple[list, Timing]]:
     """Time several searches over the same ``count`` queries, interleaved round by round.
 
     Each round runs every search over every query, one search after the other, so a slow
@@ -156,9 +157,15 @@ def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) 
     for b in range(start, len(texts), STORE_BATCH):
         doc_id = f"doc-lat{b // STORE_BATCH:04d}"
         records = [
-            ChunkRecord(chunk_id=f"chunk-lat{n:06d}", document_id=doc_id, file_name=f"lat-{b // STORE_BATCH:04d}.txt",
-                        position=n - b, text=texts[n], embedding=vectors[n],
-                        keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]))
+            ChunkRecord(
+                chunk_id=f"chunk-lat{n:06d}",
+                document_id=doc_id,
+                file_name=f"lat-{b // STORE_BATCH:04d}.txt",
+                position=n - b,
+                text=texts[n],
+                embedding=vectors[n],
+                keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]),
+            )
             for n in range(b, min(b + STORE_BATCH, len(texts)))
         ]
         index.replace_document(doc_id, records)
@@ -187,8 +194,14 @@ def flat_index(rt: Runtime, index: ChunkIndex) -> SearchIndex:
 
 def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None, datatype: str) -> list[str]:
     """Chunk ids of a KNN query on ``index`` (ids only), the query vector in the index's ``datatype``."""
-    query = VectorQuery(vector=vector.astype(datatype).tobytes(), vector_field_name="embedding", dtype=datatype,
-                        return_fields=["chunk_id"], num_results=k, ef_runtime=ef)  # fmt: skip
+    query = VectorQuery(
+        vector=vector.astype(datatype).tobytes(),
+        vector_field_name="embedding",
+        dtype=datatype,
+        return_fields=["chunk_id"],
+        num_results=k,
+        ef_runtime=ef,
+    )
     return [row["chunk_id"] for row in index.query(query)]
 
 
@@ -220,11 +233,20 @@ def hybrid_before(index: ChunkIndex, question: str, vector: np.ndarray, candidat
             weights = {t: (CODE_WEIGHT if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
             fields = (*_RETURN_FIELDS, "keywords")
             reply = index.client.execute_command(
-                "FT.SEARCH", index.index.name,
+                "FT.SEARCH",
+                index.index.name,
                 f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(candidate_terms(frequencies, terms)))})",
-                "RETURN", len(fields), *fields, "SCORER", "BM25STD",
-                "LIMIT", 0, max(4 * depth, _MIN_KEYWORD_CANDIDATES), "DIALECT", 2,
-            )  # fmt: skip
+                "RETURN",
+                len(fields),
+                *fields,
+                "SCORER",
+                "BM25STD",
+                "LIMIT",
+                0,
+                max(4 * depth, _MIN_KEYWORD_CANDIDATES),
+                "DIALECT",
+                2,
+            )
             rows = [(_hit(row, 0.0), row.get("keywords", "").split()) for row in _search_rows(reply, index.prefix)]
             counted = [(hit, chunk_term_counts(hit, words)) for hit, words in rows]
             identifiers = [t for t in terms if is_identifier(t)]
@@ -266,8 +288,20 @@ def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, cou
         if not searched[i]:
             return []
         return index.client.execute_command(
-            "FT.SEARCH", index.index.name, f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(searched[i]))})",
-            "RETURN", len(fields), *fields, "SCORER", "BM25STD", "LIMIT", 0, limit, "DIALECT", 2)  # fmt: skip
+            "FT.SEARCH",
+            index.index.name,
+            f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(searched[i]))})",
+            "RETURN",
+            len(fields),
+            *fields,
+            "SCORER",
+            "BM25STD",
+            "LIMIT",
+            0,
+            limit,
+            "DIALECT",
+            2,
+        )
 
     def fusion(i: int) -> dict:
         dense, keyword = lists[i]
@@ -276,17 +310,25 @@ def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, cou
     kept = [list(fusion(i))[:TOP_K] for i in range(count)]
     known = [{h.chunk_id for h in lists[i][0]} for i in range(count)]
     parts = {
-        "KNN alone (fusion depth, ids and file names)": lambda i: index.search_vector(qvecs[i], depth, fields=("document_id", "file_name")),
+        "KNN alone (fusion depth, ids and file names)": lambda i: index.search_vector(
+            qvecs[i], depth, fields=("document_id", "file_name")
+        ),
         "KNN + frequencies (one pipeline)": lambda i: index._search_vector(
-            qvecs[i], depth, ("document_id", "file_name"), [("HMGET", index.terms_key, "", "*", *_STEMMER.stemWords(terms[i]))] if terms[i] else []),
+            qvecs[i],
+            depth,
+            ("document_id", "file_name"),
+            [("HMGET", index.terms_key, "", "*", *_STEMMER.stemWords(terms[i]))] if terms[i] else [],
+        ),
         "before: KNN, every field": lambda i: index.search_vector(qvecs[i], depth),
         "before: frequencies (HMGET) apart": lambda i: index.term_frequencies(terms[i]),
         "candidates with their term counts": lambda i: index._keyword_candidates(searched[i], limit) if searched[i] else [],
         "before: candidates with text and keywords": with_text,
         "keyword search (candidates + BM25)": lambda i: index.search_keywords(terms[i], depth, full=False),
         "fusion (RRF over ids)": fusion,
-        "the kept hits' fields (read_hits)": lambda i: index.read_hits(kept[i], vectors=[c for c in kept[i] if c not in known[i]]),
-    }  # fmt: skip
+        "the kept hits' fields (read_hits)": lambda i: index.read_hits(
+            kept[i], vectors=[c for c in kept[i] if c not in known[i]]
+        ),
+    }
     timed = timed_rounds(parts, count, rounds=1)
     return {name: timing for name, (_, timing) in timed.items()}
 
@@ -305,8 +347,9 @@ def sizes_from_env(sizes: tuple[int, ...] = SIZES) -> tuple[int, ...]:
     return tuple(sorted({*sizes, int(raw)}))
 
 
-def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section,
-                  sizes: tuple[int, ...] = SIZES) -> dict:  # fmt: skip
+def bench_latency(
+    rt: Runtime, vectors: np.ndarray, texts: list[str], questions: list[str], figure, section, sizes: tuple[int, ...] = SIZES
+) -> dict:
     """Measure every search at each size in ``sizes``; print the figures and return them for the plot.
 
     After the largest size, Redis's memory per chunk is printed without the bench's FLAT index as well,
@@ -343,8 +386,11 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         figure("write + index time", time.perf_counter() - t0, "s")
         figure("of which waiting for indexing", waited, "s")
         # both vector copies (hash and HNSW graph), the text, the keyword index, and the FLAT index of this bench
-        figure(f"Redis memory per chunk ({index.datatype()} vectors, with the bench's FLAT index)",
-               (int(rt.redis.info("memory")["used_memory"]) - baseline) / size, "bytes")
+        figure(
+            f"Redis memory per chunk ({index.datatype()} vectors, with the bench's FLAT index)",
+            (int(rt.redis.info("memory")["used_memory"]) - baseline) / size,
+            "bytes",
+        )
         matrix = all_vectors[:size]
         ids = [f"chunk-lat{n:06d}" for n in range(size)]
         brute_name, product_name = "brute force (numpy, exact)", "product search_vector"
@@ -353,8 +399,10 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             searches[f"KNN HNSW EF_RUNTIME={ef}"] = lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype())
         searches["KNN FLAT (RediSearch, exact)"] = lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype())
         searches[product_name] = lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)]
-        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: [h.chunk_id for h in retrieve(
-            index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits]
+        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: [
+            h.chunk_id
+            for h in retrieve(index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits
+        ]
         searches["HYBRID before 2026-12-05"] = lambda i: hybrid_before(index, questions[i], qvecs[i])
         timings = timed_rounds(searches, timed, warm_up=range(timed, 2 * timed))
         exact_ids = [[ids[i] for i in row] for row in timings[brute_name][0]]
@@ -371,7 +419,9 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             recall = "n/a" if np.isnan(t.recall) else f"{t.recall:.3f}"
             print(f"  {name:<36} {t.p50_ms:>8.2f} {t.p95_ms:>8.2f} {recall:>10} {speedup:>12.1f}x", flush=True)
         figure("product EF_RUNTIME (this index's)", index.ef_runtime())
-        same = sum(a == b for a, b in zip(timings["product HYBRID (KNN + BM25 + RRF)"][0], timings["HYBRID before 2026-12-05"][0]))
+        same = sum(
+            a == b for a, b in zip(timings["product HYBRID (KNN + BM25 + RRF)"][0], timings["HYBRID before 2026-12-05"][0])
+        )
         figure("HYBRID questions with the same hits as before", f"{same} of {timed}")
         print("  where a HYBRID search's time goes (each part alone):", flush=True)
         for name, t in hybrid_parts(index, questions, qvecs, timed).items():
@@ -391,8 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     from bench.run import embed_texts, eval_dir, latency_texts, load_eval_data, throwaway_runtime
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=",".join(str(n) for n in sizes_from_env()),
-                        help="index sizes in chunks, comma separated (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        default=",".join(str(n) for n in sizes_from_env()),
+        help="index sizes in chunks, comma separated (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     sizes = tuple(sorted({int(n.replace("_", "")) for n in args.sizes.split(",") if n.strip()}))
     data = load_eval_data(eval_dir())
@@ -407,4 +460,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -74,8 +74,18 @@ def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K)
     return [replace(first[cid], score=round(entry["rrf"] / best, 6)) for cid, entry in ranks.items()], ranks
 
 
-def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, strategy: str, top_k: int,
-             min_score: float, candidates: int, rrf_k: int = DEFAULT_RRF_K, mentions: bool = False) -> Retrieval:  # fmt: skip
+def retrieve(
+    index: ChunkIndex,
+    question: str,
+    query_vector: np.ndarray,
+    *,
+    strategy: str,
+    top_k: int,
+    min_score: float,
+    candidates: int,
+    rrf_k: int = DEFAULT_RRF_K,
+    mentions: bool = False,
+) -> Retrieval:
     """Search a Topic's chunks and keep the best ``candidates``.
 
     Args:

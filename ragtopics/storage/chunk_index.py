@@ -58,6 +58,8 @@ _STEMMER = Stemmer.Stemmer("english")
 def term_stems(words: Iterable[str]) -> set[str]:
     """The distinct Snowball English stems of ``words`` (``["films", "film"]`` → ``{"film"}``)."""
     return set(_STEMMER.stemWords(list(words)))
+
+
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
 _MAX_GROUPS = 1_000_000
 
@@ -74,7 +76,41 @@ CANDIDATE_TERMS_KEPT = 2
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
-    ["a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
+    [
+        "a",
+        "is",
+        "the",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
 )
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2
@@ -108,7 +144,6 @@ _NUMPY_TYPES = {"float16": np.float16, "float32": np.float32}
 _PROFILES: dict[str, tuple[str, int]] = {}
 
 
-
 def union_terms(words) -> list[str]:
     """Words for a RediSearch ``(a|b|c)`` union: lower case, each once, RediSearch's stop words left out.
 
@@ -117,6 +152,7 @@ def union_terms(words) -> list[str]:
     and with it the whole Redis server; found by a HotpotQA question ("At the 2011 census, ...").
     """
     return [w for w in dict.fromkeys(w.lower() for w in words) if w and w not in REDISEARCH_STOP_WORDS]
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
@@ -227,8 +263,14 @@ class ChunkIndex:
                 {
                     "name": "embedding",
                     "type": "vector",
-                    "attrs": {"dims": dims, "distance_metric": "cosine", "algorithm": "hnsw", "datatype": datatype,
-                              "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
+                    "attrs": {
+                        "dims": dims,
+                        "distance_metric": "cosine",
+                        "algorithm": "hnsw",
+                        "datatype": datatype,
+                        "m": HNSW_M,
+                        "ef_construction": HNSW_EF_CONSTRUCTION,
+                    },
                 },
             ],
         }
@@ -252,8 +294,15 @@ class ChunkIndex:
                     raise
                 self.index.delete(drop=True)
         self.index.create(overwrite=False)
-        self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims,
-                                                   "datatype": VECTOR_DATATYPE, "ef_runtime": HNSW_EF_RUNTIME})  # fmt: skip
+        self.client.hset(
+            self.record_key,
+            mapping={
+                "embedding_model": self.embedding_model,
+                "dims": self.dims,
+                "datatype": VECTOR_DATATYPE,
+                "ef_runtime": HNSW_EF_RUNTIME,
+            },
+        )
         with self.client.pipeline(transaction=True) as pipe:  # a new index holds no chunk: its term counts are complete
             pipe.delete(self.terms_key)
             pipe.hset(self.terms_key, mapping={_TERMS_COMPLETE: _TERMS_KEYED_BY, _TERMS_TOTAL: 0})
@@ -502,8 +551,12 @@ class ChunkIndex:
 
     def _all_keywords(self) -> Iterator[str]:
         """The keyword field of every chunk of the index (an aggregation read through a cursor)."""
-        reply = _unless_missing(lambda: self.client.execute_command(
-            "FT.AGGREGATE", self.index.name, "*", "LOAD", 1, "@keywords", "WITHCURSOR", "COUNT", _PAGE, "DIALECT", 2), None)  # fmt: skip
+        reply = _unless_missing(
+            lambda: self.client.execute_command(
+                "FT.AGGREGATE", self.index.name, "*", "LOAD", 1, "@keywords", "WITHCURSOR", "COUNT", _PAGE, "DIALECT", 2
+            ),
+            None,
+        )
         while reply:
             rows, cursor = reply
             for row in rows[1:] if isinstance(rows, list) else []:
@@ -539,9 +592,12 @@ class ChunkIndex:
 
     def _chunk_rows(self, document_ids: list[str], offset: int) -> list[dict]:
         """One page of the chunk id, document id, file name and keywords of the chunks of ``document_ids``, by position."""
-        query = FilterQuery(filter_expression=Tag("document_id") == list(document_ids),
-                            return_fields=["chunk_id", "document_id", "file_name", "keywords"], num_results=_PAGE,
-                            sort_by="position")  # fmt: skip
+        query = FilterQuery(
+            filter_expression=Tag("document_id") == list(document_ids),
+            return_fields=["chunk_id", "document_id", "file_name", "keywords"],
+            num_results=_PAGE,
+            sort_by="position",
+        )
         query.paging(offset, _PAGE)
         return self.index.query(query)
 
@@ -569,7 +625,8 @@ class ChunkIndex:
             "embedding": self.encode(vector),
             # only a chunk with keywords can be a keyword candidate: a DENSE upload stores no counts
             TERM_COUNTS_FIELD: pack_term_counts(chunk_terms(chunk.file_name, chunk.text, chunk.keywords.split()))
-            if chunk.keywords else "",
+            if chunk.keywords
+            else "",
         }
 
     def search_vector(self, vector: np.ndarray, k: int, *, fields: Sequence[str] = _RETURN_FIELDS) -> list[ChunkHit]:
@@ -592,8 +649,9 @@ class ChunkIndex:
         hits, _ = self._search_vector(vector, k, fields, ())
         return hits or []
 
-    def _search_vector(self, vector: np.ndarray, k: int, fields: Sequence[str], also: Sequence[tuple],
-                       *, _again: bool = False) -> tuple[list[ChunkHit] | None, list]:  # fmt: skip
+    def _search_vector(
+        self, vector: np.ndarray, k: int, fields: Sequence[str], also: Sequence[tuple], *, _again: bool = False
+    ) -> tuple[list[ChunkHit] | None, list]:
         """:meth:`search_vector`, with the commands ``also`` sent in the same pipeline.
 
         Returns:
@@ -626,8 +684,15 @@ class ChunkIndex:
             return _unless_missing(_raiser(reply), None), extra
         return _vector_hits(reply, self.prefix), extra
 
-    def _knn_command(self, vector: np.ndarray, k: int, *, within: str = "", profile: tuple[str, int] | None = None,
-                     fields: Sequence[str] = _RETURN_FIELDS) -> tuple:  # fmt: skip
+    def _knn_command(
+        self,
+        vector: np.ndarray,
+        k: int,
+        *,
+        within: str = "",
+        profile: tuple[str, int] | None = None,
+        fields: Sequence[str] = _RETURN_FIELDS,
+    ) -> tuple:
         """The ``FT.SEARCH`` KNN command for ``vector`` (the query redisvl's ``VectorQuery`` builds, less its
         ``SORTBY``: the reply holds the k nearest in any order and :func:`_vector_hits` sorts them, which
         spares the server a sorter, 0.03 of its 0.4 ms at 100,000 chunks); ``within``: only the chunks of
@@ -638,13 +703,28 @@ class ChunkIndex:
         datatype, ef = profile or self._profile()
         blob = np.asarray(vector, dtype=_NUMPY_TYPES[datatype]).tobytes()
         return (
-            "FT.SEARCH", self.index.name, f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
-            "PARAMS", 4, "vector", blob, "ef", max(ef, int(k)),
-            "RETURN", len(returned), *returned, "LIMIT", 0, int(k), "DIALECT", 2,
-        )  # fmt: skip
+            "FT.SEARCH",
+            self.index.name,
+            f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
+            "PARAMS",
+            4,
+            "vector",
+            blob,
+            "ef",
+            max(ef, int(k)),
+            "RETURN",
+            len(returned),
+            *returned,
+            "LIMIT",
+            0,
+            int(k),
+            "DIALECT",
+            2,
+        )
 
-    def search_hybrid(self, vector: np.ndarray, terms: list[str], k: int,
-                      *, code_weight: float = CODE_WEIGHT) -> tuple[list[ChunkHit], list[ChunkHit]]:  # fmt: skip
+    def search_hybrid(
+        self, vector: np.ndarray, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT
+    ) -> tuple[list[ChunkHit], list[ChunkHit]]:
         """The two ranked lists a HYBRID search fuses: the ``k`` chunks nearest to ``vector``
         (:meth:`search_vector`) and the ``k`` best by BM25 for ``terms`` (:meth:`search_keywords`).
 
@@ -723,8 +803,9 @@ class ChunkIndex:
         stored, _ = self.read_hits([h.chunk_id for h in hits])
         return [replace(stored[h.chunk_id], score=h.score) for h in hits if h.chunk_id in stored]
 
-    def _search_keywords(self, terms: list[str], k: int, code_weight: float,
-                         counted: tuple[list[int], int] | None = None) -> list[ChunkHit]:  # fmt: skip
+    def _search_keywords(
+        self, terms: list[str], k: int, code_weight: float, counted: tuple[list[int], int] | None = None
+    ) -> list[ChunkHit]:
         """:meth:`search_keywords` without the fields a source shows; ``counted``: the terms' document
         frequencies and the chunk total when the caller read them (:meth:`term_frequencies`)."""
         counts, chunks = counted or self.term_frequencies(terms) or self._count_each(terms)
@@ -742,9 +823,12 @@ class ChunkIndex:
         if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
             counted_rows = holding
         average = sum(length for _, _, length in counted_rows) / len(counted_rows) if counted_rows else 1.0
-        scored = [(round(bm25_score(tf, weights, average_length=average, length=length), 6), hit)
-                  for hit, tf, length in counted_rows]  # fmt: skip
-        best = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: -pair[0])[:k]  # stable: ties keep RediSearch's order
+        scored = [
+            (round(bm25_score(tf, weights, average_length=average, length=length), 6), hit) for hit, tf, length in counted_rows
+        ]
+        best = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: -pair[0])[
+            :k
+        ]  # stable: ties keep RediSearch's order
         return [replace(hit, score=score) for score, hit in best]
 
     def _count_each(self, terms: list[str]) -> tuple[list[int], int]:
@@ -768,11 +852,20 @@ class ChunkIndex:
         """
         fields = (*_RANKING_FIELDS, TERM_COUNTS_FIELD)
         reply = self.client.execute_command(
-            "FT.SEARCH", self.index.name, f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
-            "RETURN", len(fields), *fields,
-            "SCORER", "BM25STD",  # the order candidates are cut in; their scores are computed in Python
-            "LIMIT", 0, int(limit), "DIALECT", 2,
-        )  # fmt: skip
+            "FT.SEARCH",
+            self.index.name,
+            f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
+            "RETURN",
+            len(fields),
+            *fields,
+            "SCORER",
+            "BM25STD",  # the order candidates are cut in; their scores are computed in Python
+            "LIMIT",
+            0,
+            int(limit),
+            "DIALECT",
+            2,
+        )
         rows = [(_hit(row, 0.0), row.get(TERM_COUNTS_FIELD, "")) for row in _search_rows(reply, self.prefix)]
         unpacked = [hit for hit, packed in rows if not packed]
         if not unpacked:
@@ -787,7 +880,9 @@ class ChunkIndex:
                 packed_now[hit.chunk_id] = pack_term_counts(counts)
         return [(hit, packed or packed_now[hit.chunk_id]) for hit, packed in rows if packed or hit.chunk_id in packed_now]
 
-    def read_hits(self, chunk_ids: Sequence[str], *, vectors: Iterable[str] = ()) -> tuple[dict[str, ChunkHit], dict[str, np.ndarray]]:
+    def read_hits(
+        self, chunk_ids: Sequence[str], *, vectors: Iterable[str] = ()
+    ) -> tuple[dict[str, ChunkHit], dict[str, np.ndarray]]:
         """The fields a source shows of the given chunks, and the stored embeddings of some of them; one round trip.
 
         Args:
@@ -905,8 +1000,13 @@ class ChunkIndex:
 
     def _aggregated_names(self) -> dict[str, str]:
         """``{document id: file name}`` from one aggregation over every chunk of the index."""
-        request = (AggregateRequest("*").load("@document_id", "@file_name").group_by(["@document_id", "@file_name"])
-                   .limit(0, _MAX_GROUPS).dialect(2))  # fmt: skip
+        request = (
+            AggregateRequest("*")
+            .load("@document_id", "@file_name")
+            .group_by(["@document_id", "@file_name"])
+            .limit(0, _MAX_GROUPS)
+            .dialect(2)
+        )
         rows: list[Any] = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
         names = {}
         for row in rows:  # [b"document_id", b"doc-…", b"file_name", b"a.txt"]
@@ -937,14 +1037,19 @@ class ChunkIndex:
             if not kept:
                 continue
             others = "".join(f" -@document_id:{{{_escape_term(d)}}}" for d in document_ids)
-            query = (f"(@text:({' '.join(_escape_term(w) for w in kept)}){others}) "
-                     f"=> {{ $slop: {len(words) - len(kept)}; $inorder: true; }}")  # fmt: skip
+            query = (
+                f"(@text:({' '.join(_escape_term(w) for w in kept)}){others}) "
+                f"=> {{ $slop: {len(words) - len(kept)}; $inorder: true; }}"
+            )
             pipe.execute_command("FT.SEARCH", self.index.name, query, "LIMIT", 0, 0, "DIALECT", 2)
             asked.append(phrase)
         replies = pipe.execute(raise_on_error=False)
         limit = max(at_least, share * _search_total(replies[0]))
-        counted = {p for p, reply in zip(asked, replies[1:], strict=True)
-                   if not isinstance(reply, Exception) and _search_total(reply) <= limit}  # fmt: skip
+        counted = {
+            p
+            for p, reply in zip(asked, replies[1:], strict=True)
+            if not isinstance(reply, Exception) and _search_total(reply) <= limit
+        }
         return set(phrases) - counted
 
     def best_chunks(self, document_ids: list[str], vector: np.ndarray, *, _again: bool = False) -> dict[str, ChunkHit]:
@@ -1090,8 +1195,15 @@ _TERM_CACHE: OrderedDict[tuple[str, int], Counter[str]] = OrderedDict()
 _TERM_CACHE_LOCK = threading.Lock()
 
 
-def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_length: float,
-               k1: float = BM25_K1, b: float = BM25_B, length: int | None = None) -> float:  # fmt: skip
+def bm25_score(
+    counts: Mapping[str, int],
+    weights: dict[str, float],
+    *,
+    average_length: float,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+    length: int | None = None,
+) -> float:
     """Okapi BM25 of one chunk for query terms with weights (IDF × term weight).
 
     Args:
@@ -1158,10 +1270,18 @@ def _hit_from_bytes(chunk_id: str, row: dict, score: float) -> ChunkHit:
     """A RESP2 search row (field name → value, both bytes) as a hit; a field the row lacks is empty (position 0)."""
     get = row.get
     pages = get(b"pages")
-    return ChunkHit(chunk_id=chunk_id, document_id=_decode(get(b"document_id", b"")), file_name=_decode(get(b"file_name", b"")),
-                    position=int(get(b"position") or 0), text=_decode(get(b"text", b"")), score=score,
-                    context=_decode(get(b"context", b"")), pictures=_decode(get(b"pictures", b"")),
-                    pages=parse_pages(_decode(pages)) if pages else (), version=_decode(get(b"version", b"")))  # fmt: skip
+    return ChunkHit(
+        chunk_id=chunk_id,
+        document_id=_decode(get(b"document_id", b"")),
+        file_name=_decode(get(b"file_name", b"")),
+        position=int(get(b"position") or 0),
+        text=_decode(get(b"text", b"")),
+        score=score,
+        context=_decode(get(b"context", b"")),
+        pictures=_decode(get(b"pictures", b"")),
+        pages=parse_pages(_decode(pages)) if pages else (),
+        version=_decode(get(b"version", b"")),
+    )
 
 
 def decode_vector(raw: bytes, dims: int) -> np.ndarray:
@@ -1198,12 +1318,16 @@ def _search_rows(reply, prefix: str = "") -> list[dict[str, str]]:
     prefix), each row's ``chunk_id`` is its key without ``prefix:``.
     """
     if isinstance(reply, dict):
-        pairs = [(result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
-                 for result in reply.get(b"results") or reply.get("results") or []]  # fmt: skip
+        pairs = [
+            (result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
+            for result in reply.get(b"results") or reply.get("results") or []
+        ]
         rows = [(key, {_decode(k): _decode(v) for k, v in attributes.items()}) for key, attributes in pairs]
     else:
-        rows = [(key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
-                for key, fields in zip(reply[1::2], reply[2::2], strict=False)]  # fmt: skip
+        rows = [
+            (key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
+            for key, fields in zip(reply[1::2], reply[2::2], strict=False)
+        ]
     if prefix:
         skip = len(prefix) + 1
         for key, row in rows:

@@ -29,8 +29,13 @@ TEXTS = {
     "Leland.txt": ["Leland is a town in North Carolina.", "A film was shot in Leland in 1986."],
     "Films of 1986.txt": ["Films shot in 1986 include one about a pump.", "The director filmed the coolant plant."],
 }
-QUESTIONS = ["Which pump moves coolant?", "How often is valve V-12 serviced?", "What film was shot in Leland in 1986?",
-             "P-7 coolant", "valves crack"]  # fmt: skip
+QUESTIONS = [
+    "Which pump moves coolant?",
+    "How often is valve V-12 serviced?",
+    "What film was shot in Leland in 1986?",
+    "P-7 coolant",
+    "valves crack",
+]
 
 
 def unpack(packed: str) -> tuple[int, dict[str, int]]:
@@ -52,8 +57,17 @@ def build(rt, topic: str, *, enrich: str = "") -> ChunkIndex:
         records = []
         for position, text in enumerate(texts):
             keywords = " ".join(filter(None, [index_keywords(name, text), enrich]))
-            records.append(ChunkRecord(chunk_id=f"chunk-{d}-{position}", document_id=f"doc-{d}", file_name=name,
-                                       position=position, text=text, embedding=vector(n), keywords=keywords))  # fmt: skip
+            records.append(
+                ChunkRecord(
+                    chunk_id=f"chunk-{d}-{position}",
+                    document_id=f"doc-{d}",
+                    file_name=name,
+                    position=position,
+                    text=text,
+                    embedding=vector(n),
+                    keywords=keywords,
+                )
+            )
             n += 1
         index.replace_document(f"doc-{d}", records)
     return index
@@ -75,10 +89,19 @@ def test_each_chunk_stores_the_term_counts_its_text_gives(rt):
             assert all(packed_count(packed, t) == c for t, c in expected.items() if ":" not in t)
             assert packed_count(packed, "absent") == 0
     assert unpack(pack_term_counts(chunk_terms("Pump manual.txt", "The pump P-7: the pump.", [])))[1] == {
-        "pump": 3, "manual": 1, "p7": 1}  # fmt: skip
+        "pump": 3,
+        "manual": 1,
+        "p7": 1,
+    }
     # a chunk without keywords (a DENSE upload) stores no counts: it is never a keyword candidate
-    index.replace_document("doc-dense", [ChunkRecord(chunk_id="chunk-dense", document_id="doc-dense", file_name="d.txt",
-                                                     position=0, text="pump", embedding=vector(99))])  # fmt: skip
+    index.replace_document(
+        "doc-dense",
+        [
+            ChunkRecord(
+                chunk_id="chunk-dense", document_id="doc-dense", file_name="d.txt", position=0, text="pump", embedding=vector(99)
+            )
+        ],
+    )
     assert rt.redis.hget(index.key("chunk-dense"), TERM_COUNTS_FIELD) == b""
 
 
@@ -118,7 +141,8 @@ def test_results_equal_the_scoring_from_the_text(rt, monkeypatch, enrich):
         counted = before.search_keywords(query_keywords(q), 10)
         # equal scores; RediSearch orders tied candidates differently in two indexes, so ties are compared as sets
         assert stored and sorted((-h.score, h.chunk_id, h.text, h.file_name) for h in stored) == sorted(
-            (-h.score, h.chunk_id, h.text, h.file_name) for h in counted)  # fmt: skip
+            (-h.score, h.chunk_id, h.text, h.file_name) for h in counted
+        )
         now = retrieve(index, q, vector(i), strategy="HYBRID", top_k=4, min_score=0.0, candidates=4)
         # the fusion equals fuse_rrf over full hits, the scores are cosine similarities of the stored vectors
         dense = [h for h in index.search_vector(vector(i), 30) if h.score >= 0.0]  # Min. Similarity Score 0

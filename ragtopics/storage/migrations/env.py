@@ -9,6 +9,7 @@ batch mode for most ALTERs, so autogenerate writes ``batch_alter_table`` blocks.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from alembic import context
 from sqlmodel import SQLModel
@@ -30,8 +31,9 @@ def log_applied(*, ctx, step, heads, run_args) -> None:
 
 
 def run_migrations(connection) -> None:
-    context.configure(connection=connection, target_metadata=SQLModel.metadata, render_as_batch=True,
-                      on_version_apply=[log_applied])  # type: ignore[arg-type]  # alembic calls it with keywords  # fmt: skip
+    # alembic calls the hook with keywords (ctx, step, heads, run_args); its stub declares positional ones
+    hooks: Any = [log_applied]
+    context.configure(connection=connection, target_metadata=SQLModel.metadata, render_as_batch=True, on_version_apply=hooks)
     with context.begin_transaction():
         context.run_migrations()
 
