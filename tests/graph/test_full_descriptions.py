@@ -30,7 +30,9 @@ def write_pairs(store: GraphStore) -> dict[tuple[str, str], list[tuple[str, str]
     chunks = [(f"c{n:06d}", n) for n in range(total)]
     station = [entity_id_for(f"Station {s}", "PLACE") for s in range(STATIONS)]
     crew = [entity_id_for(f"Crew {c}", "ORGANIZATION") for c in range(CREWS)]
-    entities, relationships, said = [], [], {}
+    entities: list[Entity] = []
+    relationships: list[Relationship] = []
+    said: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n, (cid, _) in enumerate(chunks):
         s, c = n % STATIONS, n // STATIONS % CREWS
         entities += [Entity(station[s], f"Station {s}", "PLACE", "", (), frozenset({cid})),
