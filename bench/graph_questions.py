@@ -92,12 +92,11 @@ def build_synthetic(rt, n: int, seed: int = 1):
     Returns:
         ``(topic, names, mention law draws)``: entity names by index, and a sampler of entity indexes.
     """
-    from ragtopics.text.keywords import index_keywords
-
     from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
     from ragtopics.graph.ingest import graph_store
     from ragtopics.graph.model import Entity, Relationship, entity_id_for
     from ragtopics.storage.chunk_index import ChunkRecord
+    from ragtopics.text.keywords import index_keywords
     from ragtopics.topics.topics import create_topic
 
     rng = np.random.default_rng(seed)
