@@ -68,9 +68,15 @@ def load_set(folder: Path) -> AnswerSet:
     """
     corpus = json.loads((folder / "corpus.json").read_text())
     items = json.loads((folder / "questions.json").read_text())
-    questions = [EvalQuestion(q["question"], q["answer"], tuple(dict.fromkeys(f"{t}.txt" for t, _ in q["supporting_facts"])),
-                              answer_aliases=tuple(q.get("answer_aliases") or ()))
-                 for q in items]  # fmt: skip
+    questions = [
+        EvalQuestion(
+            q["question"],
+            q["answer"],
+            tuple(dict.fromkeys(f"{t}.txt" for t, _ in q["supporting_facts"])),
+            answer_aliases=tuple(q.get("answer_aliases") or ()),
+        )
+        for q in items
+    ]
     return AnswerSet(folder.name, {f"{title}.txt": "".join(sentences) for title, sentences in corpus.items()}, questions)
 
 
@@ -80,7 +86,7 @@ def ingest_set(rt: Runtime, data: AnswerSet) -> tuple[Topic, float]:
     names = list(data.files)
     t0 = time.perf_counter()
     for start in range(0, len(names), FILES_PER_JOB):
-        rows = [receive_upload(rt, topic, n, data.files[n].encode()) for n in names[start:start + FILES_PER_JOB]]
+        rows = [receive_upload(rt, topic, n, data.files[n].encode()) for n in names[start : start + FILES_PER_JOB]]
         ingest_documents(rt, topic.id, [(r.id, r.job_id, r.pending_blob_path) for r in rows])
     return topic, time.perf_counter() - t0
 
@@ -95,14 +101,18 @@ def guard_counts(results: list[QuestionResult]) -> tuple[int, int]:
 def report(label: str, summary: dict, results: list[QuestionResult]) -> None:
     """Print one mode's figures and its first :data:`EXAMPLES` question/answer pairs."""
     stopped, cut = guard_counts(results)
-    figure(f"{label} containment / F1 / exact match",
-           f"{summary.get('contains', 0):.3f} / {summary.get('f1', 0):.3f} / {summary.get('exact_match', 0):.3f} "
-           f"(n={summary['n']})")  # fmt: skip
+    figure(
+        f"{label} containment / F1 / exact match",
+        f"{summary.get('contains', 0):.3f} / {summary.get('f1', 0):.3f} / {summary.get('exact_match', 0):.3f} (n={summary['n']})",
+    )
     figure(f"{label} stopped by the guard / cut at length", f"{stopped} / {cut}")
     figure(f"{label} time per question", summary["ms_per_question"], "ms")
     for r in results[:EXAMPLES]:
-        print(f"    Q: {r.question}\n    gold: {r.expected_answer}  (contains {r.metrics.get('contains', 0):.0f})\n"
-              f"    A: {r.answer.strip()[:600]!r}", flush=True)  # fmt: skip
+        print(
+            f"    Q: {r.question}\n    gold: {r.expected_answer}  (contains {r.metrics.get('contains', 0):.0f})\n"
+            f"    A: {r.answer.strip()[:600]!r}",
+            flush=True,
+        )
 
 
 def ask_all(rt: Runtime, topic: Topic, questions: list[EvalQuestion], mode: str) -> tuple[dict, list[QuestionResult]]:
@@ -114,14 +124,18 @@ def with_bundled_model(rt: Runtime, port: int, **changes) -> None:
     """Point the runtime's Language Model role at the bundled model server on ``port`` (with setting changes)."""
     from ragtopics.llm.gateway import ModelGateway
 
-    values = {**rt.settings.model_dump(by_alias=True), "LLM_BASE_URL": None, "LOCAL_LLM_PORT": port,
-              "LOCAL_LLM_CONTEXT_TOKENS": 4096, **changes}  # fmt: skip
+    values = {
+        **rt.settings.model_dump(by_alias=True),
+        "LLM_BASE_URL": None,
+        "LOCAL_LLM_PORT": port,
+        "LOCAL_LLM_CONTEXT_TOKENS": 4096,
+        **changes,
+    }
     rt.settings = Settings(**values, _env_file=None)
     rt._gateway = ModelGateway(rt.settings, embedder=rt.gateway.embedder)
 
 
-def bench_answers(rt: Runtime, eval_root: Path, *, sets: tuple[str, ...] = SETS, n_questions: int = QUESTIONS,
-                  free_port) -> None:  # fmt: skip
+def bench_answers(rt: Runtime, eval_root: Path, *, sets: tuple[str, ...] = SETS, n_questions: int = QUESTIONS, free_port) -> None:
     """Both answer modes on each set (see the module docstring); the bundled model server runs throughout."""
     from ragtopics.llm.local_server import LocalModelServer
 
@@ -139,8 +153,10 @@ def bench_answers(rt: Runtime, eval_root: Path, *, sets: tuple[str, ...] = SETS,
             topic, seconds = ingest_set(rt, data)
             figure("ingest", seconds, "s")
             summary, results = ask_all(rt, topic, data.questions, "EXTRACTIVE")
-            figure(f"EXTRACTIVE, all {len(results)} questions: containment / F1",
-                   f"{summary.get('contains', 0):.3f} / {summary.get('f1', 0):.3f}")  # fmt: skip
+            figure(
+                f"EXTRACTIVE, all {len(results)} questions: containment / F1",
+                f"{summary.get('contains', 0):.3f} / {summary.get('f1', 0):.3f}",
+            )
             subset = data.questions[:n_questions]
             for mode in ("EXTRACTIVE", "GENERATIVE"):
                 summary, results = ask_all(rt, topic, subset, mode)
@@ -165,9 +181,11 @@ def bench_generation_grid(rt: Runtime, eval_root: Path, *, n_questions: int, fre
             summary, results = ask_all(rt, topic, data.questions[:n_questions], "GENERATIVE")
             stopped, cut = guard_counts(results)
             words = sum(len(r.answer.split()) for r in results) / max(len(results), 1)
-            figure(f"repeat penalty {penalty}, temperature {temperature}",
-                   f"containment {summary.get('contains', 0):.3f}, F1 {summary.get('f1', 0):.3f}, stopped {stopped}, "
-                   f"cut {cut}, {words:.0f} words, {summary['ms_per_question']:.0f} ms/question")  # fmt: skip
+            figure(
+                f"repeat penalty {penalty}, temperature {temperature}",
+                f"containment {summary.get('contains', 0):.3f}, F1 {summary.get('f1', 0):.3f}, stopped {stopped}, "
+                f"cut {cut}, {words:.0f} words, {summary['ms_per_question']:.0f} ms/question",
+            )
     finally:
         server.stop()
 
@@ -185,8 +203,9 @@ def main() -> int:
         if args.grid:
             bench_generation_grid(rt, root, n_questions=args.questions, free_port=free_port)
         else:
-            bench_answers(rt, root, sets=tuple(s for s in args.sets.split(",") if s), n_questions=args.questions,
-                          free_port=free_port)  # fmt: skip
+            bench_answers(
+                rt, root, sets=tuple(s for s in args.sets.split(",") if s), n_questions=args.questions, free_port=free_port
+            )
     return 0
 
 

@@ -52,8 +52,10 @@ def _pct(values: list[float], q: float) -> float:
 
 def bench_overhead(rt: Runtime, topic: Topic, questions: list[dict], figure, section) -> None:
     """Ask the Topic its questions with an instant scripted model; print the product's own cost per turn."""
-    section(f"5. chat overhead ({min(OVERHEAD_QUESTIONS, len(questions))} questions, instant scripted model, Top-K "
-            f"{topic.settings.top_k_results}, {topic.settings.retrieval_strategy})")  # fmt: skip
+    section(
+        f"5. chat overhead ({min(OVERHEAD_QUESTIONS, len(questions))} questions, instant scripted model, Top-K "
+        f"{topic.settings.top_k_results}, {topic.settings.retrieval_strategy})"
+    )
     server = ScriptedLLM().start()
     saved = rt.settings
     try:
@@ -109,9 +111,11 @@ def bench_bundled_model(rt: Runtime, topic: Topic, questions: list[dict], figure
             t0 = time.perf_counter()
             result = _final(ask(rt, routed, SMALL_TALK, save=False))
             took = time.perf_counter() - t0
-            figure(f"'{SMALL_TALK}' with the {method.lower()} router",
-                   f"{took:.2f} s, route {result.route} (confidence {result.route_confidence}), "
-                   f"routing {result.timings_ms.get('route', 0):.1f} ms")  # fmt: skip
+            figure(
+                f"'{SMALL_TALK}' with the {method.lower()} router",
+                f"{took:.2f} s, route {result.route} (confidence {result.route_confidence}), "
+                f"routing {result.timings_ms.get('route', 0):.1f} ms",
+            )
     finally:
         update_settings(rt, topic.name, {"route_before_retrieval": False, "router_method": "AUTO", "answer_mode": "AUTO"})
         server.stop()

@@ -104,27 +104,43 @@ def _compare(graph) -> list[tuple[str, object, str]]:
     graph = graph.copy()
     graph.simplify(combine_edges="sum")
     t0 = time.perf_counter()
-    partition = leidenalg.find_partition(graph, leidenalg.RBConfigurationVertexPartition, weights="weight",
-                                         resolution_parameter=1.0, seed=42)  # fmt: skip
+    partition = leidenalg.find_partition(
+        graph, leidenalg.RBConfigurationVertexPartition, weights="weight", resolution_parameter=1.0, seed=42
+    )
     la_s = time.perf_counter() - t0
-    out = [("  leidenalg RBConfigurationVertexPartition (same objective)",
-            f"{la_s:.3f} s, {len(partition)} communities, modularity {partition.modularity:.4f}", "")]  # fmt: skip
+    out = [
+        (
+            "  leidenalg RBConfigurationVertexPartition (same objective)",
+            f"{la_s:.3f} s, {len(partition)} communities, modularity {partition.modularity:.4f}",
+            "",
+        )
+    ]
     for iterations in (LEIDEN_ITERATIONS, -1):
         igraph.set_random_number_generator(random.Random(42))
         t0 = time.perf_counter()
-        clustering = graph.community_leiden(objective_function="modularity", weights="weight", resolution=1.0,
-                                            n_iterations=iterations)  # fmt: skip
+        clustering = graph.community_leiden(
+            objective_function="modularity", weights="weight", resolution=1.0, n_iterations=iterations
+        )
         took = time.perf_counter() - t0
-        out.append((f"  igraph Leiden alone, n_iterations={iterations}",
-                    (f"{took:.3f} s, {len(clustering)} communities, modularity "
-                    f"{graph.modularity(clustering.membership, weights='weight'):.4f}"), ""))  # fmt: skip
+        out.append(
+            (
+                f"  igraph Leiden alone, n_iterations={iterations}",
+                (
+                    f"{took:.3f} s, {len(clustering)} communities, modularity "
+                    f"{graph.modularity(clustering.membership, weights='weight'):.4f}"
+                ),
+                "",
+            )
+        )
     igraph.set_random_number_generator(random)
     return out
 
 
 def bench_leiden(sizes: list[int], compare: bool) -> None:
-    section(f"1. Leiden (igraph, modularity, resolution 1.0) on planted graphs (groups of {GROUP_SIZE}, "
-            f"~{TIES_PER_ENTITY} ties per entity, {INSIDE_SHARE:.0%} inside)")  # fmt: skip
+    section(
+        f"1. Leiden (igraph, modularity, resolution 1.0) on planted graphs (groups of {GROUP_SIZE}, "
+        f"~{TIES_PER_ENTITY} ties per entity, {INSIDE_SHARE:.0%} inside)"
+    )
     context = multiprocessing.get_context("spawn")
     for n in sizes:
         with context.Pool(1) as pool:
@@ -149,10 +165,14 @@ def _groups_graph(store, groups: int, size: int, changed: set[int] = frozenset()
         names = [f"Part {g}-{i}" for i in range(size)]
         suffix = " It was revised." if g in changed else ""
         chunk = frozenset({f"c{g}"})
-        entities += [Entity(entity_id_for(n, "PART"), n, "PART", f"{n} belongs to assembly {g}.{suffix}", (), chunk)
-                     for n in names]  # fmt: skip
-        rels += [Relationship(entity_id_for(a, "PART"), entity_id_for(b, "PART"), f"{a} is fitted to {b}.", 2.0, chunk)
-                 for k, a in enumerate(names) for b in names[k + 1:]]  # fmt: skip
+        entities += [
+            Entity(entity_id_for(n, "PART"), n, "PART", f"{n} belongs to assembly {g}.{suffix}", (), chunk) for n in names
+        ]
+        rels += [
+            Relationship(entity_id_for(a, "PART"), entity_id_for(b, "PART"), f"{a} is fitted to {b}.", 2.0, chunk)
+            for k, a in enumerate(names)
+            for b in names[k + 1 :]
+        ]
     store.upsert("doc", "parts.txt", [(f"c{g}", g) for g in range(groups)], entities, rels)
 
 
@@ -180,16 +200,25 @@ def bench_rebuild(groups: int = 300, size: int = 5, changed_groups: int = 7) -> 
             _groups_graph(store, groups, size)
 
             def run(label: str, **env) -> None:
-                settings = Settings(RAGTOPICS_DATA_DIR=Path(tmp) / "var", REDIS_URL=server.url, LLM_BASE_URL=llm.base_url,
-                                    EMBEDDING_BASE_URL=llm.base_url, EMBEDDING_MODEL="scripted-embeddings",
-                                    **{"LLM_MODEL": "scripted", **env}, _env_file=None)  # fmt: skip
+                settings = Settings(
+                    RAGTOPICS_DATA_DIR=Path(tmp) / "var",
+                    REDIS_URL=server.url,
+                    LLM_BASE_URL=llm.base_url,
+                    EMBEDDING_BASE_URL=llm.base_url,
+                    EMBEDDING_MODEL="scripted-embeddings",
+                    **{"LLM_MODEL": "scripted", **env},
+                    _env_file=None,
+                )
                 gateway = ModelGateway(settings)
                 index = CommunityIndex(client, "bench", dims=gateway.embedder.dims, embedding_model=gateway.embedder.model)
                 llm.requests.clear()
                 result = rebuild("bench", store, index, gateway, resolution=1.0)
                 calls = len(llm.prompts("community_report"))
-                figure(label, f"{calls} model calls, written {result.written}, kept {result.kept}, deleted {result.deleted}, "
-                              f"{result.communities} communities, {result.seconds:.2f} s")  # fmt: skip
+                figure(
+                    label,
+                    f"{calls} model calls, written {result.written}, kept {result.kept}, deleted {result.deleted}, "
+                    f"{result.communities} communities, {result.seconds:.2f} s",
+                )
 
             run("first rebuild")
             run("second rebuild, nothing changed")

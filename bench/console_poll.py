@@ -108,8 +108,14 @@ def bench_console_poll(rt: Runtime, figure, versus) -> dict[str, float]:
     every = measure_ticks(rt, lambda: jobs_html(rt, jobs))
     figure("tracked uploads / running", f"{TRACKED:,} / {RUNNING:,}")
     figure("progress bars: console CPU per tick", tab["cpu_ms"], "ms")
-    versus("Upload tab progress: share of one core", tab["cpu_ms"] / 10, "%", "every job read each tick",
-           every["cpu_ms"] / 10, higher_is_better=False)  # fmt: skip
+    versus(
+        "Upload tab progress: share of one core",
+        tab["cpu_ms"] / 10,
+        "%",
+        "every job read each tick",
+        every["cpu_ms"] / 10,
+        higher_is_better=False,
+    )
     figure("progress bars: Redis commands per tick", tab["commands"])
     figure("  every job read each tick", every["commands"])
     figure("progress bars: Redis CPU per tick", tab["redis_cpu_ms"], "ms")
@@ -121,10 +127,22 @@ def bench_console_poll(rt: Runtime, figure, versus) -> dict[str, float]:
     before = measure_ticks(rt, lambda: (jobs_html(rt, jobs, kept), hash(repr(documents_table(rt, topic_name)))))
     idle = measure_ticks(rt, _ticking(rt, topic_name, jobs, kept), ticks=TICKS * 2)
     busy = measure_ticks(rt, _ticking(rt, topic_name, jobs, kept, touch=True), ticks=TICKS * 2)
-    versus("whole tick, list unchanged: share of one core (goal < 5)", idle["cpu_ms"] / 10, "%",
-           "the list read every tick", before["cpu_ms"] / 10, higher_is_better=False)  # fmt: skip
-    versus("whole tick, a document changing every second (goal < 5)", busy["cpu_ms"] / 10, "%",
-           "the list read every tick", before["cpu_ms"] / 10, higher_is_better=False)  # fmt: skip
+    versus(
+        "whole tick, list unchanged: share of one core (goal < 5)",
+        idle["cpu_ms"] / 10,
+        "%",
+        "the list read every tick",
+        before["cpu_ms"] / 10,
+        higher_is_better=False,
+    )
+    versus(
+        "whole tick, a document changing every second (goal < 5)",
+        busy["cpu_ms"] / 10,
+        "%",
+        "the list read every tick",
+        before["cpu_ms"] / 10,
+        higher_is_better=False,
+    )
     return tab
 
 

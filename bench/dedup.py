@@ -212,9 +212,11 @@ def run_dedup(names: list[str], origin: list[int], label: str, repeats: int = 3)
     group = groups_of(result, ents)
     precision, recall, merged = precision_recall(group, origin)
     rules = Counter(m.rule for m in result.merges)
-    print(f"{label}: dedup {seconds:.3f} s wall, {cpu:.3f} s CPU (best of {repeats}), {len(result.entities)} entities kept, "
-          f"merge records {dict(rules)}, unclear {len(result.unclear)}, merged pairs {merged}, "
-          f"precision {precision:.4f}, recall {recall:.4f}")  # fmt: skip
+    print(
+        f"{label}: dedup {seconds:.3f} s wall, {cpu:.3f} s CPU (best of {repeats}), {len(result.entities)} entities kept, "
+        f"merge records {dict(rules)}, unclear {len(result.unclear)}, merged pairs {merged}, "
+        f"precision {precision:.4f}, recall {recall:.4f}"
+    )
     return group, (seconds, cpu)
 
 
@@ -237,8 +239,10 @@ def hotpot_check(seed: int = 11) -> None:
     group = groups_of(result, ents)
     precision, recall, merged = precision_recall(group, origin)
     originals_apart = len({group[i] for i in range(500)}) == 500
-    print(f"hotpotqa 500 titles + 500 perturbed copies: merged pairs {merged}, precision {precision:.4f}, recall {recall:.4f}, "
-          f"originals all distinct: {originals_apart}, unclear {len(result.unclear)}")  # fmt: skip
+    print(
+        f"hotpotqa 500 titles + 500 perturbed copies: merged pairs {merged}, precision {precision:.4f}, recall {recall:.4f}, "
+        f"originals all distinct: {originals_apart}, unclear {len(result.unclear)}"
+    )
     missed = [(names[i], names[i + 500]) for i in range(500) if group[i] != group[i + 500]]
     print(f"  missed ({len(missed)}): {missed[:8]}")
     for m in result.merges[:10]:
@@ -280,8 +284,13 @@ def bench_stored_partners(sizes: tuple[int, ...] = STORED_SIZES) -> dict[str, fl
                 t0 = time.perf_counter()
                 for start in range(stored, size, 2_000):
                     part = names[start : min(start + 2_000, size)]
-                    store.upsert(f"doc-{start}", f"part-{start}.txt", [(f"c{start}", 0)],
-                                 [replace(e, chunk_ids=frozenset({f"c{start}"})) for e in entities(part)], [])  # fmt: skip
+                    store.upsert(
+                        f"doc-{start}",
+                        f"part-{start}.txt",
+                        [(f"c{start}", 0)],
+                        [replace(e, chunk_ids=frozenset({f"c{start}"})) for e in entities(part)],
+                        [],
+                    )
                 stored = size
                 print(f"stored {size:,} entities in {time.perf_counter() - t0:.1f} s", flush=True)
                 partner_ms, all_ms, read, same = [], [], [], True
@@ -300,9 +309,12 @@ def bench_stored_partners(sizes: tuple[int, ...] = STORED_SIZES) -> dict[str, fl
                     b = deduplicate(incoming, everything)
                     same &= sorted(map(repr, a.merges)) == sorted(map(repr, b.merges)) and sorted(a.unclear) == sorted(b.unclear)
                 p, w = statistics.median(partner_ms), statistics.median(all_ms)
-                print(f"upload of {UPLOAD_ENTITIES} names against {size:,} stored: partners by key {p:.1f} ms "
-                      f"(median {statistics.median(read):.0f} entities read), every entity {w:.1f} ms ({size:,} read), "
-                      f"{w / p:.0f}x; same merges and unclear pairs: {same}", flush=True)  # fmt: skip
+                print(
+                    f"upload of {UPLOAD_ENTITIES} names against {size:,} stored: partners by key {p:.1f} ms "
+                    f"(median {statistics.median(read):.0f} entities read), every entity {w:.1f} ms ({size:,} read), "
+                    f"{w / p:.0f}x; same merges and unclear pairs: {same}",
+                    flush=True,
+                )
                 out[f"partners_{size}_ms"], out[f"all_{size}_ms"] = p, w
         finally:
             server.stop()
@@ -324,16 +336,20 @@ def main(argv: list[str]) -> dict[str, float]:
         _, (subset_s, subset_cpu) = naive_groups(names10[:NAIVE_SUBSET])
         scale = (len(names10) / NAIVE_SUBSET) ** 2
         naive_s, naive_cpu = subset_s * scale, subset_cpu * scale
-        print(f"naive loop on {NAIVE_SUBSET:,} names: {subset_s:.2f} s wall, {subset_cpu:.2f} s CPU; "
-              f"extrapolated quadratically to 10,000: {naive_s:.1f} s wall, {naive_cpu:.1f} s CPU")  # fmt: skip
+        print(
+            f"naive loop on {NAIVE_SUBSET:,} names: {subset_s:.2f} s wall, {subset_cpu:.2f} s CPU; "
+            f"extrapolated quadratically to 10,000: {naive_s:.1f} s wall, {naive_cpu:.1f} s CPU"
+        )
         print("  (merges of the naive loop not computed with --quick)")
     else:
         naive_group, (naive_s, naive_cpu) = naive_groups(names10)
         naive_p, naive_r, naive_merged = precision_recall(naive_group, origin10)
         same = partition(naive_group) == partition(group10)
         pairs = len(names10) * (len(names10) - 1) // 2
-        print(f"naive loop on 10,000 names (all {pairs:,} pairs, measured): {naive_s:.1f} s wall, "
-              f"{naive_cpu:.1f} s CPU, merged pairs {naive_merged}, precision {naive_p:.4f}, recall {naive_r:.4f}")  # fmt: skip
+        print(
+            f"naive loop on 10,000 names (all {pairs:,} pairs, measured): {naive_s:.1f} s wall, "
+            f"{naive_cpu:.1f} s CPU, merged pairs {naive_merged}, precision {naive_p:.4f}, recall {naive_r:.4f}"
+        )
         print(f"  same groups as dedup: {same}")
         if not same:
             only_naive = partition(naive_group) - partition(group10)
@@ -343,8 +359,10 @@ def main(argv: list[str]) -> dict[str, float]:
     print(f"speed ratio naive / dedup on 10,000: {naive_s / dedup10[0]:.0f}x wall, {naive_cpu / dedup10[1]:.0f}x CPU")
     names100, origin100 = synthetic(100_000)
     _, dedup100 = run_dedup(names100, origin100, "100,000 names", repeats=1)
-    print(f"peak Python memory of dedup (tracemalloc): 10,000 names {peak_memory(names10) / 2**20:.1f} MiB, "
-          f"100,000 names {peak_memory(names100) / 2**20:.1f} MiB")  # fmt: skip
+    print(
+        f"peak Python memory of dedup (tracemalloc): 10,000 names {peak_memory(names10) / 2**20:.1f} MiB, "
+        f"100,000 names {peak_memory(names100) / 2**20:.1f} MiB"
+    )
     print(f"peak resident size of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     partners = bench_stored_partners()
     return {"dedup_10k_s": dedup10[0], "naive_10k_s": naive_s, "dedup_100k_s": dedup100[0], **partners}

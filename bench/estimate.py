@@ -40,11 +40,13 @@ from ragtopics.topics.topics import create_topic
 PASSAGES = 50
 #: The Topics compared: name → (kind, settings).
 TOPICS = {
-    "RAG (SEMANTIC, LLM keywords)": ("rag", {"chunking_strategy": "SEMANTIC", "retrieval_strategy": "HYBRID",
-                                             "keyword_enrichment": "LLM"}),
+    "RAG (SEMANTIC, LLM keywords)": (
+        "rag",
+        {"chunking_strategy": "SEMANTIC", "retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM"},
+    ),
     "GraphRAG NLP": ("graphrag", {"graph_extraction_method": "NLP"}),
     "GraphRAG LLM": ("graphrag", {"graph_extraction_method": "LLM"}),
-}  # fmt: skip
+}
 #: The scripted server's replies for the RAG Topic's calls (the graph's come from ``bench.graph.scripted_model``).
 RAG_REPLIES = {"context_line": "Where this passage sits in the collection.", "keywords": "passage, title, subject"}
 
@@ -72,8 +74,10 @@ def run_round(rt: Runtime, topic, files: list[tuple[str, bytes]], llm, figure, l
         run_rebuild(rt, topic.id, reason="bench")
         rebuild_s = time.perf_counter() - t0 - took
     else:
-        chunks = sum(r.chunk_count for r in ingest_documents(rt, topic.id, [(row.id, row.job_id, row.pending_blob_path)
-                                                                             for row in rows]).values())  # fmt: skip
+        chunks = sum(
+            r.chunk_count
+            for r in ingest_documents(rt, topic.id, [(row.id, row.job_id, row.pending_blob_path) for row in rows]).values()
+        )
         took = time.perf_counter() - t0
     out = {"chunks": (estimate.chunks, chunks)}
     for kind, call in estimate.calls.items():
@@ -103,8 +107,7 @@ def bench_estimate(rt: Runtime, data, figure, section, *, passages: int = PASSAG
             clear_figures(rt)  # each Topic's first round starts from the stated defaults
             for round_no, label in ((0, "defaults"), (1, "measured")):
                 start = (2 * n + round_no) * passages
-                results[f"{name}, {label}"] = run_round(rt, topic, _files(data, start, passages), llm, figure,
-                                                        f"{name}, {label}")  # fmt: skip
+                results[f"{name}, {label}"] = run_round(rt, topic, _files(data, start, passages), llm, figure, f"{name}, {label}")
     worst = max((abs(error_percent(e, a) or 0.0) for r in results.values() for e, a in r.values() if a), default=0.0)
     figure("largest error (actual > 0)", f"{worst:.1f} %")
     return results

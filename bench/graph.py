@@ -83,8 +83,6 @@ EDIT_SENTENCE = " This paragraph was edited for the benchmark."
 TITLE_GOAL = 0.9
 
 
-
-
 def bench_graph(rt: Runtime, data, figure, section, *, full: bool = False) -> None:
     """Run the six parts of the module docstring on ``rt``, printing through ``figure`` and ``section``.
 
@@ -128,14 +126,17 @@ def scripted_model(rt: Runtime) -> Iterator[ScriptedLLM]:
     pair is the same) and ``community_report`` (a fixed title and summary) at once.
     """
     server = ScriptedLLM().start()
-    server.replies.update({
-        "graph_extraction": capitalised_entities,
-        "deduplication": json.dumps({"decisions": []}),
-        "community_report": json.dumps({"title": "A group of passages", "summary": "Things the passages name together."}),
-    })  # fmt: skip
+    server.replies.update(
+        {
+            "graph_extraction": capitalised_entities,
+            "deduplication": json.dumps({"decisions": []}),
+            "community_report": json.dumps({"title": "A group of passages", "summary": "Things the passages name together."}),
+        }
+    )
     saved_settings, saved_gateway = rt.settings, rt.gateway
-    rt.settings = Settings(**{**saved_settings.model_dump(by_alias=True), "LLM_BASE_URL": server.base_url,
-                              "LLM_MODEL": "scripted"}, _env_file=None)  # fmt: skip
+    rt.settings = Settings(
+        **{**saved_settings.model_dump(by_alias=True), "LLM_BASE_URL": server.base_url, "LLM_MODEL": "scripted"}, _env_file=None
+    )
     rt._gateway = ModelGateway(rt.settings, embedder=saved_gateway.embedder)
     try:
         yield server
@@ -192,8 +193,13 @@ def bench_graph_quality(rt: Runtime, data, titles: list[str], figure, section) -
     figure("files / chunks", f"{len(titles):,} / {chunks:,}")
     figure("ingest time", total_s, "s")
     figure("chunks/s (whole GraphRAG ingest)", chunks / total_s)
-    for step, label in [("extract_graph", "extraction"), ("deduplicate", "deduplication"), ("embed", "chunk embedding"),
-                        ("embed_entities", "entity embedding"), ("store", "store (chunks + graph)")]:  # fmt: skip
+    for step, label in [
+        ("extract_graph", "extraction"),
+        ("deduplicate", "deduplication"),
+        ("embed", "chunk embedding"),
+        ("embed_entities", "entity embedding"),
+        ("store", "store (chunks + graph)"),
+    ]:
         figure(f"  time in {label}", step_ms.get(step, 0.0) / 1000, "s")
     stats = graph_stats(rt, get_topic(rt, topic.id))
     figure("entities / relationships", f"{stats['entities']:,} / {stats['relationships']:,}")
@@ -226,8 +232,14 @@ def passage_chunks(data, size: int, overlap: int) -> list[tuple[str, str]]:
     for title, sentences in data.corpus.items():
         file_name = clean_file_name(f"{title}.txt")
         for n, piece in enumerate(split_recursive(_passage(sentences), size=size, overlap=overlap)):
-            record = ChunkRecord(chunk_id="", document_id="", file_name=file_name, position=n, text=piece.text,
-                                 embedding=np.zeros(0, dtype=np.float32))  # fmt: skip
+            record = ChunkRecord(
+                chunk_id="",
+                document_id="",
+                file_name=file_name,
+                position=n,
+                text=piece.text,
+                embedding=np.zeros(0, dtype=np.float32),
+            )
             out.append((title, extraction_text(record)))
     return out
 
@@ -236,8 +248,10 @@ def bench_extraction_speed(rt: Runtime, topic: Topic, data, figure, section) -> 
     """NLP extraction of every passage's chunks against embedding, in chunks/s; titles found by extraction alone."""
     cfg = topic.settings
     chunks = passage_chunks(data, cfg.chunk_size, cfg.chunk_overlap)
-    section(f"8.2 GraphRAG extraction speed (NLP on all {len(chunks):,} chunks of the {len(data.corpus)} passages, "
-            f"embedding on {min(SPEED_CHUNKS, len(chunks))} of them)")  # fmt: skip
+    section(
+        f"8.2 GraphRAG extraction speed (NLP on all {len(chunks):,} chunks of the {len(data.corpus)} passages, "
+        f"embedding on {min(SPEED_CHUNKS, len(chunks))} of them)"
+    )
     per_chunk = []
     names: set[str] = set()
     for _, text in chunks:
@@ -257,7 +271,9 @@ def bench_extraction_speed(rt: Runtime, topic: Topic, data, figure, section) -> 
     nlp_rate = len(per_chunk) / sum(per_chunk)
     figure("mean chunk length", float(np.mean([len(t) for _, t in chunks])), "chars")
     figure("NLP extraction chunks/s (one at a time)", nlp_rate)
-    figure("  per chunk p50 / p95", f"{np.percentile(per_chunk, 50) * 1000:.1f} / {np.percentile(per_chunk, 95) * 1000:.1f}", "ms")
+    figure(
+        "  per chunk p50 / p95", f"{np.percentile(per_chunk, 50) * 1000:.1f} / {np.percentile(per_chunk, 95) * 1000:.1f}", "ms"
+    )
     figure(f"embedding chunks/s (batches of {PIPELINE_EMBED_BATCH})", len(texts) / batched_s)
     figure("embedding chunks/s (one chunk per call)", len(texts) / single_s)
     figure("NLP chunks/s / batched embedding chunks/s", nlp_rate / (len(texts) / batched_s), "x")
@@ -275,8 +291,9 @@ def bench_calls_per_chunk(rt: Runtime, data, llm: ScriptedLLM, figure, section) 
     passages = list(data.corpus.items())[:CALL_PASSAGES]
     section(f"8.3 GraphRAG extraction calls per chunk ({len(passages)} passages, scripted model)")
     for method in ("LLM", "NLP"):
-        topic = create_topic(rt, f"bench-graph-calls-{method.lower()}", kind="graphrag",
-                             settings={"graph_extraction_method": method})  # fmt: skip
+        topic = create_topic(
+            rt, f"bench-graph-calls-{method.lower()}", kind="graphrag", settings={"graph_extraction_method": method}
+        )
         llm.requests.clear()
         t0 = time.perf_counter()
         chunks = sum(_upload(rt, topic, f"{title}.txt", _passage(s)).chunk_count for title, s in passages)
@@ -304,8 +321,12 @@ def bench_edited_reupload(rt: Runtime, data, llm: ScriptedLLM, figure, section) 
     """Upload a file of paragraphs (one chunk each, LLM method), then re-upload it with one paragraph edited."""
     paragraphs = edit_paragraphs(data.corpus)
     section(f"8.4 GraphRAG edited re-upload ({len(paragraphs)} paragraphs, Chunk Size {EDIT_CHUNK_SIZE}, LLM, scripted)")
-    topic = create_topic(rt, "bench-graph-edit", kind="graphrag",
-                         settings={"graph_extraction_method": "LLM", "chunk_size": EDIT_CHUNK_SIZE, "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "bench-graph-edit",
+        kind="graphrag",
+        settings={"graph_extraction_method": "LLM", "chunk_size": EDIT_CHUNK_SIZE, "chunk_overlap": 0},
+    )
     edited = list(paragraphs)
     edited[len(edited) // 2] += EDIT_SENTENCE
     for label, version in [("first upload", paragraphs), ("re-upload, one paragraph edited", edited)]:
@@ -316,8 +337,7 @@ def bench_edited_reupload(rt: Runtime, data, llm: ScriptedLLM, figure, section) 
         graph = get_document(rt, result.document_id).indexed_with.get("graph", {})
         figure(f"{label}: chunks", result.chunk_count)
         figure(f"{label}: extraction requests", len(llm.prompts("graph_extraction")))
-        figure(f"{label}: chunks extracted / cached",
-               f"{graph.get('chunks_extracted', 0)} / {graph.get('chunks_cached', 0)}")  # fmt: skip
+        figure(f"{label}: chunks extracted / cached", f"{graph.get('chunks_extracted', 0)} / {graph.get('chunks_cached', 0)}")
         figure(f"{label}: time", took, "s")
     figure("changed chunks (goal: re-upload requests = this)", 1)
 
@@ -325,8 +345,9 @@ def bench_edited_reupload(rt: Runtime, data, llm: ScriptedLLM, figure, section) 
 # ----------------------------------------------------------------------------- 5. incremental rebuild
 
 
-def bench_incremental_rebuild(rt: Runtime, topic: Topic, data, stored_name: dict[str, str], llm: ScriptedLLM,
-                              figure, section) -> None:  # fmt: skip
+def bench_incremental_rebuild(
+    rt: Runtime, topic: Topic, data, stored_name: dict[str, str], llm: ScriptedLLM, figure, section
+) -> None:
     """Rebuild the HotpotQA Topic's communities, then again after nothing, a delete and a re-upload of one passage."""
     title = data.questions[0]["supporting_facts"][0][0]
     section("8.5 GraphRAG community rebuild (the graph of 8.1, Community Report on the scripted model)")
@@ -338,12 +359,17 @@ def bench_incremental_rebuild(rt: Runtime, topic: Topic, data, stored_name: dict
         result = run_rebuild(rt, topic.id)
         after = index.get_hashes()
         changed = sum(1 for cid, stored in after.items() if before.get(cid) != stored)
-        figure(f"{label}", f"written {result['written']:,}, kept {result['kept']:,}, deleted {result['deleted']:,}, "
-                           f"{result['seconds']:.2f} s")  # fmt: skip
-        figure("  model calls (rebuild / scripted server)",
-               f"{result['model_calls']:,} / {len(llm.prompts('community_report')):,}")  # fmt: skip
-        figure("  communities new or changed (content hash)", f"{changed:,} of {len(after):,} with reports "
-                                                                f"({result['communities']:,} in all)")  # fmt: skip
+        figure(
+            f"{label}",
+            f"written {result['written']:,}, kept {result['kept']:,}, deleted {result['deleted']:,}, {result['seconds']:.2f} s",
+        )
+        figure(
+            "  model calls (rebuild / scripted server)", f"{result['model_calls']:,} / {len(llm.prompts('community_report')):,}"
+        )
+        figure(
+            "  communities new or changed (content hash)",
+            f"{changed:,} of {len(after):,} with reports ({result['communities']:,} in all)",
+        )
 
     rebuild("first rebuild")
     rebuild("second rebuild, nothing changed")

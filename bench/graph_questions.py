@@ -124,10 +124,21 @@ def build_synthetic(rt, n: int, seed: int = 1):
             rows.append((cid, c - start))
             text = " ".join(f"{names[m]} is mentioned here." for m in members)
             entities += [Entity(ids[m], names[m], types[m], f"{names[m]} is entity {m}.", (), frozenset({cid})) for m in members]
-            rels += [Relationship(ids[a], ids[b], f"{names[a]} and {names[b]} appear together.", 1.0, frozenset({cid}))
-                     for a, b in itertools.pairwise(members)]  # fmt: skip
-            records.append(ChunkRecord(chunk_id=cid, document_id=doc, file_name=f"{doc}.txt", position=c - start, text=text,
-                                       embedding=vectors[c - start], keywords=index_keywords(f"{doc}.txt", text)))  # fmt: skip
+            rels += [
+                Relationship(ids[a], ids[b], f"{names[a]} and {names[b]} appear together.", 1.0, frozenset({cid}))
+                for a, b in itertools.pairwise(members)
+            ]
+            records.append(
+                ChunkRecord(
+                    chunk_id=cid,
+                    document_id=doc,
+                    file_name=f"{doc}.txt",
+                    position=c - start,
+                    text=text,
+                    embedding=vectors[c - start],
+                    keywords=index_keywords(f"{doc}.txt", text),
+                )
+            )
         t1 = time.perf_counter()
         store.upsert(doc, f"{doc}.txt", rows, entities, rels)
         t2 = time.perf_counter()
@@ -145,11 +156,21 @@ def build_synthetic(rt, n: int, seed: int = 1):
     for g in range(0, n, COMMUNITY_SIZE):
         members = [int(i) for i in order[g : g + COMMUNITY_SIZE]]
         key = [names[i] for i in members[:5]]
-        summary = (f"This community gathers {len(members)} entities around {key[0]}. "
-                   f"{key[0]} appears with {', '.join(key[1:])}. They share documents and events.")  # fmt: skip
-        records.append(CommunityRecord(community_id=f"community-{g:07d}", title=f"{key[0]} and others", summary=summary,
-                                       entity_ids=tuple(sorted(ids[i] for i in members)), content_hash=str(g),
-                                       embedding=unit_vectors(1, dims, rng)[0], key_entities=tuple(key)))  # fmt: skip
+        summary = (
+            f"This community gathers {len(members)} entities around {key[0]}. "
+            f"{key[0]} appears with {', '.join(key[1:])}. They share documents and events."
+        )
+        records.append(
+            CommunityRecord(
+                community_id=f"community-{g:07d}",
+                title=f"{key[0]} and others",
+                summary=summary,
+                entity_ids=tuple(sorted(ids[i] for i in members)),
+                content_hash=str(g),
+                embedding=unit_vectors(1, dims, rng)[0],
+                key_entities=tuple(key),
+            )
+        )
     reports.put(records)
     reports_s = time.perf_counter() - t1
     stats = store.stats()
@@ -193,8 +214,11 @@ def time_ways(rt, topic, questions: dict[str, list[str]], label: str) -> dict[st
     topic = get_topic(rt, topic.id)
     cfg = topic.settings
     prompts = resolve_prompts(rt, topic.id)
-    ways = {"LOCAL": LocalRetriever(rt, topic, cfg), "PATH": PathRetriever(rt, topic, cfg),
-            "GLOBAL": GlobalRetriever(rt, topic, cfg, prompts["global_map"])}  # fmt: skip
+    ways = {
+        "LOCAL": LocalRetriever(rt, topic, cfg),
+        "PATH": PathRetriever(rt, topic, cfg),
+        "GLOBAL": GlobalRetriever(rt, topic, cfg, prompts["global_map"]),
+    }
     out = {}
     gateway = rt.gateway
     asked = list(dict.fromkeys(q for qs in questions.values() for q in qs))
@@ -229,11 +253,18 @@ def time_ways(rt, topic, questions: dict[str, list[str]], label: str) -> dict[st
 def synthetic_questions(names: list[str], draw: Callable[[int], list[int]], count: int) -> dict[str, list[str]]:
     """LOCAL, PATH and GLOBAL questions about entities drawn by the mention law."""
     a, b = draw(count), draw(count)
-    themes = ["What are the main themes?", "Give an overview of the collection.", "Which groups of entities stand out?",
-              "What do the documents say overall?", "Summarise the main communities."]  # fmt: skip
-    return {"LOCAL": [f"What is known about {names[i]}?" for i in a],
-            "PATH": [f"How is {names[i]} related to {names[j]}?" for i, j in zip(a, b)],
-            "GLOBAL": [themes[i % len(themes)] for i in range(count)]}  # fmt: skip
+    themes = [
+        "What are the main themes?",
+        "Give an overview of the collection.",
+        "Which groups of entities stand out?",
+        "What do the documents say overall?",
+        "Summarise the main communities.",
+    ]
+    return {
+        "LOCAL": [f"What is known about {names[i]}?" for i in a],
+        "PATH": [f"How is {names[i]} related to {names[j]}?" for i, j in zip(a, b)],
+        "GLOBAL": [themes[i % len(themes)] for i in range(count)],
+    }
 
 
 def bench_synthetic(rt, sizes: tuple[int, ...] = SIZES) -> dict[int, dict[str, tuple[float, float, float]]]:
@@ -282,8 +313,9 @@ def bench_graph_questions(rt, data, *, sizes: tuple[int, ...] = SIZES, hotpot: b
     """Sections 15.x on ``rt`` (a throwaway runtime, embedder loaded); ``data`` is ``bench.run.EvalData`` or None."""
     import redis
 
-    rt.redis = redis.Redis.from_url(rt.settings.effective_redis_url, socket_connect_timeout=3,
-                                    socket_timeout=SOCKET_TIMEOUT_S, protocol=2)  # fmt: skip
+    rt.redis = redis.Redis.from_url(
+        rt.settings.effective_redis_url, socket_connect_timeout=3, socket_timeout=SOCKET_TIMEOUT_S, protocol=2
+    )
     results: dict = {"synthetic": bench_synthetic(rt, sizes)}
     if hotpot and data is not None:
         results["hotpot"] = bench_hotpot(rt, data)

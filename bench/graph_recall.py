@@ -60,8 +60,14 @@ RAG_TOPIC, GRAPH_TOPIC = "recall-rag", "recall-graph"
 
 
 #: Trace steps of an upload shown in the GraphRAG ingest's breakdown, and their labels.
-INGEST_STEPS = [("embed", "chunk embedding"), ("extract_graph", "extraction"), ("find_partners", "dedup partners"),
-                ("deduplicate", "deduplication"), ("embed_entities", "entity embedding"), ("store", "store (chunks + graph)")]  # fmt: skip
+INGEST_STEPS = [
+    ("embed", "chunk embedding"),
+    ("extract_graph", "extraction"),
+    ("find_partners", "dedup partners"),
+    ("deduplicate", "deduplication"),
+    ("embed_entities", "entity embedding"),
+    ("store", "store (chunks + graph)"),
+]
 
 
 def ingest(rt: Runtime, corpus: dict[str, list[str]]) -> tuple[Topic, Topic, dict[str, float]]:
@@ -133,12 +139,17 @@ def ways_for(rt: Runtime, rag: Topic, graph: Topic) -> tuple[dict[str, object], 
     prompts = resolve_prompts(rt, rag.id)
     skipped = []
     ways: dict[str, object] = {}
-    for name, update in [("RAG DENSE", {"retrieval_strategy": "DENSE"}), ("RAG HYBRID", {"retrieval_strategy": "HYBRID"}),
-                         ("RAG HYBRID without Follow File Mentions", {"retrieval_strategy": "HYBRID", "follow_file_mentions": False}),
-                         ("RAG HYBRID + LLM rerank", {"retrieval_strategy": "HYBRID", "reranking_strategy": "LLM"})]:
+    for name, update in [
+        ("RAG DENSE", {"retrieval_strategy": "DENSE"}),
+        ("RAG HYBRID", {"retrieval_strategy": "HYBRID"}),
+        ("RAG HYBRID without Follow File Mentions", {"retrieval_strategy": "HYBRID", "follow_file_mentions": False}),
+        ("RAG HYBRID + LLM rerank", {"retrieval_strategy": "HYBRID", "reranking_strategy": "LLM"}),
+    ]:
         if "reranking_strategy" in update and not rt.settings.llm_base_url:
-            skipped.append(f"{name}: skipped, no language model endpoint configured (LLM_BASE_URL); the bundled "
-                           "135M model cannot judge relevance, so its order would measure nothing")
+            skipped.append(
+                f"{name}: skipped, no language model endpoint configured (LLM_BASE_URL); the bundled "
+                "135M model cannot judge relevance, so its order would measure nothing"
+            )
             continue
         cfg = rag.settings.model_copy(update={**update, "top_k_results": CHUNKS_RETURNED, "min_similarity_score": 0.0})
         ways[name] = ChunkRetriever(rt, rag.id, cfg, prompts["rerank"])
@@ -173,8 +184,9 @@ def evaluate(rt: Runtime, rag: Topic, graph: Topic, questions: list[dict]) -> di
                 for variant, files in ranking_variants(trace).items():
                     variants.setdefault(variant, []).append(metrics(files, gold)[f"recall@{TOP_FILES}"])
     n = len(questions)
-    table = {name: {c: sum(s.get(c, 0.0) for s in scores[name]) / n for c in COLUMNS} | {"ms": times[name] / n * 1000}
-             for name in ways}  # fmt: skip
+    table = {
+        name: {c: sum(s.get(c, 0.0) for s in scores[name]) / n for c in COLUMNS} | {"ms": times[name] / n * 1000} for name in ways
+    }
     print(f"\n  {'way':<36}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'ms/question':>13}", flush=True)
     for name, row in table.items():
         print(f"  {name:<36}" + "".join(f"{row[c]:>11.3f}" for c in COLUMNS) + f"{row['ms']:>13.1f}", flush=True)
@@ -205,8 +217,10 @@ def run_set(folder: Path, data_dir: Path | None, limit: int) -> dict:
     with throwaway_runtime(data_dir / folder.name if data_dir else None, prefix="ragtopics-recall-") as rt:
         print("\n== ingest", flush=True)
         rag, graph, seconds = ingest(rt, data.corpus)
-        print(f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold passages in the first "
-              f"{TOP_FILES} distinct files)", flush=True)  # fmt: skip
+        print(
+            f"\n== retrieval only (recall@{TOP_FILES}: mean share of gold passages in the first {TOP_FILES} distinct files)",
+            flush=True,
+        )
         return {"table": evaluate(rt, rag, graph, questions), "ingest_s": seconds}
 
 
@@ -238,10 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\n#### summary (recall@5)", flush=True)
     for name, result in results.items():
         table, seconds = result["table"], result["ingest_s"]
-        line = "  ".join(f"{way} {row['recall@5']:.3f}" for way, row in table.items()
-                         if way in ("RAG DENSE", "RAG HYBRID", "GraphRAG LOCAL FUSED", "GraphRAG PATH (LOCAL when no chain)"))  # fmt: skip
-        times = (f"; ingest RAG {seconds['rag']:.0f} s, GraphRAG {seconds['graphrag']:.0f} s "
-                 f"({seconds['graphrag'] / seconds['rag']:.2f}x)") if len(seconds) == 2 else ""  # fmt: skip
+        line = "  ".join(
+            f"{way} {row['recall@5']:.3f}"
+            for way, row in table.items()
+            if way in ("RAG DENSE", "RAG HYBRID", "GraphRAG LOCAL FUSED", "GraphRAG PATH (LOCAL when no chain)")
+        )
+        times = (
+            (
+                f"; ingest RAG {seconds['rag']:.0f} s, GraphRAG {seconds['graphrag']:.0f} s "
+                f"({seconds['graphrag'] / seconds['rag']:.2f}x)"
+            )
+            if len(seconds) == 2
+            else ""
+        )
         print(f"  {name:<16} {line}{times}", flush=True)
     print(f"\n  total run time {time.perf_counter() - started:.1f} s", flush=True)
     return 0

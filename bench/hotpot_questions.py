@@ -18,9 +18,15 @@ from ragtopics.documents.uploads import clean_file_name
 
 def eval_items(questions: list[dict]) -> list[dict]:
     """``ragtopics eval`` items for HotpotQA questions (``question``, ``answer``, ``supporting_facts``, ``type``)."""
-    return [{"question": q["question"], "answer": q["answer"], "type": q.get("type", ""),
-             "gold_sources": list(dict.fromkeys(clean_file_name(f"{title}.txt") for title, _ in q["supporting_facts"]))}
-            for q in questions]  # fmt: skip
+    return [
+        {
+            "question": q["question"],
+            "answer": q["answer"],
+            "type": q.get("type", ""),
+            "gold_sources": list(dict.fromkeys(clean_file_name(f"{title}.txt") for title, _ in q["supporting_facts"])),
+        }
+        for q in questions
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -90,8 +90,9 @@ def exact_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top])]
 
 
-def timed_rounds(searches: dict[str, Callable[[int], Any]], count: int, rounds: int = ROUNDS,
-                 warm_up: range = range(0)) -> dict[str, tuple[list, Timing]]:  # fmt: skip
+def timed_rounds(
+    searches: dict[str, Callable[[int], Any]], count: int, rounds: int = ROUNDS, warm_up: range = range(0)
+) -> dict[str, tuple[list, Timing]]:
     """Time several searches over the same ``count`` queries, interleaved round by round.
 
     Each round runs every search over every query, one search after the other, so a slow
@@ -135,9 +136,15 @@ def store(index: ChunkIndex, vectors: np.ndarray, texts: list[str], start: int) 
     for b in range(start, len(texts), STORE_BATCH):
         doc_id = f"doc-lat{b // STORE_BATCH:04d}"
         records = [
-            ChunkRecord(chunk_id=f"chunk-lat{n:06d}", document_id=doc_id, file_name=f"lat-{b // STORE_BATCH:04d}.txt",
-                        position=n - b, text=texts[n], embedding=vectors[n],
-                        keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]))
+            ChunkRecord(
+                chunk_id=f"chunk-lat{n:06d}",
+                document_id=doc_id,
+                file_name=f"lat-{b // STORE_BATCH:04d}.txt",
+                position=n - b,
+                text=texts[n],
+                embedding=vectors[n],
+                keywords=index_keywords(f"lat-{b // STORE_BATCH:04d}.txt", texts[n]),
+            )
             for n in range(b, min(b + STORE_BATCH, len(texts)))
         ]
         index.replace_document(doc_id, records)
@@ -166,8 +173,14 @@ def flat_index(rt: Runtime, index: ChunkIndex) -> SearchIndex:
 
 def knn(index: SearchIndex, vector: np.ndarray, k: int, ef: int | None, datatype: str) -> list[str]:
     """Chunk ids of a KNN query on ``index`` (ids only), the query vector in the index's ``datatype``."""
-    query = VectorQuery(vector=vector.astype(datatype).tobytes(), vector_field_name="embedding", dtype=datatype,
-                        return_fields=["chunk_id"], num_results=k, ef_runtime=ef)  # fmt: skip
+    query = VectorQuery(
+        vector=vector.astype(datatype).tobytes(),
+        vector_field_name="embedding",
+        dtype=datatype,
+        return_fields=["chunk_id"],
+        num_results=k,
+        ef_runtime=ef,
+    )
     return [row["chunk_id"] for row in index.query(query)]
 
 
@@ -242,8 +255,11 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         figure("write + index time", time.perf_counter() - t0, "s")
         figure("of which waiting for indexing", waited, "s")
         # both vector copies (hash and HNSW graph), the text, the keyword index, and the FLAT index of this bench
-        figure(f"Redis memory per chunk ({index.datatype()} vectors, with the bench's FLAT index)",
-               (int(rt.redis.info("memory")["used_memory"]) - baseline) / size, "bytes")
+        figure(
+            f"Redis memory per chunk ({index.datatype()} vectors, with the bench's FLAT index)",
+            (int(rt.redis.info("memory")["used_memory"]) - baseline) / size,
+            "bytes",
+        )
         matrix = all_vectors[:size]
         ids = [f"chunk-lat{n:06d}" for n in range(size)]
         brute_name, product_name = "brute force (numpy, exact)", "product search_vector"
@@ -252,8 +268,9 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
             searches[f"KNN HNSW EF_RUNTIME={ef}"] = lambda i, ef=ef: knn(index.index, qvecs[i], TOP_K, ef, index.datatype())
         searches["KNN FLAT (RediSearch, exact)"] = lambda i: knn(flat, qvecs[i], TOP_K, None, index.datatype())
         searches[product_name] = lambda i: [h.chunk_id for h in index.search_vector(qvecs[i], TOP_K)]
-        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: retrieve(
-            index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits
+        searches["product HYBRID (KNN + BM25 + RRF)"] = lambda i: (
+            retrieve(index, questions[i], qvecs[i], strategy="HYBRID", top_k=TOP_K, min_score=0.0, candidates=TOP_K).hits
+        )
         timings = timed_rounds(searches, timed, warm_up=range(timed, 2 * timed))
         exact_ids = [[ids[i] for i in row] for row in timings[brute_name][0]]
         rows = {}
@@ -275,4 +292,3 @@ def bench_latency(rt: Runtime, vectors: np.ndarray, texts: list[str], questions:
         out[size] = rows
     flat.delete(drop=False)
     return out
-

@@ -53,10 +53,21 @@ print("PEAK_RSS_MB", json.dumps(hwm_kb / 1024))
 def _child_peak_mb(rt: Runtime, mode: str, timeout_s: float = 900) -> float:
     """Run the child in ``mode`` with the runtime's Redis and data folder (at most ``timeout_s`` seconds); its peak
     RSS in MB."""
-    env = {**os.environ, "REDIS_URL": rt.settings.redis_url, "RAGTOPICS_DATA_DIR": str(rt.settings.data_dir),
-           "RQ_QUEUE": rt.settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True, timeout=timeout_s,
-                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": rt.settings.redis_url,
+        "RAGTOPICS_DATA_DIR": str(rt.settings.data_dir),
+        "RQ_QUEUE": rt.settings.queue_name,
+        "LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PEAK_RSS_MB")), None)
     if done.returncode != 0 or line is None:
         raise RuntimeError(f"the {mode} process failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -92,8 +103,10 @@ _CREWS = ["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf"]
 
 def graph_upload_text(chunks: int = GRAPH_UPLOAD_CHUNKS) -> bytes:
     """A file of ``chunks`` short paragraphs, each naming a pump, a station and a crew (about 80 characters)."""
-    return "\n\n".join(f"Pump P-{n} at {_STATIONS[n % len(_STATIONS)]} Station is serviced by {_CREWS[n % len(_CREWS)]} Crew."
-                       for n in range(chunks)).encode()  # fmt: skip
+    return "\n\n".join(
+        f"Pump P-{n} at {_STATIONS[n % len(_STATIONS)]} Station is serviced by {_CREWS[n % len(_CREWS)]} Crew."
+        for n in range(chunks)
+    ).encode()
 
 
 def bench_graph_upload_memory(rt: Runtime, figure, chunks: int = GRAPH_UPLOAD_CHUNKS) -> float:
@@ -105,8 +118,12 @@ def bench_graph_upload_memory(rt: Runtime, figure, chunks: int = GRAPH_UPLOAD_CH
     """
     import time
 
-    topic = create_topic(rt, "bench-graph-memory", kind="graphrag",
-                         settings={"graph_extraction_method": "NLP", "chunk_size": 100, "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "bench-graph-memory",
+        kind="graphrag",
+        settings={"graph_extraction_method": "NLP", "chunk_size": 100, "chunk_overlap": 0},
+    )
     doc = upload_file(rt, topic, "pumps.txt", graph_upload_text(chunks))
     t0 = time.perf_counter()
     peak = _child_peak_mb(rt, "worker", timeout_s=GRAPH_UPLOAD_TIMEOUT_S)
@@ -114,8 +131,11 @@ def bench_graph_upload_memory(rt: Runtime, figure, chunks: int = GRAPH_UPLOAD_CH
     row = get_document(rt, doc.id)
     figure(f"worker peak RSS (VmHWM), one {chunks:,}-chunk GraphRAG upload (NLP)", peak, "MB")
     figure("  chunks indexed / status", f"{row.chunk_count:,} / {row.status}" + (f" ({row.error})" if row.error else ""))
-    figure("  its graph: entities, relationships", f"{row.indexed_with.get('graph', {}).get('entities', 0):,}, "
-                                                    f"{row.indexed_with.get('graph', {}).get('relationships', 0):,}")  # fmt: skip
+    figure(
+        "  its graph: entities, relationships",
+        f"{row.indexed_with.get('graph', {}).get('entities', 0):,}, "
+        f"{row.indexed_with.get('graph', {}).get('relationships', 0):,}",
+    )
     figure("  worker run (reading to graph stored)", seconds, "s")
     return peak
 

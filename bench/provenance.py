@@ -108,8 +108,11 @@ def measure(rt: Runtime, topic: Topic, corpus: dict[str, list[str]]) -> None:
     [(file_name,)] = store.graph.ro_query("MATCH (d:Document {id: $d}) RETURN d.file_name", {"d": doc_id}).result_set
     title = file_name.removesuffix(".txt")
     print(f"  graph: {store.stats()}", flush=True)
-    print(f"  most shared passage: {file_name!r}: {shared} of its entities are also in {other_docs} other "
-          f"passages (found in {time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+    print(
+        f"  most shared passage: {file_name!r}: {shared} of its entities are also in {other_docs} other "
+        f"passages (found in {time.perf_counter() - t0:.1f} s)",
+        flush=True,
+    )
 
     seconds, counts, restore = timed_rebuilds()
     removals = []
@@ -127,8 +130,11 @@ def measure(rt: Runtime, topic: Topic, corpus: dict[str, list[str]]) -> None:
         took = time.perf_counter() - t0
         [report] = removals
         print(f"  delete: {took:.3f} s in all (chunk index, files, rows and graph); {removed}", flush=True)
-        print(f"    entities rebuilt {report.entities_kept} (descriptions changed {len(report.rebuilt)}), "
-              f"removed {report.entities_removed}", flush=True)  # fmt: skip
+        print(
+            f"    entities rebuilt {report.entities_kept} (descriptions changed {len(report.rebuilt)}), "
+            f"removed {report.entities_removed}",
+            flush=True,
+        )
         print(f"    relationships rebuilt {report.relationships_kept}, removed {report.relationships_removed}", flush=True)
         print(f"    entity description rebuild: {sum(seconds):.3f} s for {sum(counts)} entities", flush=True)
 
@@ -137,8 +143,10 @@ def measure(rt: Runtime, topic: Topic, corpus: dict[str, list[str]]) -> None:
         t0 = time.perf_counter()
         ingest_document(rt, receive_upload(rt, get_topic(rt, topic.id), file_name, "".join(corpus[title]).encode()).id)
         took = time.perf_counter() - t0
-        print(f"  upload again: {took:.3f} s in all; entity description rebuild {sum(seconds):.3f} s "
-              f"for {sum(counts)} entities", flush=True)  # fmt: skip
+        print(
+            f"  upload again: {took:.3f} s in all; entity description rebuild {sum(seconds):.3f} s for {sum(counts)} entities",
+            flush=True,
+        )
     finally:
         GraphStore.remove_chunks = original_remove
         restore()
@@ -147,8 +155,11 @@ def measure(rt: Runtime, topic: Topic, corpus: dict[str, list[str]]) -> None:
     store.rebuild_entities(e.id for e in hubs)  # unchanged graph: the same descriptions are written again
     took = time.perf_counter() - t0
     largest = ", ".join(f"{e.name} {e.mentions}" for e in hubs[:3])
-    print(f"  rebuilding the {len(hubs)} entities with the most chunks ({largest}, ...; "
-          f"{sum(e.mentions for e in hubs)} chunks): {took:.3f} s", flush=True)  # fmt: skip
+    print(
+        f"  rebuilding the {len(hubs)} entities with the most chunks ({largest}, ...; "
+        f"{sum(e.mentions for e in hubs)} chunks): {took:.3f} s",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

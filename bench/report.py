@@ -53,8 +53,16 @@ def keep(label: str, value: object, unit: str = "") -> None:
     figures[key] = {"value": kept, "unit": unit}
 
 
-def versus(label: str, value: float, unit: str, reference: str, reference_value: float, *,
-           higher_is_better: bool, goal: float | None = None) -> float:  # fmt: skip
+def versus(
+    label: str,
+    value: float,
+    unit: str,
+    reference: str,
+    reference_value: float,
+    *,
+    higher_is_better: bool,
+    goal: float | None = None,
+) -> float:
     """Print a figure next to its reference and keep both with their ratio.
 
     Args:
@@ -71,11 +79,23 @@ def versus(label: str, value: float, unit: str, reference: str, reference_value:
     num, den = (value, reference_value) if higher_is_better else (reference_value, value)
     ratio = num / den if den else 0.0
     aim = f", goal >= {goal:g}x" if goal is not None else ""
-    print(f"  {label:<38} {_text(float(value))} {unit}  vs {reference} {_text(float(reference_value))} {unit}: "
-          f"{ratio:,.2f}x{aim}", flush=True)  # fmt: skip
-    _results["ratios"].append({"section": _current[0], "figure": label, "value": round(float(value), 4), "unit": unit,
-                               "reference": reference, "reference_value": round(float(reference_value), 4),
-                               "ratio": round(ratio, 3), "higher_is_better": higher_is_better, "goal": goal})  # fmt: skip
+    print(
+        f"  {label:<38} {_text(float(value))} {unit}  vs {reference} {_text(float(reference_value))} {unit}: {ratio:,.2f}x{aim}",
+        flush=True,
+    )
+    _results["ratios"].append(
+        {
+            "section": _current[0],
+            "figure": label,
+            "value": round(float(value), 4),
+            "unit": unit,
+            "reference": reference,
+            "reference_value": round(float(reference_value), 4),
+            "ratio": round(ratio, 3),
+            "higher_is_better": higher_is_better,
+            "goal": goal,
+        }
+    )
     return ratio
 
 
@@ -83,8 +103,11 @@ def machine() -> dict:
     """The machine the figures come from: CPU model, cores, memory, Python and torch threads."""
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))  # fmt: skip
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     memory_gb = 0.0
@@ -99,10 +122,15 @@ def machine() -> dict:
         threads = torch.get_num_threads()
     except ImportError:  # pragma: no cover - torch ships with the product
         threads = 0
-    return {"cpu": cpu, "cores": os.cpu_count() or 0,
-            "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
-            "memory_gb": memory_gb, "python": platform.python_version(), "torch_threads": threads,
-            "system": f"{platform.system()} {platform.release()}"}  # fmt: skip
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count() or 0,
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+        "memory_gb": memory_gb,
+        "python": platform.python_version(),
+        "torch_threads": threads,
+        "system": f"{platform.system()} {platform.release()}",
+    }
 
 
 def write(path: Path = RESULTS_PATH, **extra) -> Path:
@@ -126,13 +154,21 @@ def markdown(path: Path = RESULTS_PATH) -> str:
     """The ratios of a saved ``results.json`` as a Markdown table, with the date and the machine (for BENCHMARKS.md)."""
     data = json.loads(path.read_text())
     m = data["machine"]
-    lines = [(f"Measured {data['date']} on {m['cpu']}, {m['cores_usable']} of {m['cores']} cores usable, "
-             f"{m['memory_gb']} GB, Python {m['python']}, {m['torch_threads']} torch threads."), "",
-             "| figure | value | reference (same run) | ratio | goal |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        (
+            f"Measured {data['date']} on {m['cpu']}, {m['cores_usable']} of {m['cores']} cores usable, "
+            f"{m['memory_gb']} GB, Python {m['python']}, {m['torch_threads']} torch threads."
+        ),
+        "",
+        "| figure | value | reference (same run) | ratio | goal |",
+        "|---|---|---|---|---|",
+    ]
     for r in data["ratios"]:
         goal = f"≥ {r['goal']:g}×" if r["goal"] is not None else ""
-        lines.append(f"| {r['figure']} | {r['value']:,.2f} {r['unit']} | {r['reference']}: {r['reference_value']:,.2f} "
-                     f"{r['unit']} | {r['ratio']:,.2f}× | {goal} |")  # fmt: skip
+        lines.append(
+            f"| {r['figure']} | {r['value']:,.2f} {r['unit']} | {r['reference']}: {r['reference_value']:,.2f} "
+            f"{r['unit']} | {r['ratio']:,.2f}× | {goal} |"
+        )
     return "\n".join(lines)
 
 

@@ -78,14 +78,30 @@ def route_all(gateway: ModelGateway, questions: list[dict], *, kind: str, method
     for q in questions:
         trace = Trace("chat", q["question"])
         t0 = time.perf_counter()
-        choice = choose_route(gateway, kind=kind, method=method, template=ROUTER, history=q["history"], question=q["question"],
-                              has_attachment=q["attachment"] is not None, threshold=threshold,
-                              direct_threshold=direct_threshold, trace=trace)  # fmt: skip
+        choice = choose_route(
+            gateway,
+            kind=kind,
+            method=method,
+            template=ROUTER,
+            history=q["history"],
+            question=q["question"],
+            has_attachment=q["attachment"] is not None,
+            threshold=threshold,
+            direct_threshold=direct_threshold,
+            trace=trace,
+        )
         elapsed_ms = (time.perf_counter() - t0) * 1000
         event = next(e for e in trace.events if e.step == "route")
         best = event.data.get("decision", {}).get("route", choice.route.value)
-        out.append(Routed(collapse(Route(q["expected_way"]), kind).value, choice.route.value,
-                          collapse(Route(best), kind).value, choice.confidence, elapsed_ms))  # fmt: skip
+        out.append(
+            Routed(
+                collapse(Route(q["expected_way"]), kind).value,
+                choice.route.value,
+                collapse(Route(best), kind).value,
+                choice.confidence,
+                elapsed_ms,
+            )
+        )
     return out
 
 
@@ -115,8 +131,10 @@ def llm_router_skip_reason(settings: Settings) -> str:
     """Why the LLM router cannot be benchmarked here, or "" when it can."""
     endpoint = settings.endpoint("router")
     if endpoint.is_local:
-        return (f"the Router role is the bundled model ({endpoint.model} at {endpoint.base_url}); "
-                "set ROUTER_BASE_URL/ROUTER_MODEL or LLM_BASE_URL/LLM_MODEL to a real model to measure it")  # fmt: skip
+        return (
+            f"the Router role is the bundled model ({endpoint.model} at {endpoint.base_url}); "
+            "set ROUTER_BASE_URL/ROUTER_MODEL or LLM_BASE_URL/LLM_MODEL to a real model to measure it"
+        )
     return ""
 
 

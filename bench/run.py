@@ -258,7 +258,9 @@ def raw_throughput(rt: Runtime, texts: list[str], runs: int = 3, sizes: tuple[in
     return best
 
 
-def _ingest_files(rt: Runtime, topic: Topic, files: list[tuple[str, str]], *, shared: bool = True) -> tuple[float, list[str], float, dict[str, str]]:
+def _ingest_files(
+    rt: Runtime, topic: Topic, files: list[tuple[str, str]], *, shared: bool = True
+) -> tuple[float, list[str], float, dict[str, str]]:
     """Upload and index ``(file name, text)`` pairs in-process, in the jobs an upload of them gets
     (:func:`job_groups`: small files share a job, :func:`ingest_documents`), or each file alone
     (``shared`` False, :func:`ingest_document`: a single small upload).
@@ -344,24 +346,47 @@ def bench_ingest(rt: Runtime, data: EvalData) -> tuple[Topic, dict[str, str]]:
     figure("total time", total_s, "s")
     figure("files/s", len(titles) / total_s)
     figure("share of the time in embed steps", float(np.median(embed_shares)))
-    versus("ingest chunks/s, one passage per file", float(np.median(rates)), "chunks/s",
-           "raw embedding", float(np.median(raws)), higher_is_better=True, goal=0.9)  # fmt: skip
+    versus(
+        "ingest chunks/s, one passage per file",
+        float(np.median(rates)),
+        "chunks/s",
+        "raw embedding",
+        float(np.median(raws)),
+        higher_is_better=True,
+        goal=0.9,
+    )
     _bench_worker_ingest(rt, data, thirds, part_chunks, size)
     alone = create_topic(rt, "bench-alone")
-    seconds, chunks, _, _ = _ingest_files(rt, alone, [(f"{t}.txt", "".join(data.corpus[t])) for t in titles[: len(titles) // 6]],
-                                          shared=False)  # fmt: skip
-    versus("ingest chunks/s, one passage per file, each file its own job", len(chunks) / seconds, "chunks/s",
-           "raw embedding", raw_throughput(rt, chunks, runs=1, sizes=(size,))[0], higher_is_better=True)  # fmt: skip
+    seconds, chunks, _, _ = _ingest_files(
+        rt, alone, [(f"{t}.txt", "".join(data.corpus[t])) for t in titles[: len(titles) // 6]], shared=False
+    )
+    versus(
+        "ingest chunks/s, one passage per file, each file its own job",
+        len(chunks) / seconds,
+        "chunks/s",
+        "raw embedding",
+        raw_throughput(rt, chunks, runs=1, sizes=(size,))[0],
+        higher_is_better=True,
+    )
     big = create_topic(rt, "bench-big-files")
-    files = [(f"joined-{i:03d}.txt", "\n\n".join("".join(data.corpus[t]) for t in titles[i : i + PASSAGES_PER_BIG_FILE]))
-             for i in range(0, len(titles), PASSAGES_PER_BIG_FILE)]  # fmt: skip
+    files = [
+        (f"joined-{i:03d}.txt", "\n\n".join("".join(data.corpus[t]) for t in titles[i : i + PASSAGES_PER_BIG_FILE]))
+        for i in range(0, len(titles), PASSAGES_PER_BIG_FILE)
+    ]
     seconds, chunks, embed_s, _ = _ingest_files(rt, big, files)
     raw, batch = raw_throughput(rt, chunks)
     figure(f"files of {PASSAGES_PER_BIG_FILE} passages", len(files))
     figure("their chunks", len(chunks))
     figure("share of the time in embed steps", embed_s / seconds)
-    versus(f"ingest chunks/s, {PASSAGES_PER_BIG_FILE} passages per file", len(chunks) / seconds, "chunks/s",
-           f"raw embedding (batch {batch})", raw, higher_is_better=True, goal=0.9)  # fmt: skip
+    versus(
+        f"ingest chunks/s, {PASSAGES_PER_BIG_FILE} passages per file",
+        len(chunks) / seconds,
+        "chunks/s",
+        f"raw embedding (batch {batch})",
+        raw,
+        higher_is_better=True,
+        goal=0.9,
+    )
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
     figure("redis used_memory", redis_memory_mb(rt), "MB")
     return topic, stored_name
@@ -395,7 +420,11 @@ def _bench_worker_ingest(rt: Runtime, data: EvalData, parts: list[list[str]], pa
         SimpleWorker([queue_for(rt)], connection=rt.redis).work(burst=True, logging_level="WARNING")
         seconds = time.perf_counter() - t0
         index = rt.chunk_index(topic.id)
-        texts = [rt.redis.hget(index.key(cid), "text").decode() for doc in index.chunk_counts() for cid in index.document_chunk_ids(doc)]
+        texts = [
+            rt.redis.hget(index.key(cid), "text").decode()
+            for doc in index.chunk_counts()
+            for cid in index.document_chunk_ids(doc)
+        ]
         rates.append(len(texts) / seconds)
         files_per_s.append(len(titles) / seconds)
         raws.append((before + raw_throughput(rt, texts, runs=1, sizes=(size,))[0]) / 2)
@@ -407,8 +436,15 @@ def _bench_worker_ingest(rt: Runtime, data: EvalData, parts: list[list[str]], pa
     figure("raw embedding chunks/s around each run", " / ".join(f"{r:.1f}" for r in raws))
     figure("ratio of each run", " / ".join(f"{r:.2f}x" for r in ratios))
     middle = int(np.argsort(ratios)[len(ratios) // 2])  # the run with the median ratio
-    versus("ingest chunks/s, one passage per file, through the worker", rates[middle], "chunks/s",
-           "raw embedding", raws[middle], higher_is_better=True, goal=0.9)  # fmt: skip
+    versus(
+        "ingest chunks/s, one passage per file, through the worker",
+        rates[middle],
+        "chunks/s",
+        "raw embedding",
+        raws[middle],
+        higher_is_better=True,
+        goal=0.9,
+    )
 
 
 # ----------------------------------------------------------------------------- 2. quality
@@ -424,8 +460,9 @@ def bench_quality(rt: Runtime, topic: Topic, data: EvalData, stored_name: dict[s
     columns = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr")
     print(f"  {'strategy':<10}" + "".join(f"{c:>11}" for c in columns), flush=True)
     for strategy in ("DENSE", "HYBRID"):
-        cfg = topic.settings.model_copy(update={"retrieval_strategy": strategy, "top_k_results": QUALITY_TOP_K,
-                                                "min_similarity_score": 0.0})  # fmt: skip
+        cfg = topic.settings.model_copy(
+            update={"retrieval_strategy": strategy, "top_k_results": QUALITY_TOP_K, "min_similarity_score": 0.0}
+        )
         retriever = ChunkRetriever(rt, topic.id, cfg, prompts["rerank"])
         rows = []
         for q in data.questions:
@@ -495,12 +532,21 @@ def bench_search_latency(rt: Runtime, data: EvalData) -> None:
         brute = timings["brute force (numpy, exact)"]
         knn = timings["product search_vector"]
         hybrid = timings["product HYBRID (KNN + BM25 + RRF)"]
-        versus(f"KNN p95 at {size:,} chunks", knn.p95_ms, "ms", "numpy brute force p95", brute.p95_ms,
-               higher_is_better=False, goal=10)  # fmt: skip
-        versus(f"KNN p50 at {size:,} chunks", knn.p50_ms, "ms", "numpy brute force p50", brute.p50_ms,
-               higher_is_better=False)  # fmt: skip  # a slow tail of either side moves the p95 ratio
-        versus(f"HYBRID p95 at {size:,} chunks", hybrid.p95_ms, "ms", "numpy brute force p95", brute.p95_ms,
-               higher_is_better=False)  # fmt: skip
+        versus(
+            f"KNN p95 at {size:,} chunks",
+            knn.p95_ms,
+            "ms",
+            "numpy brute force p95",
+            brute.p95_ms,
+            higher_is_better=False,
+            goal=10,
+        )
+        versus(
+            f"KNN p50 at {size:,} chunks", knn.p50_ms, "ms", "numpy brute force p50", brute.p50_ms, higher_is_better=False
+        )  # a slow tail of either side moves the p95 ratio
+        versus(
+            f"HYBRID p95 at {size:,} chunks", hybrid.p95_ms, "ms", "numpy brute force p95", brute.p95_ms, higher_is_better=False
+        )
         figure(f"KNN recall@10 against exact at {size:,}", knn.recall)
     LATENCY_ROWS.update(rows)
 
@@ -519,8 +565,9 @@ def bench_file_types(rt: Runtime, data: EvalData) -> None:
     section(f"4. ingest per file type ({TYPE_FILES} files x {PASSAGES_PER_FILE} passages each, in-process)")
     passages = [(t, "".join(s).strip()) for t, s in data.corpus.items()]
     groups = [passages[i * PASSAGES_PER_FILE : (i + 1) * PASSAGES_PER_FILE] for i in range(TYPE_FILES + 1)]
-    print(f"  {'type':<5} {'first file':>10} {'files/s':>8} {'MB/s':>7} {'chunks':>7} {'chunks/s':>9} {'MB':>6}  reader",
-          flush=True)  # fmt: skip
+    print(
+        f"  {'type':<5} {'first file':>10} {'files/s':>8} {'MB/s':>7} {'chunks':>7} {'chunks/s':>9} {'MB':>6}  reader", flush=True
+    )
     for ext, build in BUILDERS.items():
         files = [build(g) for g in groups]
         topic = create_topic(rt, f"bench-{ext}", settings={"file_types": ext})
@@ -534,8 +581,11 @@ def bench_file_types(rt: Runtime, data: EvalData) -> None:
         total_s = time.perf_counter() - t0
         megabytes = sum(len(f) for f in files[1:]) / 1e6
         reader = next((e["data"].get("reader", "") for e in first.trace if e["step"] == "read"), "")
-        print(f"  {ext:<5} {first_s:>9.2f}s {TYPE_FILES / total_s:>8.2f} {megabytes / total_s:>7.3f} {chunks:>7,} "
-              f"{chunks / total_s:>9.1f} {megabytes:>6.2f}  {reader[:60]}", flush=True)  # fmt: skip
+        print(
+            f"  {ext:<5} {first_s:>9.2f}s {TYPE_FILES / total_s:>8.2f} {megabytes / total_s:>7.3f} {chunks:>7,} "
+            f"{chunks / total_s:>9.1f} {megabytes:>6.2f}  {reader[:60]}",
+            flush=True,
+        )
     figure("peak memory (ru_maxrss)", peak_rss_mb(), "MB")
 
 
@@ -568,11 +618,18 @@ def main() -> int:
         bench_graph_upload_memory(rt, figure)
     section("9. entity deduplication (bench.dedup)")
     dedup = dedup_bench.main([])
-    versus("dedup of 10,000 names", dedup["dedup_10k_s"], "s", "naive all-pairs loop", dedup["naive_10k_s"],
-           higher_is_better=False)  # fmt: skip
+    versus(
+        "dedup of 10,000 names", dedup["dedup_10k_s"], "s", "naive all-pairs loop", dedup["naive_10k_s"], higher_is_better=False
+    )
     for size in dedup_bench.STORED_SIZES:
-        versus(f"upload's graph read, {size:,} stored entities", dedup[f"partners_{size}_ms"], "ms",
-               "reading every entity", dedup[f"all_{size}_ms"], higher_is_better=False)  # fmt: skip
+        versus(
+            f"upload's graph read, {size:,} stored entities",
+            dedup[f"partners_{size}_ms"],
+            "ms",
+            "reading every entity",
+            dedup[f"all_{size}_ms"],
+            higher_is_better=False,
+        )
     section("10. communities (bench.communities)")
     communities_bench.main([])
     console_poll_bench.main([])

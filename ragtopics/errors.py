@@ -72,8 +72,12 @@ def is_store_outage(exc: BaseException | None) -> bool:
     """
     import redis  # here, not at the top: the error classes stay importable without the client
 
-    outage = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.BusyLoadingError,
-              StoreUnavailableError)  # fmt: skip
+    outage = (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.BusyLoadingError,
+        StoreUnavailableError,
+    )
     for _ in range(6):
         if exc is None:
             return False

@@ -49,7 +49,9 @@ class Runtime:
         """Signs and checks source download links (secret kept under the data directory)."""
         with self._lock:
             if self._signer is None:
-                self._signer = LinkSigner(load_or_create_secret(self.settings.data_dir / "link-secret"), current_user=acting_username.get)
+                self._signer = LinkSigner(
+                    load_or_create_secret(self.settings.data_dir / "link-secret"), current_user=acting_username.get
+                )
             return self._signer
 
     @property
@@ -76,7 +78,9 @@ class Runtime:
             check_modules(self.redis)
         except redis.ConnectionError as exc:
             where = self.settings.effective_redis_url
-            hint = "start the product with `ragtopics up` (or `make run`)" if self.settings.is_redis_embedded else "check REDIS_URL"
+            hint = (
+                "start the product with `ragtopics up` (or `make run`)" if self.settings.is_redis_embedded else "check REDIS_URL"
+            )
             raise StoreUnavailableError(f"Redis at {where} is not reachable: {hint}") from exc
         except RedisStartError as exc:
             raise StoreUnavailableError(str(exc)) from exc

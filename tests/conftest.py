@@ -59,8 +59,9 @@ def _redis_alive(request):
         return
     server = request.getfixturevalue("redis_server")
     if server.process is not None and server.process.poll() is not None:
-        logging.getLogger(__name__).error("the test Redis had died (exit %s; see %s); restarting it",
-                                          server.process.returncode, server.data_dir / "redis.log")  # fmt: skip
+        logging.getLogger(__name__).error(
+            "the test Redis had died (exit %s; see %s); restarting it", server.process.returncode, server.data_dir / "redis.log"
+        )
         server.start()
 
 

@@ -158,17 +158,39 @@ class ScriptedLLM:
                         if fault == "truncate" and n >= max(1, len(tokens) // 2):
                             self.close_connection = True
                             return  # the connection ends mid-answer: no finish reason, no [DONE]
-                        self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
-                                     "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]})
+                        self._event(
+                            {
+                                "id": "c",
+                                "object": "chat.completion.chunk",
+                                "created": 0,
+                                "model": body.get("model"),
+                                "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}],
+                            }
+                        )
                         if fault == "hang":
                             time.sleep(script.hang_s)
                             return
                         if script.delay_s:
                             time.sleep(script.delay_s)
-                    self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
-                                 "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-                    self._event({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body.get("model"),
-                                 "choices": [], "usage": _usage(text, body)})
+                    self._event(
+                        {
+                            "id": "c",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": body.get("model"),
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                        }
+                    )
+                    self._event(
+                        {
+                            "id": "c",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": body.get("model"),
+                            "choices": [],
+                            "usage": _usage(text, body),
+                        }
+                    )
                     self.wfile.write(b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):
                     pass
@@ -198,21 +220,34 @@ def _usage(text: str, body: dict) -> dict:
 
 def _completion(text: str, body: dict) -> dict:
     return {
-        "id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body.get("model"),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": _usage(text, body),
-    }  # fmt: skip
+    }
 
 
 def _tool_completion(calls: list[dict], body: dict) -> dict:
-    tool_calls = [{"id": f"call_{i}", "type": "function",
-                   "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for i, c in enumerate(calls)]
+    tool_calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+        for i, c in enumerate(calls)
+    ]
     return {
-        "id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
-                     "finish_reason": "tool_calls"}],
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
+                "finish_reason": "tool_calls",
+            }
+        ],
         "usage": _usage("", body),
-    }  # fmt: skip
+    }
 
 
 def capitalised_entities(body: dict[str, Any]) -> str:
@@ -221,6 +256,8 @@ def capitalised_entities(body: dict[str, Any]) -> str:
     text = body["messages"][-1]["content"].split("Text:")[-1]
     names = list(dict.fromkeys(re.findall(r"\b([A-Z][a-z]{3,})\b", text)))
     entities = [{"name": n, "type": "CONCEPT", "description": f"{n} as the text names it.", "aliases": []} for n in names]
-    relationships = [{"source": a, "target": b, "description": f"{a} and {b} appear together.", "strength": 5}
-                     for a, b in itertools.pairwise(names)]  # fmt: skip
+    relationships = [
+        {"source": a, "target": b, "description": f"{a} and {b} appear together.", "strength": 5}
+        for a, b in itertools.pairwise(names)
+    ]
     return json.dumps({"entities": entities, "relationships": relationships})

@@ -60,7 +60,9 @@ class PostgresCluster:
     @staticmethod
     def binaries() -> Path | None:
         """The newest ``/usr/lib/postgresql/<version>/bin`` holding ``initdb`` and ``pg_ctl``, or None."""
-        found = sorted(Path("/").glob(PG_BIN_GLOB.lstrip("/")), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+        found = sorted(
+            Path("/").glob(PG_BIN_GLOB.lstrip("/")), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
+        )
         found = [p for p in found if (p / "initdb").exists() and (p / "pg_ctl").exists()]
         return found[-1] if found else None
 
@@ -76,7 +78,9 @@ class PostgresCluster:
     @property
     def version(self) -> str:
         """The server's version, as ``postgres --version`` says it."""
-        return subprocess.run([str(self.bin / "postgres"), "--version"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            [str(self.bin / "postgres"), "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     def _run(self, *args: str) -> subprocess.CompletedProcess:
         command = [str(self.bin / args[0]), *args[1:]]
@@ -149,25 +153,49 @@ class SeaweedS3:
     def start(self) -> SeaweedS3:
         """Start master, volume server, filer and S3 gateway; return when the gateway answers a signed request."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        identities = {"identities": [{"name": "tests", "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
-                                      "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}  # fmt: skip
+        identities = {
+            "identities": [
+                {
+                    "name": "tests",
+                    "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                }
+            ]
+        }
         config = self.folder / "s3.json"
         config.write_text(json.dumps(identities))
         ports = {name: free_port() for name in ("master", "volume", "filer")}
         grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
-        command = [self.binary(), "server", f"-dir={self.folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-volume.max=0",
-                   f"-master.port={ports['master']}", f"-master.port.grpc={grpc['master']}",
-                   f"-volume.port={ports['volume']}", f"-volume.port.grpc={grpc['volume']}",
-                   "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={grpc['filer']}",
-                   "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={grpc['s3']}", f"-s3.config={config}",
-                   "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
+        command = [
+            self.binary(),
+            "server",
+            f"-dir={self.folder}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-volume.max=0",
+            f"-master.port={ports['master']}",
+            f"-master.port.grpc={grpc['master']}",
+            f"-volume.port={ports['volume']}",
+            f"-volume.port.grpc={grpc['volume']}",
+            "-filer",
+            f"-filer.port={ports['filer']}",
+            f"-filer.port.grpc={grpc['filer']}",
+            "-s3",
+            f"-s3.port={self.port}",
+            f"-s3.port.grpc={grpc['s3']}",
+            f"-s3.config={config}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+        ]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
         client = self.client()
 
         def ready() -> bool:
             if self.process.poll() is not None:
-                raise RuntimeError(f"SeaweedFS exited ({self.process.returncode}): {self.log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"SeaweedFS exited ({self.process.returncode}): {self.log.read_text(errors='replace')[-3000:]}"
+                )
             try:
                 client.list_buckets()
                 return True
@@ -182,9 +210,14 @@ class SeaweedS3:
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1", aws_access_key_id=S3_ACCESS_KEY,
-                            aws_secret_access_key=S3_SECRET_KEY,
-                            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, connect_timeout=2))  # fmt: skip
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id=S3_ACCESS_KEY,
+            aws_secret_access_key=S3_SECRET_KEY,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, connect_timeout=2),
+        )
 
     def keys(self, bucket: str) -> list[str]:
         """Every object key of ``bucket``, sorted (empty for a missing bucket)."""

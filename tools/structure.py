@@ -221,14 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"import cycles between subpackages (module level): {len(cycles)}")
     for component in cycles:
         print(f"  cycle of {len(component)}: {', '.join(component)}")
-    print(f"imports inside functions: {len(report.local_imports)} ({len(report.local_imports_unexplained)} without a comment saying why)")
+    print(
+        f"imports inside functions: {len(report.local_imports)} ({len(report.local_imports_unexplained)} without a comment saying why)"
+    )
     print(f"Topic-kind comparisons outside ragtopics/{KINDS_PACKAGE}/: {len(report.kind_branches)}")
     print(f"getattr() reads of a settings object: {len(report.settings_getattrs)}")
     print(f"'# fmt: skip' markers: {report.fmt_skips}")
     if args.verbose:
-        for title, sites in (("unexplained local imports", report.local_imports_unexplained),
-                             ("kind comparisons", report.kind_branches),
-                             ("settings getattr", report.settings_getattrs)):
+        for title, sites in (
+            ("unexplained local imports", report.local_imports_unexplained),
+            ("kind comparisons", report.kind_branches),
+            ("settings getattr", report.settings_getattrs),
+        ):
             print(f"\n{title}:")
             for site in sites:
                 print(f"  {site}")

@@ -113,8 +113,9 @@ def create_user(rt: Runtime, username: str, password: str, role: str, *, dev_rep
     return User(username, role, dev_reporting or role == "admin")
 
 
-def update_user(rt: Runtime, username: str, *, role: str | None = None, dev_reporting: bool | None = None,
-                password: str | None = None) -> User:  # fmt: skip
+def update_user(
+    rt: Runtime, username: str, *, role: str | None = None, dev_reporting: bool | None = None, password: str | None = None
+) -> User:
     """Change a user's role, DEV_REPORTING or password (None leaves it as it is).
 
     A user made the first admin (which switches login on) is given the chats saved without login.
@@ -280,8 +281,10 @@ def list_tokens(rt: Runtime, username: str | None = None) -> list[dict]:
         query = select(ApiTokenRow).order_by(col(ApiTokenRow.id))
         if username is not None:
             query = query.where(ApiTokenRow.username == username)
-        return [{"id": r.id, "username": r.username, "label": r.label, "created_at": r.created_at,
-                 "last_used_at": r.last_used_at} for r in s.exec(query)]  # fmt: skip
+        return [
+            {"id": r.id, "username": r.username, "label": r.label, "created_at": r.created_at, "last_used_at": r.last_used_at}
+            for r in s.exec(query)
+        ]
 
 
 def revoke_token(rt: Runtime, token_id: int) -> None:
@@ -318,6 +321,8 @@ def require(user: User | None, need: str) -> User:
     if user is None:
         raise AccessDeniedError("log in first")
     if not user.may(need):
-        raise AccessDeniedError(f"{user.username} ({user.role}) may not do this: it needs "
-                                f"{'the DEV_REPORTING permission' if need == DEV_REPORTING else f'the {need} role'}")  # fmt: skip
+        raise AccessDeniedError(
+            f"{user.username} ({user.role}) may not do this: it needs "
+            f"{'the DEV_REPORTING permission' if need == DEV_REPORTING else f'the {need} role'}"
+        )
     return user

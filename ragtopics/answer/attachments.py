@@ -195,6 +195,4 @@ def _read_image(data: bytes, file_name: str) -> Attachment:
         supported = ", ".join(sorted(IMAGE_EXTENSIONS))
         raise AttachmentError(f"{file_name} can't be attached: it is a {image_format} picture; supported pictures: {supported}")
     encoded = base64.b64encode(data).decode("ascii")
-    return Attachment(
-        file_name=file_name, kind="image", text="", data_url=f"data:{mime};base64,{encoded}", size_bytes=len(data)
-    )
+    return Attachment(file_name=file_name, kind="image", text="", data_url=f"data:{mime};base64,{encoded}", size_bytes=len(data))

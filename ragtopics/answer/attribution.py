@@ -157,8 +157,9 @@ def _is_kept(why: str) -> bool:
     return why in (REASON_CITED, REASON_QUOTED, REASON_CONFIRMED) or why.startswith(REASON_EVIDENCE)
 
 
-def _decide_on_evidence(answer: str, candidates: Sequence[S], files: list[str], checked: dict[str, str], *,
-                        has_evidence: bool) -> tuple[dict[str, str], str]:  # fmt: skip
+def _decide_on_evidence(
+    answer: str, candidates: Sequence[S], files: list[str], checked: dict[str, str], *, has_evidence: bool
+) -> tuple[dict[str, str], str]:
     """Decide the unclear files when a model check failed or none could be made, from what the answer shows.
 
     A failed check cannot tell a used file from an unused one, and the checks that did

@@ -54,12 +54,20 @@ def topic_tools(rt: Runtime, topic: Topic, description: PromptTemplate) -> tuple
             raise ConfigurationError(f"Topic {topic.name!r} cannot be connected to itself")
         fn = tool_name(other.name)
         by_name[fn] = other
-        tools.append({"type": "function", "function": {
-            "name": fn,
-            "description": description.render(topic_name=other.name, description=other.description),
-            "parameters": {"type": "object", "properties": {"question": {"type": "string", "description": "a self-contained question"}},
-                           "required": ["question"]},
-        }})  # fmt: skip
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": fn,
+                    "description": description.render(topic_name=other.name, description=other.description),
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"question": {"type": "string", "description": "a self-contained question"}},
+                        "required": ["question"],
+                    },
+                },
+            }
+        )
     return tools, by_name
 
 

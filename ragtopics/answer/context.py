@@ -229,21 +229,42 @@ class Source:
 
     def to_public(self) -> dict[str, Any]:
         """The JSON shape given to the CLI, MCP and connected Topics (``pages`` a list, ``location`` as shown)."""
-        return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "topic": self.topic,
-                "kind": self.kind, "reason": self.reason, "link": self.link, "status": self.status,
-                "pages": list(self.pages), "location": self.location}  # fmt: skip
+        return {
+            "file": self.file,
+            "chunk_id": self.chunk_id,
+            "score": self.score,
+            "topic": self.topic,
+            "kind": self.kind,
+            "reason": self.reason,
+            "link": self.link,
+            "status": self.status,
+            "pages": list(self.pages),
+            "location": self.location,
+        }
 
     def to_row(self) -> dict[str, Any]:
         """The JSON shape kept with a saved turn (no link: links expire)."""
-        return {"file": self.file, "chunk_id": self.chunk_id, "score": self.score, "code": self.code,
-                "document_id": self.document_id, "topic": self.topic, "kind": self.kind, "reason": self.reason,
-                "version": self.version, "pages": list(self.pages)}  # fmt: skip
+        return {
+            "file": self.file,
+            "chunk_id": self.chunk_id,
+            "score": self.score,
+            "code": self.code,
+            "document_id": self.document_id,
+            "topic": self.topic,
+            "kind": self.kind,
+            "reason": self.reason,
+            "version": self.version,
+            "pages": list(self.pages),
+        }
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Source:
         """Rebuild a source from :meth:`to_row` output (older rows lack the newer keys, e.g. ``pages``)."""
-        known = {k: row[k] for k in ("file", "chunk_id", "score", "code", "document_id", "topic", "kind", "reason", "version")
-                 if k in row}  # fmt: skip
+        known = {
+            k: row[k]
+            for k in ("file", "chunk_id", "score", "code", "document_id", "topic", "kind", "reason", "version")
+            if k in row
+        }
         pages = tuple(int(p) for p in row.get("pages") or () if isinstance(p, int) and p > 0)
         return cls(**{"code": "", "document_id": "", **known}, pages=pages)
 
@@ -322,8 +343,9 @@ def chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
         id=hit.chunk_id,
         text=hit.text,
         score=hit.score,
-        provenance=(Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic, version=hit.version,
-                               pages=hit.pages),),
+        provenance=(
+            Provenance(hit.document_id, hit.file_name, (hit.chunk_id,), topic=topic, version=hit.version, pages=hit.pages),
+        ),
         context=hit.context,
         pictures=tuple(hit.pictures.split()),
     )

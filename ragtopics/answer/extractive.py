@@ -45,8 +45,28 @@ MAX_SENTENCE_CHARS = 400
 MAX_CANDIDATES = 160
 
 #: Words that carry no meaning of their own in a question (spaCy's English stop words, plus question words).
-_QUESTION_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "does", "did", "do", "is",
-                   "are", "was", "were", "much", "many", "often", "long"}  # fmt: skip
+_QUESTION_WORDS = {
+    "what",
+    "which",
+    "who",
+    "whom",
+    "whose",
+    "when",
+    "where",
+    "why",
+    "how",
+    "does",
+    "did",
+    "do",
+    "is",
+    "are",
+    "was",
+    "were",
+    "much",
+    "many",
+    "often",
+    "long",
+}
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 #: A code: a word with a digit, or letters joined by a hyphen to digits ("K-2", "P-1", "ISO-9001", "v2").
 _CODE = re.compile(r"^(?=.*\d)[^\W_]+(?:-[^\W_]+)*$")
@@ -91,20 +111,121 @@ _SPLITTER_LOCK = threading.Lock()
 
 
 #: Cue words of a question about a whole collection (its themes, topics, an overview or a summary).
-_OVERVIEW_CUES = frozenset({
-    "theme", "themes", "topic", "topics", "subject", "subjects", "overview", "summary", "summarise", "summarize",
-    "gist", "about", "cover", "covered", "covers", "discuss", "discussed", "discusses"
-})
+_OVERVIEW_CUES = frozenset(
+    {
+        "theme",
+        "themes",
+        "topic",
+        "topics",
+        "subject",
+        "subjects",
+        "overview",
+        "summary",
+        "summarise",
+        "summarize",
+        "gist",
+        "about",
+        "cover",
+        "covered",
+        "covers",
+        "discuss",
+        "discussed",
+        "discusses",
+    }
+)
 #: Words such a question may use besides its cues: asking, pointing at the collection, qualifying the themes.
-_OVERVIEW_WORDS = _OVERVIEW_CUES | frozenset({
-    "a", "all", "an", "and", "any", "are", "as", "be", "broad", "by", "can", "collection", "common", "content",
-    "contents", "corpus", "data", "describe", "do", "document", "documents", "does", "file", "files", "for",
-    "general", "give", "here", "how", "i", "ideas", "important", "in", "is", "it", "its", "key", "kind", "kinds",
-    "know", "list", "main", "major", "material", "me", "most", "mostly", "of", "on", "or", "our", "overall",
-    "please", "recurring", "say", "says", "set", "sort", "sorts", "sources", "talk", "tell", "text", "texts",
-    "that", "the", "their", "them", "there", "these", "they", "this", "those", "to", "us", "various", "we", "what",
-    "whats", "which", "with", "you", "your", "central", "areas", "matters", "broadly", "mainly"
-})
+_OVERVIEW_WORDS = _OVERVIEW_CUES | frozenset(
+    {
+        "a",
+        "all",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "be",
+        "broad",
+        "by",
+        "can",
+        "collection",
+        "common",
+        "content",
+        "contents",
+        "corpus",
+        "data",
+        "describe",
+        "do",
+        "document",
+        "documents",
+        "does",
+        "file",
+        "files",
+        "for",
+        "general",
+        "give",
+        "here",
+        "how",
+        "i",
+        "ideas",
+        "important",
+        "in",
+        "is",
+        "it",
+        "its",
+        "key",
+        "kind",
+        "kinds",
+        "know",
+        "list",
+        "main",
+        "major",
+        "material",
+        "me",
+        "most",
+        "mostly",
+        "of",
+        "on",
+        "or",
+        "our",
+        "overall",
+        "please",
+        "recurring",
+        "say",
+        "says",
+        "set",
+        "sort",
+        "sorts",
+        "sources",
+        "talk",
+        "tell",
+        "text",
+        "texts",
+        "that",
+        "the",
+        "their",
+        "them",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "us",
+        "various",
+        "we",
+        "what",
+        "whats",
+        "which",
+        "with",
+        "you",
+        "your",
+        "central",
+        "areas",
+        "matters",
+        "broadly",
+        "mainly",
+    }
+)
 
 
 def is_overview(question: str) -> bool:
@@ -207,8 +328,10 @@ def rank_sentences(question: str, passages: Sequence[Passage], embed: Callable[[
     cosine = vectors[1:] @ vectors[0]
     words = [{w.lower() for w in _WORD.findall(s)} for _, _, s in found]
     overlap = _term_overlap(question_terms(question), words)
-    quotes = [Quote(p.code, s, p.rank, n, float(cosine[i]) + KEYWORD_WEIGHT * overlap[i] + RANK_WEIGHT / (p.rank + 1))
-              for i, (p, n, s) in enumerate(found)]  # fmt: skip
+    quotes = [
+        Quote(p.code, s, p.rank, n, float(cosine[i]) + KEYWORD_WEIGHT * overlap[i] + RANK_WEIGHT / (p.rank + 1))
+        for i, (p, n, s) in enumerate(found)
+    ]
     return sorted(quotes, key=lambda q: -q.score)
 
 
@@ -247,7 +370,11 @@ def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> l
         if len(kept) < max_quotes and all((k.code, k.rank) != (q.code, q.rank) for k in kept):
             kept.append(q)
     for q in close:  # then the next best
-        if len(kept) < max_quotes and q not in kept and sum((k.code, k.rank) == (q.code, q.rank) for k in kept) < MAX_QUOTES_PER_PASSAGE:
+        if (
+            len(kept) < max_quotes
+            and q not in kept
+            and sum((k.code, k.rank) == (q.code, q.rank) for k in kept) < MAX_QUOTES_PER_PASSAGE
+        ):
             kept.append(q)
     first_seen = {key: n for n, key in enumerate(dict.fromkeys((q.code, q.rank) for q in sorted(kept, key=lambda q: q.rank)))}
     return sorted(kept, key=lambda q: (first_seen[(q.code, q.rank)], q.position))
@@ -257,8 +384,14 @@ def choose_quotes(ranked: Sequence[Quote], *, max_quotes: int = MAX_QUOTES) -> l
 _RELATIONSHIP_HEAD = re.compile(r"^[^:\n]{1,80} - [^:\n]{1,80}: (?=\S)")
 
 
-def theme_quotes(question: str, passages: Sequence[Passage], embed: Callable[[list[str]], np.ndarray], *,
-                 max_themes: int = MAX_QUOTES, overview: bool = False) -> list[tuple[str, Quote]]:  # fmt: skip
+def theme_quotes(
+    question: str,
+    passages: Sequence[Passage],
+    embed: Callable[[list[str]], np.ndarray],
+    *,
+    max_themes: int = MAX_QUOTES,
+    overview: bool = False,
+) -> list[tuple[str, Quote]]:
     """The best sentence of each community summary, titled: an overview answer without a language model.
 
     A question about a whole corpus ("what are the main themes?") is answered by what the best

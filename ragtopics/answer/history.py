@@ -126,9 +126,20 @@ def saved_turns(rt: Runtime, session_id: str) -> list[SavedTurn]:
         if r.id is None:  # read from the database, so never: a row gets its id when it is stored
             raise ValueError(f"a stored turn of session {session_id} has no id")
         route_step = {} if r.route_reason else next((e for e in turn_trace(rt, r.id) if e.get("step") == "route"), {})
-        out.append(SavedTurn(r.id, r.question, r.answer, [_relinked(rt, s, docs) for s in stored[r.id]], r.route,
-                             r.route_confidence, r.route_reason or route_step.get("data", {}).get("reason", ""),
-                             dict(r.timings or {}), r.route_method, r.route_planned))  # fmt: skip
+        out.append(
+            SavedTurn(
+                r.id,
+                r.question,
+                r.answer,
+                [_relinked(rt, s, docs) for s in stored[r.id]],
+                r.route,
+                r.route_confidence,
+                r.route_reason or route_step.get("data", {}).get("reason", ""),
+                dict(r.timings or {}),
+                r.route_method,
+                r.route_planned,
+            )
+        )
     return out
 
 
@@ -143,12 +154,36 @@ def _relinked(rt: Runtime, source: Source, docs: dict) -> Source:
     return source.with_(status=status).with_link(rt.signer.sign(doc.blob_path))  # a PDF opens at the source's page
 
 
-def save_turn(rt: Runtime, topic: Topic, *, session_id: str, question: str, answer: str, sources: list[Source], route: str,
-              route_confidence: float | None, timings_ms: dict[str, float], route_reason: str = "",
-              route_method: str = "", route_planned: str = "") -> int:  # fmt: skip
+def save_turn(
+    rt: Runtime,
+    topic: Topic,
+    *,
+    session_id: str,
+    question: str,
+    answer: str,
+    sources: list[Source],
+    route: str,
+    route_confidence: float | None,
+    timings_ms: dict[str, float],
+    route_reason: str = "",
+    route_method: str = "",
+    route_planned: str = "",
+) -> int:
     """Save a turn (and its session with the first turn) with its way, the router's confidence, reason and
     method, and the router's way when the search fell back; returns the turn's id."""
-    return chats.add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title=question, question=question,
-                          answer=answer, sources=[s.to_row() for s in sources], route=route,
-                          route_confidence=route_confidence, timings_ms=timings_ms, route_reason=route_reason,
-                          route_method=route_method, route_planned=route_planned, owner=acting_username.get() or "")  # fmt: skip
+    return chats.add_turn(
+        rt.metadata,
+        session_id=session_id,
+        topic_id=topic.id,
+        title=question,
+        question=question,
+        answer=answer,
+        sources=[s.to_row() for s in sources],
+        route=route,
+        route_confidence=route_confidence,
+        timings_ms=timings_ms,
+        route_reason=route_reason,
+        route_method=route_method,
+        route_planned=route_planned,
+        owner=acting_username.get() or "",
+    )

@@ -65,7 +65,7 @@ class RepetitionGuard:
         return False
 
     def _add(self, text: str) -> bool:
-        words = [text[s:e].lower() for s, e in self._spans[-max(NGRAM_WORDS, SAME_WORD_RUN):]]
+        words = [text[s:e].lower() for s, e in self._spans[-max(NGRAM_WORDS, SAME_WORD_RUN) :]]
         if len(words) >= SAME_WORD_RUN and len(set(words[-SAME_WORD_RUN:])) == 1:
             self.loop_start = self.cycle_end = self._spans[-SAME_WORD_RUN + 1][0]
             return True
@@ -81,8 +81,11 @@ class RepetitionGuard:
 
     def _occurrences(self, text: str, gram: tuple[str, ...]) -> list[int]:
         """Where the n-gram starts, each time it occurs (at least :data:`NGRAM_REPEATS` offsets)."""
-        return [self._spans[i][0] for i in range(len(self._spans) - NGRAM_WORDS + 1)
-                if tuple(text[s:e].lower() for s, e in self._spans[i:i + NGRAM_WORDS]) == gram]  # fmt: skip
+        return [
+            self._spans[i][0]
+            for i in range(len(self._spans) - NGRAM_WORDS + 1)
+            if tuple(text[s:e].lower() for s, e in self._spans[i : i + NGRAM_WORDS]) == gram
+        ]
 
 
 def trimmed(text: str, guard: RepetitionGuard) -> str:

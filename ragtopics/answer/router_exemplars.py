@@ -209,9 +209,11 @@ DEV_QUESTIONS: tuple[tuple[str, str, str | None], ...] = (
 
 _RELATION = re.compile(r"\b(connect\w*|relat\w*|link\w*|ties?|tied|associat\w*|between|to do with|path|chain)\b", re.IGNORECASE)
 _BETWEEN = re.compile(r"\bbetween\s+.+?\s+and\s+\S", re.IGNORECASE)
-_FILE_WORDS = (r"file|document|doc|attachment|text|log|image|picture|photo|screenshot|scan|spreadsheet|sheet|"
-               r"table|pdf|report|letter|e-?mail|page|draft|diagram|chart|graph|code|script|contract|invoice|"
-               r"csv|paper|notes?|slides?|presentation|form|list|cv|resume|transcript|recording|message")  # fmt: skip
+_FILE_WORDS = (
+    r"file|document|doc|attachment|text|log|image|picture|photo|screenshot|scan|spreadsheet|sheet|"
+    r"table|pdf|report|letter|e-?mail|page|draft|diagram|chart|graph|code|script|contract|invoice|"
+    r"csv|paper|notes?|slides?|presentation|form|list|cv|resume|transcript|recording|message"
+)
 _ATTACHMENT_REFERENCE = re.compile(
     rf"\b(attach\w*|upload\w*|enclosed|(this|these|that|my|the)\s+(\w+\s+)?({_FILE_WORDS})s?"
     r"|i\s+(just\s+)?(sent|shared|gave|added))\b",

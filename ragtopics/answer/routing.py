@@ -41,7 +41,7 @@ from ragtopics.answer.router_exemplars import (
     refers_to_attachment,
     refers_to_conversation,
     split_requests,
-)  # fmt: skip
+)
 from ragtopics.errors import ConfigurationError, ModelUnavailableError
 from ragtopics.kinds import kind_named
 from ragtopics.llm.embedding import Embedder
@@ -161,6 +161,7 @@ OVERVIEW_AND_DETAIL_LEAD = 0.05  # two requests, an overview and a detail: HYBRI
 MIN_BEST_SIMILARITY = 0.25
 UNSURE_CONFIDENCE = 0.5
 
+
 class EmbeddingRouter:
     """Route by similarity to exemplar utterances with the gateway's embedding model.
 
@@ -199,8 +200,16 @@ class EmbeddingRouter:
             log.info("embedded %d router exemplars with %s", len(texts), embedder.model)
             return out
 
-    def score(self, gateway: ModelGateway, question: str, *, has_attachment: bool, history: list[dict],
-              trace: Trace | None = None, named: tuple[str, ...] = ()) -> tuple[dict[str, float], list[str]]:  # fmt: skip
+    def score(
+        self,
+        gateway: ModelGateway,
+        question: str,
+        *,
+        has_attachment: bool,
+        history: list[dict],
+        trace: Trace | None = None,
+        named: tuple[str, ...] = (),
+    ) -> tuple[dict[str, float], list[str]]:
         """Score every GraphRAG way for ``question``.
 
         Score of a way = mean cosine of the question to its :data:`TOP_K` nearest exemplars,
@@ -247,13 +256,23 @@ class EmbeddingRouter:
         if parts and Route.HYBRID.value in scores and _is_overview_and_detail(vectors, embedded[1:]):
             # the definition of HYBRID (an overview together with details): it leads whatever else is near
             others = max(v for k, v in scores.items() if k != Route.HYBRID.value)
-            scores[Route.HYBRID.value] = max(scores[Route.HYBRID.value] + OVERVIEW_AND_DETAIL_BONUS,
-                                             others + OVERVIEW_AND_DETAIL_LEAD)  # fmt: skip
+            scores[Route.HYBRID.value] = max(
+                scores[Route.HYBRID.value] + OVERVIEW_AND_DETAIL_BONUS, others + OVERVIEW_AND_DETAIL_LEAD
+            )
             signals.append(f"{len(parts)} requests: an overview and a detail")
         return {k: round(float(v), 4) for k, v in scores.items()}, signals
 
-    def route(self, gateway: ModelGateway, question: str, *, kind: str, has_attachment: bool, named: tuple[str, ...] = (),
-              history: list[dict], trace: Trace | None = None) -> tuple[RouteDecision, dict[str, float]]:  # fmt: skip
+    def route(
+        self,
+        gateway: ModelGateway,
+        question: str,
+        *,
+        kind: str,
+        has_attachment: bool,
+        named: tuple[str, ...] = (),
+        history: list[dict],
+        trace: Trace | None = None,
+    ) -> tuple[RouteDecision, dict[str, float]]:
         """The best way for a Topic of ``kind``, with a calibrated confidence.
 
         The GraphRAG scores are collapsed to the kind's ways (SEARCH = the best of PATH,
@@ -279,8 +298,9 @@ class EmbeddingRouter:
             signals.append(f"like no exemplar (best below {MIN_BEST_SIMILARITY}): unsure")
         if signals:
             reason += "; " + "; ".join(signals)
-        decision = RouteDecision(route=Route(ranked[0]), confidence=confidence, reason=reason,
-                                 entities=list(named) or list(extract_entities(question)))  # fmt: skip
+        decision = RouteDecision(
+            route=Route(ranked[0]), confidence=confidence, reason=reason, entities=list(named) or list(extract_entities(question))
+        )
         return decision, scores
 
 
@@ -333,10 +353,21 @@ def warm_router(gateway: ModelGateway) -> None:
 # ----------------------------------------------------------------------------- entry point
 
 
-def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", template: PromptTemplate,
-                 history: list[dict], question: str, has_attachment: bool, threshold: float,
-                 direct_threshold: float | None = None, allow_direct: bool = True, trace: Trace,
-                 named: tuple[str, ...] = ()) -> RouteChoice:  # fmt: skip
+def choose_route(
+    gateway: ModelGateway,
+    *,
+    kind: str,
+    method: str = "AUTO",
+    template: PromptTemplate,
+    history: list[dict],
+    question: str,
+    has_attachment: bool,
+    threshold: float,
+    direct_threshold: float | None = None,
+    allow_direct: bool = True,
+    trace: Trace,
+    named: tuple[str, ...] = (),
+) -> RouteChoice:
     """Route a question and apply the spec's fallbacks; records a ``route`` trace step.
 
     Args:
@@ -369,8 +400,9 @@ def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", temp
         scores: dict[str, float] = {}
         try:
             if resolved == "embedding":
-                decision, scores = _EMBEDDING_ROUTER.route(gateway, question, kind=kind, has_attachment=has_attachment,
-                                                           history=history, trace=trace, named=named)  # fmt: skip
+                decision, scores = _EMBEDDING_ROUTER.route(
+                    gateway, question, kind=kind, has_attachment=has_attachment, history=history, trace=trace, named=named
+                )
             else:
                 decision = _ask_model(gateway, template, history, question, kind=kind, has_attachment=has_attachment, trace=trace)
         except ModelUnavailableError as exc:
@@ -379,8 +411,15 @@ def choose_route(gateway: ModelGateway, *, kind: str, method: str = "AUTO", temp
         finally:
             ev.data["router_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         ev.data.update(decision=decision.model_dump(mode="json"))
-        choice = apply_fallbacks(decision, kind=kind, has_attachment=has_attachment, threshold=threshold,
-                                 direct_threshold=direct_threshold, allow_direct=allow_direct, method=resolved)  # fmt: skip
+        choice = apply_fallbacks(
+            decision,
+            kind=kind,
+            has_attachment=has_attachment,
+            threshold=threshold,
+            direct_threshold=direct_threshold,
+            allow_direct=allow_direct,
+            method=resolved,
+        )
         if choice.route != collapse(decision.route, kind):
             ev.data["fallback"] = choice.reason
         ev.data.update(route=choice.route.value, confidence=choice.confidence, reason=choice.reason, scores=scores)
@@ -402,9 +441,16 @@ def resolve_method(gateway: ModelGateway, method: str) -> str:
     return name.lower()
 
 
-def apply_fallbacks(decision: RouteDecision, *, kind: str, has_attachment: bool, threshold: float,
-                    direct_threshold: float | None = None, allow_direct: bool = True,
-                    method: str = "llm") -> RouteChoice:  # fmt: skip
+def apply_fallbacks(
+    decision: RouteDecision,
+    *,
+    kind: str,
+    has_attachment: bool,
+    threshold: float,
+    direct_threshold: float | None = None,
+    allow_direct: bool = True,
+    method: str = "llm",
+) -> RouteChoice:
     """The spec's rules on a router decision.
 
     The kind's default way (SEARCH / HYBRID) is taken for: a way the kind lacks (after
@@ -434,8 +480,16 @@ def apply_fallbacks(decision: RouteDecision, *, kind: str, has_attachment: bool,
     return RouteChoice(route, confidence, decision.reason, method, entities)
 
 
-def _ask_model(gateway: ModelGateway, template: PromptTemplate, history: list[dict], question: str, *, kind: str,
-               has_attachment: bool, trace: Trace) -> RouteDecision:  # fmt: skip
+def _ask_model(
+    gateway: ModelGateway,
+    template: PromptTemplate,
+    history: list[dict],
+    question: str,
+    *,
+    kind: str,
+    has_attachment: bool,
+    trace: Trace,
+) -> RouteDecision:
     """One typed call to the Router role with the kind's ways in the prompt.
 
     Raises:

@@ -65,9 +65,11 @@ PROGRESS_POLL_S = 0.1
 #: descriptions are the graph's own words, quoted only when a way found nothing else).
 QUOTABLE_KINDS = ("chunk", "community_report")
 #: The line under an extractive answer while the Language Model role is the bundled model.
-EXTRACTIVE_NOTE_BUNDLED = ("*Quoted from the sources: no language model is configured, and the bundled one is too small "
-                           "to write answers. For written answers, an admin sets a Language Model endpoint in Admin → "
-                           "LLM Configuration (or LLM_BASE_URL in .env).*")  # fmt: skip
+EXTRACTIVE_NOTE_BUNDLED = (
+    "*Quoted from the sources: no language model is configured, and the bundled one is too small "
+    "to write answers. For written answers, an admin sets a Language Model endpoint in Admin → "
+    "LLM Configuration (or LLM_BASE_URL in .env).*"
+)
 #: The line under an extractive answer the Topic asked for (Answer Mode EXTRACTIVE) with a real model configured.
 EXTRACTIVE_NOTE_CHOSEN = "*Quoted from the sources (this Topic's Answer Mode is EXTRACTIVE).*"
 #: The lead line of an extractive answer quoting only community summaries (they have no file).
@@ -137,9 +139,18 @@ class _Used(BaseModel):
     used: bool
 
 
-def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = None, attachment: Attachment | None = None,
-        save: bool = True, allow_tools: bool = True, route: str | None = None,
-        parent_trace: Trace | None = None) -> Generator[ChatUpdate, None, None]:  # fmt: skip
+def ask(
+    rt: Runtime,
+    topic: Topic,
+    question: str,
+    *,
+    session_id: str | None = None,
+    attachment: Attachment | None = None,
+    save: bool = True,
+    allow_tools: bool = True,
+    route: str | None = None,
+    parent_trace: Trace | None = None,
+) -> Generator[ChatUpdate, None, None]:
     """Answer a question from a Topic's documents, streaming.
 
     Args:
@@ -167,8 +178,7 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     question = _checked_question(question)
     forced = _checked_route(topic, route)
     if forced == Route.ATTACHMENT and attachment is None:
-        raise RagTopicsError("the ATTACHMENT way answers from an attached file; attach one (--attach FILE) or choose "
-                             "another way")  # fmt: skip
+        raise RagTopicsError("the ATTACHMENT way answers from an attached file; attach one (--attach FILE) or choose another way")
     if session_id is not None:
         check_session(rt, topic, session_id)
     elif save:
@@ -180,8 +190,14 @@ def ask(rt: Runtime, topic: Topic, question: str, *, session_id: str | None = No
     with trace.step("prepare"):
         turn.prompts = resolve_prompts(rt, topic.id)
         turn.history = history_messages(rt, session_id, topic.settings.memory)
-    trace.add("question", question=question, session_id=session_id, topic=topic.name,
-              attachment=attachment.file_name if attachment else None, forced_route=forced)  # fmt: skip
+    trace.add(
+        "question",
+        question=question,
+        session_id=session_id,
+        topic=topic.name,
+        attachment=attachment.file_name if attachment else None,
+        forced_route=forced,
+    )
     yield from turn.run(forced, allow_tools)
 
 
@@ -235,8 +251,17 @@ def search_only(rt: Runtime, topic: Topic, question: str, *, route: str | None =
 class _Turn:
     """State of one chat turn while :func:`ask` runs (kept out of the public API)."""
 
-    def __init__(self, rt: Runtime, topic: Topic, question: str, session_id: str, attachment: Attachment | None,
-                 trace: Trace, save: bool, started: float):  # fmt: skip
+    def __init__(
+        self,
+        rt: Runtime,
+        topic: Topic,
+        question: str,
+        session_id: str,
+        attachment: Attachment | None,
+        trace: Trace,
+        save: bool,
+        started: float,
+    ):
         self.rt, self.topic, self.cfg, self.question = rt, topic, topic.settings, question
         self.kind = kind_of(topic)
         self.session_id, self.attachment, self.trace, self.save = session_id, attachment, trace, save
@@ -281,15 +306,32 @@ class _Turn:
     def decide_route(self) -> None:
         cfg, kind = self.cfg, self.kind
         named = kind.named_entities(self.rt, self.topic, self.question, (), self.trace)  # a routing signal
-        choice = choose_route(self.rt.gateway, kind=kind.name, method=cfg.router_method, template=self.prompts["router"],
-                              history=self.history, question=self.question, has_attachment=self.attachment is not None,
-                              threshold=kind.router_threshold(cfg), direct_threshold=kind.direct_threshold(cfg),
-                              allow_direct=kind.allows_direct(cfg), trace=self.trace, named=named)  # fmt: skip
-        self.route, self.confidence, self.reason, self.method = choice.route.value, choice.confidence, choice.reason, choice.method
+        choice = choose_route(
+            self.rt.gateway,
+            kind=kind.name,
+            method=cfg.router_method,
+            template=self.prompts["router"],
+            history=self.history,
+            question=self.question,
+            has_attachment=self.attachment is not None,
+            threshold=kind.router_threshold(cfg),
+            direct_threshold=kind.direct_threshold(cfg),
+            allow_direct=kind.allows_direct(cfg),
+            trace=self.trace,
+            named=named,
+        )
+        self.route, self.confidence, self.reason, self.method = (
+            choice.route.value,
+            choice.confidence,
+            choice.reason,
+            choice.method,
+        )
         self.entities = tuple(choice.entities)
         if kind.has_graph:  # the model's names as the graph holds them, else the names the question holds
             llm_named = choice.method == "llm" and choice.entities
-            self.entities = kind.named_entities(self.rt, self.topic, self.question, self.entities, self.trace) if llm_named else named
+            self.entities = (
+                kind.named_entities(self.rt, self.topic, self.question, self.entities, self.trace) if llm_named else named
+            )
 
     def retriever(self, progress: SearchProgress | None = None) -> Retriever:
         """The search way for the current route: SEARCH (RAG), or PATH, LOCAL, GLOBAL or HYBRID (GraphRAG)."""
@@ -345,7 +387,9 @@ class _Turn:
     def retrieve(self) -> Generator[ChatUpdate, None, Context]:
         """The retriever's context. A GraphRAG search runs in a thread so that its progress ("reading 8
         summaries") shows before the first token and Stop (closing this generator) ends its model calls."""
-        previous = next((m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), "")
+        previous = next(
+            (m["content"] for m in reversed(self.history) if m["role"] == "user" and isinstance(m["content"], str)), ""
+        )
         query = RetrievalQuery(self.question, previous, self.entities)
         if not self.kind.searches_in_thread:
             return self.retriever().retrieve(query, self.trace)
@@ -413,8 +457,9 @@ class _Turn:
             sources = format_sources(coded, self.prompts["source_block"]) if coded else "(no documents matched)"
             if offered:
                 sources += "\n\n" + format_pictures(offered, template=self.prompts["pictures"], line=self.prompts["picture_line"])
-            user = self.prompts["answer"].render(sources=sources, citing_rules=self.prompts["citing_rules"].render(),
-                                                 question=self.question_text())  # fmt: skip
+            user = self.prompts["answer"].render(
+                sources=sources, citing_rules=self.prompts["citing_rules"].render(), question=self.question_text()
+            )
             messages = [self.system_message(), *self.history, {"role": "user", "content": self.user_content(user)}]
             ev.data.update(messages=messages, history_messages=len(self.history))
         return messages
@@ -442,8 +487,12 @@ class _Turn:
             if guard.tripped("".join(parts)):
                 stream.close()  # stops the generation: the server is told by the closed connection
                 text = "".join(parts)
-                self.trace.add("repetition_stopped", at_char=guard.loop_start, streamed_chars=len(text),
-                               repeated=text[guard.loop_start:guard.cycle_end][:200])  # fmt: skip
+                self.trace.add(
+                    "repetition_stopped",
+                    at_char=guard.loop_start,
+                    streamed_chars=len(text),
+                    repeated=text[guard.loop_start : guard.cycle_end][:200],
+                )
                 return f"{trimmed(text, guard)} {STOPPED_NOTE}".strip()
         text = "".join(parts)
         if finish == "length":  # say so rather than end mid-sentence without a word
@@ -501,12 +550,14 @@ class _Turn:
 
     def select_quotes(self, passages: list[Passage]) -> list:
         """The sentences to quote, ranked by the embedding model (see :mod:`~ragtopics.answer.extractive`)."""
-        ranked = rank_sentences(self.question, passages,
-                                lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"))  # fmt: skip
+        ranked = rank_sentences(
+            self.question, passages, lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer")
+        )
         return choose_quotes(ranked)
 
-    def quote(self, coded: dict[str, Evidence], offered: list[OfferedPicture],
-              files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:  # fmt: skip
+    def quote(
+        self, coded: dict[str, Evidence], offered: list[OfferedPicture], files: dict[str, list[str]]
+    ) -> Generator[ChatUpdate, None, str]:
         """An extractive answer from the evidence, shown word by word; returns it with its citation codes.
 
         The pictures linked to the quoted evidence are placed under the quotes. Returns "" when no
@@ -522,8 +573,11 @@ class _Turn:
             quoted = {pid for q in quotes for pid in coded[q.code].pictures}
             pictures = " ".join(f"[{p.code}]" for p in offered if p.picture_id in quoted)
             raw = compose_answer(quotes, lead=lead, note=self.extractive_note(), pictures=pictures)
-            ev.data.update(quotes=[{"code": q.code, "sentence": q.text, "score": round(q.score, 4)} for q in quotes],
-                           raw_answer=raw, first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
+            ev.data.update(
+                quotes=[{"code": q.code, "sentence": q.text, "score": round(q.score, 4)} for q in quotes],
+                raw_answer=raw,
+                first_token_ms=round((time.perf_counter() - self.started) * 1000, 3),
+            )
         yield from self.show_words(raw, files)
         return raw
 
@@ -531,13 +585,18 @@ class _Turn:
         """An overview answer from community summaries alone: one titled line per community (see
         :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none)."""
         with self.trace.step("answer", route=self.route, method="extractive", form="themes") as ev:
-            themes = theme_quotes(self.question, passages,
-                                  lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"),
-                                  overview=is_overview(self.question))  # fmt: skip
+            themes = theme_quotes(
+                self.question,
+                passages,
+                lambda texts: self.rt.gateway.embed(texts, trace=self.trace, purpose="extractive answer"),
+                overview=is_overview(self.question),
+            )
             raw = compose_themes(themes, lead=SUMMARIES_LEAD, note=self.extractive_note())
-            ev.data.update(quotes=[{"code": q.code, "title": title, "sentence": q.text, "score": round(q.score, 4)}
-                                   for title, q in themes], raw_answer=raw,
-                           first_token_ms=round((time.perf_counter() - self.started) * 1000, 3))  # fmt: skip
+            ev.data.update(
+                quotes=[{"code": q.code, "title": title, "sentence": q.text, "score": round(q.score, 4)} for title, q in themes],
+                raw_answer=raw,
+                first_token_ms=round((time.perf_counter() - self.started) * 1000, 3),
+            )
         yield from self.show_words(raw, files)
         return raw
 
@@ -552,14 +611,26 @@ class _Turn:
         yield from self.show_words(raw, {})
         return raw
 
-    def answer_with_tools(self, messages: list[dict], tools: list[dict], tool_topics: dict[str, Topic],
-                          files: dict[str, list[str]]) -> Generator[ChatUpdate, None, tuple[str, list[ToolResult]]]:  # fmt: skip
-        text, calls = self.rt.gateway.complete_with_tools("language_model", messages, tools, prompt_name="answer", trace=self.trace)
+    def answer_with_tools(
+        self, messages: list[dict], tools: list[dict], tool_topics: dict[str, Topic], files: dict[str, list[str]]
+    ) -> Generator[ChatUpdate, None, tuple[str, list[ToolResult]]]:
+        text, calls = self.rt.gateway.complete_with_tools(
+            "language_model", messages, tools, prompt_name="answer", trace=self.trace
+        )
         if not calls:
             yield self.update(render_citations(text, files))
             return text, []
-        messages = [*messages, {"role": "assistant", "content": text or None, "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}]  # fmt: skip
+        messages = [
+            *messages,
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in calls
+                ],
+            },
+        ]
         results: list[ToolResult] = []
         for call in calls:
             other = tool_topics.get(call["name"])
@@ -575,8 +646,9 @@ class _Turn:
     def call_topic(self, other: Topic, question: str) -> ToolResult:
         """Ask a connected Topic; its steps nest under this turn's ``tool_call`` step, its sources keep their links."""
         with self.trace.step("tool_call", topic=other.name, question=question) as ev:
-            *_, final = ask(self.rt, get_topic(self.rt, other.id), question, save=False, allow_tools=False,
-                            parent_trace=self.trace)  # fmt: skip
+            *_, final = ask(
+                self.rt, get_topic(self.rt, other.id), question, save=False, allow_tools=False, parent_trace=self.trace
+            )
             ev.data.update(answer=final.text, sources=[s.to_public() for s in final.sources], no_answer=final.no_answer)
         return ToolResult(other.name, question, final.text, list(final.sources), contributed=not final.no_answer)
 
@@ -612,17 +684,32 @@ class _Turn:
                     continue
                 seen.add((p.document_id, chunk_id))
                 reason = check.chunk_reasons.get(c.code, "")
-                source = Source(p.file_name, chunk_id, round(chunk_scores.get(chunk_id, item.score), 4), c.code,
-                                p.document_id, p.topic or self.topic.name, kind=p.kind, reason=reason, pages=p.pages,
-                                version=p.version)  # fmt: skip
+                source = Source(
+                    p.file_name,
+                    chunk_id,
+                    round(chunk_scores.get(chunk_id, item.score), 4),
+                    c.code,
+                    p.document_id,
+                    p.topic or self.topic.name,
+                    kind=p.kind,
+                    reason=reason,
+                    pages=p.pages,
+                    version=p.version,
+                )
                 (rest if reason == "same file" else primary).append(source)
         order = list(dict.fromkeys(s.file for s in primary + rest))
         return sorted(primary, key=lambda s: order.index(s.file)) + sorted(rest, key=lambda s: order.index(s.file))
 
     def confirm_use(self, answer: str, file: str, text: str) -> bool:
         content = self.prompts["source_check"].render(answer=answer, file_name=file, text=text[:4000])
-        reply = self.rt.gateway.structured("language_model", [{"role": "user", "content": content}], _Used,
-                                           prompt_name="source_check", trace=self.trace, max_tokens=SOURCE_CHECK_MAX_TOKENS)  # fmt: skip
+        reply = self.rt.gateway.structured(
+            "language_model",
+            [{"role": "user", "content": content}],
+            _Used,
+            prompt_name="source_check",
+            trace=self.trace,
+            max_tokens=SOURCE_CHECK_MAX_TOKENS,
+        )
         return reply.used
 
     def offer_pictures(self, items: tuple[Evidence, ...]) -> list[OfferedPicture]:
@@ -633,8 +720,10 @@ class _Turn:
         files = {pid: item.file_names[0] for item in reversed(items) for pid in item.pictures if item.file_names}
         rows = chats.pictures_by_id(self.rt.metadata, ids)
         found = [rows[pid] for pid in ids if pid in rows]
-        return [OfferedPicture(f"P{n}", r.id, r.caption or r.description or files[r.id], files[r.id], r.blob_path)
-                for n, r in enumerate(found, start=1)]  # fmt: skip
+        return [
+            OfferedPicture(f"P{n}", r.id, r.caption or r.description or files[r.id], files[r.id], r.blob_path)
+            for n, r in enumerate(found, start=1)
+        ]
 
     def show_pictures(self, answer: str, offered: list[OfferedPicture]) -> str:
         """The answer with the pictures the model placed shown as Markdown images, other picture codes removed."""
@@ -645,8 +734,16 @@ class _Turn:
         return text
 
     def update(self, text: str, *, phase: str = "answering", status: str = "") -> ChatUpdate:
-        return ChatUpdate(text=text, route=self.route, route_confidence=self.confidence, route_reason=self.reason,
-                          route_method=self.method, session_id=self.session_id, phase=phase, status=status)  # fmt: skip
+        return ChatUpdate(
+            text=text,
+            route=self.route,
+            route_confidence=self.confidence,
+            route_reason=self.reason,
+            route_method=self.method,
+            session_id=self.session_id,
+            phase=phase,
+            status=status,
+        )
 
     def finish(self, answer: str, sources: list[Source], *, no_answer: bool = False) -> ChatUpdate:
         sources = _linked(self.rt, sources)
@@ -657,17 +754,41 @@ class _Turn:
             timings["first_token"] = first
         turn_id = None
         if self.save:
-            turn_id = save_turn(self.rt, self.topic, session_id=self.session_id, question=self.question, answer=answer,
-                                sources=sources, route=self.route, route_confidence=self.confidence, timings_ms=timings,
-                                route_reason=self.reason, route_method=self.method, route_planned=self.planned)  # fmt: skip
+            turn_id = save_turn(
+                self.rt,
+                self.topic,
+                session_id=self.session_id,
+                question=self.question,
+                answer=answer,
+                sources=sources,
+                route=self.route,
+                route_confidence=self.confidence,
+                timings_ms=timings,
+                route_reason=self.reason,
+                route_method=self.method,
+                route_planned=self.planned,
+            )
             record_trace(self.rt, self.trace, kind="chat", owner=f"turn:{turn_id}", subject=self.question, topic_id=self.topic.id)
         else:  # not stored, still traced
             export_trace(self.rt.settings, self.trace, kind="chat", subject=self.question, topic_id=self.topic.id)
-        return ChatUpdate(text=answer, done=True, sources=sources, route=self.route, route_confidence=self.confidence,
-                          route_reason=self.reason, route_method=self.method, route_planned=self.planned,
-                          session_id=self.session_id, turn_id=turn_id,
-                          no_answer=no_answer, phase="done", note=self.note, rerank=self.rerank, timings_ms=timings,
-                          retrieved=self.retrieved)  # fmt: skip
+        return ChatUpdate(
+            text=answer,
+            done=True,
+            sources=sources,
+            route=self.route,
+            route_confidence=self.confidence,
+            route_reason=self.reason,
+            route_method=self.method,
+            route_planned=self.planned,
+            session_id=self.session_id,
+            turn_id=turn_id,
+            no_answer=no_answer,
+            phase="done",
+            note=self.note,
+            rerank=self.rerank,
+            timings_ms=timings,
+            retrieved=self.retrieved,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -711,8 +832,9 @@ def _checked_route(topic: Topic, route: str | None) -> Route | None:
     allowed = routes_for(topic.kind)
     name = route.strip().upper()
     if name not in {r.value for r in allowed}:
-        raise RagTopicsError(f"route {route!r} is not a way of a {topic.kind} Topic; choose one of "
-                             f"{', '.join(r.value for r in allowed)}")  # fmt: skip
+        raise RagTopicsError(
+            f"route {route!r} is not a way of a {topic.kind} Topic; choose one of {', '.join(r.value for r in allowed)}"
+        )
     return Route(name)
 
 

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ragtopics.errors import (
-    STORE_DOWN_MESSAGE,  # fmt: skip
+    STORE_DOWN_MESSAGE,
     AccessDeniedError,
     ModelUnavailableError,
     NotFoundError,
@@ -29,8 +29,15 @@ log = logging.getLogger(__name__)
 API_PREFIXES = ("/v1/", "/api/v1/", "/metrics")
 
 #: OpenAI's error type for each HTTP status the API answers with.
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 502: "server_error", 503: "server_error", 500: "server_error"}  # fmt: skip
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    502: "server_error",
+    503: "server_error",
+    500: "server_error",
+}
 
 
 class ApiError(Exception):
@@ -102,8 +109,9 @@ def install(api: FastAPI) -> None:
     async def on_invalid_request(request: Request, exc: RequestValidationError):
         if not is_api_path(request.url.path):
             return await request_validation_exception_handler(request, exc)
-        problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}"
-                             for e in exc.errors())  # fmt: skip
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}" for e in exc.errors()
+        )
         return ApiError(400, f"invalid request: {problems}", "invalid_request").response()
 
 

@@ -74,8 +74,9 @@ def check_endpoint(base_url: str, api_key: str) -> str:
     Raises:
         RuntimeError: the server answered with an HTTP error; httpx's errors when it is not reachable.
     """
-    response = httpx.get(base_url.rstrip("/") + "/models", headers={"authorization": f"Bearer {api_key}"},
-                         timeout=CHECK_TIMEOUT_S)  # fmt: skip
+    response = httpx.get(
+        base_url.rstrip("/") + "/models", headers={"authorization": f"Bearer {api_key}"}, timeout=CHECK_TIMEOUT_S
+    )
     if response.status_code >= 400:
         raise RuntimeError(f"HTTP {response.status_code} from GET /models")
     return "answers"
@@ -127,8 +128,10 @@ def readiness(rt: Runtime) -> tuple[bool, dict[str, dict]]:
     pool = ThreadPoolExecutor(max_workers=len(checks), thread_name_prefix="readyz")
     wait([pool.submit(run, name, check) for name, check in checks.items()], timeout=CHECK_TIMEOUT_S + 1)
     pool.shutdown(wait=False)
-    out = {name: results.get(name, {"ok": False, "detail": f"no answer within {CHECK_TIMEOUT_S + 1:.0f} s", "ms": None})
-           for name in checks}  # fmt: skip
+    out = {
+        name: results.get(name, {"ok": False, "detail": f"no answer within {CHECK_TIMEOUT_S + 1:.0f} s", "ms": None})
+        for name in checks
+    }
     return all(r["ok"] for r in out.values()), out
 
 

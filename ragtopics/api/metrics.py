@@ -59,8 +59,9 @@ class RequestTimer:
         try:
             await self.app(scope, receive, sending)
         finally:
-            metrics.REQUEST_SECONDS.labels(route=route_label(scope.get("path", "")), method=scope.get("method", ""),
-                                           status=str(status["code"])).observe(time.perf_counter() - t0)  # fmt: skip
+            metrics.REQUEST_SECONDS.labels(
+                route=route_label(scope.get("path", "")), method=scope.get("method", ""), status=str(status["code"])
+            ).observe(time.perf_counter() - t0)
 
 
 def exposition(rt: Runtime) -> bytes:

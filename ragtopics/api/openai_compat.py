@@ -142,39 +142,67 @@ def chat_for(rt: Runtime, user: User, topic: Topic, pairs: list[tuple[str, str]]
         session_id = known.decode() if isinstance(known, bytes) else known
         row = chats.get_session(rt.metadata, session_id)
         owner = acting_username.get()
-        if row is not None and row.topic_id == topic.id and (owner is None or row.owner == owner) \
-                and len(session_turns(rt, session_id)) == len(pairs):  # fmt: skip
+        if (
+            row is not None
+            and row.topic_id == topic.id
+            and (owner is None or row.owner == owner)
+            and len(session_turns(rt, session_id)) == len(pairs)
+        ):
             return session_id
     session_id = new_session_id()
     for question, answer in pairs:
-        save_turn(rt, topic, session_id=session_id, question=question, answer=answer, sources=[], route="DIRECT",
-                  route_confidence=None, timings_ms={}, route_reason=SENT_TURN_REASON)  # fmt: skip
+        save_turn(
+            rt,
+            topic,
+            session_id=session_id,
+            question=question,
+            answer=answer,
+            sources=[],
+            route="DIRECT",
+            route_confidence=None,
+            timings_ms={},
+            route_reason=SENT_TURN_REASON,
+        )
     return session_id
 
 
 def remember(rt: Runtime, user: User, topic: Topic, pairs: list[tuple[str, str]], question: str, final: ChatUpdate) -> None:
     """Remember the chat a conversation was saved in, so that its next message (sending this answer back) continues it."""
     if final.session_id and final.turn_id is not None:
-        rt.redis.set(_conversation_key(user, topic, [*pairs, (question, final.text)]), final.session_id,
-                     ex=CONVERSATION_TTL_S)  # fmt: skip
+        rt.redis.set(_conversation_key(user, topic, [*pairs, (question, final.text)]), final.session_id, ex=CONVERSATION_TTL_S)
 
 
 def _extra(final: ChatUpdate, base_url: str) -> dict:
     """The fields a response carries besides OpenAI's: sources, the way taken and the saved chat."""
-    return {"sources": shapes.sources(final, base_url), "route": final.route, "session_id": final.session_id,
-            "no_answer": final.no_answer}  # fmt: skip
+    return {
+        "sources": shapes.sources(final, base_url),
+        "route": final.route,
+        "session_id": final.session_id,
+        "no_answer": final.no_answer,
+    }
 
 
 def completion(model: str, final: ChatUpdate, base_url: str) -> dict:
     """A whole answer as an OpenAI ``chat.completion`` object, with ``sources``."""
-    return {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": {"role": "assistant", "content": final.text},
-                                         "finish_reason": "stop"}], **_extra(final, base_url)}  # fmt: skip
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": final.text}, "finish_reason": "stop"}],
+        **_extra(final, base_url),
+    }
 
 
 def _chunk(chunk_id: str, model: str, delta: dict, finish_reason: str | None = None, **extra) -> str:
-    body = {"id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}  # fmt: skip
+    body = {
+        "id": chunk_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        **extra,
+    }
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -185,8 +213,9 @@ def stable_prefix(text: str) -> str:
     return text[:opened] if opened > text.rfind("]") else text
 
 
-def sse_events(model: str, updates: Generator[ChatUpdate, None, None], first: ChatUpdate, base_url: str,
-               on_final) -> Iterator[str]:  # fmt: skip
+def sse_events(
+    model: str, updates: Generator[ChatUpdate, None, None], first: ChatUpdate, base_url: str, on_final
+) -> Iterator[str]:
     """The streamed answer as server-sent events: ``chat.completion.chunk`` objects, then ``data: [DONE]``.
 
     Deltas only ever add text. The last chunk has ``finish_reason`` "stop" and the sources; an error
@@ -207,14 +236,14 @@ def sse_events(model: str, updates: Generator[ChatUpdate, None, None], first: Ch
         while True:
             if update.done:
                 on_final(update)
-                rest = update.text[len(sent):] if update.text.startswith(sent) else "\n\n" + update.text
+                rest = update.text[len(sent) :] if update.text.startswith(sent) else "\n\n" + update.text
                 if rest:  # a final answer that no longer extends what was shown (rare) follows it whole
                     yield _chunk(chunk_id, model, {"content": rest})
                 yield _chunk(chunk_id, model, {}, "stop", **_extra(update, base_url))
                 break
             shown = stable_prefix(update.text)
             if shown.startswith(sent) and len(shown) > len(sent):
-                yield _chunk(chunk_id, model, {"content": shown[len(sent):]})
+                yield _chunk(chunk_id, model, {"content": shown[len(sent) :]})
                 sent = shown
             update = next(updates)
     except Exception as exc:
@@ -266,8 +295,20 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
             topics = list_topics(rt)
         except Exception as exc:
             raise api_error(exc) from None
-        return {"object": "list", "data": [{"id": t.name, "object": "model", "created": 0, "owned_by": "ragtopics",
-                                            "kind": t.kind, "description": t.description} for t in topics]}  # fmt: skip
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": t.name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "ragtopics",
+                    "kind": t.kind,
+                    "description": t.description,
+                }
+                for t in topics
+            ],
+        }
 
     @api.post("/v1/chat/completions", tags=["openai"])
     async def chat_completions(request: Request, body: ChatCompletionRequest):
@@ -298,8 +339,11 @@ def add_routes(api: FastAPI, rt: Runtime) -> None:
             remember(rt, user, topic, pairs, question, final)
 
         if body.stream:
-            return StreamingResponse(sse_events(body.model, stepped, first, base_url, on_final),
-                                     media_type="text/event-stream", headers={"cache-control": "no-cache"})  # fmt: skip
+            return StreamingResponse(
+                sse_events(body.model, stepped, first, base_url, on_final),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
 
         def finish() -> ChatUpdate:
             final = final_update(first, stepped)

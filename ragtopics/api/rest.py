@@ -64,8 +64,11 @@ class AskRequest(BaseModel):
     session_id: str | None = Field(None, description="Continue this chat of yours (a `session_id` of an earlier answer).")
     route: str | None = Field(None, description="Force a way instead of routing (SEARCH; PATH, LOCAL, GLOBAL, HYBRID; DIRECT).")
     save: bool = Field(True, description="Save the turn in your chats.")
-    stream: bool = Field(False, description="Answer as server-sent events: `token` events, then `route`, `sources`, "
-                                            "`timings` and `done` (the whole answer object).")  # fmt: skip
+    stream: bool = Field(
+        False,
+        description="Answer as server-sent events: `token` events, then `route`, `sources`, "
+        "`timings` and `done` (the whole answer object).",
+    )
 
 
 def _event(name: str, data) -> str:
@@ -85,12 +88,12 @@ def answer_events(updates: Generator[ChatUpdate, None, None], first: ChatUpdate,
                 yield _event("phase", {"phase": update.phase, "status": update.status})
             shown = stable_prefix(update.text)
             if shown.startswith(sent) and len(shown) > len(sent):
-                yield _event("token", {"text": shown[len(sent):]})
+                yield _event("token", {"text": shown[len(sent) :]})
                 sent = shown
             update = next(updates)
         on_final(update)
         if update.text.startswith(sent) and len(update.text) > len(sent):
-            yield _event("token", {"text": update.text[len(sent):]})
+            yield _event("token", {"text": update.text[len(sent) :]})
         whole = shapes.answer(update, base_url)
         route_fields = ("route", "route_confidence", "route_reason", "route_method", "route_planned")
         yield _event("route", {k: whole[k] for k in route_fields})
@@ -106,8 +109,14 @@ def answer_events(updates: Generator[ChatUpdate, None, None], first: ChatUpdate,
 
 def build(rt: Runtime) -> FastAPI:
     """The ``/api/v1`` app (mounted by :func:`mount`)."""
-    app = FastAPI(title="ragtopics API", version="1", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
-                  description="Topics and their answers. Send an API token as `Authorization: Bearer rt_...`.")  # fmt: skip
+    app = FastAPI(
+        title="ragtopics API",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        description="Topics and their answers. Send an API token as `Authorization: Bearer rt_...`.",
+    )
     errors.install(app)
 
     @app.get("/topics", tags=["topics"])
@@ -148,8 +157,11 @@ def build(rt: Runtime) -> FastAPI:
             observe_answer(topic.kind, final.route, final.timings_ms)
 
         if body.stream:
-            return StreamingResponse(answer_events(stepped, first, on_final, base_url), media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})  # fmt: skip
+            return StreamingResponse(
+                answer_events(stepped, first, on_final, base_url),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
 
         def finish() -> dict:
             final = final_update(first, stepped)
@@ -200,8 +212,11 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
     console's Upload page does."""
 
     @app.post("/topics/{name}/documents", tags=["documents"])
-    def upload(name: str, files: list[UploadFile] = File(description="One or more files (multipart field `files`)."),
-               user: User = needs("operator")) -> dict:  # fmt: skip
+    def upload(
+        name: str,
+        files: list[UploadFile] = File(description="One or more files (multipart field `files`)."),
+        user: User = needs("operator"),
+    ) -> dict:
         """Upload files with the console's checks; small files share indexing jobs. Answers `{"enqueued": [{"id",
         "file_name", "job_id"}], "refused": [{"file_name", "error"}]}` (a refused file is not stored). Needs the
         operator role."""
@@ -218,14 +233,19 @@ def add_document_routes(app: FastAPI, rt: Runtime) -> None:
                 except RagTopicsError as exc:
                     refused.append({"file_name": upload.filename or "", "error": str(exc)})
         failed = {row.job_id: message for row, message in uploads.not_queued}
-        refused += [{"file_name": item["file_name"], "error": failed[item["job_id"]]}
-                    for item in enqueued if item["job_id"] in failed]  # fmt: skip
+        refused += [
+            {"file_name": item["file_name"], "error": failed[item["job_id"]]} for item in enqueued if item["job_id"] in failed
+        ]
         return {"enqueued": [item for item in enqueued if item["job_id"] not in failed], "refused": refused}
 
     @app.post("/topics/{name}/uploads/estimate", tags=["documents"])
-    def estimate(name: str, files: list[UploadFile] = File(description="The files as they would be uploaded (multipart "
-                                                                       "field `files`, as for `POST /topics/{name}/documents`)."),
-                 user: User = needs("operator")) -> dict:  # fmt: skip
+    def estimate(
+        name: str,
+        files: list[UploadFile] = File(
+            description="The files as they would be uploaded (multipart field `files`, as for `POST /topics/{name}/documents`)."
+        ),
+        user: User = needs("operator"),
+    ) -> dict:
         """The cost estimate of uploading the files (as `ragtopics ingest --dry-run --json`): `{"topic", "chunks", "calls":
         {kind: {"calls", "tokens_in", "tokens_out", "seconds", "cost", "measured", "label", "at_rebuild", ...}},
         "tokens_in", "tokens_out", "seconds", "cost", "files": [...], "notes"}`. Nothing is stored or queued. Needs

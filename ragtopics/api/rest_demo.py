@@ -27,8 +27,6 @@ class CreateDemoLinkRequest(BaseModel):
     link_rate: int = Field(links.DEFAULT_LINK_RATE, description="Questions per minute all visitors of the link may ask together.")
 
 
-
-
 def add_routes(app: FastAPI, rt: Runtime) -> None:
     """Add the demo link routes to the ``/api/v1`` app; each needs the operator role."""
 
@@ -38,9 +36,18 @@ def add_routes(app: FastAPI, rt: Runtime) -> None:
         `urls` (behind PUBLIC_BASE_URL, the address of this request, the share link) and `notes` (where it works).
         Needs the operator role."""
         base = request_base_url(request.headers, request.url.scheme)
-        return errors.answered(lambda: links.create_link(rt, name, hours=body.hours, allow_sources=body.allow_sources,
-                                              visitor_rate=body.rate, link_rate=body.link_rate, created_by=user.username,
-                                              base_urls=[base] if base else []).to_dict())  # fmt: skip
+        return errors.answered(
+            lambda: links.create_link(
+                rt,
+                name,
+                hours=body.hours,
+                allow_sources=body.allow_sources,
+                visitor_rate=body.rate,
+                link_rate=body.link_rate,
+                created_by=user.username,
+                base_urls=[base] if base else [],
+            ).to_dict()
+        )
 
     @app.get("/demo-links", tags=["demo links"])
     def listed(topic: str | None = None, user: User = needs("operator")) -> list[dict]:

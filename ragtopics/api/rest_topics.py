@@ -38,8 +38,11 @@ class CreateTopicRequest(BaseModel):
     name: str = Field(description="The Topic's name: 1 to 100 printable characters, unique ignoring case.")
     kind: str = Field("rag", description="`rag` or `graphrag`.")
     description: str = Field("", description="What the Topic holds.")
-    settings: dict[str, Any] = Field(default_factory=dict, description="Settings that differ from the defaults, "
-                                     'e.g. `{"chunk_size": 800}` (the keys of `GET /topics/{name}`\'s `reference`).')  # fmt: skip
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings that differ from the defaults, "
+        'e.g. `{"chunk_size": 800}` (the keys of `GET /topics/{name}`\'s `reference`).',
+    )
 
 
 class ConfigureTopicRequest(BaseModel):
@@ -53,20 +56,22 @@ class GraphCorrectionRequest(BaseModel):
 
     kind: str = Field(description="`merge`, `split`, `rename`, `retype` or `delete`.")
     name: str = Field(description="The entity (name, alias or id); for `split`, the alias to split off.")
-    value: str = Field("", description="`merge`: the entity to merge into; `split`: the entity the alias is split off; "
-                       "`rename`: the new name; `retype`: the new type; `delete`: nothing.")  # fmt: skip
+    value: str = Field(
+        "",
+        description="`merge`: the entity to merge into; `split`: the entity the alias is split off; "
+        "`rename`: the new name; `retype`: the new type; `delete`: nothing.",
+    )
 
 
 class EvalRunRequest(BaseModel):
     """An evaluation run of a Topic, queued for the worker (the QA page's run)."""
 
-    questions: list[dict[str, Any]] = Field(min_length=1, description='`[{"question", "answer"?, "gold_sources"?: '
-                                            '[files], "expected_way"?}]`, at most 2,000.')  # fmt: skip
+    questions: list[dict[str, Any]] = Field(
+        min_length=1, description='`[{"question", "answer"?, "gold_sources"?: [files], "expected_way"?}]`, at most 2,000.'
+    )
     settings: dict[str, Any] = Field(default_factory=dict, description="Settings changed for this run only (nothing is stored).")
     route: str | None = Field(None, description="Force this way for every question (None: routed as in a chat).")
     retrieval_only: bool = Field(True, description="Route and search only, no answers (fast).")
-
-
 
 
 def add_routes(app: FastAPI, rt: Runtime) -> None:
@@ -83,8 +88,11 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
     def create(body: CreateTopicRequest, user: User = needs("operator")) -> dict:
         """Create a Topic with its settings (checked as the console and `ragtopics topic create` check them): the
         Topic as `GET /topics/{name}` shows it. Needs the operator role."""
-        return errors.answered(lambda: shapes.topic_detail(create_topic(rt, body.name, kind=body.kind, description=body.description,
-                                                             settings=body.settings)))  # fmt: skip
+        return errors.answered(
+            lambda: shapes.topic_detail(
+                create_topic(rt, body.name, kind=body.kind, description=body.description, settings=body.settings)
+            )
+        )
 
     @app.patch("/topics/{name}", tags=["topics"])
     def configure(name: str, body: ConfigureTopicRequest, user: User = needs("operator")) -> dict:
@@ -96,6 +104,7 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
     def delete(name: str, user: User = needs("operator")) -> dict:
         """Delete a Topic with its documents, chats, graph and files: `{"deleted", "id", "removed", "notes"}`.
         Needs the operator role."""
+
         def remove() -> dict:
             get_topic(rt, name)  # a missing Topic is a 404 even while the store is down
             rt.check_store()
@@ -107,6 +116,7 @@ def add_topic_routes(app: FastAPI, rt: Runtime) -> None:
 def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
     """A GraphRAG Topic's communities (recompute, status; operator, as the Upload page's graph panel) and graph
     (counts, one entity; viewer, as the Graph page)."""
+
     @app.post("/topics/{name}/communities", tags=["graph"], status_code=202)
     def recompute(name: str, user: User = needs("operator")) -> dict:
         """Recompute the communities now: enqueue the rebuild job, or find the one already queued or running.
@@ -165,14 +175,18 @@ def add_graph_routes(app: FastAPI, rt: Runtime) -> None:
 
 def add_eval_routes(app: FastAPI, rt: Runtime) -> None:
     """Evaluation runs (start, read); each needs the operator role, as the console's QA page does."""
+
     @app.post("/topics/{name}/evals", tags=["evaluation"], status_code=202)
     def start(name: str, body: EvalRunRequest, user: User = needs("operator")) -> dict:
         """Queue an evaluation run of the Topic (checked as the QA page checks it): `{"run_id"}`; the run id is also
         its job's id. Needs the operator role."""
         assignments = [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in body.settings.items()]
         text = json.dumps(body.questions, ensure_ascii=False)
-        return errors.answered(lambda: {"run_id": start_run(rt, name, text, assignments=assignments, route=body.route,
-                                                 retrieval_only=body.retrieval_only)})  # fmt: skip
+        return errors.answered(
+            lambda: {
+                "run_id": start_run(rt, name, text, assignments=assignments, route=body.route, retrieval_only=body.retrieval_only)
+            }
+        )
 
     @app.get("/evals/{run_id}", tags=["evaluation"])
     def read(run_id: str, user: User = needs("operator")) -> dict:

@@ -17,16 +17,26 @@ from ragtopics.topics.topics import Topic
 
 def topic_summary(topic: Topic) -> dict[str, Any]:
     """A Topic in a list: ``{"id", "name", "kind", "description", "settings_version"}``."""
-    return {"id": topic.id, "name": topic.name, "kind": topic.kind, "description": topic.description,
-            "settings_version": topic.settings_version}  # fmt: skip
+    return {
+        "id": topic.id,
+        "name": topic.name,
+        "kind": topic.kind,
+        "description": topic.description,
+        "settings_version": topic.settings_version,
+    }
 
 
 def topic_detail(topic: Topic) -> dict[str, Any]:
     """A Topic shown whole (``ragtopics topic show``): ``{"id", "name", "kind", "settings_version", "settings",
     "reference"}``, ``reference`` one row per setting with its value, default and description."""
-    return {"id": topic.id, "name": topic.name, "kind": topic.kind, "settings_version": topic.settings_version,
-            "settings": topic.settings.model_dump(mode="json"),
-            "reference": [asdict(row) for row in settings_rows(topic.settings)]}  # fmt: skip
+    return {
+        "id": topic.id,
+        "name": topic.name,
+        "kind": topic.kind,
+        "settings_version": topic.settings_version,
+        "settings": topic.settings.model_dump(mode="json"),
+        "reference": [asdict(row) for row in settings_rows(topic.settings)],
+    }
 
 
 def public_sources(sources: list[Source], base_url: str = "") -> list[dict[str, Any]]:
@@ -86,10 +96,18 @@ def saved_turn(turn: SavedTurn, base_url: str = "") -> dict[str, Any]:
     """A saved turn shown again: ``{"id", "question", "answer", "sources", "route", "route_confidence",
     "route_reason", "route_method", "route_planned", "timings_ms"}``; each source with its ``status`` now
     (``current``, ``changed``, ``removed``) and a fresh link (absolute with ``base_url``)."""
-    return {"id": turn.id, "question": turn.question, "answer": turn.answer,
-            "sources": public_sources(turn.sources, base_url), "route": turn.route,
-            "route_confidence": turn.route_confidence, "route_reason": turn.route_reason,
-            "route_method": turn.route_method, "route_planned": turn.route_planned, "timings_ms": turn.timings_ms}  # fmt: skip
+    return {
+        "id": turn.id,
+        "question": turn.question,
+        "answer": turn.answer,
+        "sources": public_sources(turn.sources, base_url),
+        "route": turn.route,
+        "route_confidence": turn.route_confidence,
+        "route_reason": turn.route_reason,
+        "route_method": turn.route_method,
+        "route_planned": turn.route_planned,
+        "timings_ms": turn.timings_ms,
+    }
 
 
 def job(progress) -> dict[str, Any]:
@@ -100,8 +118,12 @@ def job(progress) -> dict[str, Any]:
 def topic_deletion(deletion) -> dict[str, Any]:
     """A deleted Topic (:class:`~ragtopics.topics.delete.TopicDeletion`): ``{"deleted", "id", "removed", "notes"}``,
     ``removed`` counting what went by kind, ``notes`` what the operator should know."""
-    return {"deleted": deletion.topic.name, "id": deletion.topic.id, "removed": dict(deletion.removed),
-            "notes": list(deletion.notes)}  # fmt: skip
+    return {
+        "deleted": deletion.topic.name,
+        "id": deletion.topic.id,
+        "removed": dict(deletion.removed),
+        "notes": list(deletion.notes),
+    }
 
 
 def eval_run(info, questions: list[dict[str, Any]], progress=None) -> dict[str, Any]:

@@ -112,10 +112,20 @@ class DemoLink:
     def to_dict(self) -> dict:
         """The link as JSON-ready data (times as ISO 8601 UTC)."""
         revoked = self.revoked_at.isoformat() if self.revoked_at else None
-        return {"id": self.id, "topic": self.topic_name, "topic_id": self.topic_id, "state": self.state(),
-                "created_by": self.created_by, "created_at": self.created_at.isoformat(),
-                "expires_at": self.expires_at.isoformat(), "revoked_at": revoked, "allow_sources": self.allow_sources,
-                "visitor_rate": self.visitor_rate, "link_rate": self.link_rate, "turns": self.turns}  # fmt: skip
+        return {
+            "id": self.id,
+            "topic": self.topic_name,
+            "topic_id": self.topic_id,
+            "state": self.state(),
+            "created_by": self.created_by,
+            "created_at": self.created_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "revoked_at": revoked,
+            "allow_sources": self.allow_sources,
+            "visitor_rate": self.visitor_rate,
+            "link_rate": self.link_rate,
+            "turns": self.turns,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +163,19 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 def _link(row: DemoLinkRow, turns: int = 0) -> DemoLink:
-    return DemoLink(row.id, row.topic_id, row.topic_name, row.created_by, _aware(row.created_at), _aware(row.expires_at),
-                    _aware(row.revoked_at), row.allow_sources, row.visitor_rate, row.link_rate, turns)  # fmt: skip
+    return DemoLink(
+        row.id,
+        row.topic_id,
+        row.topic_name,
+        row.created_by,
+        _aware(row.created_at),
+        _aware(row.expires_at),
+        _aware(row.revoked_at),
+        row.allow_sources,
+        row.visitor_rate,
+        row.link_rate,
+        turns,
+    )
 
 
 def digest(token: str) -> str:
@@ -170,8 +191,9 @@ def _checked_hours(hours: float | None) -> float:
     if hours <= 0:
         raise ConfigurationError(f"hours: a demo link must last some time (more than 0 hours), got {hours:g}")
     if hours > MAX_HOURS:
-        raise ConfigurationError(f"hours: a demo link lasts at most 30 days ({MAX_HOURS} hours), got {hours:g}; "
-                                 "make a new link when it expires")  # fmt: skip
+        raise ConfigurationError(
+            f"hours: a demo link lasts at most 30 days ({MAX_HOURS} hours), got {hours:g}; make a new link when it expires"
+        )
     return float(hours)
 
 
@@ -183,9 +205,17 @@ def _checked_rate(name: str, value: int | None, default: int) -> int:
     return value
 
 
-def create_link(rt: Runtime, topic_name: str, *, hours: float | None = None, allow_sources: bool = False,
-                visitor_rate: int | None = None, link_rate: int | None = None, created_by: str = "",
-                base_urls: list[str] | None = None) -> NewLink:  # fmt: skip
+def create_link(
+    rt: Runtime,
+    topic_name: str,
+    *,
+    hours: float | None = None,
+    allow_sources: bool = False,
+    visitor_rate: int | None = None,
+    link_rate: int | None = None,
+    created_by: str = "",
+    base_urls: list[str] | None = None,
+) -> NewLink:
     """Make a demo link for one Topic.
 
     Args:
@@ -212,9 +242,18 @@ def create_link(rt: Runtime, topic_name: str, *, hours: float | None = None, all
     whole = _checked_rate("link rate", link_rate, DEFAULT_LINK_RATE)
     token = secrets.token_urlsafe(32)
     now = utcnow()
-    row = DemoLinkRow(id=secrets.token_hex(4), topic_id=topic.id, topic_name=topic.name, digest=digest(token),
-                      created_by=created_by, created_at=now, expires_at=now + timedelta(hours=length),
-                      allow_sources=allow_sources, visitor_rate=visitor, link_rate=whole)  # fmt: skip
+    row = DemoLinkRow(
+        id=secrets.token_hex(4),
+        topic_id=topic.id,
+        topic_name=topic.name,
+        digest=digest(token),
+        created_by=created_by,
+        created_at=now,
+        expires_at=now + timedelta(hours=length),
+        allow_sources=allow_sources,
+        visitor_rate=visitor,
+        link_rate=whole,
+    )
     with rt.metadata.session() as s:
         s.add(row)
     urls, notes = link_urls(rt, token, base_urls or [])
@@ -237,15 +276,18 @@ def link_urls(rt: Runtime, token: str, base_urls: list[str]) -> tuple[list[str],
     notes = []
     reachable = bool(public or share) or any(not _is_local(b) for b in base_urls)
     if not urls:
-        notes.append(f"The link's path is {path}; add it to the address the console is reached at "
-                     "(set PUBLIC_BASE_URL to print whole links).")  # fmt: skip
+        notes.append(
+            f"The link's path is {path}; add it to the address the console is reached at "
+            "(set PUBLIC_BASE_URL to print whole links)."
+        )
     if not reachable:
-        notes.append("Only this machine can open this link as printed: no PUBLIC_BASE_URL is set and the console has "
-                     "no share link. To show it to others, set PUBLIC_BASE_URL to the address your reverse proxy serves "
-                     "the console at, or start the console with GRADIO_SHARE=true where the internet can be reached.")  # fmt: skip
+        notes.append(
+            "Only this machine can open this link as printed: no PUBLIC_BASE_URL is set and the console has "
+            "no share link. To show it to others, set PUBLIC_BASE_URL to the address your reverse proxy serves "
+            "the console at, or start the console with GRADIO_SHARE=true where the internet can be reached."
+        )
     if share:
-        notes.append("The share link (through Gradio's share service) lasts at most 72 hours, and only while the "
-                     "console runs.")  # fmt: skip
+        notes.append("The share link (through Gradio's share service) lasts at most 72 hours, and only while the console runs.")
     return urls, notes
 
 
@@ -340,20 +382,28 @@ def open_link(rt: Runtime, token: str) -> tuple[DemoLink, Topic]:
     with rt.metadata.session() as s:
         row = s.exec(select(DemoLinkRow).where(DemoLinkRow.digest == digest(token or ""))).first()
     if row is None:
-        raise DemoLinkGone(404, "This demo link does not exist",
-                           "Check that the whole link was copied, or ask the person who shared it for a new one.")  # fmt: skip
+        raise DemoLinkGone(
+            404,
+            "This demo link does not exist",
+            "Check that the whole link was copied, or ask the person who shared it for a new one.",
+        )
     link = _link(row)
     try:
         topic = get_topic(rt, link.topic_id)
     except NotFoundError:
-        raise DemoLinkGone(404, "This demo is no longer available",
-                           f"The Topic {link.topic_name} that it showed has been deleted.") from None  # fmt: skip
+        raise DemoLinkGone(
+            404, "This demo is no longer available", f"The Topic {link.topic_name} that it showed has been deleted."
+        ) from None
     if link.revoked_at is not None:
-        raise DemoLinkGone(410, "This demo link was revoked",
-                           "The person who shared it has switched it off. Ask them for a new link.")  # fmt: skip
+        raise DemoLinkGone(
+            410, "This demo link was revoked", "The person who shared it has switched it off. Ask them for a new link."
+        )
     if utcnow() >= link.expires_at:
-        raise DemoLinkGone(410, "This demo link has expired",
-                           f"It worked until {link.expires_at:%Y-%m-%d %H:%M} UTC. Ask the person who shared it for a new link.")  # fmt: skip
+        raise DemoLinkGone(
+            410,
+            "This demo link has expired",
+            f"It worked until {link.expires_at:%Y-%m-%d %H:%M} UTC. Ask the person who shared it for a new link.",
+        )
     return link, topic
 
 
@@ -384,12 +434,14 @@ def take_question(rt: Runtime, link: DemoLink, visitor: str) -> None:
     """
     count, ttl = _count(rt, f"{_RATE_PREFIX}{link.id}:v:{visitor_label(visitor)}")
     if count > link.visitor_rate:
-        raise RateLimited(f"You asked {link.visitor_rate} questions this minute, as many as this demo allows; "
-                          f"try again in {ttl} s.", ttl)  # fmt: skip
+        raise RateLimited(
+            f"You asked {link.visitor_rate} questions this minute, as many as this demo allows; try again in {ttl} s.", ttl
+        )
     count, ttl = _count(rt, f"{_RATE_PREFIX}{link.id}:all")
     if count > link.link_rate:
-        raise RateLimited(f"This demo is busy: its visitors asked {link.link_rate} questions this minute; "
-                          f"try again in {ttl} s.", ttl)  # fmt: skip
+        raise RateLimited(
+            f"This demo is busy: its visitors asked {link.link_rate} questions this minute; try again in {ttl} s.", ttl
+        )
 
 
 def record_turn(rt: Runtime, link: DemoLink, visitor: str, question: str, answer: str, files: list[str]) -> int:
@@ -413,8 +465,17 @@ def list_turns(rt: Runtime, link_id: str) -> list[dict]:
     get_link(rt, link_id)
     with rt.metadata.session() as s:
         rows = s.exec(select(DemoTurnRow).where(DemoTurnRow.link_id == link_id).order_by(col(DemoTurnRow.id))).all()
-    return [{"id": r.id, "visitor": r.visitor, "question": r.question, "answer": r.answer, "sources": list(r.sources),
-             "created_at": _aware(r.created_at).isoformat()} for r in rows]  # fmt: skip
+    return [
+        {
+            "id": r.id,
+            "visitor": r.visitor,
+            "question": r.question,
+            "answer": r.answer,
+            "sources": list(r.sources),
+            "created_at": _aware(r.created_at).isoformat(),
+        }
+        for r in rows
+    ]
 
 
 def source_owner(link: DemoLink) -> str:

@@ -58,8 +58,10 @@ def check_content(name: str, ext: str, data: bytes) -> None:
     if ext == "pdf":
         _check_pdf(name, data)
     elif ext in ("docx", "xlsx", "pptx") and data.startswith(OLE_MAGIC):
-        raise ReadError(f"{name} is password-protected, or an old binary Office file (.doc, .xls, .ppt) renamed: "
-                        f"save it as an unencrypted {ext.upper()} and upload it again")  # fmt: skip
+        raise ReadError(
+            f"{name} is password-protected, or an old binary Office file (.doc, .xls, .ppt) renamed: "
+            f"save it as an unencrypted {ext.upper()} and upload it again"
+        )
     elif ext in IMAGE_FORMATS:
         _check_image(name, ext, data)
 
@@ -83,8 +85,10 @@ def _check_pdf(name: str, data: bytes) -> None:
         for index in range(pages):
             width, height = document[index].get_size()
             if max(width, height) > MAX_PAGE_POINTS:
-                raise ReadError(f"{name}: page {index + 1} is {width / 72 * 2.54:.0f} × {height / 72 * 2.54:.0f} cm, larger than "
-                                f"{MAX_PAGE_POINTS / 72 * 2.54:.0f} cm on a side; such a page cannot be read")  # fmt: skip
+                raise ReadError(
+                    f"{name}: page {index + 1} is {width / 72 * 2.54:.0f} × {height / 72 * 2.54:.0f} cm, larger than "
+                    f"{MAX_PAGE_POINTS / 72 * 2.54:.0f} cm on a side; such a page cannot be read"
+                )
     finally:
         document.close()
 
@@ -94,15 +98,19 @@ def _check_image(name: str, ext: str, data: bytes) -> None:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only: the size is known before any decoding
             width, height, found = image.width, image.height, image.format
             if width * height > MAX_IMAGE_PIXELS:
-                raise ReadError(f"{name} is {width:,} × {height:,} pixels ({width * height / 1e6:,.0f} megapixels), more than "
-                                f"{MAX_IMAGE_PIXELS / 1e6:.0f}; scale it down")  # fmt: skip
+                raise ReadError(
+                    f"{name} is {width:,} × {height:,} pixels ({width * height / 1e6:,.0f} megapixels), more than "
+                    f"{MAX_IMAGE_PIXELS / 1e6:.0f}; scale it down"
+                )
             image.verify()
     except ReadError:
         raise
     except Image.DecompressionBombError as exc:
         raise ReadError(f"{name} decodes to too many pixels (a decompression bomb): {exc}") from exc
     except UnidentifiedImageError as exc:
-        raise ReadError(f"{name} is not a readable {IMAGE_FORMATS[ext]} picture (it is cut short, damaged or not a picture)") from exc
+        raise ReadError(
+            f"{name} is not a readable {IMAGE_FORMATS[ext]} picture (it is cut short, damaged or not a picture)"
+        ) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise ReadError(f"{name} is not a readable {IMAGE_FORMATS[ext]} picture: {exc}") from exc
     if found != IMAGE_FORMATS[ext] and not (ext in ("jpg", "jpeg") and found == "MPO"):

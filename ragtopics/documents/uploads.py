@@ -103,7 +103,9 @@ def describe_types(extensions: list[str], *, limit: int = 16) -> str:
     """A readable list of file types: all of them when few, else the first ``limit`` and a count."""
     if len(extensions) <= limit:
         return ", ".join(extensions)
-    shown: list[str] = [e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions]
+    shown: list[str] = [
+        e for e in ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv", "json", "xml", "yaml", "html", "py") if e in extensions
+    ]
     shown += [e for e in extensions if e not in shown][: limit - len(shown)]
     return f"{', '.join(shown)} and {len(extensions) - len(shown)} more (see the Topic's File Types)"
 
@@ -132,7 +134,9 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     ext = extension_of(name)
     accepted = topic.settings.file_types
     if ext not in accepted:
-        raise RefusedFileError(f"{name} was refused: Topic {topic.name!r} accepts only these file types: {describe_types(accepted)}")
+        raise RefusedFileError(
+            f"{name} was refused: Topic {topic.name!r} accepts only these file types: {describe_types(accepted)}"
+        )
     if ext in DOCUMENT_TYPES and not is_docling_available(topic.settings.docling_server):
         raise RefusedFileError(
             f"{name} was refused: it is a document, and Docling is needed to read it. The Docling Server of Topic "
@@ -141,7 +145,9 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
         )
     limit = int(topic.settings.max_file_size_mb * 1024 * 1024)
     if len(data) > limit:
-        raise RefusedFileError(f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB")
+        raise RefusedFileError(
+            f"{name} was refused: it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB"
+        )
     try:
         check_content(name, ext, data)
         if ext in ZIP_CONTAINER_TYPES:
@@ -152,8 +158,15 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     with document_lock(rt.redis, doc_id):  # waits while a job swaps in an older version, or a delete runs
         rel, digest = rt.blobs.put(topic.id, doc_id, name, data)
         try:
-            row, obsolete = document_store.stage_upload(rt.metadata, document_id=doc_id, topic_id=topic.id, file_name=name,
-                                                        sha256=digest, blob_path=rel, size_bytes=len(data))  # fmt: skip
+            row, obsolete = document_store.stage_upload(
+                rt.metadata,
+                document_id=doc_id,
+                topic_id=topic.id,
+                file_name=name,
+                sha256=digest,
+                blob_path=rel,
+                size_bytes=len(data),
+            )
         except SupersededError:
             current = document_store.get_document(rt.metadata, doc_id)
             if rel not in ((current.blob_path, current.pending_blob_path) if current else ()):
@@ -209,8 +222,10 @@ def _not_queued(rt: Runtime, rows: list[DocumentRow], exc: Exception) -> StoreUn
             obsolete = document_store.fail_enqueue(rt.metadata, row.id, row.job_id, reason)
         for path in obsolete:
             rt.blobs.remove(path)
-    return StoreUnavailableError(f"{names} {'was' if len(rows) == 1 else 'were'} stored but could not be queued for "
-                                 f"indexing ({reason}); upload {'it' if len(rows) == 1 else 'them'} again when Redis is back")  # fmt: skip
+    return StoreUnavailableError(
+        f"{names} {'was' if len(rows) == 1 else 'were'} stored but could not be queued for "
+        f"indexing ({reason}); upload {'it' if len(rows) == 1 else 'them'} again when Redis is back"
+    )
 
 
 #: Largest file (bytes) indexed in a job shared with other files of the same upload.
@@ -234,8 +249,11 @@ def batchable(topic: Topic, file_name: str, size_bytes: int) -> bool:
     cfg = topic.settings
     if not isinstance(cfg, RagTopicSettings):  # a RAG Topic always has them
         return False
-    calls_models = (cfg.chunking_strategy == "SEMANTIC" or cfg.import_strategy == "NARRATE"
-                    or (cfg.retrieval_strategy == "HYBRID" and cfg.keyword_enrichment == "LLM"))  # fmt: skip
+    calls_models = (
+        cfg.chunking_strategy == "SEMANTIC"
+        or cfg.import_strategy == "NARRATE"
+        or (cfg.retrieval_strategy == "HYBRID" and cfg.keyword_enrichment == "LLM")
+    )
     return not calls_models and ext not in DOCUMENT_TYPES and ext not in IMAGE_TYPES
 
 
@@ -287,8 +305,9 @@ class BatchedUploads:
         for row, message in uploads.not_queued: ...
     """
 
-    def __init__(self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES,
-                 estimate: bool = True):  # fmt: skip
+    def __init__(
+        self, rt: Runtime, topic: Topic, *, batch_files: int = BATCH_FILES, batch_bytes: int = BATCH_BYTES, estimate: bool = True
+    ):
         self.rt, self.topic = rt, topic
         self._figures: Figures | None = None
         #: Whether each file's cost estimate is kept with its job (:func:`~ragtopics.ingest.cost.estimate_and_store`).
@@ -375,8 +394,20 @@ def list_documents(rt: Runtime, topic: Topic | str) -> list[DocumentInfo]:
     """The Indexed Documents list of a Topic (or of the Topic with that id), by file name."""
     rows = document_store.document_list(rt.metadata, topic if isinstance(topic, str) else topic.id)
     return [
-        DocumentInfo(r.id, r.file_name, r.status, r.chunk_count, r.size_bytes, r.error, r.warning, r.job_id,
-                     dict(r.indexed_with or {}), r.content_sha256, r.pending_sha256, r.updated_at)
+        DocumentInfo(
+            r.id,
+            r.file_name,
+            r.status,
+            r.chunk_count,
+            r.size_bytes,
+            r.error,
+            r.warning,
+            r.job_id,
+            dict(r.indexed_with or {}),
+            r.content_sha256,
+            r.pending_sha256,
+            r.updated_at,
+        )
         for r in rows
     ]
 

@@ -122,11 +122,17 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
     old_ids = document_chunk_ids(rt, topic, store, version.document_id)  # the graph's too: a re-embed drops the index
     entity_ids = {e.id for e in [*plan.entities, *plan.mentions]}
     entity_ids |= {r.source_id for r in plan.relationships} | {r.target_id for r in plan.relationships}
-    share = read_share(store, version.document_id, old_ids | {cid for cid, _ in plan.chunks}, entity_ids,
-                       [(r.source_id, r.target_id) for r in plan.relationships])  # fmt: skip
+    share = read_share(
+        store,
+        version.document_id,
+        old_ids | {cid for cid, _ in plan.chunks},
+        entity_ids,
+        [(r.source_id, r.target_id) for r in plan.relationships],
+    )
     with _restored_on_failure(store, share):
-        removal = apply_graph(rt, topic, version.document_id, version.file_name, plan, sorted(old_ids), version.images,
-                              fence=fence)  # fmt: skip
+        removal = apply_graph(
+            rt, topic, version.document_id, version.file_name, plan, sorted(old_ids), version.images, fence=fence
+        )
         [stored] = store_versions(rt, topic, [version], fence=fence)
     try:
         mark_recompute_due(rt, topic.id, version.change or f"{version.file_name} was uploaded")
@@ -135,8 +141,9 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
     return Stored(stored.row, stored.obsolete, stored.replaced, removal)
 
 
-def store_versions(rt: Runtime, topic, versions: list[Version], *, fence: Fence,
-                   on_swap: Callable[[dict[str, int], float], None] | None = None) -> list[Stored]:  # fmt: skip
+def store_versions(
+    rt: Runtime, topic, versions: list[Version], *, fence: Fence, on_swap: Callable[[dict[str, int], float], None] | None = None
+) -> list[Stored]:
     """Store the rows and chunks of versions (RAG, or GraphRAG once the graph share is written): all or none.
 
     One SQL transaction writes every row; right before it commits, one chunk swap (one MULTI/EXEC)
@@ -165,8 +172,10 @@ def store_versions(rt: Runtime, topic, versions: list[Version], *, fence: Fence,
         if on_swap is not None:
             on_swap(replaced, round((time.perf_counter() - t0) * 1000, 3))
 
-    outcomes = [documents.Outcome(v.document_id, v.job_id, v.status, len(v.records), v.warning, v.indexed_with, v.pictures)
-                for v in versions]  # fmt: skip
+    outcomes = [
+        documents.Outcome(v.document_id, v.job_id, v.status, len(v.records), v.warning, v.indexed_with, v.pictures)
+        for v in versions
+    ]
     with _swap_then_commit(lambda: bool(replaced)):
         finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
     return [Stored(row, obsolete, replaced[v.document_id]) for v, (row, obsolete) in zip(versions, finished, strict=True)]
@@ -186,8 +195,10 @@ def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
         yield
     except Exception as exc:
         if swapped() and not isinstance(exc, StoreUnavailableError):
-            raise _CommitFailed(f"the new version is searchable but its row could not be written ({exc}); "
-                                "it is indexed again when the worker restarts") from exc  # fmt: skip
+            raise _CommitFailed(
+                f"the new version is searchable but its row could not be written ({exc}); "
+                "it is indexed again when the worker restarts"
+            ) from exc
         raise
 
 
@@ -217,6 +228,9 @@ def _restored_on_failure(store, share) -> Iterator[None]:
         try:
             restore_share(store, share)
         except Exception as exc:
-            log.error("the graph share of %s could not be restored after a failed write: %s; it is replaced "
-                      "by the next version stored", share.document_id, exc)  # fmt: skip
+            log.error(
+                "the graph share of %s could not be restored after a failed write: %s; it is replaced by the next version stored",
+                share.document_id,
+                exc,
+            )
         raise

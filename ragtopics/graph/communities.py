@@ -126,12 +126,13 @@ class CommunityReport(BaseModel):
 
     title: str = Field(description="A short name for the community.")
     summary: str = Field(description="What connects the members, in a few sentences.")
-    key_entities: list[str] = Field(default_factory=list,
-                                    description="Names of the most connected members, strongest first.")  # fmt: skip
-    key_relationships: list[str] = Field(default_factory=list,
-                                         description="The strongest internal relationships, 'A - B: description'.")  # fmt: skip
+    key_entities: list[str] = Field(default_factory=list, description="Names of the most connected members, strongest first.")
+    key_relationships: list[str] = Field(
+        default_factory=list, description="The strongest internal relationships, 'A - B: description'."
+    )
     method: Literal["model", "graph"] = Field(
-        "graph", description="model: written by the Community Report model; graph: built from the graph alone.")
+        "graph", description="model: written by the Community Report model; graph: built from the graph alone."
+    )
 
 
 class ReportDraft(BaseModel):
@@ -185,8 +186,9 @@ class RebuildReport:
 # ----------------------------------------------------------------------------- detection
 
 
-def detect_communities(entities: Iterable[Entity], relationships: Iterable[Relationship], *, resolution: float,
-                       seed: int = 42) -> list[Community]:  # fmt: skip
+def detect_communities(
+    entities: Iterable[Entity], relationships: Iterable[Relationship], *, resolution: float, seed: int = 42
+) -> list[Community]:
     """Leiden communities of the graph (undirected, edge weight = strength), modularity with a resolution.
 
     Args:
@@ -231,8 +233,9 @@ def in_half(chunk_id: str) -> bool:
     return hashlib.sha1(chunk_id.encode()).digest()[0] < 128
 
 
-def half_graph_growth(entities: list[Entity], relationships: list[Relationship], communities: list[Community], *,
-                      resolution: float, seed: int = 42) -> tuple[int, int, int]:  # fmt: skip
+def half_graph_growth(
+    entities: list[Entity], relationships: list[Relationship], communities: list[Community], *, resolution: float, seed: int = 42
+) -> tuple[int, int, int]:
     """How the communities change when the graph grows: the graph as half of its chunks made it, against the whole.
 
     The half graph holds the entities and relationships that a fixed half of the chunks (:func:`in_half`)
@@ -261,8 +264,7 @@ def half_graph_growth(entities: list[Entity], relationships: list[Relationship],
     return len(half), len(found), kept
 
 
-def leiden_membership(n: int, edges: list[tuple[int, int]], weights: list[float], *, resolution: float,
-                      seed: int) -> list[int]:  # fmt: skip
+def leiden_membership(n: int, edges: list[tuple[int, int]], weights: list[float], *, resolution: float, seed: int) -> list[int]:
     """Leiden community labels of ``n`` nodes (igraph, modularity objective with ``resolution``).
 
     igraph draws from one process-wide generator; it is swapped for ``random.Random(seed)``
@@ -277,8 +279,9 @@ def leiden_membership(n: int, edges: list[tuple[int, int]], weights: list[float]
     with _IGRAPH_RNG_LOCK:
         igraph.set_random_number_generator(random.Random(seed))
         try:
-            clustering = graph.community_leiden(objective_function="modularity", weights=weights,
-                                                resolution=resolution, n_iterations=LEIDEN_ITERATIONS)  # fmt: skip
+            clustering = graph.community_leiden(
+                objective_function="modularity", weights=weights, resolution=resolution, n_iterations=LEIDEN_ITERATIONS
+            )
         finally:
             igraph.set_random_number_generator(random)
     return list(clustering.membership)
@@ -301,8 +304,12 @@ def content_hash_for(members: Iterable[Entity], relationships: Iterable[Relation
 
 def _community(members: list[Entity], relationships: list[Relationship]) -> Community:
     keys = tuple(sorted({(r.source_id, r.target_id) for r in relationships}))
-    return Community(id=community_id_for(e.id for e in members), entity_ids=tuple(sorted(e.id for e in members)),
-                     relationship_keys=keys, content_hash=content_hash_for(members, relationships))  # fmt: skip
+    return Community(
+        id=community_id_for(e.id for e in members),
+        entity_ids=tuple(sorted(e.id for e in members)),
+        relationship_keys=keys,
+        content_hash=content_hash_for(members, relationships),
+    )
 
 
 # ----------------------------------------------------------------------------- reports
@@ -323,16 +330,19 @@ class CommunityContent:
     relationships: tuple[Relationship, ...]
 
 
-def community_content(community: Community, entities_by_id: dict[str, Entity],
-                      relationships_by_key: dict[tuple[str, str], Relationship]) -> CommunityContent:  # fmt: skip
+def community_content(
+    community: Community, entities_by_id: dict[str, Entity], relationships_by_key: dict[tuple[str, str], Relationship]
+) -> CommunityContent:
     """The members and internal relationships of ``community``, ranked (see :class:`CommunityContent`)."""
     rels = [relationships_by_key[k] for k in community.relationship_keys if k in relationships_by_key]
     degree = dict.fromkeys(community.entity_ids, 0.0)
     for rel in rels:
         degree[rel.source_id] += rel.strength
         degree[rel.target_id] += rel.strength
-    members = sorted((entities_by_id[i] for i in community.entity_ids if i in entities_by_id),
-                     key=lambda e: (-degree[e.id], e.name.casefold(), e.id))  # fmt: skip
+    members = sorted(
+        (entities_by_id[i] for i in community.entity_ids if i in entities_by_id),
+        key=lambda e: (-degree[e.id], e.name.casefold(), e.id),
+    )
     rels.sort(key=lambda r: (-r.strength, r.source_id, r.target_id))
     return CommunityContent(community, tuple(members), tuple(rels))
 
@@ -374,10 +384,13 @@ def graph_report(content: CommunityContent) -> CommunityReport:
     unnamed = [e.name for e in ranked if not e.description][:10]
     if unnamed and budget > 20:
         sentences.append(_clip(f"Also: {', '.join(unnamed)}.", budget))
-    return CommunityReport(title=_clip(title, MAX_TITLE_CHARS), summary=" ".join(sentences) or title,
-                           key_entities=[e.name for e in ranked[:KEY_ENTITIES]],
-                           key_relationships=[_relationship_line(r, names) for r in content.relationships[:KEY_RELATIONSHIPS]],
-                           method="graph")  # fmt: skip
+    return CommunityReport(
+        title=_clip(title, MAX_TITLE_CHARS),
+        summary=" ".join(sentences) or title,
+        key_entities=[e.name for e in ranked[:KEY_ENTITIES]],
+        key_relationships=[_relationship_line(r, names) for r in content.relationships[:KEY_RELATIONSHIPS]],
+        method="graph",
+    )
 
 
 def report_prompt(content: CommunityContent, template: PromptTemplate = COMMUNITY_REPORT) -> str:
@@ -388,18 +401,23 @@ def report_prompt(content: CommunityContent, template: PromptTemplate = COMMUNIT
     and stops adding lines at :data:`PROMPT_MAX_CHARS` characters; it says how many were left out.
     """
     names = {e.id: e.name for e in content.entities}
-    entity_lines = [f"- {e.name} ({e.type})" + (f": {_clip(e.description, PROMPT_DESCRIPTION_CHARS)}" if e.description else "")
-                    for e in content.entities[:PROMPT_MAX_ENTITIES]]  # fmt: skip
-    relation_lines = [f"- {_relationship_line(r, names, PROMPT_DESCRIPTION_CHARS)} (strength {r.strength:g})"
-                      for r in content.relationships[:PROMPT_MAX_RELATIONSHIPS]]  # fmt: skip
+    entity_lines = [
+        f"- {e.name} ({e.type})" + (f": {_clip(e.description, PROMPT_DESCRIPTION_CHARS)}" if e.description else "")
+        for e in content.entities[:PROMPT_MAX_ENTITIES]
+    ]
+    relation_lines = [
+        f"- {_relationship_line(r, names, PROMPT_DESCRIPTION_CHARS)} (strength {r.strength:g})"
+        for r in content.relationships[:PROMPT_MAX_RELATIONSHIPS]
+    ]
     half = PROMPT_MAX_CHARS // 2
     entities = _bounded(entity_lines, len(content.entities), half, "entities")
     relationships = _bounded(relation_lines, len(content.relationships), PROMPT_MAX_CHARS - len(entities), "relationships")
     return template.render(entities=entities, relationships=relationships or "(none)")
 
 
-def model_report(content: CommunityContent, gateway: ModelGateway, *, template: PromptTemplate = COMMUNITY_REPORT,
-                 trace: Trace | None = None) -> CommunityReport:  # fmt: skip
+def model_report(
+    content: CommunityContent, gateway: ModelGateway, *, template: PromptTemplate = COMMUNITY_REPORT, trace: Trace | None = None
+) -> CommunityReport:
     """A report whose title and summary the Community Report model writes (one typed call).
 
     The key entities and relationships come from the graph; an empty title or summary
@@ -410,14 +428,15 @@ def model_report(content: CommunityContent, gateway: ModelGateway, *, template: 
         ModelUnavailableError: when the endpoint cannot be reached.
     """
     messages = [{"role": "user", "content": report_prompt(content, template)}]
-    draft = gateway.structured(ROLE, messages, ReportDraft, prompt_name=template.name, trace=trace,
-                               max_tokens=REPORT_MAX_TOKENS)  # fmt: skip
+    draft = gateway.structured(ROLE, messages, ReportDraft, prompt_name=template.name, trace=trace, max_tokens=REPORT_MAX_TOKENS)
     fallback = graph_report(content)
-    return fallback.model_copy(update={
-        "title": _clip(" ".join(draft.title.split()), MAX_TITLE_CHARS) or fallback.title,
-        "summary": _clip(draft.summary.strip(), MAX_SUMMARY_CHARS) or fallback.summary,
-        "method": "model",
-    })  # fmt: skip
+    return fallback.model_copy(
+        update={
+            "title": _clip(" ".join(draft.title.split()), MAX_TITLE_CHARS) or fallback.title,
+            "summary": _clip(draft.summary.strip(), MAX_SUMMARY_CHARS) or fallback.summary,
+            "method": "model",
+        }
+    )
 
 
 def uses_bundled_model(gateway: ModelGateway) -> bool:
@@ -469,8 +488,14 @@ class _ModelBreaker:
             self._in_a_row = self._in_a_row + 1 if unreachable else 0
 
 
-def _write_report(content: CommunityContent, gateway: ModelGateway, use_model: bool, breaker: _ModelBreaker,
-                  template: PromptTemplate, overrides: dict[str, str]) -> tuple[CommunityReport, Trace]:  # fmt: skip
+def _write_report(
+    content: CommunityContent,
+    gateway: ModelGateway,
+    use_model: bool,
+    breaker: _ModelBreaker,
+    template: PromptTemplate,
+    overrides: dict[str, str],
+) -> tuple[CommunityReport, Trace]:
     """One community's report and a private trace of its model call (merged into the run's trace in order)."""
     trace = Trace("communities", content.community.id, overrides)
     if not use_model or breaker.is_open():
@@ -497,9 +522,18 @@ def is_current(stored: tuple[str, str] | None, community: Community, *, use_mode
     return stored[1] == "model" or not use_model
 
 
-def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: ModelGateway, *, resolution: float,
-            progress: ProgressFn | None = None, trace: Trace | None = None,
-            template: PromptTemplate = COMMUNITY_REPORT, seed: int = 42) -> RebuildReport:  # fmt: skip
+def rebuild(
+    topic_id: str,
+    store: GraphStore,
+    index: CommunityIndex,
+    gateway: ModelGateway,
+    *,
+    resolution: float,
+    progress: ProgressFn | None = None,
+    trace: Trace | None = None,
+    template: PromptTemplate = COMMUNITY_REPORT,
+    seed: int = 42,
+) -> RebuildReport:
     """Recompute a Topic's communities and write the reports of the changed ones.
 
     Reads the whole graph, detects communities, keeps the stored report of every
@@ -538,9 +572,14 @@ def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: Mo
         communities = detect_communities(entities, relationships, resolution=resolution, seed=seed)
         reportable = [c for c in communities if c.size >= MIN_REPORT_ENTITIES]
         half = half_graph_growth(entities, relationships, communities, resolution=resolution, seed=seed)
-        ev.data.update(entities=len(entities), relationships=len(relationships), communities=len(communities),
-                       skipped_small=len(communities) - len(reportable), sizes=[c.size for c in reportable[:50]],
-                       half_graph=list(half))  # fmt: skip
+        ev.data.update(
+            entities=len(entities),
+            relationships=len(relationships),
+            communities=len(communities),
+            skipped_small=len(communities) - len(reportable),
+            sizes=[c.size for c in reportable[:50]],
+            half_graph=list(half),
+        )
     report("detect", 1, 1)
     index.ensure()
     stored = index.get_hashes()
@@ -549,8 +588,16 @@ def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: Mo
     kept = len(reportable) - len(changed)
     report("reports", kept, len(reportable))
     with trace.step("community_reports", method="model" if use_model else "graph", changed=len(changed), kept=kept) as ev:
-        reports, breaker = _write_reports(changed, entities, relationships, gateway, use_model, template, trace,
-                                          lambda done: report("reports", kept + done, len(reportable)))  # fmt: skip
+        reports, breaker = _write_reports(
+            changed,
+            entities,
+            relationships,
+            gateway,
+            use_model,
+            template,
+            trace,
+            lambda done: report("reports", kept + done, len(reportable)),
+        )
         ev.data.update(model_calls=breaker.calls, model_failures=breaker.failures)
     report("write", 0, 1)
     stale = sorted(set(stored) - {c.id for c in reportable})
@@ -559,20 +606,39 @@ def rebuild(topic_id: str, store: GraphStore, index: CommunityIndex, gateway: Mo
         vectors = gateway.embed(texts, trace=trace, purpose="community summary embedding") if texts else []
         index.put([_record(c, r, v) for c, r, v in zip(changed, reports, vectors, strict=True)], delete_ids=stale)
     report("write", 1, 1)
-    result = RebuildReport(written=len(changed), kept=kept, deleted=len(stale), communities=len(communities),
-                           skipped_small=len(communities) - len(reportable), seconds=round(time.perf_counter() - t0, 3),
-                           model_calls=breaker.calls, model_failures=breaker.failures,
-                           method="model" if use_model else "graph", resolution=resolution, entities=len(entities),
-                           relationships=len(relationships), finished_at=time.time(), half_entities=half[0],
-                           half_reportable=half[1], half_kept=half[2])  # fmt: skip
+    result = RebuildReport(
+        written=len(changed),
+        kept=kept,
+        deleted=len(stale),
+        communities=len(communities),
+        skipped_small=len(communities) - len(reportable),
+        seconds=round(time.perf_counter() - t0, 3),
+        model_calls=breaker.calls,
+        model_failures=breaker.failures,
+        method="model" if use_model else "graph",
+        resolution=resolution,
+        entities=len(entities),
+        relationships=len(relationships),
+        finished_at=time.time(),
+        half_entities=half[0],
+        half_reportable=half[1],
+        half_kept=half[2],
+    )
     record_run(index.client, topic_id, result)
     log.info("communities of Topic %s rebuilt: %s", topic_id, result)
     return result
 
 
-def _write_reports(changed: list[Community], entities: list[Entity], relationships: list[Relationship],
-                   gateway: ModelGateway, use_model: bool, template: PromptTemplate, trace: Trace,
-                   done: Callable[[int], None]) -> tuple[list[CommunityReport], _ModelBreaker]:  # fmt: skip
+def _write_reports(
+    changed: list[Community],
+    entities: list[Entity],
+    relationships: list[Relationship],
+    gateway: ModelGateway,
+    use_model: bool,
+    template: PromptTemplate,
+    trace: Trace,
+    done: Callable[[int], None],
+) -> tuple[list[CommunityReport], _ModelBreaker]:
     """The reports of ``changed`` in order; model calls run :data:`MAX_CONCURRENT_CALLS` at a time."""
     by_id = {e.id: e for e in entities}
     by_key = {(r.source_id, r.target_id): r for r in relationships}
@@ -580,7 +646,9 @@ def _write_reports(changed: list[Community], entities: list[Entity], relationshi
     contents = (community_content(c, by_id, by_key) for c in changed)
     reports: list[CommunityReport] = []
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_CALLS if use_model else 1) as pool:
-        for report, private in pool.map(lambda c: _write_report(c, gateway, use_model, breaker, template, trace.model_overrides), contents):
+        for report, private in pool.map(
+            lambda c: _write_report(c, gateway, use_model, breaker, template, trace.model_overrides), contents
+        ):
             for event in private.events:  # Trace is not thread-safe: each call kept its own, merged here in order
                 trace.add(event.step, **event.data)
             reports.append(report)
@@ -589,10 +657,17 @@ def _write_reports(changed: list[Community], entities: list[Entity], relationshi
 
 
 def _record(community: Community, report: CommunityReport, vector) -> CommunityRecord:
-    return CommunityRecord(community_id=community.id, title=report.title, summary=report.summary,
-                           entity_ids=community.entity_ids, content_hash=community.content_hash, embedding=vector,
-                           key_entities=tuple(report.key_entities), key_relationships=tuple(report.key_relationships),
-                           method=report.method)  # fmt: skip
+    return CommunityRecord(
+        community_id=community.id,
+        title=report.title,
+        summary=report.summary,
+        entity_ids=community.entity_ids,
+        content_hash=community.content_hash,
+        embedding=vector,
+        key_entities=tuple(report.key_entities),
+        key_relationships=tuple(report.key_relationships),
+        method=report.method,
+    )
 
 
 # ----------------------------------------------------------------------------- run record

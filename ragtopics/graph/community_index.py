@@ -30,8 +30,7 @@ from ragtopics.storage.chunk_index import union_terms
 log = logging.getLogger(__name__)
 
 _SCAN_COUNT = 1000
-_RETURN_FIELDS = ["community_id", "title", "summary", "entity_ids", "content_hash", "method",
-                  "key_entities", "key_relationships"]  # fmt: skip
+_RETURN_FIELDS = ["community_id", "title", "summary", "entity_ids", "content_hash", "method", "key_entities", "key_relationships"]
 #: RediSearch's scorer for :meth:`CommunityIndex.search_text`: Okapi BM25 as Robertson & Zaragoza write it.
 TEXT_SCORER = "BM25STD"
 
@@ -227,8 +226,11 @@ class CommunityIndex:
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, ["community_id", "entity_ids"])
-        sizes = [(-len([e for e in _decode(ids or b"").split(",") if e]), _decode(cid))
-                 for cid, ids in (pipe.execute() if keys else []) if cid is not None]  # fmt: skip
+        sizes = [
+            (-len([e for e in _decode(ids or b"").split(",") if e]), _decode(cid))
+            for cid, ids in (pipe.execute() if keys else [])
+            if cid is not None
+        ]
         return self.get([cid for _, cid in sorted(sizes)[: max(k, 0)]])
 
     def search_vector(self, vector: np.ndarray, k: int) -> list[CommunityHit]:
@@ -248,8 +250,12 @@ class CommunityIndex:
                 f"the community summaries of Topic {self.topic_id} were embedded by another embedding model than "
                 f"{self.embedding_model} ({self.dims} dims): run Recompute Communities Now"
             )
-        query = VectorQuery(vector=np.asarray(vector, dtype=np.float32).tobytes(), vector_field_name="embedding",
-                            return_fields=_RETURN_FIELDS, num_results=k)  # fmt: skip
+        query = VectorQuery(
+            vector=np.asarray(vector, dtype=np.float32).tobytes(),
+            vector_field_name="embedding",
+            return_fields=_RETURN_FIELDS,
+            num_results=k,
+        )
         # RediSearch's COSINE metric returns a distance: 1 - cosine similarity.
         return [_hit(row, 1.0 - float(row["vector_distance"])) for row in self.index.query(query)]
 
@@ -271,8 +277,14 @@ class CommunityIndex:
         escaped = [_escape_term(w) for w in words]
         if not escaped or not self.index.exists():
             return []
-        query = (Query(f"@title|summary:({'|'.join(escaped)})").scorer(TEXT_SCORER).with_scores()
-                 .paging(0, k).return_fields(*_RETURN_FIELDS).dialect(2))  # fmt: skip
+        query = (
+            Query(f"@title|summary:({'|'.join(escaped)})")
+            .scorer(TEXT_SCORER)
+            .with_scores()
+            .paging(0, k)
+            .return_fields(*_RETURN_FIELDS)
+            .dialect(2)
+        )
         docs = self.client.ft(self.index.name).search(query).docs
         return [_hit({f: _decode(getattr(doc, f, "")) for f in _RETURN_FIELDS}, float(doc.score)) for doc in docs]
 

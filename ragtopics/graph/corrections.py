@@ -94,18 +94,29 @@ class Correction:
     def summary(self) -> str:
         """One line: ``merged "USA" (PLACE) into "United States" (PLACE)``."""
         what = f'"{self.name}" ({self.type})'
-        return {"merge": f'merged {what} into "{self.target_name}" ({self.target_type})',
-                "split": f'split "{self.names[0] if self.names else "?"}" off "{self.target_name}" ({self.target_type})',
-                "rename": f'renamed {what} to "{self.target_name}"',
-                "retype": f'changed the type of "{self.name}" from {self.type} to {self.target_type}',
-                "delete": f"deleted {what}"}.get(self.kind, self.kind)  # fmt: skip
+        return {
+            "merge": f'merged {what} into "{self.target_name}" ({self.target_type})',
+            "split": f'split "{self.names[0] if self.names else "?"}" off "{self.target_name}" ({self.target_type})',
+            "rename": f'renamed {what} to "{self.target_name}"',
+            "retype": f'changed the type of "{self.name}" from {self.type} to {self.target_type}',
+            "delete": f"deleted {what}",
+        }.get(self.kind, self.kind)
 
     def as_dict(self) -> dict[str, Any]:
         """The correction as JSON-ready values (the CLI, the console, the history)."""
-        return {"id": self.id, "kind": self.kind, "summary": self.summary(), "name": self.name, "type": self.type,
-                "names": list(self.names), "target_name": self.target_name, "target_type": self.target_type,
-                "outcome": self.outcome, "by": self.created_by,
-                "at": self.created_at.isoformat(timespec="seconds") if self.created_at else ""}  # fmt: skip
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "summary": self.summary(),
+            "name": self.name,
+            "type": self.type,
+            "names": list(self.names),
+            "target_name": self.target_name,
+            "target_type": self.target_type,
+            "outcome": self.outcome,
+            "by": self.created_by,
+            "at": self.created_at.isoformat(timespec="seconds") if self.created_at else "",
+        }
 
     def identities(self) -> set[Identity]:
         """The ``(key, TYPE)`` identities the rule covers or points at."""
@@ -116,15 +127,26 @@ class Correction:
 
 
 def _correction(row: GraphCorrectionRow) -> Correction:
-    return Correction(row.id or 0, row.kind, row.name, row.type, tuple(row.names or ()), row.target_name, row.target_type,
-                      dict(row.outcome or {}), row.created_by, row.created_at)  # fmt: skip
+    return Correction(
+        row.id or 0,
+        row.kind,
+        row.name,
+        row.type,
+        tuple(row.names or ()),
+        row.target_name,
+        row.target_type,
+        dict(row.outcome or {}),
+        row.created_by,
+        row.created_at,
+    )
 
 
 def list_corrections(rt: Runtime, topic_id: str) -> list[Correction]:
     """A Topic's corrections, oldest first."""
     with rt.metadata.session() as s:
-        rows = s.exec(select(GraphCorrectionRow).where(GraphCorrectionRow.topic_id == topic_id)
-                      .order_by(col(GraphCorrectionRow.id))).all()  # fmt: skip
+        rows = s.exec(
+            select(GraphCorrectionRow).where(GraphCorrectionRow.topic_id == topic_id).order_by(col(GraphCorrectionRow.id))
+        ).all()
     return [_correction(r) for r in rows]
 
 
@@ -182,14 +204,18 @@ class RuleSet:
                     applied[split] += 1
                 elif alias != name:
                     aliases.append(alias)
-            new = entity if (name, type_) == (entity.name, entity.type) and len(aliases) == len(entity.aliases) else \
-                replace(entity, id=entity_id_for(name, type_), name=name, type=type_, aliases=tuple(aliases))
+            new = (
+                entity
+                if (name, type_) == (entity.name, entity.type) and len(aliases) == len(entity.aliases)
+                else replace(entity, id=entity_id_for(name, type_), name=name, type=type_, aliases=tuple(aliases))
+            )
             ids[entity.id] = new.id
             out.append(new)
         return out, ids, applied
 
-    def apply(self, entities: list[Entity], relationships: list[Relationship],
-              trace: Trace | None = None) -> tuple[list[Entity], list[Relationship]]:  # fmt: skip
+    def apply(
+        self, entities: list[Entity], relationships: list[Relationship], trace: Trace | None = None
+    ) -> tuple[list[Entity], list[Relationship]]:
         """:meth:`rewrite` the entities and move the relationships' ends with them (one whose end was
         deleted, or whose ends became one entity, is dropped); traced as step ``corrections``.
 
@@ -203,18 +229,23 @@ class RuleSet:
         for r in relationships:
             source, target = ids.get(r.source_id, r.source_id), ids.get(r.target_id, r.target_id)
             if source and target and source != target:
-                moved.append(r if (source, target) == (r.source_id, r.target_id) else replace(r, source_id=source, target_id=target))
+                moved.append(
+                    r if (source, target) == (r.source_id, r.target_id) else replace(r, source_id=source, target_id=target)
+                )
         if trace is not None:
-            self.record(trace, applied, dropped_mentions=len(entities) - len(kept),
-                        dropped_relationships=len(relationships) - len(moved))  # fmt: skip
+            self.record(
+                trace, applied, dropped_mentions=len(entities) - len(kept), dropped_relationships=len(relationships) - len(moved)
+            )
         return kept, moved
 
     def record(self, trace: Trace, applied: Counter, **counts: int) -> None:
         """Add the ``corrections`` step to an upload's trace (its DEV report): each rule applied, with how many
         mentions it changed, and ``counts`` (what was dropped)."""
         with trace.step("corrections", rules=len(self.kinds)) as ev:
-            ev.data.update(applied=[{"rule": rid, "kind": self.kinds.get(rid, ""), "mentions": n}
-                                    for rid, n in sorted(applied.items())], **counts)  # fmt: skip
+            ev.data.update(
+                applied=[{"rule": rid, "kind": self.kinds.get(rid, ""), "mentions": n} for rid, n in sorted(applied.items())],
+                **counts,
+            )
 
     def apart_pairs(self) -> list[frozenset[Identity]]:
         """The split pairs, for :func:`~ragtopics.graph.dedup.deduplicate`'s ``apart``."""
@@ -287,8 +318,10 @@ def _find(store: GraphStore, topic, name: str) -> Entity:
     found = store.entities([name]) if name.startswith("ent-") else []
     entity = found[0] if found else store.entity_by_name(name) if store.exists() else None
     if entity is None:
-        raise NotFoundError(f"Topic {topic.name!r} has no entity called {name!r} (names and aliases are compared "
-                            "ignoring case, spaces and punctuation)")  # fmt: skip
+        raise NotFoundError(
+            f"Topic {topic.name!r} has no entity called {name!r} (names and aliases are compared "
+            "ignoring case, spaces and punctuation)"
+        )
     return entity
 
 
@@ -327,9 +360,17 @@ def _run(rt: Runtime, topic, by: str, plan: Callable[[GraphStore], _Planned], wa
         outcome = planned.edit(fenced)
         if outcome.target_id:
             embed_entities(rt, fenced, [outcome.target_id])
-        row = GraphCorrectionRow(topic_id=topic.id, kind=planned.kind, name=planned.entity.name, type=planned.entity.type,
-                                 names=list(dict.fromkeys(planned.names)), target_name=planned.target[0],
-                                 target_type=planned.target[1], outcome=outcome.as_dict(), created_by=by)  # fmt: skip
+        row = GraphCorrectionRow(
+            topic_id=topic.id,
+            kind=planned.kind,
+            name=planned.entity.name,
+            type=planned.entity.type,
+            names=list(dict.fromkeys(planned.names)),
+            target_name=planned.target[0],
+            target_type=planned.target[1],
+            outcome=outcome.as_dict(),
+            created_by=by,
+        )
         s.add(row)
         s.flush()
         correction = _correction(row)
@@ -354,8 +395,13 @@ def merge_entities(rt: Runtime, topic, name: str, into: str, *, by: str = "", wa
         source, target = _find(store, topic, name), _find(store, topic, into)
         if source.id == target.id:
             raise InvalidSettingError(f"{name!r} and {into!r} are already one entity ({target.name!r})")
-        return _Planned("merge", source, [source.name, *source.aliases], (target.name, target.type),
-                        lambda s: move_mentions(s, source, target.name, target.type))  # fmt: skip
+        return _Planned(
+            "merge",
+            source,
+            [source.name, *source.aliases],
+            (target.name, target.type),
+            lambda s: move_mentions(s, source, target.name, target.type),
+        )
 
     return _run(rt, topic, by, plan, wait_s)
 
@@ -374,20 +420,28 @@ def split_alias(rt: Runtime, topic, alias: str, entity_name: str, *, by: str = "
     def plan(store: GraphStore) -> _Planned:
         entity = _find(store, topic, entity_name)
         if key == normalize_name(entity.name):
-            raise InvalidSettingError(f"{alias!r} is {entity.name!r} itself (names are compared ignoring case, spaces "
-                                      "and punctuation): nothing to split; rename the entity to change how it is written")  # fmt: skip
+            raise InvalidSettingError(
+                f"{alias!r} is {entity.name!r} itself (names are compared ignoring case, spaces "
+                "and punctuation): nothing to split; rename the entity to change how it is written"
+            )
         spelled = next((a for a in entity.aliases if normalize_name(a) == key), None)
         if spelled is None:
-            raise InvalidSettingError(f"{alias!r} is not an alias of {entity.name!r} (its aliases: "
-                                      f"{', '.join(entity.aliases) or 'none'})")  # fmt: skip
+            raise InvalidSettingError(
+                f"{alias!r} is not an alias of {entity.name!r} (its aliases: {', '.join(entity.aliases) or 'none'})"
+            )
         said = mentions_of(store, [entity.id])[entity.id]
         chunks = {cid for cid, m in said.items() if key in {normalize_name(n) for n in m.names}}
         if not chunks:
             raise InvalidSettingError(f"no chunk names {entity.name!r} as {spelled!r}: nothing to split off")
         if chunks == set(said):
             raise InvalidSettingError(f"every chunk of {entity.name!r} names it {spelled!r}: rename it instead")
-        return _Planned("split", entity, [spelled], (entity.name, entity.type),
-                        lambda s: move_mentions(s, entity, spelled, entity.type, chunks=chunks, drop_names=[entity.name]))  # fmt: skip
+        return _Planned(
+            "split",
+            entity,
+            [spelled],
+            (entity.name, entity.type),
+            lambda s: move_mentions(s, entity, spelled, entity.type, chunks=chunks, drop_names=[entity.name]),
+        )
 
     return _run(rt, topic, by, plan, wait_s)
 
@@ -405,8 +459,13 @@ def rename_entity(rt: Runtime, topic, name: str, new_name: str, *, by: str = "",
         entity = _find(store, topic, name)
         if new_name == entity.name:
             raise InvalidSettingError(f"{entity.name!r} is already called that")
-        return _Planned("rename", entity, [entity.name, *entity.aliases], (new_name, entity.type),
-                        lambda s: move_mentions(s, entity, new_name, entity.type))  # fmt: skip
+        return _Planned(
+            "rename",
+            entity,
+            [entity.name, *entity.aliases],
+            (new_name, entity.type),
+            lambda s: move_mentions(s, entity, new_name, entity.type),
+        )
 
     return _run(rt, topic, by, plan, wait_s)
 
@@ -425,8 +484,13 @@ def retype_entity(rt: Runtime, topic, name: str, new_type: str, *, by: str = "",
         entity = _find(store, topic, name)
         if new_type == entity.type:
             raise InvalidSettingError(f"{entity.name!r} is already of type {new_type}")
-        return _Planned("retype", entity, [entity.name, *entity.aliases], (entity.name, new_type),
-                        lambda s: move_mentions(s, entity, entity.name, new_type))  # fmt: skip
+        return _Planned(
+            "retype",
+            entity,
+            [entity.name, *entity.aliases],
+            (entity.name, new_type),
+            lambda s: move_mentions(s, entity, entity.name, new_type),
+        )
 
     return _run(rt, topic, by, plan, wait_s)
 
@@ -445,7 +509,9 @@ def delete_entity_rule(rt: Runtime, topic, name: str, *, by: str = "", wait_s: f
     return _run(rt, topic, by, plan, wait_s)
 
 
-def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: str = "", wait_s: float = LOCK_WAIT_S) -> Correction:
+def correct(
+    rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: str = "", wait_s: float = LOCK_WAIT_S
+) -> Correction:
     """One correction by kind, as the console and the CLI name it.
 
     Args:
@@ -460,8 +526,14 @@ def correct(rt: Runtime, topic, kind: str, name: str, value: str = "", *, by: st
     if kind not in KINDS:
         raise InvalidSettingError(f"no correction {kind!r}; corrections: {', '.join(KINDS)}")
     if kind != "delete" and not (value or "").strip():
-        raise InvalidSettingError({"merge": "name the entity to merge into", "split": "name the entity to split the alias off",
-                                   "rename": "give the new name", "retype": "give the new type"}[kind])  # fmt: skip
+        raise InvalidSettingError(
+            {
+                "merge": "name the entity to merge into",
+                "split": "name the entity to split the alias off",
+                "rename": "give the new name",
+                "retype": "give the new type",
+            }[kind]
+        )
     if kind == "merge":
         return merge_entities(rt, topic, name, value, by=by, wait_s=wait_s)
     if kind == "split":

@@ -50,8 +50,10 @@ def register_graph_database(rt: Runtime, name: str, url: str) -> None:
     """
     name = (name or "").strip()
     if not _NAME.fullmatch(name) or name == DEFAULT_GRAPH_DATABASE:
-        raise InvalidSettingError(f"a graph database name is 1 to 64 letters, digits, '_', '.' or '-' (not {name!r}, "
-                                  f"and not {DEFAULT_GRAPH_DATABASE!r}, the app's own Redis)")  # fmt: skip
+        raise InvalidSettingError(
+            f"a graph database name is 1 to 64 letters, digits, '_', '.' or '-' (not {name!r}, "
+            f"and not {DEFAULT_GRAPH_DATABASE!r}, the app's own Redis)"
+        )
     if not re.match(r"rediss?://", url or ""):
         raise InvalidSettingError(f"graph database {name!r}: the URL must start with redis:// or rediss://, not {url!r}")
     _check_server(name, url)
@@ -70,10 +72,13 @@ def remove_graph_database(rt: Runtime, name: str) -> None:
     """
     if name == DEFAULT_GRAPH_DATABASE:
         raise InvalidSettingError("the app's own Redis is always registered")
-    users = [t.name for t in list_topics(rt) if isinstance(t.settings, GraphRagTopicSettings) and t.settings.graph_database == name]
+    users = [
+        t.name for t in list_topics(rt) if isinstance(t.settings, GraphRagTopicSettings) and t.settings.graph_database == name
+    ]
     if users:
-        raise InvalidSettingError(f"graph database {name!r} is used by Topic(s) {', '.join(users)}; "
-                                  "point them at another one first")  # fmt: skip
+        raise InvalidSettingError(
+            f"graph database {name!r} is used by Topic(s) {', '.join(users)}; point them at another one first"
+        )
     with rt.metadata.session() as s:
         row = s.get(GraphDatabaseRow, name)
         if row is None:
@@ -93,8 +98,10 @@ def check_graph_database(rt: Runtime, name: str) -> None:
         if s.get(GraphDatabaseRow, name) is not None:
             return
     known = ", ".join(d["name"] for d in list_graph_databases(rt))
-    raise InvalidSettingError(f"graph_database: no graph database called {name!r} is registered (registered: {known}); "
-                              "register it under Admin → Graph Databases or with `ragtopics graphdb add NAME URL`")  # fmt: skip
+    raise InvalidSettingError(
+        f"graph_database: no graph database called {name!r} is registered (registered: {known}); "
+        "register it under Admin → Graph Databases or with `ragtopics graphdb add NAME URL`"
+    )
 
 
 def graph_database_url(rt: Runtime, name_or_url: str) -> str:
@@ -127,8 +134,9 @@ def graph_client(rt: Runtime, name: str) -> redis.Redis:
         row = s.get(GraphDatabaseRow, name)
         url = row.url if row is not None else None
     if url is None:
-        raise StoreUnavailableError(f"graph database {name!r} is not registered any more; register it again "
-                                    "or change the Topic's Graph Database")  # fmt: skip
+        raise StoreUnavailableError(
+            f"graph database {name!r} is not registered any more; register it again or change the Topic's Graph Database"
+        )
     with _clients_lock:
         if url not in _clients:
             _clients[url] = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5, protocol=2)  # as the runtime's
@@ -143,8 +151,10 @@ def _check_server(name: str, url: str) -> None:
         raise InvalidSettingError(f"graph database {name!r}: {_safe(url)} does not answer: {exc}") from exc
     names = {m.decode() if isinstance(m, bytes) else m for m in modules}
     if "graph" not in names:
-        raise InvalidSettingError(f"graph database {name!r}: {_safe(url)} answers but has no FalkorDB module "
-                                  f"(modules: {', '.join(sorted(names)) or 'none'})")  # fmt: skip
+        raise InvalidSettingError(
+            f"graph database {name!r}: {_safe(url)} answers but has no FalkorDB module "
+            f"(modules: {', '.join(sorted(names)) or 'none'})"
+        )
 
 
 def _safe(url: str) -> str:

@@ -91,10 +91,34 @@ MAX_WORD_BLOCK = 1000
 #: Longest normalised name that gets one-deletion keys (longer names are found by their words).
 MAX_DELETION_KEY_CHARS = 64
 #: Words that initials skip ("United States of America" → USA) and word blocks ignore.
-SMALL_WORDS = frozenset(["a", "an", "and", "at", "de", "del", "der", "des", "di", "die", "du", "für", "in", "la", "le", "of", "on", "the", "to", "und", "van", "von"])
+SMALL_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "at",
+        "de",
+        "del",
+        "der",
+        "des",
+        "di",
+        "die",
+        "du",
+        "für",
+        "in",
+        "la",
+        "le",
+        "of",
+        "on",
+        "the",
+        "to",
+        "und",
+        "van",
+        "von",
+    ]
+)
 
 Embed = Callable[[list[str]], np.ndarray]
-
 
 
 class DedupDecision(BaseModel):
@@ -277,8 +301,11 @@ def _verdict(name: str, other: str, form: str, other_form: str, score: float, th
 
 def is_swap(compact: str, other: str) -> bool:
     """Whether two names of :data:`MIN_SWAP_CHARS` or more characters differ only by two neighbours swapped ("Tolkein")."""
-    return (len(compact) == len(other) >= MIN_SWAP_CHARS and OSA.distance(compact, other, score_cutoff=1) == 1
-            and Levenshtein.distance(compact, other, score_cutoff=2) == 2)  # fmt: skip
+    return (
+        len(compact) == len(other) >= MIN_SWAP_CHARS
+        and OSA.distance(compact, other, score_cutoff=1) == 1
+        and Levenshtein.distance(compact, other, score_cutoff=2) == 2
+    )
 
 
 def _singular(word: str) -> str:
@@ -288,8 +315,9 @@ def _singular(word: str) -> str:
 # ---------------------------------------------------------------------------- blocking
 
 
-def fuzzy_candidates(names: Sequence[str], probe: Sequence[bool] | None = None, *,
-                     min_score: float = FUZZY_GREY_MIN) -> list[tuple[int, int]]:  # fmt: skip
+def fuzzy_candidates(
+    names: Sequence[str], probe: Sequence[bool] | None = None, *, min_score: float = FUZZY_GREY_MIN
+) -> list[tuple[int, int]]:
     """Index pairs ``(i, j)``, ``i < j``, of names that may score at least ``min_score``, found by blocking.
 
     Three kinds of block, none quadratic in ``len(names)``:
@@ -318,8 +346,9 @@ def fuzzy_candidates(names: Sequence[str], probe: Sequence[bool] | None = None, 
     return [divmod(c, len(names)) for c in codes.tolist()]
 
 
-def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
-                common: frozenset[str] = frozenset()) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _candidates(
+    forms: list[str], probe: np.ndarray, min_score: float, common: frozenset[str] = frozenset()
+) -> tuple[np.ndarray, np.ndarray]:
     """Candidate pairs as sorted unique codes ``i * len(forms) + j`` with ``i < j``: all, and those of the same words.
 
     ``common``: words whose block is known to be larger than :data:`MAX_WORD_BLOCK` (counted in the
@@ -340,8 +369,9 @@ def _candidates(forms: list[str], probe: np.ndarray, min_score: float,
             word_keys += keys
             word_owners += [i] * len(keys)
     reordered = _pairs_in_blocks(np.array(sorted_keys, dtype=np.int64), np.array(sorted_owners, dtype=np.int64), probe, n)
-    found.append(_word_block_pairs(np.array(word_keys, dtype=np.int64), np.array(word_owners, dtype=np.int64), probe, forms,
-                                   min_score))  # fmt: skip
+    found.append(
+        _word_block_pairs(np.array(word_keys, dtype=np.int64), np.array(word_owners, dtype=np.int64), probe, forms, min_score)
+    )
     return np.unique(np.concatenate([*found, reordered])), np.unique(reordered)
 
 
@@ -391,8 +421,9 @@ def _blocks(hashes: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndar
     return owners, starts, np.diff(np.r_[starts, len(hashes)])
 
 
-def _pairs_in_blocks(hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray, n: int, *,
-                     max_size: int | None = None) -> np.ndarray:  # fmt: skip
+def _pairs_in_blocks(
+    hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray, n: int, *, max_size: int | None = None
+) -> np.ndarray:
     """Every pair within each block (blocks of two vectorised; larger ones are rare and small)."""
     owners, starts, sizes = _blocks(hashes, owners)
     parts = [_codes(owners[starts[sizes == 2]], owners[starts[sizes == 2] + 1], probe, n)]
@@ -412,8 +443,9 @@ def _pairs_in_blocks(hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray, 
 _SMALL_WORD_BLOCK = 8
 
 
-def _word_block_pairs(hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray, forms: list[str],
-                      min_score: float) -> np.ndarray:  # fmt: skip
+def _word_block_pairs(
+    hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray, forms: list[str], min_score: float
+) -> np.ndarray:
     """Pairs sharing a word: all of a small block; those of a block up to :data:`MAX_WORD_BLOCK` that reach ``min_score``."""
     n = len(forms)
     parts = [_pairs_in_blocks(hashes, owners, probe, n, max_size=_SMALL_WORD_BLOCK)]
@@ -423,8 +455,14 @@ def _word_block_pairs(hashes: np.ndarray, owners: np.ndarray, probe: np.ndarray,
             continue
         block = owners[start : start + size]
         queries = block[probe[block]]
-        scores = process.cdist([forms[i] for i in queries.tolist()], [forms[j] for j in block.tolist()], scorer=fuzz.ratio,
-                               score_cutoff=min_score * 100, dtype=np.uint8, workers=1)  # fmt: skip
+        scores = process.cdist(
+            [forms[i] for i in queries.tolist()],
+            [forms[j] for j in block.tolist()],
+            scorer=fuzz.ratio,
+            score_cutoff=min_score * 100,
+            dtype=np.uint8,
+            workers=1,
+        )
         q, c = np.nonzero(scores)
         parts.append(_codes(queries[q], block[c], probe, n))
     return np.concatenate(parts)
@@ -559,9 +597,17 @@ def partner_keys(incoming: Sequence[Entity]) -> PartnerKeys:
 # ---------------------------------------------------------------------------- the steps
 
 
-def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed | None = None, model: DedupModel | None = None,
-                fuzzy_threshold: float = FUZZY_THRESHOLD, common_words: Iterable[str] = (),
-                apart: Iterable[frozenset[tuple[str, str]]] = (), trace: Trace | None = None) -> DedupResult:  # fmt: skip
+def deduplicate(
+    incoming: list[Entity],
+    existing: list[Entity],
+    *,
+    embed: Embed | None = None,
+    model: DedupModel | None = None,
+    fuzzy_threshold: float = FUZZY_THRESHOLD,
+    common_words: Iterable[str] = (),
+    apart: Iterable[frozenset[tuple[str, str]]] = (),
+    trace: Trace | None = None,
+) -> DedupResult:
     """Merge incoming entities into each other and into existing ones, rule by rule (see the module docstring).
 
     Args:
@@ -600,18 +646,24 @@ def deduplicate(incoming: list[Entity], existing: list[Entity], *, embed: Embed 
         if model is not None:
             kept_apart += _decide_by_model(nodes, groups, open_pairs, model, event.data)
         still_open = _open_pairs(groups, [e for e in open_pairs if e.verdict == "unclear"])
-        unclear = [UnclearPair(nodes[e.a].head.name, nodes[e.b].head.name, nodes[e.a].type, round(e.score, 4), e.reason)
-                   for e in still_open]  # fmt: skip
+        unclear = [
+            UnclearPair(nodes[e.a].head.name, nodes[e.b].head.name, nodes[e.a].type, round(e.score, 4), e.reason)
+            for e in still_open
+        ]
         result = _result(nodes, groups, node_of, incoming, unclear, kept_apart)
-        event.data.update(merges=[[m.kept, m.merged, m.rule, round(m.score, 3)] for m in result.merges],
-                          unclear=[list(u) for u in unclear], kept_apart=[list(k) for k in kept_apart],
-                          entities=len(result.entities))  # fmt: skip
+        event.data.update(
+            merges=[[m.kept, m.merged, m.rule, round(m.score, 3)] for m in result.merges],
+            unclear=[list(u) for u in unclear],
+            kept_apart=[list(k) for k in kept_apart],
+            entities=len(result.entities),
+        )
     log.debug("deduplicate: %s incoming, %s merges, %s unclear", len(incoming), len(result.merges), len(unclear))
     return result
 
 
-def ask_model(gateway: ModelGateway, pairs: list[CandidatePair], trace: Trace | None = None, *,
-              template: PromptTemplate = DEDUPLICATION) -> DedupDecisions:  # fmt: skip
+def ask_model(
+    gateway: ModelGateway, pairs: list[CandidatePair], trace: Trace | None = None, *, template: PromptTemplate = DEDUPLICATION
+) -> DedupDecisions:
     """Ask the Deduplication model about several pairs in one call.
 
     Args:
@@ -627,11 +679,14 @@ def ask_model(gateway: ModelGateway, pairs: list[CandidatePair], trace: Trace | 
         StructuredOutputError: when the reply does not fit :class:`DedupDecisions`.
         ModelUnavailableError: when the endpoint cannot be reached.
     """
-    lines = "\n".join(f"[{n}] {_describe(p.name, p.type, p.description)}  |  {_describe(p.other, p.type, p.other_description)}"
-                      for n, p in enumerate(pairs, start=1))  # fmt: skip
+    lines = "\n".join(
+        f"[{n}] {_describe(p.name, p.type, p.description)}  |  {_describe(p.other, p.type, p.other_description)}"
+        for n, p in enumerate(pairs, start=1)
+    )
     messages = [{"role": "user", "content": template.render(pairs=lines)}]
-    return gateway.structured("deduplication", messages, DedupDecisions, prompt_name=template.name, trace=trace,
-                              max_tokens=64 + 48 * len(pairs))  # fmt: skip
+    return gateway.structured(
+        "deduplication", messages, DedupDecisions, prompt_name=template.name, trace=trace, max_tokens=64 + 48 * len(pairs)
+    )
 
 
 def merge_descriptions(descriptions: Iterable[str], *, max_chars: int = MAX_DESCRIPTION_CHARS) -> str:
@@ -765,9 +820,14 @@ def _group_by_name(incoming: list[Entity], existing: list[Entity]) -> tuple[list
     types_of: dict[str, list[int]] = defaultdict(list)
     for (name_key, _), i in by_key.items():
         types_of[name_key].append(i)
-    apart = [KeptApart(nodes[i].head.name, nodes[j].head.name, f"types {nodes[i].type} and {nodes[j].type}")
-             for same in types_of.values() if len(same) > 1 for x, i in enumerate(same) for j in same[x + 1 :]
-             if nodes[i].incoming_names or nodes[j].incoming_names]  # fmt: skip
+    apart = [
+        KeptApart(nodes[i].head.name, nodes[j].head.name, f"types {nodes[i].type} and {nodes[j].type}")
+        for same in types_of.values()
+        if len(same) > 1
+        for x, i in enumerate(same)
+        for j in same[x + 1 :]
+        if nodes[i].incoming_names or nodes[j].incoming_names
+    ]
     return nodes, node_of, apart
 
 
@@ -818,7 +878,9 @@ def _may_pair(nodes: list[_Node], i: int, j: int) -> bool:
     return i != j and nodes[i].type == nodes[j].type and not (nodes[i].existing and nodes[j].existing)
 
 
-def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart], common: frozenset[str] = frozenset()) -> list[_Edge]:
+def _fuzzy_edges(
+    nodes: list[_Node], threshold: float, apart: list[KeptApart], common: frozenset[str] = frozenset()
+) -> list[_Edge]:
     """Rule 4 over blocked candidates; a close pair of different types is noted as kept apart."""
     n = len(nodes)
     forms = [node.form for node in nodes]
@@ -826,8 +888,9 @@ def _fuzzy_edges(nodes: list[_Node], threshold: float, apart: list[KeptApart], c
     cutoff = min(FUZZY_GREY_MIN, threshold) * 100
     codes, reordered = _candidates(forms, probe, cutoff / 100, common)
     first, second = np.divmod(codes, n)
-    scores = process.cpdist([forms[i] for i in first.tolist()], [forms[j] for j in second.tolist()], scorer=fuzz.ratio,
-                            score_cutoff=cutoff, workers=1)  # fmt: skip
+    scores = process.cpdist(
+        [forms[i] for i in first.tolist()], [forms[j] for j in second.tolist()], scorer=fuzz.ratio, score_cutoff=cutoff, workers=1
+    )
     close = (scores > 0) | np.isin(codes, reordered)
     edges = []
     for i, j in zip(first[close].tolist(), second[close].tolist()):
@@ -903,8 +966,18 @@ def _decide_by_model(nodes: list[_Node], groups: _Groups, edges: list[_Edge], mo
         batch, queue = still_open[:MODEL_BATCH_PAIRS], still_open[MODEL_BATCH_PAIRS:]
         if not batch:
             break
-        pairs = [CandidatePair(nodes[e.a].head.name, nodes[e.b].head.name, nodes[e.a].type, _node_description(nodes[e.a]),
-                               _node_description(nodes[e.b]), round(e.score, 4), e.reason) for e in batch]  # fmt: skip
+        pairs = [
+            CandidatePair(
+                nodes[e.a].head.name,
+                nodes[e.b].head.name,
+                nodes[e.a].type,
+                _node_description(nodes[e.a]),
+                _node_description(nodes[e.b]),
+                round(e.score, 4),
+                e.reason,
+            )
+            for e in batch
+        ]
         calls += 1
         try:
             reply = model(pairs)
@@ -938,8 +1011,14 @@ def _step(trace: Trace | None, incoming: int, existing: int):
     return trace.step("deduplicate", incoming=incoming, existing=existing)
 
 
-def _result(nodes: list[_Node], groups: _Groups, node_of: list[int], incoming: list[Entity], unclear: list[UnclearPair],
-            apart: list[KeptApart]) -> DedupResult:  # fmt: skip
+def _result(
+    nodes: list[_Node],
+    groups: _Groups,
+    node_of: list[int],
+    incoming: list[Entity],
+    unclear: list[UnclearPair],
+    apart: list[KeptApart],
+) -> DedupResult:
     """Merged entities, the id mapping and one merge record per merged incoming name."""
     roots = [groups.find(i) for i in range(len(nodes))]
     members: dict[int, list[int]] = {}
@@ -981,6 +1060,10 @@ def _merged_entity(canon: _Node, entities: list[Entity]) -> Entity:
             if alias and alias != head.name:
                 aliases.setdefault(alias, None)
     return Entity(
-        id=head.id, name=head.name, type=canon.type, description=merge_descriptions(e.description for e in entities),
-        aliases=tuple(aliases), chunk_ids=frozenset().union(*(e.chunk_ids for e in entities)),
-    )  # fmt: skip
+        id=head.id,
+        name=head.name,
+        type=canon.type,
+        description=merge_descriptions(e.description for e in entities),
+        aliases=tuple(aliases),
+        chunk_ids=frozenset().union(*(e.chunk_ids for e in entities)),
+    )

@@ -95,13 +95,26 @@ class _Mention:
     subject: bool
 
     def row(self, entity_id: str) -> dict:
-        return {"entity": entity_id, "chunk": self.chunk, "sentences": self.sentences, "names": self.names,
-                "keys": self.keys, "at": self.at, "subject": self.subject}  # fmt: skip
+        return {
+            "entity": entity_id,
+            "chunk": self.chunk,
+            "sentences": self.sentences,
+            "names": self.names,
+            "keys": self.keys,
+            "at": self.at,
+            "subject": self.subject,
+        }
 
     def joined(self, other: _Mention) -> _Mention:
         """Both mentions of one chunk as one: sentences, names and keys in order, each once; the earlier time."""
-        return _Mention(self.chunk, _union(self.sentences, other.sentences), _union(self.names, other.names),
-                        _union(self.keys, other.keys), min(self.at, other.at), self.subject or other.subject)  # fmt: skip
+        return _Mention(
+            self.chunk,
+            _union(self.sentences, other.sentences),
+            _union(self.names, other.names),
+            _union(self.keys, other.keys),
+            min(self.at, other.at),
+            self.subject or other.subject,
+        )
 
 
 @dataclass(slots=True)
@@ -118,9 +131,15 @@ class _Relationship:
         ids = list(self.parts)
         sentences = [self.parts[c][1] for c in ids]
         description = self.description if self.legacy else merged_sentences(s for part in sentences for s in part)
-        return {"source": self.source, "target": self.target, "chunk_ids": ids, "strengths": [self.parts[c][0] for c in ids],
-                "sentences": None if self.legacy else sentences, "description": description,
-                "strength": sum(self.parts[c][0] for c in ids)}  # fmt: skip
+        return {
+            "source": self.source,
+            "target": self.target,
+            "chunk_ids": ids,
+            "strengths": [self.parts[c][0] for c in ids],
+            "sentences": None if self.legacy else sentences,
+            "description": description,
+            "strength": sum(self.parts[c][0] for c in ids),
+        }
 
 
 def _union(first: Iterable, second: Iterable) -> list:
@@ -147,8 +166,13 @@ class EditOutcome:
 
     def as_dict(self) -> dict:
         """The outcome as JSON-ready values (stored with the correction)."""
-        return {"target_id": self.target_id, "created": self.created, "removed": list(self.removed),
-                "mentions_moved": self.mentions_moved, "relationships_moved": self.relationships_moved}  # fmt: skip
+        return {
+            "target_id": self.target_id,
+            "created": self.created,
+            "removed": list(self.removed),
+            "mentions_moved": self.mentions_moved,
+            "relationships_moved": self.relationships_moved,
+        }
 
 
 def mentions_of(store: GraphStore, ids: list[str]) -> dict[str, dict[str, _Mention]]:
@@ -167,13 +191,24 @@ def _relationships(store: GraphStore, ids: list[str]) -> dict[tuple[str, str], _
             shares = list(strengths or []) or [float(strength or 0.0) / max(len(chunk_ids), 1)] * len(chunk_ids)
             per_chunk = list(sentences) if sentences is not None else [[] for _ in chunk_ids]
             found[(source, target)] = _Relationship(
-                source, target, description or "", legacy=sentences is None,
-                parts={c: (float(s), list(p or [])) for c, s, p in zip(chunk_ids, shares, per_chunk, strict=False)})  # fmt: skip
+                source,
+                target,
+                description or "",
+                legacy=sentences is None,
+                parts={c: (float(s), list(p or [])) for c, s, p in zip(chunk_ids, shares, per_chunk, strict=False)},
+            )
     return found
 
 
-def move_mentions(store: GraphStore, source: Entity, target_name: str, target_type: str, *,
-                  chunks: Iterable[str] | None = None, drop_names: Iterable[str] = ()) -> EditOutcome:  # fmt: skip
+def move_mentions(
+    store: GraphStore,
+    source: Entity,
+    target_name: str,
+    target_type: str,
+    *,
+    chunks: Iterable[str] | None = None,
+    drop_names: Iterable[str] = (),
+) -> EditOutcome:
     """Move an entity's mentions (all, or those of ``chunks``) and their relationship shares to the entity
     ``(target_name, target_type)``, creating it when new; see the module docstring.
 
@@ -214,21 +249,43 @@ def move_mentions(store: GraphStore, source: Entity, target_name: str, target_ty
     target_relationships = _relationships(store, [target_id]) if target_id in stored else {}
     new_rels, gone_rels, touched = _moved_relationships(relationships, target_relationships, source.id, target_id, moving)
     target_chunks = sorted(set(mentions[target_id]) | moving)
-    entities = [{"id": target_id, "name": stored[target_id].name if target_id in stored else target_name,
-                 "type": target_type, "key": normalize_name(target_name), "block_keys": block_keys([target_name])[0],
-                 "chunk_ids": target_chunks[:ENTITY_CHUNK_SAMPLE], "chunk_count": len(target_chunks)}]  # fmt: skip
+    entities = [
+        {
+            "id": target_id,
+            "name": stored[target_id].name if target_id in stored else target_name,
+            "type": target_type,
+            "key": normalize_name(target_name),
+            "block_keys": block_keys([target_name])[0],
+            "chunk_ids": target_chunks[:ENTITY_CHUNK_SAMPLE],
+            "chunk_count": len(target_chunks),
+        }
+    ]
     gone_entities = [] if left else [source.id]
     if left:
-        entities.append({"id": source.id, "name": source.name, "type": source.type, "key": normalize_name(source.name),
-                         "block_keys": block_keys([source.name])[0], "chunk_ids": sorted(left)[:ENTITY_CHUNK_SAMPLE],
-                         "chunk_count": len(left)})  # fmt: skip
+        entities.append(
+            {
+                "id": source.id,
+                "name": source.name,
+                "type": source.type,
+                "key": normalize_name(source.name),
+                "block_keys": block_keys([source.name])[0],
+                "chunk_ids": sorted(left)[:ENTITY_CHUNK_SAMPLE],
+                "chunk_count": len(left),
+            }
+        )
     shows = [] if left else [{"image": i, "entity": target_id} for (i,) in store.read(_SHOWN_IN, {"id": source.id})]
-    store.graph.query(_WRITE, {
-        "gone_mentions": [{"entity": source.id, "chunk": cid} for cid in sorted(moving)] if left else [],
-        "gone_relationships": [{"source": s, "target": t} for s, t in sorted(gone_rels)], "gone_entities": gone_entities,
-        "entities": entities, "mentions": [m.row(target_id) for m in moved.values()],
-        "relationships": [r.row() for r in new_rels], "shows": shows,
-    })  # fmt: skip
+    store.graph.query(
+        _WRITE,
+        {
+            "gone_mentions": [{"entity": source.id, "chunk": cid} for cid in sorted(moving)] if left else [],
+            "gone_relationships": [{"source": s, "target": t} for s, t in sorted(gone_rels)],
+            "gone_entities": gone_entities,
+            "entities": entities,
+            "mentions": [m.row(target_id) for m in moved.values()],
+            "relationships": [r.row() for r in new_rels],
+            "shows": shows,
+        },
+    )
     if gone_entities:
         store.vectors.delete(gone_entities)
     store.rebuild_entities([target_id, *([source.id] if left else [])])
@@ -236,8 +293,13 @@ def move_mentions(store: GraphStore, source: Entity, target_name: str, target_ty
     return EditOutcome(target_id, target_id not in stored, tuple(gone_entities), len(moved), touched)
 
 
-def _moved_relationships(relationships: dict[tuple[str, str], _Relationship], target_relationships: dict[tuple[str, str], _Relationship],
-                         source_id: str, target_id: str, moving: set[str]) -> tuple[list[_Relationship], set[tuple[str, str]], int]:  # fmt: skip
+def _moved_relationships(
+    relationships: dict[tuple[str, str], _Relationship],
+    target_relationships: dict[tuple[str, str], _Relationship],
+    source_id: str,
+    target_id: str,
+    moving: set[str],
+) -> tuple[list[_Relationship], set[tuple[str, str]], int]:
     """The source's relationships with the shares of ``moving`` chunks moved to the target.
 
     Returns:
@@ -282,8 +344,10 @@ def delete_entity(store: GraphStore, entity: Entity) -> EditOutcome:
     Returns:
         What changed (``relationships_moved``: how many relationships were deleted with it).
     """
-    rows = store.graph.query("MATCH (e:Entity {id: $id}) OPTIONAL MATCH (e)-[r:RELATED]-() WITH e, count(r) AS rels "
-                             "DETACH DELETE e RETURN rels", {"id": entity.id}).result_set  # fmt: skip
+    rows = store.graph.query(
+        "MATCH (e:Entity {id: $id}) OPTIONAL MATCH (e)-[r:RELATED]-() WITH e, count(r) AS rels DETACH DELETE e RETURN rels",
+        {"id": entity.id},
+    ).result_set
     store.vectors.delete([entity.id])
     log.info("graph %s: entity %r (%s) deleted", store.name, entity.name, entity.type)
     return EditOutcome("", False, (entity.id,), entity.mentions, int(rows[0][0]) if rows else 0)

@@ -117,9 +117,13 @@ class EntityVectorIndex:
             self.graph.drop_node_vector_index("EntityVector", "embedding")
             existing = None
         if existing is None:
-            for statement in ("CREATE INDEX FOR (v:EntityVector) ON (v.id)",
-                              ("CREATE VECTOR INDEX FOR (v:EntityVector) ON (v.embedding) "
-                              f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}")):  # fmt: skip
+            for statement in (
+                "CREATE INDEX FOR (v:EntityVector) ON (v.id)",
+                (
+                    "CREATE VECTOR INDEX FOR (v:EntityVector) ON (v.embedding) "
+                    f"OPTIONS {{dimension: {int(dims)}, similarityFunction: 'cosine', efRuntime: {EF_RUNTIME}}}"
+                ),
+            ):
                 try:
                     self.graph.query(statement)
                 except ResponseError as exc:
@@ -220,8 +224,10 @@ class EntityVectorIndex:
         self.ensure(matrix.shape[1])
         written = 0
         for start in range(0, len(entity_ids), _WRITE_BATCH):
-            rows = [{"id": eid, "vector": _VectorLiteral(vec)}
-                    for eid, vec in zip(entity_ids[start:start + _WRITE_BATCH], matrix[start:start + _WRITE_BATCH])]  # fmt: skip
+            rows = [
+                {"id": eid, "vector": _VectorLiteral(vec)}
+                for eid, vec in zip(entity_ids[start : start + _WRITE_BATCH], matrix[start : start + _WRITE_BATCH])
+            ]
             self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
             written += int(self.graph.query(_CREATE, {"rows": rows}).result_set[0][0])
         return written

@@ -131,8 +131,9 @@ def _installed(package: str) -> str:
         return "missing"
 
 
-def extract_chunk(text: str, method: str, gateway: ModelGateway | None, *, trace: Trace | None = None,
-                  prompt: PromptTemplate = GRAPH_EXTRACTION) -> ExtractionOutcome:  # fmt: skip
+def extract_chunk(
+    text: str, method: str, gateway: ModelGateway | None, *, trace: Trace | None = None, prompt: PromptTemplate = GRAPH_EXTRACTION
+) -> ExtractionOutcome:
     """Find the entities and relationships of one chunk.
 
     Args:
@@ -165,9 +166,16 @@ def extract_chunk(text: str, method: str, gateway: ModelGateway | None, *, trace
     else:
         outcome = _extract_llm(text, gateway, prompt, trace)
     if trace is not None:
-        trace.add("graph_extraction", method=name, entities=len(outcome.extraction.entities),
-                  relationships=len(outcome.extraction.relationships), skipped=outcome.skipped,
-                  failed=outcome.failed, error=outcome.error, requests=outcome.requests)  # fmt: skip
+        trace.add(
+            "graph_extraction",
+            method=name,
+            entities=len(outcome.extraction.entities),
+            relationships=len(outcome.extraction.relationships),
+            skipped=outcome.skipped,
+            failed=outcome.failed,
+            error=outcome.error,
+            requests=outcome.requests,
+        )
     return outcome
 
 
@@ -196,11 +204,14 @@ class CheckedChunkExtraction(ChunkExtraction):
                 names.setdefault(normalize_name(alias), entity.name)
         unknown = sorted({end for r in self.relationships for end in (r.source, r.target) if normalize_name(end) not in names})
         if unknown:
-            raise ValueError(f"relationships name entities that are not in the entities list: {', '.join(map(repr, unknown))}; "
-                             f"listed: {', '.join(repr(e.name) for e in entities) or 'none'}")  # fmt: skip
-        relationships = [r.model_copy(update={"source": names[normalize_name(r.source)],
-                                              "target": names[normalize_name(r.target)]})
-                         for r in self.relationships]  # fmt: skip
+            raise ValueError(
+                f"relationships name entities that are not in the entities list: {', '.join(map(repr, unknown))}; "
+                f"listed: {', '.join(repr(e.name) for e in entities) or 'none'}"
+            )
+        relationships = [
+            r.model_copy(update={"source": names[normalize_name(r.source)], "target": names[normalize_name(r.target)]})
+            for r in self.relationships
+        ]
         self.entities = entities
         self.relationships = [r for r in relationships if normalize_name(r.source) != normalize_name(r.target)]
         return self
@@ -217,14 +228,24 @@ def _extract_llm(text: str, gateway: ModelGateway, prompt: PromptTemplate, trace
     request = prompt.render(text=text)
     error = ""
     for attempt in range(1, MAX_REASKS + 2):
-        content = request if not error else (
-            f"{request}\n\nYour previous reply could not be used: {error}\n"
-            "Reply again with the complete JSON. Every relationship's source and target must be the exact name "
-            "of an entity in your entities list."
-        )  # fmt: skip
+        content = (
+            request
+            if not error
+            else (
+                f"{request}\n\nYour previous reply could not be used: {error}\n"
+                "Reply again with the complete JSON. Every relationship's source and target must be the exact name "
+                "of an entity in your entities list."
+            )
+        )
         try:
-            reply = gateway.structured(ROLE, [{"role": "user", "content": content}], CheckedChunkExtraction,
-                                       prompt_name=prompt.name, trace=trace, max_tokens=EXTRACTION_MAX_TOKENS)  # fmt: skip
+            reply = gateway.structured(
+                ROLE,
+                [{"role": "user", "content": content}],
+                CheckedChunkExtraction,
+                prompt_name=prompt.name,
+                trace=trace,
+                max_tokens=EXTRACTION_MAX_TOKENS,
+            )
         except StructuredOutputError as exc:
             error = _reason(exc)
             log.info("graph extraction reply %s of %s unusable: %s", attempt, MAX_REASKS + 1, error)

@@ -72,8 +72,12 @@ def _events_key(topic_id: str, job_id: str) -> str:
 
 def _parked_keys(topic_id: str, job_id: str) -> list[str]:
     """Every key of a parked version: the version, the chunks extracted, the failures, the trace events."""
-    return [parked_key(topic_id, job_id), extracted_key(topic_id, job_id), _failed_key(topic_id, job_id),
-            _events_key(topic_id, job_id)]  # fmt: skip
+    return [
+        parked_key(topic_id, job_id),
+        extracted_key(topic_id, job_id),
+        _failed_key(topic_id, job_id),
+        _events_key(topic_id, job_id),
+    ]
 
 
 def finish_job_id(job_id: str) -> str:
@@ -105,8 +109,11 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
         SupersededError: when a newer upload or a delete made the version obsolete.
     """
     setup = extraction_setup(rt, topic)
-    wanted = {r.chunk_id: setup.cache.key(extraction_text(r), setup.method, setup.version)
-              for r in version.records if not looks_like_toc_or_index(r.text)}  # fmt: skip
+    wanted = {
+        r.chunk_id: setup.cache.key(extraction_text(r), setup.method, setup.version)
+        for r in version.records
+        if not looks_like_toc_or_index(r.text)
+    }
     cached = setup.cache.get_many(list(wanted.values()))  # one round trip, whatever the number of chunks
     missing = [chunk_id for chunk_id, key in wanted.items() if cached[key] is None]
     if not missing:
@@ -118,8 +125,14 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
     limit = rate_limit_for(rt, setup.method)
     size = rt.settings.extraction_batch_chunks
     batches = [missing[i : i + size] for i in range(0, len(missing), size)]
-    trace.add("extraction_jobs", batches=len(batches), chunks=len(missing), method=setup.method,
-              concurrency=limit.concurrency, rate_limit_key=limit.key)  # fmt: skip
+    trace.add(
+        "extraction_jobs",
+        batches=len(batches),
+        chunks=len(missing),
+        method=setup.method,
+        concurrency=limit.concurrency,
+        rate_limit_key=limit.key,
+    )
     key = parked_key(topic.id, job_id)
     pipe = rt.redis.pipeline(transaction=True)
     pipe.set(key, pickle.dumps({"version": version, "trace": trace, "total": len(missing)}), ex=PARK_TTL_S)
@@ -128,18 +141,29 @@ def park_and_fan_out(rt: Runtime, topic, doc, job_id: str, version, trace: Trace
     pipe.execute()
     meta = {"topic_id": topic.id, "document_id": doc.id}
     jobs = [
-        queue.enqueue_call("ragtopics.worker.jobs.extract_batch", args=(topic.id, doc.id, job_id, batch),
-                           job_id=f"{job_id}-x{n}", description=f"extract {len(batch)} chunk(s) of {doc.file_name}",
-                           result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600, meta=meta, rate_limit=limit,
-                           retry=Retry(max=BATCH_RETRIES))
+        queue.enqueue_call(
+            "ragtopics.worker.jobs.extract_batch",
+            args=(topic.id, doc.id, job_id, batch),
+            job_id=f"{job_id}-x{n}",
+            description=f"extract {len(batch)} chunk(s) of {doc.file_name}",
+            result_ttl=24 * 3600,
+            failure_ttl=7 * 24 * 3600,
+            meta=meta,
+            rate_limit=limit,
+            retry=Retry(max=BATCH_RETRIES),
+        )
         for n, batch in enumerate(batches)
     ]
     finisher = queue.enqueue_call(
-        "ragtopics.worker.jobs.finish_graph", args=(topic.id, doc.id, job_id), job_id=finish_job_id(job_id),
-        description=f"finish {doc.file_name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,
+        "ragtopics.worker.jobs.finish_graph",
+        args=(topic.id, doc.id, job_id),
+        job_id=finish_job_id(job_id),
+        description=f"finish {doc.file_name}",
+        result_ttl=24 * 3600,
+        failure_ttl=7 * 24 * 3600,
         depends_on=Dependency(jobs=jobs, allow_failure=True),
         meta={**meta, "phase": "extracting", "done": 0, "total": len(missing)},
-    )  # fmt: skip
+    )
     log.info("%s: %d chunk(s) to extract in %d job(s), finished by %s", doc.file_name, len(missing), len(batches), finisher.id)
     return IngestResult(doc.id, "extracting", len(version.records), 0, trace.to_list(), continued_in=finisher.id)
 
@@ -210,8 +234,18 @@ def finish_graph(rt: Runtime, topic_id: str, document_id: str, job_id: str, prog
         if doc is None:
             raise SupersededError(documents.SUPERSEDED_BY_DELETE)
         report = _reporter(rt, document_id, job_id, progress)
-        return finish_version(rt, get_topic(rt, topic_id), doc, job_id, version, trace, report, progress,
-                              graph_failures=failures, extracted_elsewhere=fresh)  # fmt: skip
+        return finish_version(
+            rt,
+            get_topic(rt, topic_id),
+            doc,
+            job_id,
+            version,
+            trace,
+            report,
+            progress,
+            graph_failures=failures,
+            extracted_elsewhere=fresh,
+        )
     except SupersededError as exc:
         return _stopped(document_id, exc, trace)
     finally:

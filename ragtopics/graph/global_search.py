@@ -66,6 +66,7 @@ CANDIDATES_PER_REPORT = 3
 #: overview question ("the main themes") reads the communities the corpus says most about.
 SIZE_PRIOR = 0.1
 
+
 class MapReply(BaseModel):
     """What the map call says about one summary."""
 
@@ -97,8 +98,9 @@ class GlobalRetriever:
     def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
         """Select, then map; the items are kind ``community_report`` with no provenance, best first."""
         cfg = self.settings
-        index = CommunityIndex(self.rt.redis, self.topic.id, dims=self.rt.gateway.embedder.dims,
-                               embedding_model=self.rt.gateway.embedder.model)  # fmt: skip
+        index = CommunityIndex(
+            self.rt.redis, self.topic.id, dims=self.rt.gateway.embedder.dims, embedding_model=self.rt.gateway.embedder.model
+        )
         if index.count() == 0:
             trace.add("global_select", reports=0, reason="no community summaries")
             return Context((), self.route, "no community summaries yet: run Recompute Communities Now")
@@ -107,8 +109,9 @@ class GlobalRetriever:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
             if overview:  # the whole collection: its largest communities, whatever their similarity to the question
                 hits = index.largest(cfg.top_k_reports)
-                ev.data.update(overview=True, reports=[{"id": h.community_id, "title": h.title, "entities": len(h.entity_ids)}
-                                                       for h in hits])  # fmt: skip
+                ev.data.update(
+                    overview=True, reports=[{"id": h.community_id, "title": h.title, "entities": len(h.entity_ids)} for h in hits]
+                )
             else:
                 hits = self._similar(query, index, vector, ev.data)
         if not hits:
@@ -125,8 +128,10 @@ class GlobalRetriever:
             ev.data.update(kept=len(kept), dropped=[h.title for h, points, _ in mapped if not points])
             if self.progress is not None and self.progress.stopped:
                 ev.data["stopped"] = True
-        items = tuple(Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score,
-                               provenance=()) for h, points, score in kept)  # fmt: skip
+        items = tuple(
+            Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score, provenance=())
+            for h, points, score in kept
+        )
         return Context(items, self.route, "" if items else "no community summary helps answer the question")
 
     def _similar(self, query: RetrievalQuery, index: CommunityIndex, vector: np.ndarray, data: dict) -> list[CommunityHit]:
@@ -140,9 +145,13 @@ class GlobalRetriever:
         if cfg.global_keyword_search and dense:
             keyword = index.search_text(re.findall(r"\w+", query.question), cfg.top_k_reports)
             similar = {h.community_id for h in dense}
-            fused = reciprocal_rank_fusion({"dense": [h.community_id for h in dense],
-                                            "keyword": [h.community_id for h in keyword if h.community_id in similar]},
-                                           k=DEFAULT_RRF_K)  # fmt: skip
+            fused = reciprocal_rank_fusion(
+                {
+                    "dense": [h.community_id for h in dense],
+                    "keyword": [h.community_id for h in keyword if h.community_id in similar],
+                },
+                k=DEFAULT_RRF_K,
+            )
             by_id = {h.community_id: h for h in dense}
             hits = [by_id[cid] for cid in fused][: cfg.top_k_reports]
         data.update(reports=[{"id": h.community_id, "title": h.title, "score": round(h.score, 4)} for h in hits])
@@ -161,12 +170,22 @@ class GlobalRetriever:
             if self.progress is not None and self.progress.stopped:
                 private.add("global_map_skipped", community=hit.community_id, reason="stopped")
                 return hit, [], 0.0, private
-            prompt = self.map_prompt.render(question=question, title=hit.title, summary=hit.summary,
-                                            key_entities=", ".join(hit.key_entities),
-                                            key_relationships="\n".join(hit.key_relationships))  # fmt: skip
+            prompt = self.map_prompt.render(
+                question=question,
+                title=hit.title,
+                summary=hit.summary,
+                key_entities=", ".join(hit.key_entities),
+                key_relationships="\n".join(hit.key_relationships),
+            )
             try:
-                reply = self.rt.gateway.structured(MAP_ROLE, [{"role": "user", "content": prompt}], MapReply,
-                                                   prompt_name=self.map_prompt.name, trace=private, max_tokens=400)  # fmt: skip
+                reply = self.rt.gateway.structured(
+                    MAP_ROLE,
+                    [{"role": "user", "content": prompt}],
+                    MapReply,
+                    prompt_name=self.map_prompt.name,
+                    trace=private,
+                    max_tokens=400,
+                )
             except (ModelUnavailableError, StructuredOutputError) as exc:
                 log.warning("GLOBAL map of %s failed: %s", hit.community_id, exc)
                 return hit, [], 0.0, private
@@ -181,8 +200,9 @@ class GlobalRetriever:
                 out.append((hit, points, score))
         return out
 
-    def _map_by_embedding(self, question: str, hits: list[CommunityHit],
-                          vector: np.ndarray | None) -> list[tuple[CommunityHit, list[str], float]]:  # fmt: skip
+    def _map_by_embedding(
+        self, question: str, hits: list[CommunityHit], vector: np.ndarray | None
+    ) -> list[tuple[CommunityHit, list[str], float]]:
         """The best sentences and key relationships of each summary by cosine to the question (no model call).
 
         With ``vector`` None (an overview question): each summary's most representative sentences, by cosine

@@ -194,8 +194,10 @@ def _csv_rows(data: bytes, what: str, required: set[str]) -> list[tuple[int, dic
         reader.fieldnames = header
         missing = sorted(required - set(header))
         if missing:
-            raise RefusedFileError(f"the {what} has no column {', '.join(map(repr, missing))} in its header row "
-                                   f"(found: {', '.join(h for h in header if h) or 'nothing'})")  # fmt: skip
+            raise RefusedFileError(
+                f"the {what} has no column {', '.join(map(repr, missing))} in its header row "
+                f"(found: {', '.join(h for h in header if h) or 'nothing'})"
+            )
         return [(reader.line_num, row) for row in reader if any((v or "").strip() for v in row.values() if isinstance(v, str))]
     except csv.Error as exc:
         raise RefusedFileError(f"the {what} is not valid CSV at line {reader.line_num}: {exc}") from exc
@@ -314,8 +316,9 @@ def read_falkordb_graph(url: str, graph_name: str, *, limit: int = MAX_NODES, ti
     try:
         if db.connection.type(graph_name) != "graphdata":
             graphs = sorted(db.list_graphs())
-            raise NotFoundError(f"FalkorDB at {shown} has no graph {graph_name!r}; "
-                                f"its graphs: {', '.join(graphs[:20]) or 'none'}")  # fmt: skip
+            raise NotFoundError(
+                f"FalkorDB at {shown} has no graph {graph_name!r}; its graphs: {', '.join(graphs[:20]) or 'none'}"
+            )
         graph = db.select_graph(graph_name)
         nodes = graph.ro_query(_FALKOR_NODES, {"n": min(limit, MAX_NODES) + 1}).result_set
         edges = graph.ro_query(_FALKOR_EDGES, {"n": min(limit, MAX_EDGES) + 1}).result_set
@@ -336,8 +339,9 @@ def read_falkordb_graph(url: str, graph_name: str, *, limit: int = MAX_NODES, ti
         else:
             parsed.append(node)
     links = [_falkordb_edge(a, b, rel, props or {}) for a, b, rel, props in edges]
-    return ImportedGraph(tuple(parsed), tuple(links), "falkordb", skipped_nodes=tuple(skipped),
-                         location={"url": shown, "graph": graph_name})  # fmt: skip
+    return ImportedGraph(
+        tuple(parsed), tuple(links), "falkordb", skipped_nodes=tuple(skipped), location={"url": shown, "graph": graph_name}
+    )
 
 
 def _falkordb_node(node_id: int, labels: list[str], props: dict) -> GraphNode | None:
@@ -350,15 +354,21 @@ def _falkordb_node(node_id: int, labels: list[str], props: dict) -> GraphNode | 
         description = "; ".join(rest)
     aliases = props.get("aliases")
     aliases = _aliases([a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else aliases, name) or ()
-    return GraphNode(f"#{node_id}", name[:MAX_NAME_CHARS], _type_name(labels[0] if labels else ""), description, aliases,
-                     f"node #{node_id}")  # fmt: skip
+    return GraphNode(
+        f"#{node_id}", name[:MAX_NAME_CHARS], _type_name(labels[0] if labels else ""), description, aliases, f"node #{node_id}"
+    )
 
 
 def _falkordb_edge(source_id: int, target_id: int, rel_type: str, props: dict) -> GraphEdge:
     description = _scalar(props.get("description")) or (rel_type or "related to").replace("_", " ").lower()
     strength = _strength(props.get("strength", props.get("weight")))
-    return GraphEdge(f"#{source_id}", f"#{target_id}", description, 1.0 if strength is None else strength,
-                     f"edge #{source_id}->#{target_id} ({rel_type})")  # fmt: skip
+    return GraphEdge(
+        f"#{source_id}",
+        f"#{target_id}",
+        description,
+        1.0 if strength is None else strength,
+        f"edge #{source_id}->#{target_id} ({rel_type})",
+    )
 
 
 def safe_url(url: str) -> str:
@@ -433,18 +443,36 @@ def ingest_graph(rt: Runtime, topic, source_name: str, imported: ImportedGraph) 
         with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
             deduplicate_import(rt, topic, plan, trace)
             removal = write_import(rt, topic, plan, imported, trace, graph_fence=graph_fence)
-        ev.data.update(entities=len(plan.graph.entities), relationships=len(plan.graph.relationships),
-                       skipped_edges=len(plan.skipped_edges), removed=asdict(removal))  # fmt: skip
+        ev.data.update(
+            entities=len(plan.graph.entities),
+            relationships=len(plan.graph.relationships),
+            skipped_edges=len(plan.skipped_edges),
+            removed=asdict(removal),
+        )
     record_trace(rt, trace, kind="upload", owner=f"document:{plan.document_id}", subject=plan.file_name, topic_id=topic.id)
-    log.info("graph ingestion of %s into Topic %s: %d entities, %d relationships", plan.file_name, topic.name,
-             len(plan.graph.entities), len(plan.graph.relationships))  # fmt: skip
-    return {"topic": topic.name, "source": plan.file_name, "document_id": plan.document_id, "format": imported.format,
-            "nodes": len(imported.nodes), "edges": len(imported.edges), "chunks": len(plan.records),
-            "entities": len(plan.graph.entities), "relationships": len(plan.graph.relationships),
-            "merges": [{"kept": m.kept, "merged": m.merged, "rule": m.rule, "score": round(m.score, 3)}
-                       for m in plan.graph.merges],
-            "unclear": plan.unclear, "skipped_nodes": list(imported.skipped_nodes), "skipped_edges": plan.skipped_edges,
-            "removed": asdict(removal)}  # fmt: skip
+    log.info(
+        "graph ingestion of %s into Topic %s: %d entities, %d relationships",
+        plan.file_name,
+        topic.name,
+        len(plan.graph.entities),
+        len(plan.graph.relationships),
+    )
+    return {
+        "topic": topic.name,
+        "source": plan.file_name,
+        "document_id": plan.document_id,
+        "format": imported.format,
+        "nodes": len(imported.nodes),
+        "edges": len(imported.edges),
+        "chunks": len(plan.records),
+        "entities": len(plan.graph.entities),
+        "relationships": len(plan.graph.relationships),
+        "merges": [{"kept": m.kept, "merged": m.merged, "rule": m.rule, "score": round(m.score, 3)} for m in plan.graph.merges],
+        "unclear": plan.unclear,
+        "skipped_nodes": list(imported.skipped_nodes),
+        "skipped_edges": plan.skipped_edges,
+        "removed": asdict(removal),
+    }
 
 
 def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, trace: Trace) -> ImportPlan:
@@ -468,21 +496,27 @@ def plan_import(rt: Runtime, topic, source_name: str, imported: ImportedGraph, t
     for s, t, e in edges:
         outgoing.setdefault(s, []).append((t, e))
     texts = [node_text(n, [(nodes[t].name, e.description) for t, e in outgoing.get(i, [])]) for i, n in enumerate(nodes)]
-    fingerprints = [json.dumps([n.type, text, [[nodes[t].type, e.strength] for t, e in outgoing.get(i, [])]])
-                    for i, (n, text) in enumerate(zip(nodes, texts))]  # fmt: skip
+    fingerprints = [
+        json.dumps([n.type, text, [[nodes[t].type, e.strength] for t, e in outgoing.get(i, [])]])
+        for i, (n, text) in enumerate(zip(nodes, texts))
+    ]
     chunk_ids = chunk_ids_for(document_id, fingerprints)
     index = rt.chunk_index(topic.id)
     index.check_embedder()
     with trace.step("embed", chunks=len(texts)):
         vectors = rt.gateway.embed(texts, trace=trace)
-    records = [ChunkRecord(cid, document_id, file_name, i, text, vectors[i], 0, len(text))
-               for i, (cid, text) in enumerate(zip(chunk_ids, texts))]  # fmt: skip
+    records = [
+        ChunkRecord(cid, document_id, file_name, i, text, vectors[i], 0, len(text))
+        for i, (cid, text) in enumerate(zip(chunk_ids, texts))
+    ]
     plan = GraphPlan(chunks=[(r.chunk_id, r.position) for r in records], method="GRAPH INGESTION")
     ent_ids = [entity_id_for(n.name, n.type) for n in nodes]
-    entities = [Entity(ent_ids[i], n.name, n.type, n.description, n.aliases, frozenset({chunk_ids[i]}))
-                for i, n in enumerate(nodes)]  # fmt: skip
-    relationships = [Relationship(ent_ids[s], ent_ids[t], e.description, e.strength, frozenset({chunk_ids[s]}))
-                     for s, t, e in edges]  # fmt: skip
+    entities = [
+        Entity(ent_ids[i], n.name, n.type, n.description, n.aliases, frozenset({chunk_ids[i]})) for i, n in enumerate(nodes)
+    ]
+    relationships = [
+        Relationship(ent_ids[s], ent_ids[t], e.description, e.strength, frozenset({chunk_ids[s]})) for s, t, e in edges
+    ]
     digest = hashlib.sha256(json.dumps([[asdict(n) for n in nodes], [asdict(e) for _, _, e in edges]]).encode()).hexdigest()
     return ImportPlan(document_id, file_name, records, plan, skipped, [], digest, entities, relationships, edges)
 
@@ -503,8 +537,15 @@ def deduplicate_import(rt: Runtime, topic, plan: ImportPlan, trace: Trace) -> No
     plan.skipped_edges += [_skip(plan.edges[i][2], "an end is an entity the operator deleted") for i in deleted]
 
 
-def _deduplicate_into(rt: Runtime, topic, plan: GraphPlan, entities: list[Entity], relationships: list[Relationship],
-                      old_ids: set[str], trace: Trace) -> tuple[list[dict], list[int], list[int]]:  # fmt: skip
+def _deduplicate_into(
+    rt: Runtime,
+    topic,
+    plan: GraphPlan,
+    entities: list[Entity],
+    relationships: list[Relationship],
+    old_ids: set[str],
+    trace: Trace,
+) -> tuple[list[dict], list[int], list[int]]:
     """Deduplicate against the graph as an upload does, then embed: fills the plan's entities, relationships,
     merges and embeddings.
 
@@ -560,8 +601,9 @@ def resolve_edges(imported: ImportedGraph) -> tuple[list[GraphNode], list[tuple[
     if not nodes:
         raise RefusedFileError("there are no nodes to import (nodes need at least a name)")
     if len(nodes) > MAX_NODES or len(imported.edges) > MAX_EDGES:
-        raise RefusedFileError(f"{len(nodes)} nodes and {len(imported.edges)} edges: an import takes at most "
-                               f"{MAX_NODES} nodes and {MAX_EDGES} edges")  # fmt: skip
+        raise RefusedFileError(
+            f"{len(nodes)} nodes and {len(imported.edges)} edges: an import takes at most {MAX_NODES} nodes and {MAX_EDGES} edges"
+        )
     by_key: dict[str, int] = {}
     problems = []
     for i, node in enumerate(nodes):
@@ -617,8 +659,9 @@ def node_text(node: GraphNode, related: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace, *,
-                 graph_fence: Fence | None = None):  # fmt: skip
+def write_import(
+    rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, trace: Trace, *, graph_fence: Fence | None = None
+):
     """Store a planned import under the document's lock: the row staged, then the version through its one
     owner (:func:`~ragtopics.documents.versions.store_version`: graph share, row and chunk swap, all or
     none), in the order an upload stores one.
@@ -638,19 +681,43 @@ def write_import(rt: Runtime, topic, plan: ImportPlan, imported: ImportedGraph, 
     skipped = len(plan.skipped_edges) + len(imported.skipped_nodes)
     first = (plan.skipped_edges or list(imported.skipped_nodes) or [{}])[0].get("reason", "")
     warning = f"{skipped} node(s) or edge(s) left out: {first}" if skipped else ""
-    indexed_with = {"origin": ORIGIN, "format": imported.format, **({"location": imported.location} if imported.location else {}),
-                    "nodes": len(imported.nodes), "edges": len(imported.edges), "embedding_model": rt.gateway.embedder.model,
-                    "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges),
-                              "skipped_nodes": len(imported.skipped_nodes)}}  # fmt: skip
-    with document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence, trace.step("store", chunks=len(plan.records)):
+    indexed_with = {
+        "origin": ORIGIN,
+        "format": imported.format,
+        **({"location": imported.location} if imported.location else {}),
+        "nodes": len(imported.nodes),
+        "edges": len(imported.edges),
+        "embedding_model": rt.gateway.embedder.model,
+        "graph": {**plan.graph.summary(), "skipped_edges": len(plan.skipped_edges), "skipped_nodes": len(imported.skipped_nodes)},
+    }
+    with (
+        document_lock(rt.redis, plan.document_id, wait_s=WORKER_LOCK_WAIT_S) as fence,
+        trace.step("store", chunks=len(plan.records)),
+    ):
         if graph_fence is not None:
             fence = fence.joined(graph_fence)  # every write needs both locks still held
         _check_name_free(rt, plan.document_id, plan.file_name)
-        row, _ = documents.stage_upload(rt.metadata, document_id=plan.document_id, topic_id=topic.id, file_name=plan.file_name,
-                                        sha256=plan.sha256, blob_path="", size_bytes=imported.size_bytes)  # fmt: skip
+        row, _ = documents.stage_upload(
+            rt.metadata,
+            document_id=plan.document_id,
+            topic_id=topic.id,
+            file_name=plan.file_name,
+            sha256=plan.sha256,
+            blob_path="",
+            size_bytes=imported.size_bytes,
+        )
         documents.start_processing(rt.metadata, row.id, row.job_id)
-        version = Version(plan.document_id, row.job_id, plan.file_name, plan.records, documents.DocumentStatus.INDEXED,
-                          warning, indexed_with, graph=plan.graph, change=f"{plan.file_name} was imported")  # fmt: skip
+        version = Version(
+            plan.document_id,
+            row.job_id,
+            plan.file_name,
+            plan.records,
+            documents.DocumentStatus.INDEXED,
+            warning,
+            indexed_with,
+            graph=plan.graph,
+            change=f"{plan.file_name} was imported",
+        )
         try:
             stored = store_version(rt, topic, version, fence=fence)
         except Exception as exc:
@@ -680,8 +747,9 @@ def _check_size(topic, imported: ImportedGraph, file_name: str) -> None:
     """Refuse files over the Topic's upload size limit (Max File Size)."""
     limit_mb = float(topic.settings.max_file_size_mb or 0)
     if limit_mb and imported.size_bytes > limit_mb * 1024 * 1024:
-        raise RefusedFileError(f"{file_name} was refused: it is {imported.size_bytes / 1048576:.1f} MB, the limit of this "
-                               f"Topic is {limit_mb:g} MB")  # fmt: skip
+        raise RefusedFileError(
+            f"{file_name} was refused: it is {imported.size_bytes / 1048576:.1f} MB, the limit of this Topic is {limit_mb:g} MB"
+        )
 
 
 def is_graph_ingestion(file_name: str) -> bool:

@@ -53,7 +53,9 @@ FINDINGS_CHARS = 3000
 class FollowUpPlan(BaseModel):
     """The planner's typed reply."""
 
-    questions: list[str] = Field(default_factory=list, description="Concrete follow-up questions, each answerable from the documents.")
+    questions: list[str] = Field(
+        default_factory=list, description="Concrete follow-up questions, each answerable from the documents."
+    )
 
 
 @dataclass(slots=True)
@@ -82,8 +84,9 @@ class HybridRetriever:
     def retrieve(self, query: RetrievalQuery, trace: Trace) -> Context:
         """Summaries, then LOCAL findings for each planned follow-up; summaries first, then chunks by LOCAL's order."""
         cfg = self.settings
-        summaries = GlobalRetriever(self.rt, self.topic, cfg, self.map_prompt, route=self.route,
-                                    progress=self.progress).retrieve(query, trace)  # fmt: skip
+        summaries = GlobalRetriever(self.rt, self.topic, cfg, self.map_prompt, route=self.route, progress=self.progress).retrieve(
+            query, trace
+        )
         local = LocalRetriever(self.rt, self.topic, cfg)
         found: dict[str, Evidence] = {}
         asked: list[str] = []
@@ -93,8 +96,13 @@ class HybridRetriever:
                 break
             if bundled:
                 questions = [query.question] if round_no == 0 else []
-                trace.add("follow_up_plan", round=round_no + 1, method="none", questions=questions,
-                          reason="the bundled model cannot plan: the question itself is searched")  # fmt: skip
+                trace.add(
+                    "follow_up_plan",
+                    round=round_no + 1,
+                    method="none",
+                    questions=questions,
+                    reason="the bundled model cannot plan: the question itself is searched",
+                )
             else:
                 self._say(f"planning follow-up questions (round {round_no + 1})")
                 try:
@@ -135,15 +143,26 @@ class HybridRetriever:
             return True
         return False
 
-    def _plan(self, question: str, summaries: Context, findings: list[Evidence], asked: list[str], trace: Trace,
-              round_no: int) -> list[str]:  # fmt: skip
+    def _plan(
+        self, question: str, summaries: Context, findings: list[Evidence], asked: list[str], trace: Trace, round_no: int
+    ) -> list[str]:
         """One typed Follow-up Model call: the next round's questions."""
         known = "\n".join(e.text for e in summaries.items) or "(no community summary matched)"
         seen = "\n".join(e.text for e in findings)[:FINDINGS_CHARS] or "(nothing yet)"
-        prompt = self.plan_prompt.render(question=question, summaries=known, findings=seen,
-                                         asked="\n".join(f"- {q}" for q in asked) or "(none)",
-                                         max_questions=str(self.settings.max_follow_up_questions))  # fmt: skip
-        reply = self.rt.gateway.structured(PLAN_ROLE, [{"role": "user", "content": prompt}], FollowUpPlan,
-                                           prompt_name=self.plan_prompt.name, trace=trace, max_tokens=300)  # fmt: skip
+        prompt = self.plan_prompt.render(
+            question=question,
+            summaries=known,
+            findings=seen,
+            asked="\n".join(f"- {q}" for q in asked) or "(none)",
+            max_questions=str(self.settings.max_follow_up_questions),
+        )
+        reply = self.rt.gateway.structured(
+            PLAN_ROLE,
+            [{"role": "user", "content": prompt}],
+            FollowUpPlan,
+            prompt_name=self.plan_prompt.name,
+            trace=trace,
+            max_tokens=300,
+        )
         trace.add("follow_up_plan", round=round_no + 1, method="model", questions=reply.questions)
         return list(reply.questions)

@@ -171,9 +171,17 @@ class GraphPlan:
 
     def summary(self) -> dict:
         """Counts for the Indexed Documents list (``indexed_with["graph"]``)."""
-        return {"method": self.method, "entities": len(self.entities), "relationships": len(self.relationships),
-                "chunks_extracted": self.extracted, "chunks_cached": self.cached, "chunks_skipped": len(self.skipped),
-                "chunks_failed": len(self.failed), "merges": len(self.merges), "new_entities": len(self.embeddings)}  # fmt: skip
+        return {
+            "method": self.method,
+            "entities": len(self.entities),
+            "relationships": len(self.relationships),
+            "chunks_extracted": self.extracted,
+            "chunks_cached": self.cached,
+            "chunks_skipped": len(self.skipped),
+            "chunks_failed": len(self.failed),
+            "merges": len(self.merges),
+            "new_entities": len(self.embeddings),
+        }
 
 
 @dataclass(frozen=True)
@@ -200,7 +208,9 @@ def extraction_setup(rt: Runtime, topic) -> ExtractionSetup:
     return ExtractionSetup(method, prompt, extraction_version(method, rt, prompt), ExtractionCache(rt.redis, topic.id))
 
 
-def extract_cached(rt: Runtime, setup: ExtractionSetup, record: ChunkRecord, trace: Trace) -> tuple[ChunkExtraction | None, bool, str]:
+def extract_cached(
+    rt: Runtime, setup: ExtractionSetup, record: ChunkRecord, trace: Trace
+) -> tuple[ChunkExtraction | None, bool, str]:
     """One chunk's extraction, from the cache or extracted now (and cached).
 
     Returns:
@@ -223,8 +233,16 @@ def extract_cached(rt: Runtime, setup: ExtractionSetup, record: ChunkRecord, tra
 ENTITY_EMBED_BATCH = 256
 
 
-def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace, *,
-               known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None) -> GraphPlan:  # fmt: skip
+def plan_graph(
+    rt: Runtime,
+    topic,
+    records: list[ChunkRecord],
+    report: ProgressFn,
+    trace: Trace,
+    *,
+    known_failures: dict[str, str] | None = None,
+    extracted_elsewhere: set[str] | None = None,
+) -> GraphPlan:
     """Extract, deduplicate and embed the entities of a document version's chunks (no writes but the cache).
 
     :func:`extract_graph` then :func:`complete_plan`; an upload that writes the plan runs the second
@@ -242,8 +260,9 @@ def plan_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressF
     Returns:
         The plan to apply with :func:`apply_graph`.
     """
-    extracted = extract_graph(rt, topic, records, report, trace, known_failures=known_failures,
-                              extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+    extracted = extract_graph(
+        rt, topic, records, report, trace, known_failures=known_failures, extracted_elsewhere=extracted_elsewhere
+    )
     return complete_plan(rt, topic, records, extracted, report, trace)
 
 
@@ -264,9 +283,16 @@ class ExtractedGraph:
     name_vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def extract_graph(rt: Runtime, topic, records: list[ChunkRecord], report: ProgressFn, trace: Trace, *,
-                  known_failures: dict[str, str] | None = None, extracted_elsewhere: set[str] | None = None,
-                  ) -> ExtractedGraph:  # fmt: skip
+def extract_graph(
+    rt: Runtime,
+    topic,
+    records: list[ChunkRecord],
+    report: ProgressFn,
+    trace: Trace,
+    *,
+    known_failures: dict[str, str] | None = None,
+    extracted_elsewhere: set[str] | None = None,
+) -> ExtractedGraph:
     """The slow half of :func:`plan_graph`, which needs no lock: extraction per chunk, and the vectors of the
     names found that the graph has none for (arguments as there)."""
     setup = extraction_setup(rt, topic)
@@ -293,8 +319,13 @@ def extract_graph(rt: Runtime, topic, records: list[ChunkRecord], report: Progre
                 plan.cached += 1
             per_chunk.append((record.chunk_id, extraction))
         read = {cid for cid, _ in per_chunk}  # characters of the chunks with an extraction, for the cost estimate
-        ev.data.update(extracted=plan.extracted, cached=plan.cached, skipped=len(plan.skipped), failed=plan.failed,
-                       chars=sum(len(r.text) for r in records if r.chunk_id in read))
+        ev.data.update(
+            extracted=plan.extracted,
+            cached=plan.cached,
+            skipped=len(plan.skipped),
+            failed=plan.failed,
+            chars=sum(len(r.text) for r in records if r.chunk_id in read),
+        )
     entities, relationships = _graph_items(per_chunk)
     extracted = ExtractedGraph(plan, entities, relationships)
     if entities:
@@ -306,8 +337,9 @@ def extract_graph(rt: Runtime, topic, records: list[ChunkRecord], report: Progre
     return extracted
 
 
-def complete_plan(rt: Runtime, topic, records: list[ChunkRecord], extracted: ExtractedGraph, report: ProgressFn,
-                  trace: Trace) -> GraphPlan:  # fmt: skip
+def complete_plan(
+    rt: Runtime, topic, records: list[ChunkRecord], extracted: ExtractedGraph, report: ProgressFn, trace: Trace
+) -> GraphPlan:
     """The half of :func:`plan_graph` that reads the graph: deduplicate against the stored entities, keep
     this version's provenance, and give each entity new to the graph its vector (from
     ``extracted.name_vectors``; a name not embedded there is embedded now).
@@ -328,10 +360,13 @@ def complete_plan(rt: Runtime, topic, records: list[ChunkRecord], extracted: Ext
     # (the store unions them with what it holds, and the previous version's chunks are removed first).
     plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
     plan.mentions = chunk_mentions(entities, result, ours)
-    plan.subjects = chunk_subjects(plan.mentions, {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n")
-                                                   for r in records})  # the chunk's own headings, and the file's title  # fmt: skip
-    plan.relationships = [replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping)
-                          if r.chunk_ids & ours]  # fmt: skip
+    plan.subjects = chunk_subjects(
+        plan.mentions,
+        {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n") for r in records},
+    )  # the chunk's own headings, and the file's title
+    plan.relationships = [
+        replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping) if r.chunk_ids & ours
+    ]
     new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
     todo = [e for e in plan.entities if e.id in new]
     if todo:
@@ -349,8 +384,9 @@ def _embed_names(rt: Runtime, texts: list[str], trace: Trace, report: ProgressFn
     with trace.step("embed_entities", count=len(texts), stored=stored):
         for start in range(0, len(texts), ENTITY_EMBED_BATCH):
             report("embedding entities", start, len(texts))
-            vectors.extend(rt.gateway.embed_short(texts[start : start + ENTITY_EMBED_BATCH], trace=trace,
-                                                  purpose="entity embedding"))  # fmt: skip
+            vectors.extend(
+                rt.gateway.embed_short(texts[start : start + ENTITY_EMBED_BATCH], trace=trace, purpose="entity embedding")
+            )
     return dict(zip(texts, vectors, strict=True))
 
 
@@ -437,8 +473,15 @@ def document_chunk_ids(rt: Runtime, topic, store: GraphStore, document_id: str) 
     return set(rt.chunk_index(topic.id).document_chunk_ids(document_id)) | set(store.document_chunk_ids(document_id))
 
 
-def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Entity], trace: Trace, *,
-                              leaving: Iterable[str] = (), apart: Iterable[frozenset] = ()) -> DedupResult:  # fmt: skip
+def deduplicate_against_graph(
+    rt: Runtime,
+    store: GraphStore,
+    entities: list[Entity],
+    trace: Trace,
+    *,
+    leaving: Iterable[str] = (),
+    apart: Iterable[frozenset] = (),
+) -> DedupResult:
     """Deduplicate an upload's entities among themselves and against the stored entities they may pair with.
 
     The stored partners come from :meth:`GraphStore.dedup_partners` (a ``find_partners`` trace step);
@@ -453,14 +496,22 @@ def deduplicate_against_graph(rt: Runtime, store: GraphStore, entities: list[Ent
     """
     with trace.step("find_partners", incoming=len(entities)) as ev:
         partners = store.dedup_partners(partner_keys(entities), leaving=leaving)
-        ev.data.update(stored=len(partners.entities), common_words=sorted(partners.common_words),
-                       graph_entities=store.entity_count())  # the graph's size, for the cost estimate's pair rate
+        ev.data.update(
+            stored=len(partners.entities), common_words=sorted(partners.common_words), graph_entities=store.entity_count()
+        )  # the graph's size, for the cost estimate's pair rate
     model = None
     if not rt.settings.endpoint("deduplication").is_local:  # a real Deduplication endpoint decides unclear pairs
         template = resolve_prompts(rt, store.topic_id)["deduplication"]
         model = lambda pairs: ask_model(rt.gateway, pairs, trace, template=template)  # noqa: E731
-    return deduplicate(entities, partners.entities, embed=lambda texts: rt.gateway.embed_short(texts, purpose="deduplication"),
-                       model=model, common_words=partners.common_words, apart=apart, trace=trace)  # fmt: skip
+    return deduplicate(
+        entities,
+        partners.entities,
+        embed=lambda texts: rt.gateway.embed_short(texts, purpose="deduplication"),
+        model=model,
+        common_words=partners.common_words,
+        apart=apart,
+        trace=trace,
+    )
 
 
 def extraction_text(record: ChunkRecord) -> str:
@@ -485,8 +536,17 @@ def extraction_text(record: ChunkRecord) -> str:
 _NAME_LIKE = re.compile(r"(?:^|[\s(\-])[^\W\d_a-z][^\W\d_A-Z]")
 
 
-def apply_graph(rt: Runtime, topic, document_id: str, file_name: str, plan: GraphPlan, old_chunk_ids: list[str],
-                images: list | None = None, *, fence=None) -> RemovalReport:  # fmt: skip
+def apply_graph(
+    rt: Runtime,
+    topic,
+    document_id: str,
+    file_name: str,
+    plan: GraphPlan,
+    old_chunk_ids: list[str],
+    images: list | None = None,
+    *,
+    fence=None,
+) -> RemovalReport:
     """Write a plan: remove the provenance of chunks the version no longer has, then upsert the rest.
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
@@ -564,8 +624,14 @@ def _graph_items(per_chunk: list[tuple[str, ChunkExtraction]]) -> tuple[list[Ent
         for e in extraction.entities:
             if not e.name.strip():
                 continue
-            entity = Entity(entity_id_for(e.name, e.type), e.name.strip(), e.type.upper(), e.description,
-                            tuple(a for a in e.aliases if a.strip()), frozenset({chunk_id}))  # fmt: skip
+            entity = Entity(
+                entity_id_for(e.name, e.type),
+                e.name.strip(),
+                e.type.upper(),
+                e.description,
+                tuple(a for a in e.aliases if a.strip()),
+                frozenset({chunk_id}),
+            )
             entities.append(entity)
             for name in (e.name, *e.aliases):
                 ids.setdefault(normalize_name(name), entity.id)

@@ -83,6 +83,7 @@ MAX_ITEM_DOCUMENTS = 3
 #: What follows a graph-ingestion pseudo-document's name (``ragtopics.graph.graph_ingestion.SUFFIX``).
 GRAPH_INGESTION_SUFFIX = " (graph ingestion)"
 
+
 @dataclass(frozen=True, slots=True)
 class Seeds:
     """The starting entities of a LOCAL search.
@@ -129,8 +130,7 @@ class LocalRetriever:
             return Context((), self.route, "the question has nothing that can be searched")
         store, index = graph_store(self.rt, self.topic), self.rt.chunk_index(self.topic.id)
         texts = [query.question] + ([f"{query.previous_question}\n{query.question}"] if query.previous_question else [])
-        with trace.step("local", strategy=seed_strategy(cfg), hop_depth=cfg.hop_depth,
-                        min_score=cfg.min_similarity_score) as ev:  # fmt: skip
+        with trace.step("local", strategy=seed_strategy(cfg), hop_depth=cfg.hop_depth, min_score=cfg.min_similarity_score) as ev:
             for text in texts:
                 with trace.step("embed_question"):
                     vector = self.rt.gateway.embed([text], trace=trace, purpose="question")[0]
@@ -145,14 +145,16 @@ class LocalRetriever:
             ev.data["kept"] = [i.id for i in items if i.kind == "chunk"]
         return Context(tuple(items), self.route, "")
 
-    def gather(self, store: GraphStore, index: ChunkIndex, seeds: Seeds, vector: np.ndarray, trace: Trace, *,
-               question: str = "") -> list[Evidence]:  # fmt: skip
+    def gather(
+        self, store: GraphStore, index: ChunkIndex, seeds: Seeds, vector: np.ndarray, trace: Trace, *, question: str = ""
+    ) -> list[Evidence]:
         """Expand the seeds, collect and rank their chunks; the evidence items, chunks first."""
         cfg = self.settings
         with trace.step("expand", seeds=len(seeds.entities), hop_depth=cfg.hop_depth, limit=cfg.max_subgraph_nodes) as ev:
             sub = with_chunks(store, store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes))
-            ev.data.update(entities=len(sub.entities), relationships=len(sub.relationships),
-                           names=[e.name for e in sub.entities][:50])  # fmt: skip
+            ev.data.update(
+                entities=len(sub.entities), relationships=len(sub.relationships), names=[e.name for e in sub.entities][:50]
+            )
         with trace.step("collect_chunks") as ev:
             linked = collect_chunk_ids(sub, seeds.dense)
             carried = {cid for e in sub.entities for cid in e.chunk_ids}
@@ -174,17 +176,32 @@ class LocalRetriever:
             ranked, bridges = follow_entities(store, index, ranked, vector, chunks)
             ev.data["bridges"] = [asdict(link) for link in bridges]
             kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]
-            ev.data["top"] = [{"chunk_id": h.chunk_id, "file": h.file_name, "ppr": round(ppr.get(h.chunk_id, 0.0), 6),
-                               "cosine": round(h.score, 4), "kept": h.chunk_id in kept} for h in top]  # fmt: skip
+            ev.data["top"] = [
+                {
+                    "chunk_id": h.chunk_id,
+                    "file": h.file_name,
+                    "ppr": round(ppr.get(h.chunk_id, 0.0), 6),
+                    "cosine": round(h.score, 4),
+                    "kept": h.chunk_id in kept,
+                }
+                for h in top
+            ]
             ev.data["kept"] = [{"chunk_id": cid, "file": chunks[cid].file_name} for cid in kept]  # after file mentions
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
         items += graph_items(sub, ppr, chunks)
         return items
 
 
-def follow_entities(store: GraphStore, index: ChunkIndex, ranked: list[ChunkHit], vector: np.ndarray,
-                    chunks: dict[str, ChunkHit], *, seeds: int = BRIDGE_SEEDS,
-                    per_seed: int = BRIDGES_PER_SEED) -> tuple[list[ChunkHit], list[Link]]:  # fmt: skip
+def follow_entities(
+    store: GraphStore,
+    index: ChunkIndex,
+    ranked: list[ChunkHit],
+    vector: np.ndarray,
+    chunks: dict[str, ChunkHit],
+    *,
+    seeds: int = BRIDGE_SEEDS,
+    per_seed: int = BRIDGES_PER_SEED,
+) -> tuple[list[ChunkHit], list[Link]]:
     """Entity bridging: an entity named in one of the first chunks brings in the chunk that is about it.
 
     Follow File Mentions generalised from file names to the graph: the second passage of a bridge
@@ -222,8 +239,15 @@ def similar(seeds: Seeds) -> bool:
     return bool(seeds.dense or seeds.sources.get("nodes") or seeds.sources.get("named"))
 
 
-def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.ndarray, named: Iterable[str],
-               cfg: GraphRagTopicSettings, trace: Trace) -> Seeds:  # fmt: skip
+def find_seeds(
+    store: GraphStore,
+    index: ChunkIndex,
+    question: str,
+    vector: np.ndarray,
+    named: Iterable[str],
+    cfg: GraphRagTopicSettings,
+    trace: Trace,
+) -> Seeds:
     """The seed entities of the question by the Seed Strategy, merged by reciprocal rank fusion.
 
     Args:
@@ -252,16 +276,23 @@ def find_seeds(store: GraphStore, index: ChunkIndex, question: str, vector: np.n
         fused = reciprocal_rank_fusion({name: [e.id for e in found] for name, found in lists.items()}, k=DEFAULT_RRF_K)
         entity = {e.id: e for found in lists.values() for e in found} | {e.id: e for e in named_found}
         order = list(dict.fromkeys([e.id for e in named_found] + list(fused)[: cfg.top_k_nodes]))
-        weights = seed_weights([entity[eid] for eid in order], {name: [e.id for e in found] for name, found in lists.items()},
-                               named={e.id for e in named_found})  # fmt: skip
+        weights = seed_weights(
+            [entity[eid] for eid in order],
+            {name: [e.id for e in found] for name, found in lists.items()},
+            named={e.id for e in named_found},
+        )
         sources = {"named": [e.name for e in named_found]} | {name: [e.name for e in found] for name, found in lists.items()}
-        ev.data.update(sources=sources, seeds=[entity[eid].name for eid in order],
-                       dense=[{"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4)} for h in dense[:10]])  # fmt: skip
+        ev.data.update(
+            sources=sources,
+            seeds=[entity[eid].name for eid in order],
+            dense=[{"chunk_id": h.chunk_id, "file": h.file_name, "score": round(h.score, 4)} for h in dense[:10]],
+        )
     return Seeds(tuple(entity[eid] for eid in order), weights, sources, tuple(dense))
 
 
-def seed_weights(seeds: list[Entity], ranked: dict[str, list[str]], *, named: Set[str] = frozenset(),
-                 k: int = WEIGHT_RRF_K) -> dict[str, float]:  # fmt: skip
+def seed_weights(
+    seeds: list[Entity], ranked: dict[str, list[str]], *, named: Set[str] = frozenset(), k: int = WEIGHT_RRF_K
+) -> dict[str, float]:
     """PageRank reset weights of the seeds: a sharp reciprocal rank fusion, divided by how many chunks carry the seed.
 
     The fusion constant is small (``k`` = 1) so the first ranks weigh much more than the tenth
@@ -303,8 +334,11 @@ def entities_of_chunks(store: GraphStore, chunk_ids: list[str]) -> list[Entity]:
     """
     if not chunk_ids or not store.exists():
         return []
-    rows = store.graph.ro_query("UNWIND $ids AS cid MATCH (e:Entity)-[:MENTIONED_IN]->(:Chunk {id: cid}) "
-                                "RETURN cid, e.id, coalesce(e.chunk_count, size(e.chunk_ids))", {"ids": chunk_ids}).result_set  # fmt: skip
+    rows = store.graph.ro_query(
+        "UNWIND $ids AS cid MATCH (e:Entity)-[:MENTIONED_IN]->(:Chunk {id: cid}) "
+        "RETURN cid, e.id, coalesce(e.chunk_count, size(e.chunk_ids))",
+        {"ids": chunk_ids},
+    ).result_set
     rank = {cid: i for i, cid in enumerate(chunk_ids)}
     best: dict[str, tuple[int, int]] = {}
     for cid, eid, size in rows:
@@ -322,8 +356,9 @@ def with_chunks(store: GraphStore, sub: Subgraph, limit: int = MAX_CANDIDATE_CHU
     found = store.chunks_of([e.id for e in sub.entities if e.mentions > len(e.chunk_ids)], limit)
     if not found:
         return sub
-    return replace(sub, entities=tuple(replace(e, chunk_ids=frozenset(found[e.id])) if e.id in found else e
-                                       for e in sub.entities))  # fmt: skip
+    return replace(
+        sub, entities=tuple(replace(e, chunk_ids=frozenset(found[e.id])) if e.id in found else e for e in sub.entities)
+    )
 
 
 def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:
@@ -362,9 +397,15 @@ def _links(sub: Subgraph, chunks: dict[str, ChunkHit]) -> dict[str, list[str]]:
     return links
 
 
-def personalized_pagerank(sub: Subgraph, chunk_links: dict[str, list[str]], seed_weights: dict[str, float],
-                          chunk_cosine: dict[str, float], *, damping: float = PPR_DAMPING,
-                          passage_weight: float = PASSAGE_NODE_WEIGHT) -> dict[str, float]:  # fmt: skip
+def personalized_pagerank(
+    sub: Subgraph,
+    chunk_links: dict[str, list[str]],
+    seed_weights: dict[str, float],
+    chunk_cosine: dict[str, float],
+    *,
+    damping: float = PPR_DAMPING,
+    passage_weight: float = PASSAGE_NODE_WEIGHT,
+) -> dict[str, float]:
     """Personalized PageRank over the subgraph's entities and the chunks linked to them (HippoRAG 2).
 
     Nodes: entities and chunks. Edges (undirected): each relationship, weighted ``log(1 + strength)``
@@ -409,8 +450,9 @@ def personalized_pagerank(sub: Subgraph, chunk_links: dict[str, list[str]], seed
     return dict(zip(names, scores))
 
 
-def more_candidates(store: GraphStore, index: ChunkIndex, question: str, vector: np.ndarray, chunks: dict[str, ChunkHit], *,
-                    keywords: bool) -> dict[str, list[str]]:  # fmt: skip
+def more_candidates(
+    store: GraphStore, index: ChunkIndex, question: str, vector: np.ndarray, chunks: dict[str, ChunkHit], *, keywords: bool
+) -> dict[str, list[str]]:
     """Two more ranked lists of chunks for LOCAL's fusion, found without the subgraph.
 
     * ``named``: the chunks *about* an entity the question names (:meth:`GraphStore.chunks_about_names`
@@ -470,7 +512,9 @@ def graph_chunk_evidence(hit: ChunkHit, *, topic: str = "") -> Evidence:
     return replace(item, provenance=tuple(replace(p, file_name=name, kind="graph_ingestion") for p in item.provenance))
 
 
-def provenance_of(chunk_ids: Iterable[str], chunks: dict[str, ChunkHit], *, limit: int = MAX_ITEM_DOCUMENTS) -> tuple[Provenance, ...]:
+def provenance_of(
+    chunk_ids: Iterable[str], chunks: dict[str, ChunkHit], *, limit: int = MAX_ITEM_DOCUMENTS
+) -> tuple[Provenance, ...]:
     """The documents behind some chunks, grouped by document, best chunk first (only fetched chunks count).
 
     Returns:
@@ -502,8 +546,10 @@ def graph_items(sub: Subgraph, ppr: dict[str, float], chunks: dict[str, ChunkHit
     rels = [r for r in sub.relationships if r.source_id in shown and r.target_id in shown and r.chunk_ids & chunks.keys()]
     rels = sorted(rels, key=lambda r: -(ppr.get(r.source_id, 0.0) + ppr.get(r.target_id, 0.0)))[:MAX_RELATIONSHIP_ITEMS]
     items = [_item("entity", e.id, _entity_text(e), e.chunk_ids, chunks) for e in entities]
-    items += [_item("relationship", f"rel-{r.source_id[4:]}-{r.target_id[4:]}", relationship_text(r, names), r.chunk_ids, chunks)
-              for r in rels]  # fmt: skip
+    items += [
+        _item("relationship", f"rel-{r.source_id[4:]}-{r.target_id[4:]}", relationship_text(r, names), r.chunk_ids, chunks)
+        for r in rels
+    ]
     return items
 
 

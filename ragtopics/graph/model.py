@@ -36,7 +36,9 @@ class ExtractedRelationship(BaseModel):
     source: str = Field(description="Name of the source entity (one of the listed entities).")
     target: str = Field(description="Name of the target entity (one of the listed entities).")
     description: str = Field("", description="How the two are related, in the text's words.")
-    strength: float = Field(1.0, ge=0.0, le=10.0, description="How strongly the text ties them, 0-10 (co-occurrence count for NLP).")
+    strength: float = Field(
+        1.0, ge=0.0, le=10.0, description="How strongly the text ties them, 0-10 (co-occurrence count for NLP)."
+    )
 
 
 class ChunkExtraction(BaseModel):
@@ -122,8 +124,9 @@ class MergeRecord:
     score: float = 1.0
 
 
-def graph_settings(topic: Any, why: str = "only GraphRAG Topics have a graph",
-                   error: type[ConfigurationError] = ConfigurationError) -> GraphRagTopicSettings:  # fmt: skip
+def graph_settings(
+    topic: Any, why: str = "only GraphRAG Topics have a graph", error: type[ConfigurationError] = ConfigurationError
+) -> GraphRagTopicSettings:
     """The settings of a Topic that keeps a graph, typed.
 
     Args:

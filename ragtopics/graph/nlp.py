@@ -194,8 +194,9 @@ def _extract(doc) -> ChunkExtraction:
     extracted = []
     for key, (name, type_, aliases) in entities.items():
         where = [i for i, found in enumerate(per_sentence) if key in found]
-        extracted.append(ExtractedEntity(name=name, type=type_, aliases=aliases,
-                                         description=_describe(doc.text, sentences, where)))  # fmt: skip
+        extracted.append(
+            ExtractedEntity(name=name, type=type_, aliases=aliases, description=_describe(doc.text, sentences, where))
+        )
     return ChunkExtraction(entities=extracted, relationships=_cooccurrences(doc.text, sentences, per_sentence, entities))
 
 
@@ -272,8 +273,11 @@ def _headings(doc, found: list[_Mention], codes: list[tuple[int, int]]) -> list[
         start, end = m.span("name")
         name = _tidy(m.group("name"))
         above_blank = m.start() == 0 or text[max(0, m.start() - 2) : m.start()] == "\n\n" or m.group().lstrip().startswith("#")
-        below_blank = text[m.end() : m.end() + 2] in ("\n\n", "\n", "") if m.group().lstrip().startswith("#") else (
-            text[m.end() : m.end() + 2] == "\n\n" or m.end() == len(text))  # fmt: skip
+        below_blank = (
+            text[m.end() : m.end() + 2] in ("\n\n", "\n", "")
+            if m.group().lstrip().startswith("#")
+            else (text[m.end() : m.end() + 2] == "\n\n" or m.end() == len(text))
+        )
         if not (above_blank and below_blank) or not _ends_like_heading(name) or len(name.split()) > 12:
             continue
         if _overlaps((start, end), codes) or any(f.start == start and f.end == end for f in found):
@@ -307,8 +311,9 @@ def _clean_name(ent) -> str:
     places, organisations and events ("The United States", "The Dallas Cowboys").
     """
     tokens = list(ent)
-    while tokens and (tokens[0].is_punct or tokens[0].text == "the"
-                      or (tokens[0].text == "The" and ent.label_ in _ARTICLE_LABELS)):  # fmt: skip
+    while tokens and (
+        tokens[0].is_punct or tokens[0].text == "the" or (tokens[0].text == "The" and ent.label_ in _ARTICLE_LABELS)
+    ):
         tokens.pop(0)
     while tokens and (tokens[-1].is_punct or tokens[-1].tag_ == "POS"):
         tokens.pop()
@@ -371,12 +376,12 @@ def _drop_name_parts(entities: dict[str, tuple[str, str, list[str]]], *, keep: s
     """Without one-word concepts that are a word of another entity's name ("Dice" beside "Demon Dice"),
     except the keys in ``keep`` (headings)."""
     words = {w for name, _, _ in entities.values() if " " in name for w in name.split()}
-    return {k: v for k, v in entities.items()
-            if k in keep or not (v[1] == "CONCEPT" and " " not in v[0] and v[0] in words)}  # fmt: skip
+    return {k: v for k, v in entities.items() if k in keep or not (v[1] == "CONCEPT" and " " not in v[0] and v[0] in words)}
 
 
-def _entities_per_sentence(text: str, sentences: list[tuple[int, int]], entities: dict,
-                           mentions: list[_Mention]) -> list[set[str]]:  # fmt: skip
+def _entities_per_sentence(
+    text: str, sentences: list[tuple[int, int]], entities: dict, mentions: list[_Mention]
+) -> list[set[str]]:
     """The entity keys each sentence mentions: by detected span, or by a name or alias occurring again."""
     found: list[set[str]] = [set() for _ in sentences]
     for m in mentions:
@@ -408,8 +413,9 @@ def _bound(text: str) -> str:
     return cut + "…"
 
 
-def _cooccurrences(text: str, sentences: list[tuple[int, int]], per_sentence: list[set[str]],
-                   entities: dict) -> list[ExtractedRelationship]:  # fmt: skip
+def _cooccurrences(
+    text: str, sentences: list[tuple[int, int]], per_sentence: list[set[str]], entities: dict
+) -> list[ExtractedRelationship]:
     """One relationship per pair of entities sharing a sentence, in order of first appearance."""
     order = {key: n for n, key in enumerate(entities)}
     counts: Counter[tuple[str, str]] = Counter()
@@ -422,7 +428,11 @@ def _cooccurrences(text: str, sentences: list[tuple[int, int]], per_sentence: li
                 counts[pair] += 1
                 first.setdefault(pair, i)
     return [
-        ExtractedRelationship(source=entities[s][0], target=entities[t][0], strength=float(min(n, STRENGTH_CAP)),
-                              description=_describe(text, sentences, [first[(s, t)]]))
+        ExtractedRelationship(
+            source=entities[s][0],
+            target=entities[t][0],
+            strength=float(min(n, STRENGTH_CAP)),
+            description=_describe(text, sentences, [first[(s, t)]]),
+        )
         for (s, t), n in counts.items()
     ]

@@ -36,7 +36,7 @@ from ragtopics.graph.local import (
     LocalRetriever,
     fetch_chunks,
     graph_chunk_evidence,
-    provenance_of,  # fmt: skip
+    provenance_of,
     short_description,
     with_chunks,
 )
@@ -62,7 +62,55 @@ FUZZY_POOL = 20
 #: Longest run of words tried as a name.
 MAX_NAME_WORDS = 8
 #: Words that start a question (capitalised there) or ask for a connection: never a name of their own.
-QUESTION_WORDS = frozenset(["how", "what", "who", "whom", "whose", "which", "where", "when", "why", "is", "are", "was", "were", "do", "does", "did", "can", "could", "in", "on", "of", "the", "a", "an", "and", "or", "between", "compare", "tell", "explain", "name", "related", "relate", "relates", "relation", "relationship", "connected", "connect", "connects", "connection", "link", "linked", "links", "tie", "tied"])  # fmt: skip
+QUESTION_WORDS = frozenset(
+    [
+        "how",
+        "what",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "where",
+        "when",
+        "why",
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "in",
+        "on",
+        "of",
+        "the",
+        "a",
+        "an",
+        "and",
+        "or",
+        "between",
+        "compare",
+        "tell",
+        "explain",
+        "name",
+        "related",
+        "relate",
+        "relates",
+        "relation",
+        "relationship",
+        "connected",
+        "connect",
+        "connects",
+        "connection",
+        "link",
+        "linked",
+        "links",
+        "tie",
+        "tied",
+    ]
+)
 _JOINERS = frozenset(["of", "the", "de", "del", "der", "des", "di", "du", "la", "le", "van", "von", "da", "y", "&", "and"])
 _TOKEN = re.compile(r"[^\W_][\w'’.&-]*[\w]|[^\W_]", re.UNICODE)
 _QUOTED = re.compile(r"[\"“”‘’']([^\"“”‘’']{2,80})[\"“”‘’']")
@@ -112,8 +160,9 @@ class PathRetriever:
         with trace.step("path", max_hops=cfg.path_max_hops) as ev:
             vector = self.rt.gateway.embed([query.question], trace=trace, purpose="question")[0]
             found = resolve_entities(store, self.rt, query, vector, trace)
-            ev.data["entities"] = [{"entity": r.entity.name, "name": r.name, "how": r.how, "score": round(r.score, 4)}
-                                   for r in found]  # fmt: skip
+            ev.data["entities"] = [
+                {"entity": r.entity.name, "name": r.name, "how": r.how, "score": round(r.score, 4)} for r in found
+            ]
             if len(found) < 2:
                 why = f"PATH found one entity ({found[0].entity.name})" if found else "PATH found no entity in the question"
                 ev.data["fallback"] = why
@@ -214,8 +263,12 @@ def _trim(run: list[str]) -> list[str]:
 
 def _parts(run: list[str]) -> list[list[str]]:
     """Every contiguous part of a run, longest first (left to right among equal lengths), not ending on a joiner."""
-    return [run[i : i + n] for n in range(len(run), 0, -1) for i in range(len(run) - n + 1)
-            if run[i + n - 1].lower() not in _JOINERS and run[i].lower() not in _JOINERS]  # fmt: skip
+    return [
+        run[i : i + n]
+        for n in range(len(run), 0, -1)
+        for i in range(len(run) - n + 1)
+        if run[i + n - 1].lower() not in _JOINERS and run[i].lower() not in _JOINERS
+    ]
 
 
 def resolve_entities(store: GraphStore, rt: Runtime, query: RetrievalQuery, vector: np.ndarray, trace: Trace) -> list[Resolved]:

@@ -68,8 +68,14 @@ def uses_model(rt: Runtime) -> bool:
     return endpoint.supports_images and not endpoint.is_bundled
 
 
-def link_images(rt: Runtime, entities: list[Entity], chunk_pictures: dict[str, list[str]], pictures: dict[str, tuple],
-                trace: Trace, template: PromptTemplate = PICTURE_ENTITIES) -> list[GraphImage]:  # fmt: skip
+def link_images(
+    rt: Runtime,
+    entities: list[Entity],
+    chunk_pictures: dict[str, list[str]],
+    pictures: dict[str, tuple],
+    trace: Trace,
+    template: PromptTemplate = PICTURE_ENTITIES,
+) -> list[GraphImage]:
     """Decide which entities each picture shows.
 
     Args:
@@ -114,13 +120,23 @@ def _by_names(candidates: list[Entity], text: str) -> list[Entity]:
     return [e for e in candidates if any(len(k) >= 3 and k in haystack for k in map(normalize_name, (e.name, *e.aliases)))]
 
 
-def _by_model(rt: Runtime, candidates: list[Entity], caption: str, description: str, png: bytes, trace: Trace,
-              template: PromptTemplate) -> list[Entity]:  # fmt: skip
-    prompt = template.render(caption=caption or "(none)", description=description or "(none)",
-                             entities="\n".join(f"- {e.name} ({e.type})" for e in candidates))  # fmt: skip
+def _by_model(
+    rt: Runtime, candidates: list[Entity], caption: str, description: str, png: bytes, trace: Trace, template: PromptTemplate
+) -> list[Entity]:
+    prompt = template.render(
+        caption=caption or "(none)",
+        description=description or "(none)",
+        entities="\n".join(f"- {e.name} ({e.type})" for e in candidates),
+    )
     url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     content = [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": url}}]
-    reply = rt.gateway.structured("image_describer", [{"role": "user", "content": content}], PictureEntities,
-                                  prompt_name=template.name, trace=trace, max_tokens=200)  # fmt: skip
+    reply = rt.gateway.structured(
+        "image_describer",
+        [{"role": "user", "content": content}],
+        PictureEntities,
+        prompt_name=template.name,
+        trace=trace,
+        max_tokens=200,
+    )
     wanted = {normalize_name(n) for n in reply.names}
     return [e for e in candidates if normalize_name(e.name) in wanted or wanted & {normalize_name(a) for a in e.aliases}]

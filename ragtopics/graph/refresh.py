@@ -79,10 +79,14 @@ def enqueue_rebuild(rt: Runtime, topic, *, reason: str = "recompute now") -> str
     if current and _status(rt, current) in ("queued", "started", "deferred"):
         return current
     job = queue_for(rt).enqueue_call(
-        "ragtopics.worker.jobs.rebuild_communities", args=(topic.id,), kwargs={"reason": reason},
-        description=f"communities of {topic.name}", result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600,
+        "ragtopics.worker.jobs.rebuild_communities",
+        args=(topic.id,),
+        kwargs={"reason": reason},
+        description=f"communities of {topic.name}",
+        result_ttl=7 * 24 * 3600,
+        failure_ttl=7 * 24 * 3600,
         meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic.id},
-    )  # fmt: skip
+    )
     rt.redis.set(_job_key(topic.id), job.id, ex=7 * 24 * 3600)
     return job.id
 
@@ -103,11 +107,15 @@ def schedule_refresh(rt: Runtime, topic) -> str | None:
         rt.redis.delete(_next_key(topic.id))
         return None
     job = queue_for(rt).enqueue_in(
-        timedelta(seconds=interval), "ragtopics.worker.jobs.rebuild_communities", args=(topic.id,),
-        kwargs={"reason": REFRESH_CYCLE}, description=f"communities of {topic.name} (refresh cycle {topic.settings.refresh_cycle})",
-        result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600,
+        timedelta(seconds=interval),
+        "ragtopics.worker.jobs.rebuild_communities",
+        args=(topic.id,),
+        kwargs={"reason": REFRESH_CYCLE},
+        description=f"communities of {topic.name} (refresh cycle {topic.settings.refresh_cycle})",
+        result_ttl=7 * 24 * 3600,
+        failure_ttl=7 * 24 * 3600,
         meta={"phase": "scheduled", "done": 0, "total": 0, "topic_id": topic.id},
-    )  # fmt: skip
+    )
     rt.redis.set(_next_key(topic.id), job.id)
     log.info("next community rebuild of Topic %s in %s", topic.name, topic.settings.refresh_cycle)
     return job.id
@@ -185,8 +193,12 @@ def break_dead_lock(rt: Runtime, topic_id: str) -> bool:
     except PermissionError:
         return False
     # Compare and delete in one step: only the dead holder's lock goes, never one taken meanwhile.
-    released = rt.redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
-                             1, lock_key(topic_id), held)  # fmt: skip
+    released = rt.redis.eval(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+        1,
+        lock_key(topic_id),
+        held,
+    )
     if released:
         log.warning("released the community rebuild lock of Topic %s: its holder (pid %s) no longer runs", topic_id, pid)
     return bool(released)
@@ -203,11 +215,25 @@ def _locked_rebuild(rt: Runtime, topic, reason: str, progress) -> dict:
         index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims, embedding_model=rt.gateway.embedder.model)
         trace = Trace("communities", topic.name, topic.settings.role_models)
         try:
-            result = rebuild(topic.id, store, index, rt.gateway, resolution=topic.settings.resolution, progress=progress,
-                             trace=trace, template=resolve_prompts(rt, topic.id)["community_report"])  # fmt: skip
+            result = rebuild(
+                topic.id,
+                store,
+                index,
+                rt.gateway,
+                resolution=topic.settings.resolution,
+                progress=progress,
+                trace=trace,
+                template=resolve_prompts(rt, topic.id)["community_report"],
+            )
         finally:
-            record_trace(rt, trace, kind="communities", owner=f"communities:{topic.id}", subject=f"{topic.name} ({reason})",
-                         topic_id=topic.id)  # fmt: skip
+            record_trace(
+                rt,
+                trace,
+                kind="communities",
+                owner=f"communities:{topic.id}",
+                subject=f"{topic.name} ({reason})",
+                topic_id=topic.id,
+            )
             record_rebuild(rt, topic.id, trace)  # reports per chunk stored since the last rebuild, for the cost estimate
         if due_marker(rt, topic.id) == due_before:  # no upload or delete while it ran
             clear_recompute_due(rt, topic.id)

@@ -25,9 +25,14 @@ def graph_stats(rt: Runtime, topic) -> dict[str, Any]:
     graph_settings(topic)
     store = graph_store(rt, topic)
     counts = store.stats() if store.exists() else {"entities": 0, "relationships": 0, "chunks": 0, "documents": 0}
-    out: dict[str, Any] = {"topic": topic.name, "chunks": rt.chunk_index(topic.id).count(),
-                           "entities": counts.get("entities", 0), "relationships": counts.get("relationships", 0),
-                           "graph_chunks": counts.get("chunks", 0), "documents": counts.get("documents", 0)}  # fmt: skip
+    out: dict[str, Any] = {
+        "topic": topic.name,
+        "chunks": rt.chunk_index(topic.id).count(),
+        "entities": counts.get("entities", 0),
+        "relationships": counts.get("relationships", 0),
+        "graph_chunks": counts.get("chunks", 0),
+        "documents": counts.get("documents", 0),
+    }
     out.update(community_stats(rt, topic))
     out["recompute_due"] = recompute_due(rt, topic.id)
     return out
@@ -57,23 +62,38 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
     store = graph_store(rt, topic)
     entity = store.entity_by_name(name) if store.exists() else None
     if entity is None:
-        raise NotFoundError(f"Topic {topic.name!r} has no entity called {name!r} (names and aliases are compared "
-                            "ignoring case, spaces and punctuation)")  # fmt: skip
+        raise NotFoundError(
+            f"Topic {topic.name!r} has no entity called {name!r} (names and aliases are compared "
+            "ignoring case, spaces and punctuation)"
+        )
     around = store.neighbours([entity.id], hops=1, limit=200)
     names = {e.id: e.name for e in around.entities}
     relationships: list[dict[str, Any]] = [
-        {"source": names.get(r.source_id, r.source_id), "target": names.get(r.target_id, r.target_id),
-         "description": r.description, "strength": round(r.strength, 3), "chunks": len(r.chunk_ids)}
-        for r in around.relationships if entity.id in (r.source_id, r.target_id)
-    ]  # fmt: skip
+        {
+            "source": names.get(r.source_id, r.source_id),
+            "target": names.get(r.target_id, r.target_id),
+            "description": r.description,
+            "strength": round(r.strength, 3),
+            "chunks": len(r.chunk_ids),
+        }
+        for r in around.relationships
+        if entity.id in (r.source_id, r.target_id)
+    ]
     relationships.sort(key=lambda r: -r["strength"])
-    return {"id": entity.id, "name": entity.name, "type": entity.type, "description": entity.description,
-            "aliases": list(entity.aliases), "chunk_ids": sorted(store.chunk_ids_for([entity.id]).get(entity.id, ())), "relationships": relationships,
-            "communities": _communities_of(rt, topic, entity.id), "history": history_of(rt, topic.id, entity)}  # fmt: skip
+    return {
+        "id": entity.id,
+        "name": entity.name,
+        "type": entity.type,
+        "description": entity.description,
+        "aliases": list(entity.aliases),
+        "chunk_ids": sorted(store.chunk_ids_for([entity.id]).get(entity.id, ())),
+        "relationships": relationships,
+        "communities": _communities_of(rt, topic, entity.id),
+        "history": history_of(rt, topic.id, entity),
+    }
 
 
 def _communities_of(rt: Runtime, topic, entity_id: str) -> list[dict[str, Any]]:
     """The communities (id, title) that hold an entity, from the summaries index."""
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
-    return [{"id": hit.community_id, "title": hit.title, "size": len(hit.entity_ids)}
-            for hit in index.communities_of(entity_id)]
+    return [{"id": hit.community_id, "title": hit.title, "size": len(hit.entity_ids)} for hit in index.communities_of(entity_id)]

@@ -157,8 +157,13 @@ class GraphShare:
     vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
-def read_share(store: GraphStore, document_id: str, chunk_ids: Iterable[str], entity_ids: Iterable[str] = (),
-               pairs: Iterable[tuple[str, str]] = ()) -> GraphShare:  # fmt: skip
+def read_share(
+    store: GraphStore,
+    document_id: str,
+    chunk_ids: Iterable[str],
+    entity_ids: Iterable[str] = (),
+    pairs: Iterable[tuple[str, str]] = (),
+) -> GraphShare:
     """Read what writing a new version of a document may change (read-only queries; nothing is written).
 
     Args:
@@ -219,13 +224,18 @@ def restore_share(store: GraphStore, share: GraphShare) -> None:
     if share.chunks:
         query(_PUT_CHUNKS, {"d": share.document_id, "rows": [{"props": props} for props in share.chunks]})
     query(_PUT_MENTIONS, {"rows": [{"entity": e, "chunk": c, "props": props} for e, c, props in share.mentions]})
-    query(_PUT_RELATED, {"rows": [{"source": a, "target": b, "props": props}
-                                  for (a, b), props in share.relationships.items()]})  # fmt: skip
+    query(_PUT_RELATED, {"rows": [{"source": a, "target": b, "props": props} for (a, b), props in share.relationships.items()]})
     query(_PUT_IMAGES, {"rows": [{"chunk": cid, "props": props} for cid, props in share.images]})
     query(_PUT_SHOWS, {"rows": [{"image": i, "entity": e} for i, e in share.shows]})
     _restore_vectors(store, share, scope)
-    log.info("graph %s: the share of %s was restored (%d chunks, %d entities, %d relationships)", store.name,
-             share.document_id, len(share.chunks), len(share.entities), len(share.relationships))  # fmt: skip
+    log.info(
+        "graph %s: the share of %s was restored (%d chunks, %d entities, %d relationships)",
+        store.name,
+        share.document_id,
+        len(share.chunks),
+        len(share.entities),
+        len(share.relationships),
+    )
 
 
 def _restore_vectors(store: GraphStore, share: GraphShare, scope: list[str]) -> None:
@@ -246,8 +256,9 @@ def _touched(store: GraphStore, chunk_ids: list[str]) -> set[str]:
     return {row[0] for row in store.read(_MENTIONED, {"ids": chunk_ids})}
 
 
-def _relationships(store: GraphStore, entity_ids: list[str], chunk_ids: list[str],
-                   pairs: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:  # fmt: skip
+def _relationships(
+    store: GraphStore, entity_ids: list[str], chunk_ids: list[str], pairs: list[tuple[str, str]]
+) -> dict[tuple[str, str], dict]:
     """``(source id, target id)`` → properties of the relationships of these entities that name one of these
     chunks, and of the relationships between these pairs."""
     found: dict[tuple[str, str], dict] = {}

@@ -76,8 +76,15 @@ MAX_DESCRIPTION_CHARS = 1000
 #: Server-side limit for a path or neighbourhood query.
 QUERY_TIMEOUT_MS = 10_000
 _PAGE = 1000
-_INDEXES = [("Entity", "id"), ("Entity", "name"), ("Entity", "name_key"), ("Entity", "alias_keys"), ("Entity", "block_keys"),
-            ("Chunk", "id"), ("Document", "id")]  # fmt: skip
+_INDEXES = [
+    ("Entity", "id"),
+    ("Entity", "name"),
+    ("Entity", "name_key"),
+    ("Entity", "alias_keys"),
+    ("Entity", "block_keys"),
+    ("Chunk", "id"),
+    ("Document", "id"),
+]
 #: Most chunk ids an entity node keeps (its first mentions; the ``MENTIONED_IN`` edges hold them all).
 ENTITY_CHUNK_SAMPLE = 16
 # A graph written before chunk_count existed has every chunk id on the node: the count is its size there.
@@ -495,9 +502,15 @@ class GraphStore:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def upsert(self, document_id: str, file_name: str, chunks: list[tuple[str, int]],
-               entities: list[Entity], relationships: list[Relationship],
-               subjects: Iterable[tuple[str, str]] = ()) -> None:  # fmt: skip
+    def upsert(
+        self,
+        document_id: str,
+        file_name: str,
+        chunks: list[tuple[str, int]],
+        entities: list[Entity],
+        relationships: list[Relationship],
+        subjects: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Merge one document's chunks, entities and relationships into the graph, in one query.
 
         Merging is by id and idempotent: writing the same chunk twice changes nothing.
@@ -536,9 +549,11 @@ class GraphStore:
         )
         said = {eid: row.pop("said") for eid, row in merged.items()}
         about = set(subjects)
-        mentions = [{"entity": e["id"], "chunk": cid, **said.get(e["id"], {}).get(cid, _SAID_NOTHING),
-                     "subject": (e["id"], cid) in about}
-                    for e in [*merged.values(), *endpoints] for cid in e["chunk_ids"]]  # fmt: skip
+        mentions = [
+            {"entity": e["id"], "chunk": cid, **said.get(e["id"], {}).get(cid, _SAID_NOTHING), "subject": (e["id"], cid) in about}
+            for e in [*merged.values(), *endpoints]
+            for cid in e["chunk_ids"]
+        ]
         self.ensure()
         touched = [*merged, *(e["id"] for e in endpoints)]
         before = self._entity_texts(touched)
@@ -549,22 +564,39 @@ class GraphStore:
         stored_relationships = self._relationship_texts(list(rels))
         for pair, row in rels.items():
             row["description"] = _relationship_description(row, stored_relationships.get(pair))
-        self.graph.query(_UPSERT, {
-            "document_id": document_id, "file_name": file_name, "chunks": chunk_rows,
-            "entities": list(merged.values()), "endpoints": endpoints, "mentions": mentions,
-            "relationships": list(rels.values()), "now": time.time_ns(),
-            "sample": ENTITY_CHUNK_SAMPLE,
-        })  # fmt: skip
+        self.graph.query(
+            _UPSERT,
+            {
+                "document_id": document_id,
+                "file_name": file_name,
+                "chunks": chunk_rows,
+                "entities": list(merged.values()),
+                "endpoints": endpoints,
+                "mentions": mentions,
+                "relationships": list(rels.values()),
+                "now": time.time_ns(),
+                "sample": ENTITY_CHUNK_SAMPLE,
+            },
+        )
         positions = {c["id"]: c["position"] for c in chunk_rows}
         rows, whole = _appended_texts(touched, merged, before, said_before, mentions, positions)
         self.rebuild_entities(whole, also=rows)
-        log.debug("graph %s: upserted %s (%d chunks, %d entities, %d relationships)",
-                  self.name, document_id, len(chunk_rows), len(merged), len(rels))  # fmt: skip
+        log.debug(
+            "graph %s: upserted %s (%d chunks, %d entities, %d relationships)",
+            self.name,
+            document_id,
+            len(chunk_rows),
+            len(merged),
+            len(rels),
+        )
 
     def _entity_texts(self, entity_ids: list[str]) -> dict[str, tuple]:
         """entity id → ``(tracked, name, name_key, description, aliases, alias_keys)`` of the stored ones (one query)."""
-        rows = self._read("UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
-                          "RETURN e.id, e.tracked, e.name, e.name_key, e.description, e.aliases, e.alias_keys", {"ids": entity_ids})  # fmt: skip
+        rows = self._read(
+            "UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
+            "RETURN e.id, e.tracked, e.name, e.name_key, e.description, e.aliases, e.alias_keys",
+            {"ids": entity_ids},
+        )
         return {row[0]: tuple(row[1:]) for row in rows}
 
     def _relationship_texts(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
@@ -576,12 +608,19 @@ class GraphStore:
     def _rebuild_relationships(self, pairs: list[tuple[str, str]]) -> None:
         """Rebuild the descriptions of the stored relationships among ``pairs`` that keep their chunks' sentences,
         from those sentences in chunk order (one read, one write)."""
-        rows = [{"source": a, "target": b, "description": text}
-                for (a, b), (description, _, per_chunk) in self._relationship_texts(pairs).items() if per_chunk is not None
-                for text in [merged_sentences(s for said in per_chunk for s in (said or ()))] if text != description]  # fmt: skip
+        rows = [
+            {"source": a, "target": b, "description": text}
+            for (a, b), (description, _, per_chunk) in self._relationship_texts(pairs).items()
+            if per_chunk is not None
+            for text in [merged_sentences(s for said in per_chunk for s in (said or ()))]
+            if text != description
+        ]
         if rows:
-            self.graph.query("UNWIND $rows AS x MATCH (:Entity {id: x.source})-[r:RELATED]->(:Entity {id: x.target}) "
-                             "SET r.description = x.description", {"rows": rows})  # fmt: skip
+            self.graph.query(
+                "UNWIND $rows AS x MATCH (:Entity {id: x.source})-[r:RELATED]->(:Entity {id: x.target}) "
+                "SET r.description = x.description",
+                {"rows": rows},
+            )
 
     def _said(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
         """``(entity id, chunk id)`` → ``(sentences, names, keys)`` of the stored mentions among ``pairs`` (one query)."""
@@ -589,9 +628,12 @@ class GraphStore:
             return {}
         # Both ends by their index, then the edge between them (Expand Into): a pattern from the entity would walk
         # every mention of a hub for each pair.
-        rows = self._read("UNWIND $pairs AS p MATCH (e:Entity {id: p[0]}), (c:Chunk {id: p[1]}) "
-                          "OPTIONAL MATCH (e)-[n:MENTIONED_IN]->(c) WITH p, n WHERE n IS NOT NULL "
-                          "RETURN p[0], p[1], n.sentences, n.names, n.keys", {"pairs": [list(p) for p in sorted(pairs)]})  # fmt: skip
+        rows = self._read(
+            "UNWIND $pairs AS p MATCH (e:Entity {id: p[0]}), (c:Chunk {id: p[1]}) "
+            "OPTIONAL MATCH (e)-[n:MENTIONED_IN]->(c) WITH p, n WHERE n IS NOT NULL "
+            "RETURN p[0], p[1], n.sentences, n.names, n.keys",
+            {"pairs": [list(p) for p in sorted(pairs)]},
+        )
         return {(eid, cid): (list(s or []), list(n or []), list(k or [])) for eid, cid, s, n, k in rows}
 
     def rebuild_entities(self, entity_ids: Iterable[str], *, also: list[dict] | None = None) -> list[str]:
@@ -624,12 +666,16 @@ class GraphStore:
             if description != (old or ""):
                 changed.append(eid)
         if rows:
-            self.graph.query("UNWIND $rows AS x MATCH (e:Entity {id: x.id}) "
-                             "SET e.description = x.description, e.aliases = x.aliases, e.alias_keys = x.keys", {"rows": rows})  # fmt: skip
+            self.graph.query(
+                "UNWIND $rows AS x MATCH (e:Entity {id: x.id}) "
+                "SET e.description = x.description, e.aliases = x.aliases, e.alias_keys = x.keys",
+                {"rows": rows},
+            )
         return changed
 
-    def _check_references(self, new_chunks: set[str], cited_chunks: set[str], new_entities: set[str],
-                          cited_entities: set[str]) -> None:  # fmt: skip
+    def _check_references(
+        self, new_chunks: set[str], cited_chunks: set[str], new_entities: set[str], cited_entities: set[str]
+    ) -> None:
         """Raise ValueError naming chunk or entity ids that are cited but neither new nor stored."""
         chunks = sorted(cited_chunks - new_chunks)
         ents = sorted(cited_entities - new_entities)
@@ -668,17 +714,31 @@ class GraphStore:
             return RemovalReport()
         self.ensure()
         row = self.graph.query(_REMOVE, {"ids": ids, "sample": ENTITY_CHUNK_SAMPLE}).result_set[0]
-        (ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched,
-         rel_pairs) = row  # fmt: skip
+        (
+            ents_removed,
+            ents_kept,
+            rels_removed,
+            rels_kept,
+            chunks_removed,
+            docs_removed,
+            images_removed,
+            gone_ids,
+            touched,
+            rel_pairs,
+        ) = row
         self.vectors.delete(gone_ids or [])
         self._rebuild_relationships([(a, b) for a, b in rel_pairs or []])
         rebuilt = self.rebuild_entities(touched or [])
         report = RemovalReport(
-            entities_removed=int(ents_removed), entities_kept=int(ents_kept),
-            relationships_removed=int(rels_removed), relationships_kept=int(rels_kept),
-            chunks_removed=int(chunks_removed), documents_removed=int(docs_removed),
-            images_removed=int(images_removed), rebuilt=tuple(sorted(rebuilt)),
-        )  # fmt: skip
+            entities_removed=int(ents_removed),
+            entities_kept=int(ents_kept),
+            relationships_removed=int(rels_removed),
+            relationships_kept=int(rels_kept),
+            chunks_removed=int(chunks_removed),
+            documents_removed=int(docs_removed),
+            images_removed=int(images_removed),
+            rebuilt=tuple(sorted(rebuilt)),
+        )
         log.info("graph %s: removed %d chunks: %s", self.name, len(ids), report)
         return report
 
@@ -707,16 +767,27 @@ class GraphStore:
         """
         if not images:
             return 0
-        rows = [{"id": i.picture_id, "chunk_id": i.chunk_id, "caption": i.caption, "description": i.description,
-                 "method": i.method, "entity_ids": list(i.entity_ids)} for i in images]  # fmt: skip
+        rows = [
+            {
+                "id": i.picture_id,
+                "chunk_id": i.chunk_id,
+                "caption": i.caption,
+                "description": i.description,
+                "method": i.method,
+                "entity_ids": list(i.entity_ids),
+            }
+            for i in images
+        ]
         self.ensure()
         result = self.graph.query(_IMAGES, {"images": rows}).result_set
         return int(result[0][0]) if result else 0
 
     def images_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity id → ids of the pictures that show it (for answers that may show pictures)."""
-        rows = self._read("UNWIND $ids AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN e.id, collect(i.id)",
-                          {"ids": list(dict.fromkeys(entity_ids))})  # fmt: skip
+        rows = self._read(
+            "UNWIND $ids AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN e.id, collect(i.id)",
+            {"ids": list(dict.fromkeys(entity_ids))},
+        )
         return {row[0]: list(row[1]) for row in rows}
 
     def set_embeddings(self, entity_ids: list[str], vectors: np.ndarray) -> int:
@@ -797,9 +868,12 @@ class GraphStore:
         if not ids or (limit is not None and limit <= 0):
             return {}
         bound = "" if limit is None else "WITH c LIMIT $limit "
-        rows = self._read("UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
-                          f"CALL {{ WITH e MATCH (e)-[:MENTIONED_IN]->(c:Chunk) {bound}RETURN collect(c.id) AS cids }} "
-                          "RETURN e.id, cids", {"ids": ids, "limit": limit or 0})  # fmt: skip
+        rows = self._read(
+            "UNWIND $ids AS eid MATCH (e:Entity {id: eid}) "
+            f"CALL {{ WITH e MATCH (e)-[:MENTIONED_IN]->(c:Chunk) {bound}RETURN collect(c.id) AS cids }} "
+            "RETURN e.id, cids",
+            {"ids": ids, "limit": limit or 0},
+        )
         return {eid: list(cids) for eid, cids in rows if cids}
 
     def neighbours(self, entity_ids: Iterable[str], hops: int, limit: int) -> Subgraph:
@@ -880,7 +954,9 @@ class GraphStore:
         rows = self._read(_STEPS, {"pairs": [[x, y] for x, y in itertools.pairwise(ids)]}, timeout_ms=QUERY_TIMEOUT_MS)
         best: dict[int, list] = {}
         for i, *rel in rows:
-            if rel[0] is not None and (i not in best or (rel[3] or 0.0, rel[0], rel[1]) > (best[i][3] or 0.0, best[i][0], best[i][1])):
+            if rel[0] is not None and (
+                i not in best or (rel[3] or 0.0, rel[0], rel[1]) > (best[i][3] or 0.0, best[i][0], best[i][1])
+            ):
                 best[i] = rel
         entities = self.entities(ids)
         if len(entities) != len(ids) or len(best) != len(ids) - 1:
@@ -940,8 +1016,11 @@ class GraphStore:
         """
         self.ensure()
         rows = self._read("CALL db.indexes() YIELD label, properties, types RETURN label, properties, types")
-        if any(label == "Entity" and "description" in props and any("FULLTEXT" in str(t) for t in types.values())
-               for label, props, types in rows if isinstance(types, dict)):  # fmt: skip
+        if any(
+            label == "Entity" and "description" in props and any("FULLTEXT" in str(t) for t in types.values())
+            for label, props, types in rows
+            if isinstance(types, dict)
+        ):
             return
         try:
             self.graph.query("CALL db.idx.fulltext.createNodeIndex('Entity', 'name', 'description')")
@@ -963,9 +1042,11 @@ class GraphStore:
             return []
         query = "|".join(words)
         try:
-            rows = self._read("CALL db.idx.fulltext.queryNodes('Entity', $q) YIELD node, score "
-                              f"WITH node AS e, score RETURN {_ENTITY}, score ORDER BY score DESC LIMIT $k",
-                              {"q": query, "k": k})  # fmt: skip
+            rows = self._read(
+                "CALL db.idx.fulltext.queryNodes('Entity', $q) YIELD node, score "
+                f"WITH node AS e, score RETURN {_ENTITY}, score ORDER BY score DESC LIMIT $k",
+                {"q": query, "k": k},
+            )
         except ResponseError as exc:
             if "index" in str(exc).lower():
                 return []
@@ -980,11 +1061,13 @@ class GraphStore:
     def stats(self) -> dict[str, int]:
         """Counts: ``{"entities", "relationships", "chunks", "documents", "images"}`` (all 0 without a graph)."""
         counts = {}
-        for key, query in [("entities", "MATCH (n:Entity) RETURN count(n)"),
-                           ("relationships", "MATCH ()-[r:RELATED]->() RETURN count(r)"),
-                           ("chunks", "MATCH (n:Chunk) RETURN count(n)"),
-                           ("documents", "MATCH (n:Document) RETURN count(n)"),
-                           ("images", "MATCH (n:Image) RETURN count(n)")]:  # fmt: skip
+        for key, query in [
+            ("entities", "MATCH (n:Entity) RETURN count(n)"),
+            ("relationships", "MATCH ()-[r:RELATED]->() RETURN count(r)"),
+            ("chunks", "MATCH (n:Chunk) RETURN count(n)"),
+            ("documents", "MATCH (n:Document) RETURN count(n)"),
+            ("images", "MATCH (n:Image) RETURN count(n)"),
+        ]:
             rows = self._read(query)
             counts[key] = int(rows[0][0]) if rows else 0
         return counts
@@ -1016,10 +1099,15 @@ class GraphStore:
         params = {"old": sorted(set(leaving))}
         # Some chunk outside $old mentions it: more mentions than those from $old, counted from the chunks (the
         # Chunk.id index), so the cost follows the chunks leaving, not the entity's provenance.
-        staying = "" if not params["old"] else (
-            " CALL { WITH e UNWIND $old AS o MATCH (c:Chunk {id: o}) OPTIONAL MATCH (c)<-[n:MENTIONED_IN]-(e)"
-            " RETURN count(n) AS leaving }"
-            f" WITH k, e, leaving WHERE {_COUNT} > leaving")  # fmt: skip
+        staying = (
+            ""
+            if not params["old"]
+            else (
+                " CALL { WITH e UNWIND $old AS o MATCH (c:Chunk {id: o}) OPTIONAL MATCH (c)<-[n:MENTIONED_IN]-(e)"
+                " RETURN count(n) AS leaving }"
+                f" WITH k, e, leaving WHERE {_COUNT} > leaving"
+            )
+        )
 
         def ids(match: str, values: list) -> set[str]:
             if not values:
@@ -1032,8 +1120,9 @@ class GraphStore:
         found |= ids("(e:Entity) WHERE k IN e.alias_keys", keys.alias_keys)
         common: set[str] = set()
         if keys.words:
-            counts = self._read(f"UNWIND $keys AS k MATCH {by_block}{staying} RETURN k, count(e)",
-                                {**params, "keys": list(keys.words)})  # fmt: skip
+            counts = self._read(
+                f"UNWIND $keys AS k MATCH {by_block}{staying} RETURN k, count(e)", {**params, "keys": list(keys.words)}
+            )
             common = {keys.words[k] for k, n in counts if n > MAX_WORD_BLOCK}
             found |= ids(by_block, [k for k, n in counts if n <= MAX_WORD_BLOCK])
         partners = self.entities(sorted(found))
@@ -1059,8 +1148,10 @@ class GraphStore:
             if not rows:
                 return filled
             keys = block_keys([name or "" for _, name in rows])
-            self.graph.query("UNWIND $rows AS r MATCH (e:Entity {id: r.id}) SET e.block_keys = r.keys",
-                             {"rows": [{"id": eid, "keys": k} for (eid, _), k in zip(rows, keys)]})  # fmt: skip
+            self.graph.query(
+                "UNWIND $rows AS r MATCH (e:Entity {id: r.id}) SET e.block_keys = r.keys",
+                {"rows": [{"id": eid, "keys": k} for (eid, _), k in zip(rows, keys)]},
+            )
             filled += len(rows)
             log.info("graph %s: block keys stored for %d entities written without them", self.name, filled)
 
@@ -1068,8 +1159,9 @@ class GraphStore:
         """Every entity, by id, fetched ``page_size`` at a time (keyset paging: safe while the graph changes)."""
         after = ""
         while True:
-            rows = self._read(f"MATCH (e:Entity) WHERE e.id > $after RETURN {_ENTITY} ORDER BY e.id LIMIT $n",
-                              {"after": after, "n": page_size})  # fmt: skip
+            rows = self._read(
+                f"MATCH (e:Entity) WHERE e.id > $after RETURN {_ENTITY} ORDER BY e.id LIMIT $n", {"after": after, "n": page_size}
+            )
             yield from (_entity(row) for row in rows)
             if len(rows) < page_size:
                 return
@@ -1079,20 +1171,31 @@ class GraphStore:
         """Every relationship, by source id then target id, for ``page_size`` source entities at a time."""
         after = ""
         while True:
-            ids = [r[0] for r in self._read("MATCH (e:Entity) WHERE e.id > $after RETURN e.id ORDER BY e.id LIMIT $n",
-                                            {"after": after, "n": page_size})]  # fmt: skip
+            ids = [
+                r[0]
+                for r in self._read(
+                    "MATCH (e:Entity) WHERE e.id > $after RETURN e.id ORDER BY e.id LIMIT $n", {"after": after, "n": page_size}
+                )
+            ]
             if ids:
-                rows = self._read(f"UNWIND $ids AS i MATCH (a:Entity {{id: i}})-[r:RELATED]->(b:Entity) RETURN {_RELATION} "
-                                  "ORDER BY a.id, b.id", {"ids": ids})  # fmt: skip
+                rows = self._read(
+                    f"UNWIND $ids AS i MATCH (a:Entity {{id: i}})-[r:RELATED]->(b:Entity) RETURN {_RELATION} ORDER BY a.id, b.id",
+                    {"ids": ids},
+                )
                 yield from (_relationship(row) for row in rows)
             if len(ids) < page_size:
                 return
             after = ids[-1]
 
 
-def _appended_texts(touched: list[str], merged: dict[str, dict], before: dict[str, tuple],
-                    said_before: dict[tuple[str, str], tuple], mentions: list[dict],
-                    positions: dict[str, int]) -> tuple[list[dict], list[str]]:  # fmt: skip
+def _appended_texts(
+    touched: list[str],
+    merged: dict[str, dict],
+    before: dict[str, tuple],
+    said_before: dict[tuple[str, str], tuple],
+    mentions: list[dict],
+    positions: dict[str, int],
+) -> tuple[list[dict], list[str]]:
     """The new texts of the entities an upsert touched that only gained mentions, without reading their old mentions.
 
     A mention the upsert creates is the newest (its ``at`` is the upsert's time; the others of one upsert follow
@@ -1117,7 +1220,8 @@ def _appended_texts(touched: list[str], merged: dict[str, dict], before: dict[st
             fresh[m["entity"]].append(m)
     for eid in dict.fromkeys(touched):
         tracked, name, name_key, description, aliases, keys = before.get(
-            eid, (True, merged.get(eid, {}).get("name"), merged.get(eid, {}).get("key"), "", [], []))
+            eid, (True, merged.get(eid, {}).get("name"), merged.get(eid, {}).get("key"), "", [], [])
+        )
         if not tracked:
             continue
         new = fresh.get(eid, [])
@@ -1195,8 +1299,20 @@ def _merge_entities(entities: list[Entity]) -> dict[str, dict]:
     for ent in entities:
         if not ent.chunk_ids:
             raise ValueError(f"entity {ent.id} ({ent.name!r}) names no chunk: every entity needs provenance")
-        row = rows.setdefault(ent.id, {"id": ent.id, "name": ent.name, "type": ent.type, "key": normalize_name(ent.name),
-                                       "aliases": [], "keys": [], "chunk_ids": [], "sentences": [], "said": {}})  # fmt: skip
+        row = rows.setdefault(
+            ent.id,
+            {
+                "id": ent.id,
+                "name": ent.name,
+                "type": ent.type,
+                "key": normalize_name(ent.name),
+                "aliases": [],
+                "keys": [],
+                "chunk_ids": [],
+                "sentences": [],
+                "said": {},
+            },
+        )
         for alias in (ent.name, *ent.aliases):
             if alias not in row["aliases"] and alias != row["name"]:
                 row["aliases"].append(alias)
@@ -1230,8 +1346,10 @@ def _merge_relationships(relationships: list[Relationship]) -> dict[tuple[str, s
     for rel in relationships:
         if not rel.chunk_ids:
             raise ValueError(f"relationship {rel.source_id} -> {rel.target_id} names no chunk: it needs provenance")
-        row = rows.setdefault((rel.source_id, rel.target_id), {"source": rel.source_id, "target": rel.target_id,
-                                                               "shares": {}, "sentences": [], "said": {}})  # fmt: skip
+        row = rows.setdefault(
+            (rel.source_id, rel.target_id),
+            {"source": rel.source_id, "target": rel.target_id, "shares": {}, "sentences": [], "said": {}},
+        )
         share = float(rel.strength) / len(rel.chunk_ids)
         sentences = split_sentences(rel.description)
         for cid in rel.chunk_ids:
@@ -1265,11 +1383,23 @@ def _relationship_description(row: dict, stored: tuple | None) -> str:
 
 def _entity(row: list) -> Entity:
     eid, name, type_, description, aliases, chunk_ids, count = row
-    return Entity(id=eid, name=name, type=type_, description=description or "", aliases=tuple(aliases or ()),
-                  chunk_ids=frozenset(chunk_ids or ()), chunk_count=int(count or 0))  # fmt: skip
+    return Entity(
+        id=eid,
+        name=name,
+        type=type_,
+        description=description or "",
+        aliases=tuple(aliases or ()),
+        chunk_ids=frozenset(chunk_ids or ()),
+        chunk_count=int(count or 0),
+    )
 
 
 def _relationship(row: list) -> Relationship:
     source, target, description, strength, chunk_ids = row
-    return Relationship(source_id=source, target_id=target, description=description or "",
-                        strength=float(strength or 0.0), chunk_ids=frozenset(chunk_ids or ()))  # fmt: skip
+    return Relationship(
+        source_id=source,
+        target_id=target,
+        description=description or "",
+        strength=float(strength or 0.0),
+        chunk_ids=frozenset(chunk_ids or ()),
+    )

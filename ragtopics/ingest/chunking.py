@@ -153,8 +153,14 @@ def split_recursive(text: str, *, size: int, overlap: int, source_code: bool = F
                 j += 1
             if j < len(atoms) and j - 1 > i and atoms[j - 1].kind == "heading":
                 j -= 1  # a heading goes with the text below it
-            piece = _trimmed(text, atoms[i], start, atoms[j - 1].end, keep_indent=source_code,
-                             is_code=any(a.kind == "code" for a in atoms[i:j]))  # fmt: skip
+            piece = _trimmed(
+                text,
+                atoms[i],
+                start,
+                atoms[j - 1].end,
+                keep_indent=source_code,
+                is_code=any(a.kind == "code" for a in atoms[i:j]),
+            )
         if piece is not None and is_searchable(piece.text):
             pieces.append(piece)
         prev_end = atoms[j - 1].end
@@ -232,7 +238,15 @@ def _find_blocks(text: str) -> list[_Block]:
         above = [m for m in headings if m.end() <= start]
         nearest = above[-1] if above else None
         direct = nearest is not None and not text[nearest.end() : start].strip()
-        blocks.append(_Block(start, end, kind, nearest.start() if direct and nearest is not None else None, nearest.group(0).strip() if nearest else ""))
+        blocks.append(
+            _Block(
+                start,
+                end,
+                kind,
+                nearest.start() if direct and nearest is not None else None,
+                nearest.group(0).strip() if nearest else "",
+            )
+        )
     return blocks
 
 

@@ -71,8 +71,7 @@ class ConverterProcess:
         start_timeout_s: how long starting and warming up may take, in seconds.
     """
 
-    def __init__(self, *, name: str, label: str, warm_up: Callable[[], None],
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:  # fmt: skip
+    def __init__(self, *, name: str, label: str, warm_up: Callable[[], None], start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.name = name
         self.label = label
         self._warm_up = warm_up
@@ -124,8 +123,9 @@ class ConverterProcess:
                 raise
             if reply is None:
                 self.stop()
-                raise ReadError(f"{file_name}: {self.label} took longer than {timeout_s:g} s and was stopped "
-                                "(its process was killed)")
+                raise ReadError(
+                    f"{file_name}: {self.label} took longer than {timeout_s:g} s and was stopped (its process was killed)"
+                )
         kind, payload, records = reply
         _log_again(records)
         if kind == "error":
@@ -174,8 +174,10 @@ class ConverterProcess:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c", _CHILD_MAIN, str(child_socket.fileno()), json.dumps(sys.path)],
-                stdin=subprocess.DEVNULL, pass_fds=(child_socket.fileno(),), close_fds=True,
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                pass_fds=(child_socket.fileno(),),
+                close_fds=True,
+            )
         finally:
             child_socket.close()
         parent_end = Connection(parent_socket.detach())

@@ -440,10 +440,14 @@ def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlo
 
     default = GRAPH_DEFAULTS.get(work, GRAPH_DEFAULTS["graphrag-nlp"])
     store = graph_store(rt, topic)
-    outlook = GraphOutlook(entities=float(store.entity_count()) if store.exists() else 0.0,
-                           mentions_per_char=default.mentions_per_char, new_per_char=default.new_per_char,
-                           hazard=default.hazard, pairs_per_hazard=default.pairs_per_hazard,
-                           reports_per_entity=default.reports_per_entity)  # fmt: skip
+    outlook = GraphOutlook(
+        entities=float(store.entity_count()) if store.exists() else 0.0,
+        mentions_per_char=default.mentions_per_char,
+        new_per_char=default.new_per_char,
+        hazard=default.hazard,
+        pairs_per_hazard=default.pairs_per_hazard,
+        reports_per_entity=default.reports_per_entity,
+    )
     for name, attr in ((f"graph:mentions:{work}", "mentions_per_char"), (f"graph:new:{work}", "new_per_char")):
         row = figures.rows.get(name)
         if row is not None and row.units >= 1000 and row.samples >= MIN_MEASURED:  # a few uploads' text
@@ -468,8 +472,7 @@ def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlo
     return outlook
 
 
-def graph_calls(rt: Runtime, topic, kinds: set[str], figures: Figures,
-                files: list[tuple[FileEstimate, float]]) -> GraphOutlook:  # fmt: skip
+def graph_calls(rt: Runtime, topic, kinds: set[str], figures: Figures, files: list[tuple[FileEstimate, float]]) -> GraphOutlook:
     """Fill in the deduplication calls and community reports of a GraphRAG Topic's files, one after another.
 
     Files are stored one at a time (each deduplicates against the graph the earlier ones left): file ``i``
@@ -511,17 +514,31 @@ def add_figures(rt: Runtime, increments: dict[str, dict[str, float]]) -> None:
         values = {f: float(inc.get(f, 0.0)) for f in fields}
         for _ in range(2):  # a row another worker inserted meanwhile: update it instead
             with rt.metadata.session() as s:
-                statement = update(UsageFigureRow).where(col(UsageFigureRow.name) == name).values(
-                    **{f: getattr(UsageFigureRow, f) + values[f] for f in fields},
-                    samples=UsageFigureRow.samples + 1, updated_at=utcnow())  # fmt: skip
+                statement = (
+                    update(UsageFigureRow)
+                    .where(col(UsageFigureRow.name) == name)
+                    .values(
+                        **{f: getattr(UsageFigureRow, f) + values[f] for f in fields},
+                        samples=UsageFigureRow.samples + 1,
+                        updated_at=utcnow(),
+                    )
+                )
                 changed = cast(CursorResult[Any], s.execute(statement))  # an UPDATE's result, which has a rowcount
                 if changed.rowcount:
                     break
             try:
                 with rt.metadata.session() as s:
-                    s.add(UsageFigureRow(name=name, samples=1, count=values["count"], units=values["units"],
-                                         tokens_in=values["tokens_in"], tokens_out=values["tokens_out"],
-                                         seconds=values["seconds"]))  # fmt: skip
+                    s.add(
+                        UsageFigureRow(
+                            name=name,
+                            samples=1,
+                            count=values["count"],
+                            units=values["units"],
+                            tokens_in=values["tokens_in"],
+                            tokens_out=values["tokens_out"],
+                            seconds=values["seconds"],
+                        )
+                    )
                 break
             except IntegrityError:
                 continue
@@ -604,7 +621,12 @@ class CostEstimate:
     @property
     def seconds(self) -> float:
         """The upload's time: reading, embedding and every model call made during it, one after another."""
-        return self.read_seconds + self.embed_seconds + self.work_seconds + sum(c.seconds for c in self.calls.values() if not KINDS[c.kind].at_rebuild)
+        return (
+            self.read_seconds
+            + self.embed_seconds
+            + self.work_seconds
+            + sum(c.seconds for c in self.calls.values() if not KINDS[c.kind].at_rebuild)
+        )
 
     @property
     def cost(self) -> float | None:
@@ -615,35 +637,66 @@ class CostEstimate:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``{"topic", "chunks", "calls": {kind: {...}}, "tokens_in", "tokens_out", "seconds", "cost",
         "files": [...], "notes"}`` (counts rounded)."""
-        calls = {k: {**asdict(c), "calls": round(c.calls), "tokens_in": round(c.tokens_in), "tokens_out": round(c.tokens_out),
-                     "seconds": round(c.seconds, 1), "cost": _money(c.cost), "label": KINDS[k].label,
-                     "at_rebuild": KINDS[k].at_rebuild} for k, c in self.calls.items()}  # fmt: skip
-        return {"topic": self.topic, "chunks": round(self.chunks), "calls": calls,
-                "tokens_in": round(sum(c.tokens_in for c in self.calls.values())),
-                "tokens_out": round(sum(c.tokens_out for c in self.calls.values())),
-                "seconds": round(self.seconds, 1), "cost": _money(self.cost),
-                "files": [{**asdict(f), "chunks": round(f.chunks, 2), "pictures": round(f.pictures, 2),
-                           "calls": {k: round(v, 2) for k, v in f.calls.items()}} for f in self.files],
-                "notes": list(self.notes)}  # fmt: skip
+        calls = {
+            k: {
+                **asdict(c),
+                "calls": round(c.calls),
+                "tokens_in": round(c.tokens_in),
+                "tokens_out": round(c.tokens_out),
+                "seconds": round(c.seconds, 1),
+                "cost": _money(c.cost),
+                "label": KINDS[k].label,
+                "at_rebuild": KINDS[k].at_rebuild,
+            }
+            for k, c in self.calls.items()
+        }
+        return {
+            "topic": self.topic,
+            "chunks": round(self.chunks),
+            "calls": calls,
+            "tokens_in": round(sum(c.tokens_in for c in self.calls.values())),
+            "tokens_out": round(sum(c.tokens_out for c in self.calls.values())),
+            "seconds": round(self.seconds, 1),
+            "cost": _money(self.cost),
+            "files": [
+                {
+                    **asdict(f),
+                    "chunks": round(f.chunks, 2),
+                    "pictures": round(f.pictures, 2),
+                    "calls": {k: round(v, 2) for k, v in f.calls.items()},
+                }
+                for f in self.files
+            ],
+            "notes": list(self.notes),
+        }
 
     def to_text(self) -> str:
         """The estimate as lines for a terminal."""
         taken = [f for f in self.files if not f.refused]
         exact = sum(1 for f in taken if f.method == "chunked")
-        lines = [f"Cost estimate for {len(taken)} file(s) into Topic {self.topic!r} (nothing was stored):",
-                 f"  chunks: {round(self.chunks):,} ({exact} file(s) chunked now, {len(taken) - exact} estimated from size)"]  # fmt: skip
+        lines = [
+            f"Cost estimate for {len(taken)} file(s) into Topic {self.topic!r} (nothing was stored):",
+            f"  chunks: {round(self.chunks):,} ({exact} file(s) chunked now, {len(taken) - exact} estimated from size)",
+        ]
         if not self.calls:
             lines.append("  model calls: none (only embeddings)")
         for c in self.calls.values():
             money = f", {_money_text(c.cost)}" if c.cost is not None else ""
             basis = "measured here" if c.measured else "default figures"
-            lines.append(f"  {KINDS[c.kind].label}: {round(c.calls):,} call(s), {round(c.tokens_in):,} tokens in, "
-                         f"{round(c.tokens_out):,} out, ~{_duration(c.seconds)}{money} ({basis})")  # fmt: skip
-        lines.append(f"  time: ~{_duration(self.seconds)} (reading {_duration(self.read_seconds)}, embedding "
-                     f"{_duration(self.embed_seconds)}, other work {_duration(self.work_seconds)}, model calls one "
-                     "after another)")  # fmt: skip
-        lines.append(f"  cost: {_money_text(self.cost)}" if self.cost is not None else
-                     "  cost: no price entered for these endpoints (Admin → LLM Configuration)")  # fmt: skip
+            lines.append(
+                f"  {KINDS[c.kind].label}: {round(c.calls):,} call(s), {round(c.tokens_in):,} tokens in, "
+                f"{round(c.tokens_out):,} out, ~{_duration(c.seconds)}{money} ({basis})"
+            )
+        lines.append(
+            f"  time: ~{_duration(self.seconds)} (reading {_duration(self.read_seconds)}, embedding "
+            f"{_duration(self.embed_seconds)}, other work {_duration(self.work_seconds)}, model calls one "
+            "after another)"
+        )
+        lines.append(
+            f"  cost: {_money_text(self.cost)}"
+            if self.cost is not None
+            else "  cost: no price entered for these endpoints (Admin → LLM Configuration)"
+        )
         lines += [f"  refused {f.file_name}: {f.refused}" for f in self.files if f.refused]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -654,12 +707,16 @@ class CostEstimate:
         exact = sum(1 for f in taken if f.method == "chunked")
         rows = ["| Calls | Count | Tokens in | Tokens out | Time | Cost | Figures |", "|---|---|---|---|---|---|---|"]
         for c in self.calls.values():
-            rows.append(f"| {KINDS[c.kind].label} | {round(c.calls):,} | {round(c.tokens_in):,} | {round(c.tokens_out):,} | "
-                        f"{_duration(c.seconds)} | {_money_text(c.cost) if c.cost is not None else '—'} | "
-                        f"{'measured here' if c.measured else 'default'} |")  # fmt: skip
-        head = (f"**Cost estimate** for {len(taken)} file(s): **{round(self.chunks):,} chunks** ({exact} chunked now, "
-                f"{len(taken) - exact} estimated from size) · about **{_duration(self.seconds)}** · "
-                + (f"**{_money_text(self.cost)}**" if self.cost is not None else "no price entered"))  # fmt: skip
+            rows.append(
+                f"| {KINDS[c.kind].label} | {round(c.calls):,} | {round(c.tokens_in):,} | {round(c.tokens_out):,} | "
+                f"{_duration(c.seconds)} | {_money_text(c.cost) if c.cost is not None else '—'} | "
+                f"{'measured here' if c.measured else 'default'} |"
+            )
+        head = (
+            f"**Cost estimate** for {len(taken)} file(s): **{round(self.chunks):,} chunks** ({exact} chunked now, "
+            f"{len(taken) - exact} estimated from size) · about **{_duration(self.seconds)}** · "
+            + (f"**{_money_text(self.cost)}**" if self.cost is not None else "no price entered")
+        )
         body = "\n".join(rows) if self.calls else "No model calls: only the chunks' embeddings."
         extra = [f"- Refused: {f.file_name}: {f.refused}" for f in self.files if f.refused] + [f"- {n}" for n in self.notes]
         return "\n\n".join([head, body, "\n".join(extra)]).strip()
@@ -795,7 +852,9 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     for kind, c in estimate.calls.items():
         measured = figures.per_call(kind, work)
         default = DEFAULTS[kind]
-        c.measured = outlook.measured.get(kind, False) if outlook is not None and kind in PER_METHOD else figures.per_unit(kind, work)[1]
+        c.measured = (
+            outlook.measured.get(kind, False) if outlook is not None and kind in PER_METHOD else figures.per_unit(kind, work)[1]
+        )
         if measured is not None:
             c.tokens_in, c.tokens_out, c.seconds = (c.calls * v for v in measured)
             c.measured = c.measured or kind not in PER_METHOD
@@ -807,8 +866,10 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
             c.cost = (c.tokens_in * (price_in or 0.0) + c.tokens_out * (price_out or 0.0)) / 1e6
     sized = [f for f in estimate.files if not f.refused and f.method == "from size"]
     if sized:
-        estimate.notes.append(f"{len(sized)} document or picture file(s) estimated from size: "
-                              + ", ".join(sorted({extension_of(f.file_name) for f in sized})))  # fmt: skip
+        estimate.notes.append(
+            f"{len(sized)} document or picture file(s) estimated from size: "
+            + ", ".join(sorted({extension_of(f.file_name) for f in sized}))
+        )
     if "community_report" in estimate.calls:
         estimate.notes.append("community reports are written at the next rebuild, not during the upload")
     if kind_of(topic).has_graph and "graph_extraction" not in kinds:
@@ -816,8 +877,9 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     return estimate
 
 
-def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, name: str,
-                   data: bytes) -> tuple[FileEstimate, dict[str, float]]:  # fmt: skip
+def _estimate_file(
+    rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, name: str, data: bytes
+) -> tuple[FileEstimate, dict[str, float]]:
     """One file's estimate, and the characters of text each kind of call would send for it."""
     f = FileEstimate(file_name=name, size_bytes=len(data))
     try:
@@ -876,10 +938,8 @@ def _estimate_file(rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, n
         # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
         from ragtopics.graph.extract import looks_like_toc_or_index
 
-        chars["graph"] = (float(sum(len(t) for t in texts if not looks_like_toc_or_index(t))) if texts is not None
-                          else chunk_chars)  # fmt: skip
+        chars["graph"] = float(sum(len(t) for t in texts if not looks_like_toc_or_index(t))) if texts is not None else chunk_chars
     if "context_line" in f.calls:  # each context line's prompt also shows the start of the document
-
         chars["context_line"] += f.calls["context_line"] * min(CONTEXT_DOCUMENT_CHARS, chunk_chars)
     return f, chars
 
@@ -912,11 +972,18 @@ def _chunk_texts(rt: Runtime, cfg, name: str, data: bytes, figures: Figures) -> 
 
 def store_estimate(rt: Runtime, row, estimate: FileEstimate, topic) -> None:
     """Keep a file's estimate with its upload (its job), to be compared with what the upload took."""
-    body = {"chunks": round(estimate.chunks, 2), "method": estimate.method, "pictures": round(estimate.pictures, 2),
-            "calls": {k: round(v, 2) for k, v in estimate.calls.items()}}  # fmt: skip
+    body = {
+        "chunks": round(estimate.chunks, 2),
+        "method": estimate.method,
+        "pictures": round(estimate.pictures, 2),
+        "calls": {k: round(v, 2) for k, v in estimate.calls.items()},
+    }
     with rt.metadata.session() as s:
-        s.merge(UploadCostRow(job_id=row.job_id, document_id=row.id, topic_id=topic.id, file_name=row.file_name,
-                              estimate=body, actual={}))  # fmt: skip
+        s.merge(
+            UploadCostRow(
+                job_id=row.job_id, document_id=row.id, topic_id=topic.id, file_name=row.file_name, estimate=body, actual={}
+            )
+        )
 
 
 def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | None = None) -> None:
@@ -938,9 +1005,22 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
     """What a stored upload took, from its trace: ``{"chunks", "calls": {kind: n}, "tokens_in", "tokens_out",
     "seconds", "embedded", "bytes", "pictures", "records", "read_seconds", "extracted", "by_kind": {kind:
     {"calls", "tokens_in", "tokens_out", "seconds"}}}``."""
-    out: dict[str, Any] = {"chunks": 0, "calls": {}, "tokens_in": 0, "tokens_out": 0, "seconds": 0.0, "embedded": 0,
-                           "embed_seconds": 0.0, "bytes": 0, "pictures": 0, "records": 0, "read_seconds": 0.0,
-                           "extracted": None, "by_kind": {}, "graph": {}}  # fmt: skip
+    out: dict[str, Any] = {
+        "chunks": 0,
+        "calls": {},
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "seconds": 0.0,
+        "embedded": 0,
+        "embed_seconds": 0.0,
+        "bytes": 0,
+        "pictures": 0,
+        "records": 0,
+        "read_seconds": 0.0,
+        "extracted": None,
+        "by_kind": {},
+        "graph": {},
+    }
     share = 1.0
     top_seconds = embed_step_seconds = 0.0
     for event in trace.events:
@@ -967,8 +1047,11 @@ def actual_from_trace(trace: Trace) -> dict[str, Any]:
         elif event.step == "find_partners":
             out["graph"]["graph_entities"] = int(data.get("graph_entities") or 0)
         elif event.step == "deduplicate":
-            out["graph"].update(mentions=int(data.get("incoming") or 0), open_pairs=int(data.get("open_pairs") or 0),
-                                dedup_calls=int(data.get("model_calls") or 0))  # fmt: skip
+            out["graph"].update(
+                mentions=int(data.get("incoming") or 0),
+                open_pairs=int(data.get("open_pairs") or 0),
+                dedup_calls=int(data.get("model_calls") or 0),
+            )
         elif event.step == "extract_graph":
             out["graph"]["chars"] = int(data.get("chars") or 0)
         elif event.step == "read":
@@ -1025,8 +1108,13 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
         if kind == "describe_picture":
             unit = actual["pictures"]
         if unit or by.get("calls"):
-            increments[call_figure(kind, work_name(topic, kinds))] = {"count": by.get("calls", 0), "units": unit, "tokens_in": by.get("tokens_in", 0),
-                                          "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}  # fmt: skip
+            increments[call_figure(kind, work_name(topic, kinds))] = {
+                "count": by.get("calls", 0),
+                "units": unit,
+                "tokens_in": by.get("tokens_in", 0),
+                "tokens_out": by.get("tokens_out", 0),
+                "seconds": by.get("seconds", 0.0),
+            }
     if actual["chunks"]:
         increments[f"work:{work_name(topic, kinds)}"] = {"count": actual["chunks"], "seconds": actual["work_seconds"]}
     if actual["embedded"]:
@@ -1042,8 +1130,16 @@ def _record_upload(rt: Runtime, trace: Trace, doc) -> None:
         increments[f"graph:mentions:{work}"] = {"count": graph.get("mentions", 0), "units": graph["chars"]}
         increments[f"graph:new:{work}"] = {"count": graph.get("new_entities", 0), "units": graph["chars"]}
         if "deduplication" in kinds:
-            observe(rt, f"dedup:{work}", [graph.get("mentions", 0), graph.get("graph_entities", 0),
-                                          graph.get("open_pairs", 0), graph.get("dedup_calls", 0)])  # fmt: skip
+            observe(
+                rt,
+                f"dedup:{work}",
+                [
+                    graph.get("mentions", 0),
+                    graph.get("graph_entities", 0),
+                    graph.get("open_pairs", 0),
+                    graph.get("dedup_calls", 0),
+                ],
+            )
         observe(rt, f"work:{work}", [actual["chunks"], graph.get("graph_entities", 0), actual["work_seconds"]])
     add_figures(rt, increments)
     if has_graph and actual["chunks"]:
@@ -1071,14 +1167,22 @@ def record_rebuild(rt: Runtime, topic_id: str, trace: Trace) -> None:
         topic = get_topic(rt, topic_id)
         by = actual_from_trace(trace)["by_kind"].get("community_report") or {}
         work = work_name(topic, active_kinds(rt, topic))
-        increments = {call_figure("community_report", work): {
-            "count": by.get("calls", 0), "units": new_chunks, "tokens_in": by.get("tokens_in", 0),
-            "tokens_out": by.get("tokens_out", 0), "seconds": by.get("seconds", 0.0)}}  # fmt: skip
+        increments = {
+            call_figure("community_report", work): {
+                "count": by.get("calls", 0),
+                "units": new_chunks,
+                "tokens_in": by.get("tokens_in", 0),
+                "tokens_out": by.get("tokens_out", 0),
+                "seconds": by.get("seconds", 0.0),
+            }
+        }
         detect = next((e.data for e in trace.events if e.step == "detect_communities"), None)
         if detect and detect.get("entities"):  # communities of two or more per entity, at this Resolution
             reportable = int(detect.get("communities") or 0) - int(detect.get("skipped_small") or 0)
             increments[f"communities:{work}:{float(detect.get('resolution', 1.0)):g}"] = {
-                "count": reportable, "units": int(detect["entities"])}  # fmt: skip
+                "count": reportable,
+                "units": int(detect["entities"]),
+            }
         add_figures(rt, increments)
     except Exception as exc:
         log.warning("cost figures of a community rebuild not recorded: %s", exc)
@@ -1148,4 +1252,4 @@ __all__ = [
     "record_rebuild",
     "record_upload",
     "store_estimate",
-]  # fmt: skip
+]

@@ -219,8 +219,9 @@ def convert_document(
     if extension != "pdf":  # also spares a Docling server the zip bombs
         check_zip_archive(data, file_name=file_name)
     if server == "embedded":
-        converted = _CONVERTER.run(_convert_embedded, data, file_name, extension, options,
-                                   timeout_s=options.timeout_s, file_name=file_name)  # fmt: skip
+        converted = _CONVERTER.run(
+            _convert_embedded, data, file_name, extension, options, timeout_s=options.timeout_s, file_name=file_name
+        )
     else:
         converted = _convert_on_server(data, file_name, options, server.rstrip("/"))
         if extension == "pdf" and converted.document is not None:
@@ -281,8 +282,9 @@ def _convert_embedded(data: bytes, file_name: str, extension: str, options: Docl
     bounds = parse_page_range(options.page_range)
     kwargs = {"page_range": bounds} if bounds else {}
     try:
-        result = _document_converter().convert(DocumentStream(name=file_name, stream=io.BytesIO(data)),
-                                               raises_on_error=False, **kwargs)  # fmt: skip
+        result = _document_converter().convert(
+            DocumentStream(name=file_name, stream=io.BytesIO(data)), raises_on_error=False, **kwargs
+        )
     except Exception as exc:  # docling raises its own types for unreadable input
         raise ReadError(f"{file_name} could not be converted by Docling: {exc}") from exc
     reasons = [_plain_reason(error.error_message) for error in result.errors]
@@ -411,8 +413,9 @@ def _convert_on_server(data: bytes, file_name: str, options: DoclingOptions, ser
 def _from_docling_document(document: DoclingDocument, pipeline: str, pages: int | None) -> ConvertedDocument:
     """Take the Markdown and the pictures out of a DoclingDocument."""
     markdown = document.export_to_markdown(image_placeholder="", escape_underscores=False, escape_html=False)
-    return ConvertedDocument(text=_tidy_markdown(markdown), pictures=_extract_pictures(document), pipeline=pipeline, pages=pages,
-                             document=document)
+    return ConvertedDocument(
+        text=_tidy_markdown(markdown), pictures=_extract_pictures(document), pipeline=pipeline, pages=pages, document=document
+    )
 
 
 def _extract_pictures(document: DoclingDocument) -> tuple[Picture, ...]:

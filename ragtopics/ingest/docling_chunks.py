@@ -56,8 +56,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The Markdown export's settings (see ``ragtopics.ingest.docling``), with unpadded tables.
-_PARAMS = MarkdownParams(image_mode=ImageRefMode.PLACEHOLDER, image_placeholder="", escape_underscores=False,
-                         escape_html=False, compact_tables=True)  # fmt: skip
+_PARAMS = MarkdownParams(
+    image_mode=ImageRefMode.PLACEHOLDER, image_placeholder="", escape_underscores=False, escape_html=False, compact_tables=True
+)
 #: How far past the expected place an item's Markdown is looked for in the export.
 _SEARCH_SLACK_CHARS = 2000
 #: A compact delimiter row (``| - | :-: |``), widened to the ``| --- | :---: |`` the export shows.
@@ -98,8 +99,15 @@ class _Chunk:
     pictures: list[int] = field(default_factory=list)
 
 
-def chunk_document(document: DoclingDocument, markdown: str, *, size: int, overlap: int,
-                   pictures: Sequence[Picture] = (), descriptions: Sequence[str] = ()) -> list[Piece]:  # fmt: skip
+def chunk_document(
+    document: DoclingDocument,
+    markdown: str,
+    *,
+    size: int,
+    overlap: int,
+    pictures: Sequence[Picture] = (),
+    descriptions: Sequence[str] = (),
+) -> list[Piece]:
     """Chunk a Docling document by its headings, pages and items (see the module docstring).
 
     Args:
@@ -183,7 +191,9 @@ def _units(document: DoclingDocument, order: dict[str, int], paths: dict[str, tu
             items = items[-1:]  # the section's own heading: its place and pages (the others are above it)
         else:
             path = paths.get(items[0].self_ref, ())
-            kind = next((k for k, cls in (("table", TableItem), ("code", CodeItem)) if any(isinstance(i, cls) for i in items)), "text")
+            kind = next(
+                (k for k, cls in (("table", TableItem), ("code", CodeItem)) if any(isinstance(i, cls) for i in items)), "text"
+            )
         text = _DELIMITER_ROW.sub(_widened, chunk.text.strip()) if kind == "table" else chunk.text.strip()
         positions = [order[i.self_ref] for i in items if i.self_ref in order] or [units[-1].last if units else 0]
         found = tuple(n for n in (_picture_number(i) for i in items) if n is not None and n in stored)
@@ -191,8 +201,9 @@ def _units(document: DoclingDocument, order: dict[str, int], paths: dict[str, tu
     return units
 
 
-def _described(pictures: Sequence[Picture], descriptions: Sequence[str], order: dict[str, int],
-               paths: dict[str, tuple[str, ...]]) -> list[_Unit]:  # fmt: skip
+def _described(
+    pictures: Sequence[Picture], descriptions: Sequence[str], order: dict[str, int], paths: dict[str, tuple[str, ...]]
+) -> list[_Unit]:
     """A paragraph per described picture, where the picture sits (pages: the picture's page)."""
     units = []
     for n, (picture, description) in enumerate(zip(pictures, descriptions), start=1):
@@ -200,15 +211,27 @@ def _described(pictures: Sequence[Picture], descriptions: Sequence[str], order: 
         if description:  # a picture outside the reading order (page furniture) is described at the end
             at = order.get(ref, len(order))
             pages = (picture.page,) if picture.page else ()
-            units.append(_Unit(description_paragraph(n, picture, description), paths.get(ref, ()), at, at, "described",
-                               pages, (picture.index,)))  # fmt: skip
+            units.append(
+                _Unit(
+                    description_paragraph(n, picture, description),
+                    paths.get(ref, ()),
+                    at,
+                    at,
+                    "described",
+                    pages,
+                    (picture.index,),
+                )
+            )
     return units
 
 
 def _widened(match: re.Match[str]) -> str:
     cells = [c.strip() for c in match.group(0).strip().strip("|").split("|")]
-    return "| " + " | ".join((":" if c.startswith(":") else "") + "---" + (":" if c.endswith(":") and len(c) > 1 else "")
-                             for c in cells) + " |"  # fmt: skip
+    return (
+        "| "
+        + " | ".join((":" if c.startswith(":") else "") + "---" + (":" if c.endswith(":") and len(c) > 1 else "") for c in cells)
+        + " |"
+    )
 
 
 def _picture_number(item: Any) -> int | None:
@@ -314,8 +337,13 @@ def _continues(previous: _Chunk, unit: _Unit) -> bool:
     """A chunk cut only for its size (same path and page, text on both sides) repeats the end of the one before."""
     before = previous.units[-1]
     text_kinds = ("text", "described")
-    return (previous.path == unit.path and before.kind in text_kinds and unit.kind in text_kinds
-            and not unit.overlapped and not _later_page(previous.units, unit))  # fmt: skip
+    return (
+        previous.path == unit.path
+        and before.kind in text_kinds
+        and unit.kind in text_kinds
+        and not unit.overlapped
+        and not _later_page(previous.units, unit)
+    )
 
 
 def _tail(text: str, chars: int) -> str:
@@ -340,8 +368,9 @@ def _piece(chunk: _Chunk, headings: dict[str, str], size: int) -> Piece:
     start, end = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0, 0)
     pages = tuple(sorted({p for u in chunk.units for p in u.pages}))
     pictures = tuple(dict.fromkeys([*(n for u in chunk.units for n in u.pictures), *chunk.pictures]))
-    return Piece(text=text, start=start, end=end, is_code=any(u.kind == "code" for u in chunk.units), pages=pages,
-                 pictures=pictures)  # fmt: skip
+    return Piece(
+        text=text, start=start, end=end, is_code=any(u.kind == "code" for u in chunk.units), pages=pages, pictures=pictures
+    )
 
 
 # --- pictures outside any item -------------------------------------------------------------

@@ -16,8 +16,30 @@ from html.parser import HTMLParser
 log = logging.getLogger(__name__)
 
 _SKIPPED = frozenset({"script", "style", "head", "title", "noscript", "template", "svg", "iframe"})
-_BLOCKS = frozenset({"p", "div", "section", "article", "header", "footer", "main", "nav", "aside", "blockquote",
-                     "ul", "ol", "dl", "dt", "dd", "figure", "figcaption", "form", "hr", "address"})  # fmt: skip
+_BLOCKS = frozenset(
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "header",
+        "footer",
+        "main",
+        "nav",
+        "aside",
+        "blockquote",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "figure",
+        "figcaption",
+        "form",
+        "hr",
+        "address",
+    }
+)
 _VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr", "col", "area", "base", "source"})
 
 

@@ -252,8 +252,9 @@ def group_paragraphs(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
     return sorted(paragraphs, key=lambda paragraph: (paragraph[0].bbox[1], paragraph[0].bbox[0]))
 
 
-def add_ocr_text(document: DoclingDocument, page_no: int, paragraphs: Sequence[Sequence[OcrLine]],
-                 image_size: tuple[int, int]) -> int:  # fmt: skip
+def add_ocr_text(
+    document: DoclingDocument, page_no: int, paragraphs: Sequence[Sequence[OcrLine]], image_size: tuple[int, int]
+) -> int:
     """Add a page's OCR paragraphs to a DoclingDocument as text items, where that page's content sits.
 
     Each paragraph becomes one ``text`` item whose provenance is the page and the
@@ -281,8 +282,13 @@ def add_ocr_text(document: DoclingDocument, page_no: int, paragraphs: Sequence[S
         text = " ".join(line.text for line in paragraph)
         left, top = min(line.bbox[0] for line in paragraph), min(line.bbox[1] for line in paragraph)
         right, bottom = max(line.bbox[2] for line in paragraph), max(line.bbox[3] for line in paragraph)
-        bbox = BoundingBox(l=left * scale_x, t=page.height - top * scale_y, r=right * scale_x,
-                           b=page.height - bottom * scale_y, coord_origin=CoordOrigin.BOTTOMLEFT)  # fmt: skip
+        bbox = BoundingBox(
+            l=left * scale_x,
+            t=page.height - top * scale_y,
+            r=right * scale_x,
+            b=page.height - bottom * scale_y,
+            coord_origin=CoordOrigin.BOTTOMLEFT,
+        )
         prov = ProvenanceItem(page_no=page_no, bbox=bbox, charspan=(0, len(text)))
         if successor is None:
             document.add_text(label=DocItemLabel.TEXT, text=text, prov=prov)
@@ -295,8 +301,11 @@ def _first_item_after_page(document: DoclingDocument, page_no: int) -> Any:
     """The first top-level body item whose content starts on a page after page_no, or None."""
     for ref in document.body.children:
         node = ref.resolve(document)
-        pages = [prov.page_no for item, _level in document.iterate_items(root=node, with_groups=False)
-                 for prov in getattr(item, "prov", ())]  # fmt: skip
+        pages = [
+            prov.page_no
+            for item, _level in document.iterate_items(root=node, with_groups=False)
+            for prov in getattr(item, "prov", ())
+        ]
         if pages and min(pages) > page_no:
             return node
     return None

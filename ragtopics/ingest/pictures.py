@@ -92,8 +92,9 @@ def read_image(data: bytes, *, file_name: str) -> Picture:
     return Picture(index=0, image_png=buffer.getvalue(), caption=file_name, page=None, neighbour_text="")
 
 
-def describe_pictures(gateway: ModelGateway, pictures: list[Picture], *, template: PromptTemplate,
-                      trace: Trace | None = None) -> list[str]:  # fmt: skip
+def describe_pictures(
+    gateway: ModelGateway, pictures: list[Picture], *, template: PromptTemplate, trace: Trace | None = None
+) -> list[str]:
     """Describe each picture with one call to the ``image_describer`` model.
 
     Args:
@@ -118,11 +119,14 @@ def describe_pictures(gateway: ModelGateway, pictures: list[Picture], *, templat
         raise ConfigurationError(NO_VISION_MESSAGE.format(model=endpoint.model))
     out = []
     for picture in pictures:
-        prompt = template.render(caption=picture.caption or "(none)", neighbour_text=_normalised(picture.neighbour_text) or "(none)")
+        prompt = template.render(
+            caption=picture.caption or "(none)", neighbour_text=_normalised(picture.neighbour_text) or "(none)"
+        )
         url = "data:image/png;base64," + base64.b64encode(picture.image_png).decode("ascii")
         content = [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": url}}]
-        reply = gateway.chat("image_describer", [{"role": "user", "content": content}], prompt_name=template.name,
-                             trace=trace, max_tokens=300)  # fmt: skip
+        reply = gateway.chat(
+            "image_describer", [{"role": "user", "content": content}], prompt_name=template.name, trace=trace, max_tokens=300
+        )
         out.append(_normalised(reply.text))
     return out
 
@@ -167,8 +171,9 @@ def link_pictures(chunk_texts: list[str], pictures: list[Picture], descriptions:
     return links
 
 
-def format_pictures(offered: list[OfferedPicture], *, template: PromptTemplate = PICTURES,
-                    line: PromptTemplate = PICTURE_LINE) -> str:  # fmt: skip
+def format_pictures(
+    offered: list[OfferedPicture], *, template: PromptTemplate = PICTURES, line: PromptTemplate = PICTURE_LINE
+) -> str:
     """The prompt block that offers pictures to the answer ("" when none are offered)."""
     if not offered:
         return ""

@@ -108,8 +108,15 @@ def chunk_ids_for(document_id: str, texts: list[str]) -> list[str]:
     return ids
 
 
-def ingest_document(rt: Runtime, document_id: str, progress: ProgressFn | None = None, *, job_id: str | None = None,
-                    blob_path: str | None = None, fan_out: bool = False) -> IngestResult:  # fmt: skip
+def ingest_document(
+    rt: Runtime,
+    document_id: str,
+    progress: ProgressFn | None = None,
+    *,
+    job_id: str | None = None,
+    blob_path: str | None = None,
+    fan_out: bool = False,
+) -> IngestResult:
     """Index one version of a document: the one staged for ``job_id`` (by default the row's pending version).
 
     With ``fan_out`` (the worker's ingest job), a GraphRAG document's graph extraction
@@ -187,22 +194,34 @@ class _Chunked:
     chunk_event: TraceEvent
 
 
-def _draft(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace,
-           report: ProgressFn) -> _Draft:  # fmt: skip
+def _draft(
+    rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace, report: ProgressFn
+) -> _Draft:
     """Read, describe pictures, chunk, cap to the embedder's window and write context lines: all before embedding."""
     return _finish_draft(rt, doc, _read_and_chunk(rt, doc, blob_path, cfg, prompts, trace, report), cfg, prompts, trace, report)
 
 
-def _read_and_chunk(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace,
-                    report: ProgressFn) -> _Chunked:  # fmt: skip
+def _read_and_chunk(
+    rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopicSettings, prompts, trace: Trace, report: ProgressFn
+) -> _Chunked:
     """The first half of :func:`_draft`: read, describe pictures, chunk."""
     report("reading", 0, 1)
     with trace.step("read", file_name=doc.file_name, bytes=doc.size_bytes) as ev, _reader_warnings() as read_warnings:
-        result = read_file(rt.blobs.read(blob_path), file_name=doc.file_name,
-                           docling_server=cfg.docling_server, docling_options=_docling_options(cfg))  # fmt: skip
-        ev.data.update(warnings=read_warnings, reader=result.reader, encoding=result.encoding, chars=len(result.text), text=result.text,
-                       records=len(result.records) if result.records is not None else None,
-                       pictures=len(result.pictures))  # fmt: skip
+        result = read_file(
+            rt.blobs.read(blob_path),
+            file_name=doc.file_name,
+            docling_server=cfg.docling_server,
+            docling_options=_docling_options(cfg),
+        )
+        ev.data.update(
+            warnings=read_warnings,
+            reader=result.reader,
+            encoding=result.encoding,
+            chars=len(result.text),
+            text=result.text,
+            records=len(result.records) if result.records is not None else None,
+            pictures=len(result.pictures),
+        )
     result, descriptions = _describe(rt, result, cfg, trace, report, prompts.describe_picture)
     report("chunking", 0, 1)
     with trace.step("chunk", strategy=cfg.chunking_strategy, size=cfg.chunk_size, overlap=cfg.chunk_overlap) as ev:
@@ -210,8 +229,16 @@ def _read_and_chunk(rt: Runtime, doc: DocumentRow, blob_path: str, cfg: RagTopic
     return _Chunked(result, descriptions, pieces, read_warnings, ev)
 
 
-def _finish_draft(rt: Runtime, doc: DocumentRow, chunked: _Chunked, cfg: RagTopicSettings, prompts, trace: Trace,
-                  report: ProgressFn, token_counts: list[int] | None = None) -> _Draft:  # fmt: skip
+def _finish_draft(
+    rt: Runtime,
+    doc: DocumentRow,
+    chunked: _Chunked,
+    cfg: RagTopicSettings,
+    prompts,
+    trace: Trace,
+    report: ProgressFn,
+    token_counts: list[int] | None = None,
+) -> _Draft:
     """The second half of :func:`_draft`: cap the chunks to the embedder's window (``token_counts``: each chunk's
     tokens, when counted already), write context lines."""
     with trace.resume(chunked.chunk_event) as event:  # fitting the chunks to the window is part of the chunk step
@@ -247,8 +274,9 @@ def _count_tokens_together(rt: Runtime, chunked: list[_Chunked]) -> list[list[in
     return out
 
 
-def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace,
-              report: ProgressFn) -> PreparedVersion:  # fmt: skip
+def _complete(
+    rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTopicSettings, prompts, trace: Trace, report: ProgressFn
+) -> PreparedVersion:
     """The embedded draft as a version to store: keyword fields, picture rows and links, chunk records."""
     result, pieces = draft.result, draft.pieces
     keywords = _keywords(rt, pieces, cfg, trace, report, prompts.keywords, doc.file_name)
@@ -256,14 +284,31 @@ def _complete(rt: Runtime, doc: DocumentRow, draft: _Draft, vectors, cfg: RagTop
     tags = _link(pieces, result, draft.descriptions, pictures, trace)
     ids = chunk_ids_for(doc.id, [p.text for p in pieces])
     records = [
-        ChunkRecord(chunk_id=ids[n], document_id=doc.id, file_name=doc.file_name,
-                    position=n, text=p.text, embedding=v, start=p.start, end=p.end, keywords=kw, pictures=tag,
-                    context=ctx, pages=p.pages, version=doc.pending_sha256)
+        ChunkRecord(
+            chunk_id=ids[n],
+            document_id=doc.id,
+            file_name=doc.file_name,
+            position=n,
+            text=p.text,
+            embedding=v,
+            start=p.start,
+            end=p.end,
+            keywords=kw,
+            pictures=tag,
+            context=ctx,
+            pages=p.pages,
+            version=doc.pending_sha256,
+        )
         for n, (p, v, kw, tag, ctx) in enumerate(zip(pieces, vectors, keywords, tags, draft.contexts, strict=True))
     ]
     indexed_with = _indexed_with(rt, result, cfg, pieces, pictures, draft.descriptions, draft.capped, trace)
-    return PreparedVersion(records, pictures, [(p.index, p.image_png) for p in result.pictures] if pictures else [],
-                           draft.read_warnings, indexed_with)  # fmt: skip
+    return PreparedVersion(
+        records,
+        pictures,
+        [(p.index, p.image_png) for p in result.pictures] if pictures else [],
+        draft.read_warnings,
+        indexed_with,
+    )
 
 
 @dataclass
@@ -285,9 +330,18 @@ class PreparedVersion:
     indexed_with: dict
 
 
-def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace,
-                   report: ProgressFn, progress: ProgressFn | None, graph_failures: dict[str, str] | None = None,
-                   extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
+def finish_version(
+    rt: Runtime,
+    topic,
+    doc: DocumentRow,
+    job_id: str,
+    version: PreparedVersion,
+    trace: Trace,
+    report: ProgressFn,
+    progress: ProgressFn | None,
+    graph_failures: dict[str, str] | None = None,
+    extracted_elsewhere: set[str] | None = None,
+) -> IngestResult:
     """Store the version: the kind's step (a GraphRAG Topic's graph share), then picture files, graph share, row and
     chunk swap under the locks (:func:`~ragtopics.documents.versions.store_version`: all of them, or none).
 
@@ -304,8 +358,16 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
     new_blobs: list[str] = []
 
     def store() -> IngestResult:
-        return kind_of(topic).store_upload(rt, topic, version, store_under_locks, report, trace, graph_failures=graph_failures,
-                                           extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        return kind_of(topic).store_upload(
+            rt,
+            topic,
+            version,
+            store_under_locks,
+            report,
+            trace,
+            graph_failures=graph_failures,
+            extracted_elsewhere=extracted_elsewhere,
+        )
 
     def store_under_locks(share: GraphShare | None) -> IngestResult:
         records = version.records
@@ -323,9 +385,24 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
                 documents.check_current(rt.metadata, doc.id, job_id)
                 _put_picture_blobs(rt, version.picture_pngs, version.pictures, new_blobs, fence)
                 # One owner stores the version: graph share, row and chunk swap in one order, or nothing.
-                stored = store_version(rt, topic, Version(doc.id, job_id, doc.file_name, records, status, warning, indexed_with,
-                                                          version.pictures, graph, images, f"{doc.file_name} was uploaded"),
-                                       fence=fence)  # fmt: skip
+                stored = store_version(
+                    rt,
+                    topic,
+                    Version(
+                        doc.id,
+                        job_id,
+                        doc.file_name,
+                        records,
+                        status,
+                        warning,
+                        indexed_with,
+                        version.pictures,
+                        graph,
+                        images,
+                        f"{doc.file_name} was uploaded",
+                    ),
+                    fence=fence,
+                )
                 ev.data["replaced"] = stored.replaced
                 if graph is not None:
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(stored.removal)}
@@ -341,8 +418,13 @@ def finish_version(rt: Runtime, topic, doc: DocumentRow, job_id: str, version: P
 BatchItem = tuple[str, str, str]
 
 
-def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progress: ProgressFn | None = None,
-                     settled: Callable[[str, IngestResult], None] | None = None) -> dict[str, IngestResult]:  # fmt: skip
+def ingest_documents(
+    rt: Runtime,
+    topic_id: str,
+    items: list[BatchItem],
+    progress: ProgressFn | None = None,
+    settled: Callable[[str, IngestResult], None] | None = None,
+) -> dict[str, IngestResult]:
     """Index several staged files of one RAG Topic together: their chunks share length-sorted embedding batches.
 
     Embedding small files one at a time wastes much of the embedding model's speed (a
@@ -391,7 +473,9 @@ def ingest_documents(rt: Runtime, topic_id: str, items: list[BatchItem], progres
             continue
         trace = Trace("upload", doc.file_name, topic.settings.role_models)
         try:
-            chunked.append((doc, job_id, trace, _read_and_chunk(rt, doc, blob_path or doc.pending_blob_path, cfg, prompts, trace, quiet)))
+            chunked.append(
+                (doc, job_id, trace, _read_and_chunk(rt, doc, blob_path or doc.pending_blob_path, cfg, prompts, trace, quiet))
+            )
         except Exception as exc:
             results[job_id] = _failed_alone(rt, doc.id, job_id, exc, trace)
     counts = _count_tokens_together(rt, [c for *_, c in chunked])
@@ -458,13 +542,22 @@ def _store_batch(rt: Runtime, topic, batch: list[tuple[DocumentRow, str, Trace, 
             for doc, job_id, _, version in live:
                 status = documents.DocumentStatus.INDEXED if version.records else documents.DocumentStatus.EMPTY
                 warning = _warning(version.records, version.read_warnings, doc, topic.name)
-                versions.append(Version(doc.id, job_id, doc.file_name, version.records, status, warning, version.indexed_with,
-                                        version.pictures))  # fmt: skip
+                versions.append(
+                    Version(
+                        doc.id, job_id, doc.file_name, version.records, status, warning, version.indexed_with, version.pictures
+                    )
+                )
 
             def traced(replaced: dict[str, int], swap_ms: float) -> None:
                 for doc, _, trace, version in live:
-                    trace.add("store", chunks=len(version.records), pictures=len(version.pictures),
-                              replaced=replaced[doc.id], batch_files=len(live), batch_ms=swap_ms)  # fmt: skip
+                    trace.add(
+                        "store",
+                        chunks=len(version.records),
+                        pictures=len(version.pictures),
+                        replaced=replaced[doc.id],
+                        batch_files=len(live),
+                        batch_ms=swap_ms,
+                    )
 
             stored = store_versions(rt, topic, versions, fence=fence, on_swap=traced)
             events = _after_finish(rt, [(trace, doc, s.obsolete) for (doc, _, trace, _), s in zip(live, stored, strict=True)])
@@ -493,8 +586,9 @@ def _after_finish(rt: Runtime, done: list[tuple[Trace, DocumentRow, list[str]]])
     """
     events = [trace.to_list() for trace, _, _ in done]
     try:
-        record_traces(rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for trace, doc, _ in done],
-                      events)  # fmt: skip
+        record_traces(
+            rt, [(trace, "upload", f"document:{doc.id}", doc.file_name, doc.topic_id) for trace, doc, _ in done], events
+        )
     except Exception as exc:
         log.warning("upload traces of %d file(s) not stored: %s", len(done), exc)
     # deferred: ingest.cost imports this module at module level
@@ -521,8 +615,9 @@ def _alone(rt: Runtime, document_id: str, job_id: str, blob_path: str) -> Ingest
         return IngestResult(document_id, "failed", 0, 0, [], reason=str(exc))
 
 
-def _failed_alone(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace,
-                  new_blobs: list[str] | None = None) -> IngestResult:  # fmt: skip
+def _failed_alone(
+    rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str] | None = None
+) -> IngestResult:
     """The result of one file of a batch stopped by ``exc`` (see :func:`_stop_or_fail`), without raising for it."""
     try:
         return _stop_or_fail(rt, document_id, job_id, exc, trace, new_blobs or [])
@@ -545,8 +640,9 @@ def _embed_together(rt: Runtime, texts: list[list[str]], traces: list[Trace], re
     model = rt.gateway.embedder.model
     with contextlib.ExitStack() as steps:
         for file_texts, trace in zip(texts, traces, strict=True):
-            steps.enter_context(trace.step("embed", count=len(file_texts), model=model, batch_files=len(texts),
-                                           batch_chunks=len(order)))  # fmt: skip
+            steps.enter_context(
+                trace.step("embed", count=len(file_texts), model=model, batch_files=len(texts), batch_chunks=len(order))
+            )
         t0 = time.perf_counter()
         for start in range(0, len(order), _EMBED_STEP):
             report("embedding", start, len(order))
@@ -557,12 +653,15 @@ def _embed_together(rt: Runtime, texts: list[list[str]], traces: list[Trace], re
         took_ms = round((time.perf_counter() - t0) * 1000, 3)
         for file_texts, trace in zip(texts, traces, strict=True):
             if file_texts:
-                trace.add("model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, took_ms, items=len(file_texts))))
+                trace.add(
+                    "model_call", **asdict(ModelCall("embedding", "embedding", model, 0, 0, took_ms, items=len(file_texts)))
+                )
     return out
 
 
-def _guarded(rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs: list[str],
-             work: Callable[[], IngestResult]) -> IngestResult:  # fmt: skip
+def _guarded(
+    rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs: list[str], work: Callable[[], IngestResult]
+) -> IngestResult:
     """Run ``work``; a superseded version stops quietly, any other failure marks the document failed and re-raises."""
     try:
         return work()
@@ -570,8 +669,7 @@ def _guarded(rt: Runtime, document_id: str, job_id: str, trace: Trace, new_blobs
         return _stop_or_fail(rt, document_id, job_id, exc, trace, new_blobs)
 
 
-def _stop_or_fail(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace,
-                  new_blobs: list[str]) -> IngestResult:  # fmt: skip
+def _stop_or_fail(rt: Runtime, document_id: str, job_id: str, exc: Exception, trace: Trace, new_blobs: list[str]) -> IngestResult:
     """The result of a job stopped by ``exc``: superseded or cancelled (nothing changed), else failed (re-raises)."""
     if isinstance(exc, SupersededError):
         _drop_unused(rt, document_id, new_blobs)
@@ -582,18 +680,17 @@ def _stop_or_fail(rt: Runtime, document_id: str, job_id: str, exc: Exception, tr
     if is_store_outage(exc):
         # Redis went away mid-job: the document is not at fault. It stays ``processing`` with nothing
         # changed, and the next worker start queues the job again (ragtopics.worker.recovery).
-        log.warning("indexing of %s stopped: the store is unavailable (%s); it is queued again when the worker restarts",
-                    document_id, exc)  # fmt: skip
+        log.warning(
+            "indexing of %s stopped: the store is unavailable (%s); it is queued again when the worker restarts", document_id, exc
+        )
         raise StoreUnavailableError(f"the store became unavailable while indexing: {exc}") from exc
     _mark_failed(rt, document_id, job_id, exc, trace, new_blobs)
     raise exc
 
 
-
-
 def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: DocumentRow, topic_name: str, graph=None) -> str:
     """The warning kept with the document: no readable text, what the readers warned about, failed graph extractions."""
-    warnings = ([] if records else ["no readable text: the file is stored, but nothing of it can be found"])
+    warnings = [] if records else ["no readable text: the file is stored, but nothing of it can be found"]
     if graph is not None and graph.failed:
         first = next(iter(graph.failed.values()))
         warnings.append(f"graph extraction failed for {len(graph.failed)} chunk(s), stored without entities: {first}")
@@ -606,17 +703,34 @@ def _warning(records: list[ChunkRecord], read_warnings: list[str], doc: Document
     return warning
 
 
-def _indexed_with(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, pieces: list[Piece], pictures: list[PictureRow],
-                  descriptions: list[str], capped: CappedChunks, trace: Trace) -> dict:  # fmt: skip
+def _indexed_with(
+    rt: Runtime,
+    result: ReadResult,
+    cfg: RagTopicSettings,
+    pieces: list[Piece],
+    pictures: list[PictureRow],
+    descriptions: list[str],
+    capped: CappedChunks,
+    trace: Trace,
+) -> dict:
     """The settings and counts a version was indexed with (shown in the Indexed Documents list)."""
-    return {"reader": result.reader, "chunking_strategy": cfg.chunking_strategy, "chunk_size": cfg.chunk_size,
-            "chunk_overlap": cfg.chunk_overlap, "keyword_index": cfg.retrieval_strategy == "HYBRID",
-            "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
-            "embedding_model": rt.gateway.embedder.model, "pictures": len(pictures),
-            "pictures_described": sum(1 for d in descriptions if d), "model_calls": model_call_counts(trace),
-            "records_per_chunk": records_per_chunk([p.records for p in pieces]) if result.records is not None else None,
-            "embedding_window_tokens": capped.max_tokens, "chunks_split_to_fit": capped.split_chunks,
-            "chunks_added_by_split": capped.added_chunks, "token_cap": capped.note()}  # fmt: skip
+    return {
+        "reader": result.reader,
+        "chunking_strategy": cfg.chunking_strategy,
+        "chunk_size": cfg.chunk_size,
+        "chunk_overlap": cfg.chunk_overlap,
+        "keyword_index": cfg.retrieval_strategy == "HYBRID",
+        "keyword_enrichment": cfg.keyword_enrichment if cfg.retrieval_strategy == "HYBRID" else "",
+        "embedding_model": rt.gateway.embedder.model,
+        "pictures": len(pictures),
+        "pictures_described": sum(1 for d in descriptions if d),
+        "model_calls": model_call_counts(trace),
+        "records_per_chunk": records_per_chunk([p.records for p in pieces]) if result.records is not None else None,
+        "embedding_window_tokens": capped.max_tokens,
+        "chunks_split_to_fit": capped.split_chunks,
+        "chunks_added_by_split": capped.added_chunks,
+        "token_cap": capped.note(),
+    }
 
 
 def _stopped(document_id: str, exc: SupersededError, trace: Trace) -> IngestResult:
@@ -696,8 +810,9 @@ def model_call_counts(trace: Trace) -> dict[str, int]:
     return counts
 
 
-def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace,
-                   report: ProgressFn, template: PromptTemplate) -> list[str]:  # fmt: skip
+def _context_lines(
+    rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn, template: PromptTemplate
+) -> list[str]:
     """SEMANTIC: one model call per chunk writes a short line saying where the chunk sits in the document."""
     if cfg.chunking_strategy != "SEMANTIC" or not pieces:
         return [""] * len(pieces)
@@ -713,8 +828,15 @@ def _context_lines(rt: Runtime, text: str, pieces: list[Piece], cfg: RagTopicSet
     return lines
 
 
-def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: str,
-           narrate: PromptTemplate, descriptions: list[str] | None = None) -> list[Piece]:  # fmt: skip
+def _chunk(
+    rt: Runtime,
+    result,
+    cfg: RagTopicSettings,
+    trace: Trace,
+    file_name: str,
+    narrate: PromptTemplate,
+    descriptions: list[str] | None = None,
+) -> list[Piece]:
     """Chunks of a read file: one piece (image files), records packed whole (structured files), a Docling
     document by its structure (:mod:`ragtopics.ingest.docling_chunks`: headings, pages, tables whole or split
     between rows; ``descriptions`` of its pictures go where the pictures sit), else RECURSIVE chunking.
@@ -735,13 +857,23 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
         # deferred: docling_chunks imports docling_core (seconds); only Docling documents need it
         from ragtopics.ingest.docling_chunks import chunk_document
 
-        pieces = chunk_document(result.document, result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
-                                pictures=result.pictures, descriptions=descriptions or [""] * len(result.pictures))  # fmt: skip
+        pieces = chunk_document(
+            result.document,
+            result.text,
+            size=cfg.chunk_size,
+            overlap=cfg.chunk_overlap,
+            pictures=result.pictures,
+            descriptions=descriptions or [""] * len(result.pictures),
+        )
         _check_chunk_count(file_name, len(pieces), limit, cfg)
         return pieces
     if result.records is None:
-        pieces = split_recursive(result.text, size=cfg.chunk_size, overlap=cfg.chunk_overlap,
-                                 source_code=extension_of(file_name) in SOURCE_CODE_EXTENSIONS)  # fmt: skip
+        pieces = split_recursive(
+            result.text,
+            size=cfg.chunk_size,
+            overlap=cfg.chunk_overlap,
+            source_code=extension_of(file_name) in SOURCE_CODE_EXTENSIONS,
+        )
         _check_chunk_count(file_name, len(pieces), limit, cfg)
         return pieces
     records = list(result.records)
@@ -752,8 +884,9 @@ def _chunk(rt: Runtime, result, cfg: RagTopicSettings, trace: Trace, file_name: 
     return [Piece(text=t, start=0, end=len(t), records=n) for t, n in packed]
 
 
-def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file_name: str,
-                   token_counts: list[int] | None = None) -> CappedChunks:  # fmt: skip
+def _cap_to_window(
+    rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file_name: str, token_counts: list[int] | None = None
+) -> CappedChunks:
     """Split chunks longer than the embedder's window (see :mod:`ragtopics.ingest.token_cap`); ``token_counts``:
     each chunk's tokens when counted already.
 
@@ -765,8 +898,7 @@ def _cap_to_window(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, file
     embedder = rt.gateway.embedder
     reserve = CONTEXT_LINE_TOKENS if cfg.chunking_strategy == "SEMANTIC" else 0
     counter = _token_counter(rt)
-    capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve,
-                        counts=token_counts)  # fmt: skip
+    capped = cap_tokens(pieces, max_tokens=embedder.max_tokens, count_tokens=counter, reserve_tokens=reserve, counts=token_counts)
     if capped.split_chunks:
         log.info("%s: %s", file_name, capped.note())
         _check_chunk_count(file_name, len(capped.pieces), rt.settings.max_chunks_per_document, cfg)
@@ -779,8 +911,10 @@ def _fit_context_lines(rt: Runtime, lines: list[str]) -> list[str]:
     if counter is None or not any(lines):
         return lines
     counts = counter(lines)
-    return [trim_to_tokens(line, CONTEXT_LINE_TOKENS, counter) if n > CONTEXT_LINE_TOKENS else line
-            for line, n in zip(lines, counts, strict=True)]  # fmt: skip
+    return [
+        trim_to_tokens(line, CONTEXT_LINE_TOKENS, counter) if n > CONTEXT_LINE_TOKENS else line
+        for line, n in zip(lines, counts, strict=True)
+    ]
 
 
 def _token_counter(rt: Runtime) -> TokenCounter | None:
@@ -795,8 +929,9 @@ def _token_counter(rt: Runtime) -> TokenCounter | None:
     def count(texts: list[str]) -> list[int]:
         counts = embedder.count_tokens(texts)
         if counts is None:
-            raise ConfigurationError(f"the embedding model {embedder.model} has a window of {embedder.max_tokens} "
-                                     "tokens but cannot count them")  # fmt: skip
+            raise ConfigurationError(
+                f"the embedding model {embedder.model} has a window of {embedder.max_tokens} tokens but cannot count them"
+            )
         return counts
 
     return count
@@ -818,8 +953,9 @@ def _narrate(rt: Runtime, record: str, trace: Trace, template: PromptTemplate) -
     return text or record
 
 
-def _describe(rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
-              template: PromptTemplate) -> tuple[ReadResult, list[str]]:  # fmt: skip
+def _describe(
+    rt: Runtime, result: ReadResult, cfg: RagTopicSettings, trace: Trace, report: ProgressFn, template: PromptTemplate
+) -> tuple[ReadResult, list[str]]:
     """Describe pictures with a vision model: the descriptions become the text (image files) or follow it."""
     if not cfg.describe_pictures or not result.pictures:
         return result, [""] * len(result.pictures)
@@ -836,8 +972,13 @@ def _picture_rows(doc: DocumentRow, result: ReadResult, descriptions: list[str])
     """One row per picture to store (Store pictures in the database); blob paths are filled in when stored."""
     return [
         PictureRow(
-            id=picture_id_for(doc.id, p.index, p.image_png), topic_id=doc.topic_id, document_id=doc.id,
-            blob_path="", caption=p.caption, description=d, page=p.page,
+            id=picture_id_for(doc.id, p.index, p.image_png),
+            topic_id=doc.topic_id,
+            document_id=doc.id,
+            blob_path="",
+            caption=p.caption,
+            description=d,
+            page=p.page,
         )
         for p, d in zip(result.pictures, descriptions, strict=True)
     ]
@@ -862,8 +1003,9 @@ def _link(pieces: list[Piece], result: ReadResult, descriptions: list[str], rows
     return tags
 
 
-def _put_picture_blobs(rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[PictureRow], written: list[str],
-                       fence: Fence) -> None:  # fmt: skip
+def _put_picture_blobs(
+    rt: Runtime, pngs: list[tuple[int, bytes]], rows: list[PictureRow], written: list[str], fence: Fence
+) -> None:
     """Write the PNG of every picture to store, filling in each row's blob path; ``written`` collects the paths.
 
     The file store cannot be fenced, so each write is preceded by a check that the document locks
@@ -883,8 +1025,15 @@ def _docling_options(cfg: RagTopicSettings):
     return DoclingOptions(ocr=d.ocr, table_structure=d.table_structure, page_range=d.page_range, timeout_s=d.timeout_s)
 
 
-def _keywords(rt: Runtime, pieces: list[Piece], cfg: RagTopicSettings, trace: Trace, report: ProgressFn,
-              template: PromptTemplate, file_name: str) -> list[str]:  # fmt: skip
+def _keywords(
+    rt: Runtime,
+    pieces: list[Piece],
+    cfg: RagTopicSettings,
+    trace: Trace,
+    report: ProgressFn,
+    template: PromptTemplate,
+    file_name: str,
+) -> list[str]:
     """Keyword field per chunk: only under HYBRID; the distinct keywords of the file's name and the chunk's text
     (:func:`~ragtopics.text.keywords.index_keywords`), with LLM enrichment also of a model's keywords for it."""
     if cfg.retrieval_strategy != "HYBRID":
@@ -936,9 +1085,16 @@ def ingest_settings(settings: TopicSettings, rt: Runtime | None = None) -> RagTo
 
     describe = settings.picture_handling != "IGNORE" and rt is not None and uses_model(rt)
     return RagTopicSettings(
-        file_types=settings.file_types, max_file_size_mb=settings.max_file_size_mb, chunk_size=settings.chunk_size,
-        chunk_overlap=settings.chunk_overlap, docling_server=settings.docling_server,
-        docling_settings=settings.docling_settings, import_strategy="FLATTEN", chunking_strategy="RECURSIVE",
-        store_pictures=settings.picture_handling != "IGNORE", describe_pictures=describe,
-        retrieval_strategy="HYBRID" if settings.local_keyword_search else "DENSE", keyword_enrichment="ALGORITHMIC",
-    )  # fmt: skip
+        file_types=settings.file_types,
+        max_file_size_mb=settings.max_file_size_mb,
+        chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap,
+        docling_server=settings.docling_server,
+        docling_settings=settings.docling_settings,
+        import_strategy="FLATTEN",
+        chunking_strategy="RECURSIVE",
+        store_pictures=settings.picture_handling != "IGNORE",
+        describe_pictures=describe,
+        retrieval_strategy="HYBRID" if settings.local_keyword_search else "DENSE",
+        keyword_enrichment="ALGORITHMIC",
+    )

@@ -34,7 +34,6 @@ from ragtopics.text.file_types import (
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     """The text of a file and how it was read.
@@ -76,7 +75,9 @@ def read_text_bytes(data: bytes, *, file_name: str) -> ReadResult:
     if not data:
         return ReadResult(text="", reader="text", encoding="utf-8")
     if b"\x00" in data[:65536] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ReadError(f"{file_name} looks like a binary file (it contains NUL bytes), not text; upload it with its real extension")
+        raise ReadError(
+            f"{file_name} looks like a binary file (it contains NUL bytes), not text; upload it with its real extension"
+        )
     try:
         return ReadResult(text=data.decode("utf-8-sig"), reader="text", encoding="utf-8")
     except UnicodeDecodeError:
@@ -112,11 +113,18 @@ def read_file(data: bytes, *, file_name: str, docling_server: str = "embedded", 
         records = tuple(flatten_record(r) for r in read_records(data, file_name=file_name))
         return ReadResult(text="\n\n".join(records), reader=f"{ext} records ({len(records)})", records=records)
     if ext in DOCUMENT_TYPES:
-        converted = convert_document(data, file_name=file_name, options=docling_options or DoclingOptions(),
-                                     docling_server=docling_server)  # fmt: skip
-        return ReadResult(text=converted.text, reader=converted.pipeline, pictures=converted.pictures,
-                          document=converted.document, page_count=converted.pages,
-                          unreadable_pages=converted.unreadable_pages, ocr_pages=converted.ocr_pages)  # fmt: skip
+        converted = convert_document(
+            data, file_name=file_name, options=docling_options or DoclingOptions(), docling_server=docling_server
+        )
+        return ReadResult(
+            text=converted.text,
+            reader=converted.pipeline,
+            pictures=converted.pictures,
+            document=converted.document,
+            page_count=converted.pages,
+            unreadable_pages=converted.unreadable_pages,
+            ocr_pages=converted.ocr_pages,
+        )
     if ext in IMAGE_TYPES:
         return ReadResult(text=file_name, reader=IMAGE_READER, pictures=(read_image(data, file_name=file_name),))
     raise ReadError(f"no reader for .{ext} files")

@@ -214,8 +214,11 @@ def identifying_lines(text: str, *, size: int) -> list[str]:
         for a record that is not ``path: value`` lines (a narrated one).
     """
     lines = text.split("\n")
-    keep = [n for n, line in enumerate(lines) if (m := _FIELD_LINE.fullmatch(line)) and (
-        n == 0 or _IDENTIFYING_KEY.search(m.group(1).strip()))]  # fmt: skip
+    keep = [
+        n
+        for n, line in enumerate(lines)
+        if (m := _FIELD_LINE.fullmatch(line)) and (n == 0 or _IDENTIFYING_KEY.search(m.group(1).strip()))
+    ]
     chosen: list[str] = []
     for n in keep:
         if sum(len(c) + 1 for c in chosen) + len(lines[n]) <= size // 3:
@@ -422,8 +425,9 @@ def _read_json(data: bytes, limits: _Limits) -> list[Record]:
     try:
         doc = _loads(text)
     except _DuplicateKey as exc:
-        raise ReadError(f"{limits.file_name}: an object gives the key {exc.args[0]!r} twice, so its value is ambiguous; "
-                        "keep one") from exc  # fmt: skip
+        raise ReadError(
+            f"{limits.file_name}: an object gives the key {exc.args[0]!r} twice, so its value is ambiguous; keep one"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ReadError(f"{limits.file_name} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     except ValueError as exc:  # an integer longer than Python converts (sys.get_int_max_str_digits)

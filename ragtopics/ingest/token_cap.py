@@ -63,12 +63,20 @@ class CappedChunks:
         if not self.split_chunks:
             return ""
         plural = "chunk" if self.split_chunks == 1 else "chunks"
-        return (f"{self.split_chunks} {plural} split to fit the embedder's {self.max_tokens}-token window "
-                f"({self.added_chunks} more chunks)")  # fmt: skip
+        return (
+            f"{self.split_chunks} {plural} split to fit the embedder's {self.max_tokens}-token window "
+            f"({self.added_chunks} more chunks)"
+        )
 
 
-def cap_tokens(pieces: list[Piece], *, max_tokens: int | None, count_tokens: TokenCounter | None,
-               reserve_tokens: int = 0, counts: list[int] | None = None) -> CappedChunks:  # fmt: skip
+def cap_tokens(
+    pieces: list[Piece],
+    *,
+    max_tokens: int | None,
+    count_tokens: TokenCounter | None,
+    reserve_tokens: int = 0,
+    counts: list[int] | None = None,
+) -> CappedChunks:
     """Split each chunk that exceeds the embedder's window into parts that fit.
 
     Args:
@@ -128,9 +136,15 @@ def _split_piece(piece: Piece, budget: int, count_tokens: TokenCounter) -> list[
     maps_to_source = len(text) == piece.end - piece.start
     by_lines = _line_parts(text, budget, count_tokens, is_code=piece.is_code)
     if by_lines is not None:
-        return [replace(piece, text=t, start=piece.start + at if at is not None and maps_to_source else piece.start,
-                        end=piece.start + at + len(t) if at is not None and maps_to_source else piece.end)
-                for t, at in by_lines]  # fmt: skip
+        return [
+            replace(
+                piece,
+                text=t,
+                start=piece.start + at if at is not None and maps_to_source else piece.start,
+                end=piece.start + at + len(t) if at is not None and maps_to_source else piece.end,
+            )
+            for t, at in by_lines
+        ]
     spans = _pack_words(text, budget, count_tokens)
     spans = [s for span in spans for s in _verified(text, span, budget, count_tokens)]
     parts = []
@@ -145,8 +159,9 @@ _TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*
 
 def _frame(lines: list[str], *, is_code: bool) -> tuple[list[str], list[str], list[str]]:
     """``(head, body, suffix)``: the lines each part repeats before and after (table header, code fences), and the rest."""
-    table = next((i for i in range(len(lines) - 1)
-                  if lines[i].lstrip().startswith("|") and _TABLE_DELIMITER.match(lines[i + 1])), None)  # fmt: skip
+    table = next(
+        (i for i in range(len(lines) - 1) if lines[i].lstrip().startswith("|") and _TABLE_DELIMITER.match(lines[i + 1])), None
+    )
     if table is not None:
         return lines[: table + 2], lines[table + 2 :], []
     fence = next((i for i, line in enumerate(lines) if line.lstrip().startswith("```")), None) if is_code else None

@@ -245,22 +245,30 @@ def _read_progresses(rt: Runtime, job_ids: list[str]) -> dict[str, JobProgress]:
     ended = _queue_results(pipe, [job for job in jobs.values() if job is not None])
     replies = pipe.execute()
     batch_names = {job_id: _text(name) for job_id, name in zip(missing, replies) if name}
-    results = ended(replies[len(missing):])
+    results = ended(replies[len(missing) :])
     progress = {job_id: _progress_of(job, results.get(job_id)) for job_id, job in jobs.items() if job is not None}
-    following = {job_id: then_id for job_id, p in progress.items()
-                 if p.status == "finished" and (then_id := (p.result or {}).get("continued_in"))}  # fmt: skip
+    following = {
+        job_id: then_id
+        for job_id, p in progress.items()
+        if p.status == "finished" and (then_id := (p.result or {}).get("continued_in"))
+    }
     second = list(dict.fromkeys([*batch_names.values(), *following.values()]))
     then = dict(zip(second, Job.fetch_many(second, connection=rt.redis), strict=True)) if second else {}
     pipe = rt.redis.pipeline(transaction=False)
-    waiting = [job_id for job_id, finisher in following.items()
-               if then[finisher] is not None and _status(then[finisher]) in ("deferred", "queued", "scheduled")]  # fmt: skip
+    waiting = [
+        job_id
+        for job_id, finisher in following.items()
+        if then[finisher] is not None and _status(then[finisher]) in ("deferred", "queued", "scheduled")
+    ]
     for job_id in waiting:
         pipe.scard(extracted_key(then[following[job_id]].meta.get("topic_id", ""), job_id))
     ended = _queue_results(pipe, [job for job in then.values() if job is not None])
     replies = pipe.execute() if len(pipe) else []
-    results = ended(replies[len(waiting):])
-    states = {job_id: _progress_of(job, results.get(job_id)) if job is not None else JobProgress(job_id, "missing")
-              for job_id, job in then.items()}  # fmt: skip
+    results = ended(replies[len(waiting) :])
+    states = {
+        job_id: _progress_of(job, results.get(job_id)) if job is not None else JobProgress(job_id, "missing")
+        for job_id, job in then.items()
+    }
     extracted = dict(zip(waiting, replies[: len(waiting)], strict=True))
     for job_id in job_ids:
         if job_id in batch_names:
@@ -284,9 +292,11 @@ def _queue_results(pipe, jobs: list[Job]):
         pipe.xrevrange(Result.get_key(job.id), "+", "-", count=1)
 
     def results(replies: list) -> dict[str, Result]:
-        return {job.id: Result.restore(job.id, _text(reply[0][0]), reply[0][1], connection=job.connection,
-                                       serializer=job.serializer)
-                for job, reply in zip(ended, replies) if reply}  # fmt: skip
+        return {
+            job.id: Result.restore(job.id, _text(reply[0][0]), reply[0][1], connection=job.connection, serializer=job.serializer)
+            for job, reply in zip(ended, replies)
+            if reply
+        }
 
     return results
 
@@ -324,8 +334,15 @@ def _progress_of(job: Job, result=None) -> JobProgress:
     if status == "failed":
         error = _last_line(result.exc_string if result is not None else "") or "the job failed"
     value = result.return_value if result is not None and result.type == Result.Type.SUCCESSFUL else None
-    return JobProgress(job.id, status, meta.get("phase", ""), int(meta.get("done", 0)), int(meta.get("total", 0)), error,
-                       value if status == "finished" else None)  # fmt: skip
+    return JobProgress(
+        job.id,
+        status,
+        meta.get("phase", ""),
+        int(meta.get("done", 0)),
+        int(meta.get("total", 0)),
+        error,
+        value if status == "finished" else None,
+    )
 
 
 def _text(value) -> str:
@@ -388,20 +405,30 @@ def retry_dead_letter(rt: Runtime, job_id: str) -> None:
     versions = _upload_versions(Job.fetch(job_id, connection=rt.redis))
     if versions:
         rows = [documents.get_document(rt.metadata, document_id) for document_id, _ in versions]
-        waiting = [row for row, (_, version_job) in zip(rows, versions, strict=True) if row is not None
-                   and row.job_id == version_job and row.status in (documents.DocumentStatus.QUEUED,
-                                                                    documents.DocumentStatus.PROCESSING)]  # fmt: skip
+        waiting = [
+            row
+            for row, (_, version_job) in zip(rows, versions, strict=True)
+            if row is not None
+            and row.job_id == version_job
+            and row.status in (documents.DocumentStatus.QUEUED, documents.DocumentStatus.PROCESSING)
+        ]
         if not waiting:
-            failed = [row for row, (_, version_job) in zip(rows, versions, strict=True) if row is not None
-                      and row.job_id == version_job and row.status == documents.DocumentStatus.FAILED]  # fmt: skip
+            failed = [
+                row
+                for row, (_, version_job) in zip(rows, versions, strict=True)
+                if row is not None and row.job_id == version_job and row.status == documents.DocumentStatus.FAILED
+            ]
             if not failed:
-                raise RagTopicsError("this upload job has nothing left to do: its files were indexed, uploaded again "
-                                     "or deleted since")  # fmt: skip
+                raise RagTopicsError(
+                    "this upload job has nothing left to do: its files were indexed, uploaded again or deleted since"
+                )
             names = ", ".join(row.file_name for row in failed[:3])
             verb = "waits" if len(failed) == 1 else "wait"
-            raise RagTopicsError(f"this upload cannot be retried: {names} no longer {verb} for it "
-                                 f"({failed[0].file_name}: {failed[0].error}). A file whose indexing failed is not "
-                                 "kept; fix the cause, then upload the file again.")  # fmt: skip
+            raise RagTopicsError(
+                f"this upload cannot be retried: {names} no longer {verb} for it "
+                f"({failed[0].file_name}: {failed[0].error}). A file whose indexing failed is not "
+                "kept; fix the cause, then upload the file again."
+            )
     registry.requeue(job_id)
 
 

@@ -137,8 +137,9 @@ class TopicKind(ABC):
         direct = self.direct_threshold(settings) if route == "DIRECT" else None
         return direct if direct is not None else self.router_threshold(settings)
 
-    def named_entities(self, rt: Runtime, topic: Topic, question: str, router_names: tuple[str, ...],
-                       trace: Trace) -> tuple[str, ...]:  # fmt: skip
+    def named_entities(
+        self, rt: Runtime, topic: Topic, question: str, router_names: tuple[str, ...], trace: Trace
+    ) -> tuple[str, ...]:
         """The things the question (or the router) names that the Topic knows by name; a routing signal.
 
         A kind without a graph knows no names: ``()``.
@@ -148,8 +149,9 @@ class TopicKind(ABC):
     # -- searching and answering ---------------------------------------------------------
 
     @abstractmethod
-    def retriever(self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate],
-                  progress: SearchProgress | None = None) -> Retriever:  # fmt: skip
+    def retriever(
+        self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate], progress: SearchProgress | None = None
+    ) -> Retriever:
         """The search way for ``route``.
 
         Args:
@@ -171,9 +173,18 @@ class TopicKind(ABC):
         """What the upload work per chunk is measured under in the cost figures (``rag``, ``graphrag-nlp``, ...)."""
         return self.name
 
-    def store_upload(self, rt: Runtime, topic: Topic, version: PreparedVersion, store: StoreFn, report: ProgressFn,
-                     trace: Trace, *, graph_failures: dict[str, str] | None = None,
-                     extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
+    def store_upload(
+        self,
+        rt: Runtime,
+        topic: Topic,
+        version: PreparedVersion,
+        store: StoreFn,
+        report: ProgressFn,
+        trace: Trace,
+        *,
+        graph_failures: dict[str, str] | None = None,
+        extracted_elsewhere: set[str] | None = None,
+    ) -> IngestResult:
         """Store an uploaded version: the kind's own step first, then ``store`` (the row and the chunk swap,
         through :func:`~ragtopics.documents.versions.store_version`).
 
@@ -181,8 +192,9 @@ class TopicKind(ABC):
         """
         return store(None)
 
-    def fan_out(self, rt: Runtime, topic: Topic, doc: DocumentRow, job_id: str, version: PreparedVersion,
-                trace: Trace) -> IngestResult:  # fmt: skip
+    def fan_out(
+        self, rt: Runtime, topic: Topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace
+    ) -> IngestResult:
         """Park a prepared version and continue its per-chunk work in jobs of its own.
 
         Raises:

@@ -80,8 +80,9 @@ class GraphRagKind(TopicKind):
         """Answer Without Searching."""
         return _graph(settings).answer_without_searching
 
-    def named_entities(self, rt: Runtime, topic: Topic, question: str, router_names: tuple[str, ...],
-                       trace: Trace) -> tuple[str, ...]:  # fmt: skip
+    def named_entities(
+        self, rt: Runtime, topic: Topic, question: str, router_names: tuple[str, ...], trace: Trace
+    ) -> tuple[str, ...]:
         """The entities of the Topic's graph the question (or the router) names, by name or alias; traced."""
         from ragtopics.graph.ingest import graph_store  # see the module docstring
         from ragtopics.graph.path import named_entities  # see the module docstring
@@ -93,8 +94,9 @@ class GraphRagKind(TopicKind):
 
     # -- searching -------------------------------------------------------------------------
 
-    def retriever(self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate],
-                  progress: SearchProgress | None = None) -> Retriever:  # fmt: skip
+    def retriever(
+        self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate], progress: SearchProgress | None = None
+    ) -> Retriever:
         """PATH, LOCAL, GLOBAL or HYBRID.
 
         Raises:
@@ -123,9 +125,18 @@ class GraphRagKind(TopicKind):
         """``graphrag-llm`` when the extraction calls a model, else ``graphrag-nlp`` (their rates differ)."""
         return "graphrag-llm" if extraction_calls else "graphrag-nlp"
 
-    def store_upload(self, rt: Runtime, topic: Topic, version: PreparedVersion, store: StoreFn, report: ProgressFn,
-                     trace: Trace, *, graph_failures: dict[str, str] | None = None,
-                     extracted_elsewhere: set[str] | None = None) -> IngestResult:  # fmt: skip
+    def store_upload(
+        self,
+        rt: Runtime,
+        topic: Topic,
+        version: PreparedVersion,
+        store: StoreFn,
+        report: ProgressFn,
+        trace: Trace,
+        *,
+        graph_failures: dict[str, str] | None = None,
+        extracted_elsewhere: set[str] | None = None,
+    ) -> IngestResult:
         """Extract the version's graph (no lock; cached extractions are reused), then, under the Topic's graph
         write lock, deduplicate it against the graph and store it with the chunks (``store``).
 
@@ -134,8 +145,9 @@ class GraphRagKind(TopicKind):
         from ragtopics.graph.ingest import complete_plan, extract_graph  # see the module docstring
 
         records = version.records
-        extracted = extract_graph(rt, topic, records, report, trace, known_failures=graph_failures,
-                                  extracted_elsewhere=extracted_elsewhere)  # fmt: skip
+        extracted = extract_graph(
+            rt, topic, records, report, trace, known_failures=graph_failures, extracted_elsewhere=extracted_elsewhere
+        )
         with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
             plan = complete_plan(rt, topic, records, extracted, report, trace)
             return store(GraphShare(plan, self._images(rt, topic, version, plan, trace), graph_fence))
@@ -153,8 +165,9 @@ class GraphRagKind(TopicKind):
         template = resolve_prompts(rt, topic.id)["picture_entities"]
         return link_images(rt, plan.entities, chunk_pictures, pictures, trace, template)
 
-    def fan_out(self, rt: Runtime, topic: Topic, doc: DocumentRow, job_id: str, version: PreparedVersion,
-                trace: Trace) -> IngestResult:  # fmt: skip
+    def fan_out(
+        self, rt: Runtime, topic: Topic, doc: DocumentRow, job_id: str, version: PreparedVersion, trace: Trace
+    ) -> IngestResult:
         """Park the prepared version and extract its chunks in small jobs; a last job stores it
         (:func:`~ragtopics.graph.fanout.park_and_fan_out`)."""
         from ragtopics.graph.fanout import park_and_fan_out  # see the module docstring
@@ -194,8 +207,10 @@ class GraphRagKind(TopicKind):
 
         entities = graph_store(rt, before).stats()["entities"]
         if entities:
-            raise InvalidSettingError(f"graph_database: the graph of Topic {before.name!r} already holds {entities} entities in "
-                                      f"{was!r}; choose the graph database before the first upload, or create a new Topic")  # fmt: skip
+            raise InvalidSettingError(
+                f"graph_database: the graph of Topic {before.name!r} already holds {entities} entities in "
+                f"{was!r}; choose the graph database before the first upload, or create a new Topic"
+            )
 
     def settings_saved(self, rt: Runtime, topic: Topic, changed: set[str] | None) -> None:
         """(Re)schedule the Refresh Cycle of a new Topic, or when it changed; a queue that cannot be reached is
@@ -222,8 +237,9 @@ class GraphRagKind(TopicKind):
             return
         removed = store.vectors.clear()
         embedded = embed_entities(rt, store, [e.id for e in store.all_entities()])
-        log.info("Topic %r: %d entity vectors replaced by %d made with %s", topic.name, removed, embedded,
-                 rt.gateway.embedder.model)  # fmt: skip
+        log.info(
+            "Topic %r: %d entity vectors replaced by %d made with %s", topic.name, removed, embedded, rt.gateway.embedder.model
+        )
 
 
 def _remove_graph_share(d: Deletion) -> None:

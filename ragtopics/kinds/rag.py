@@ -52,8 +52,9 @@ class RagKind(TopicKind):
         """Always: a RAG Topic may answer thanks and small talk without searching."""
         return True
 
-    def retriever(self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate],
-                  progress: SearchProgress | None = None) -> Retriever:  # fmt: skip
+    def retriever(
+        self, rt: Runtime, topic: Topic, route: str, prompts: dict[str, PromptTemplate], progress: SearchProgress | None = None
+    ) -> Retriever:
         """SEARCH: dense, keyword or hybrid search over the chunks, then the optional rerank."""
         # rag/ imports answer/, which looks kinds up: a module-level import here would close a cycle.
         from ragtopics.rag.retriever import ChunkRetriever

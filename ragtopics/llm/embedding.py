@@ -236,8 +236,9 @@ class LocalEmbedder(Embedder):
             torch.set_num_threads(SHORT_TEXT_THREADS)
             try:
                 with torch.inference_mode():
-                    hidden = transformer(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                         token_type_ids=torch.zeros_like(ids)).last_hidden_state  # fmt: skip
+                    hidden = transformer(
+                        input_ids=ids, attention_mask=mask, position_ids=positions, token_type_ids=torch.zeros_like(ids)
+                    ).last_hidden_state
             finally:
                 torch.set_num_threads(threads)
         for i, row, start, end in spans:

@@ -98,9 +98,19 @@ def _check_price(value: Any, field: str) -> float | None:
     return price
 
 
-def save_endpoint(rt: Runtime, role: str, *, base_url: str, model: str, api_key: str | None, supports_tools: bool,
-                  supports_images: bool, by: str = "", price_in_per_mtok: float | str | None = None,
-                  price_out_per_mtok: float | str | None = None) -> None:  # fmt: skip
+def save_endpoint(
+    rt: Runtime,
+    role: str,
+    *,
+    base_url: str,
+    model: str,
+    api_key: str | None,
+    supports_tools: bool,
+    supports_images: bool,
+    by: str = "",
+    price_in_per_mtok: float | str | None = None,
+    price_out_per_mtok: float | str | None = None,
+) -> None:
     """Store a role's endpoint and apply it to ``rt``.
 
     Args:
@@ -145,8 +155,13 @@ def describe(rt: Runtime, role: str) -> dict[str, Any]:
     endpoint = rt.settings.endpoint(role)
     row = stored_overrides(rt).get(role)
     has_key = bool(endpoint.api_key) and endpoint.api_key != "not-needed"
-    return {"base_url": endpoint.base_url or "", "model": endpoint.model, "api_key": "set" if has_key else "none",
-            "supports_tools": endpoint.supports_tools, "supports_images": endpoint.supports_images,
-            "source": "console" if row is not None else ("bundled model" if endpoint.is_bundled else "environment"),
-            "price_in_per_mtok": row.price_in_per_mtok if row is not None else None,
-            "price_out_per_mtok": row.price_out_per_mtok if row is not None else None}  # fmt: skip
+    return {
+        "base_url": endpoint.base_url or "",
+        "model": endpoint.model,
+        "api_key": "set" if has_key else "none",
+        "supports_tools": endpoint.supports_tools,
+        "supports_images": endpoint.supports_images,
+        "source": "console" if row is not None else ("bundled model" if endpoint.is_bundled else "environment"),
+        "price_in_per_mtok": row.price_in_per_mtok if row is not None else None,
+        "price_out_per_mtok": row.price_out_per_mtok if row is not None else None,
+    }

@@ -96,6 +96,8 @@ class TextVectorCache:
 
     def __len__(self) -> int:
         return len(self._vectors)
+
+
 #: Tokens llama.cpp looks back over for its repeat penalty on the bundled model (its server's default).
 REPEAT_LAST_N = 64
 
@@ -134,20 +136,29 @@ class RetryPolicy:
 
     def retrying(self, label: str) -> Retrying:
         """A tenacity ``Retrying`` for one call to ``label`` (logged before each wait)."""
-        backoff = wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s,
-                                          jitter=min(0.5, self.initial_wait_s))  # fmt: skip
+        backoff = wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s, jitter=min(0.5, self.initial_wait_s))
 
         def wait(state: RetryCallState) -> float:
             after = retry_after_s(state.outcome.exception()) if state.outcome else None
             return min(after, self.max_retry_after_s) if after is not None else backoff(state)
 
         def before_sleep(state: RetryCallState) -> None:
-            log.warning("%s: attempt %s of %s failed (%s); retrying in %.1f s", label, state.attempt_number,
-                        self.attempts, _describe(state.outcome.exception() if state.outcome else None),
-                        state.upcoming_sleep)  # fmt: skip
+            log.warning(
+                "%s: attempt %s of %s failed (%s); retrying in %.1f s",
+                label,
+                state.attempt_number,
+                self.attempts,
+                _describe(state.outcome.exception() if state.outcome else None),
+                state.upcoming_sleep,
+            )
 
-        return Retrying(retry=retry_if_exception(is_transient), stop=stop_after_attempt(self.attempts), wait=wait,
-                        before_sleep=before_sleep, reraise=True)  # fmt: skip
+        return Retrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self.attempts),
+            wait=wait,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -310,8 +321,16 @@ class ModelGateway:
             raise ModelUnavailableError(_failure_message(label, exc, self.retry.attempts)) from exc
 
     @_counted()
-    def chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
-             max_tokens: int | None = None, temperature: float = 0.2) -> ChatReply:  # fmt: skip
+    def chat(
+        self,
+        role: str,
+        messages: list[dict],
+        *,
+        prompt_name: str,
+        trace: Trace | None = None,
+        max_tokens: int | None = None,
+        temperature: float = 0.2,
+    ) -> ChatReply:
         """One chat completion.
 
         Args:
@@ -327,16 +346,33 @@ class ModelGateway:
         max_tokens = max_tokens or self.settings.llm_max_tokens
         t0 = time.perf_counter()
         with slot:
-            response = self._create(client, endpoint, messages, prompt_name, stream=False, max_tokens=max_tokens, temperature=temperature)
+            response = self._create(
+                client, endpoint, messages, prompt_name, stream=False, max_tokens=max_tokens, temperature=temperature
+            )
         usage = response.usage
-        call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
-                         getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
+        call = ModelCall(
+            role,
+            prompt_name,
+            endpoint.model,
+            getattr(usage, "prompt_tokens", 0) or 0,
+            getattr(usage, "completion_tokens", 0) or 0,
+            _ms(t0),
+        )
         _record(trace, call, messages, response.choices[0].message.content or "")
         return ChatReply(text=response.choices[0].message.content or "", call=call)
 
     @_counted()
-    def stream_chat(self, role: str, messages: list[dict], *, prompt_name: str, trace: Trace | None = None,
-                    max_tokens: int | None = None, temperature: float = 0.2, tools: list[dict] | None = None) -> Generator[str, None, str | None]:  # fmt: skip
+    def stream_chat(
+        self,
+        role: str,
+        messages: list[dict],
+        *,
+        prompt_name: str,
+        trace: Trace | None = None,
+        max_tokens: int | None = None,
+        temperature: float = 0.2,
+        tools: list[dict] | None = None,
+    ) -> Generator[str, None, str | None]:
         """Stream a chat completion as text deltas.
 
         A failure before the first token is retried like any call; once a token has been
@@ -358,8 +394,9 @@ class ModelGateway:
         usage = None
         stopped = True
         with slot:
-            stream, head = self._create(client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens,
-                                        temperature=temperature, tools=tools)  # fmt: skip
+            stream, head = self._create(
+                client, endpoint, messages, prompt_name, stream=True, max_tokens=max_tokens, temperature=temperature, tools=tools
+            )
             finish_reason = None
             try:
                 for chunk in _chain(head, stream):
@@ -372,21 +409,38 @@ class ModelGateway:
                         parts.append(delta)
                         yield delta
                 if finish_reason is None:  # the connection ended mid-answer: never pass half an answer off as whole
-                    raise ModelUnavailableError(f"{_label(endpoint)} ended its stream before the answer was finished "
-                                                f"(after {len(parts)} piece(s), no finish reason)")  # fmt: skip
+                    raise ModelUnavailableError(
+                        f"{_label(endpoint)} ended its stream before the answer was finished "
+                        f"(after {len(parts)} piece(s), no finish reason)"
+                    )
                 stopped = False
             except _STREAM_ERRORS as exc:  # a read timeout or a cut connection mid-stream
                 raise ModelUnavailableError(f"{_label(endpoint)} failed while streaming: {exc or type(exc).__name__}") from exc
             finally:
                 stream.close()
-                call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
-                                 getattr(usage, "completion_tokens", 0) or len(parts), _ms(t0), stopped=stopped)  # fmt: skip
+                call = ModelCall(
+                    role,
+                    prompt_name,
+                    endpoint.model,
+                    getattr(usage, "prompt_tokens", 0) or 0,
+                    getattr(usage, "completion_tokens", 0) or len(parts),
+                    _ms(t0),
+                    stopped=stopped,
+                )
                 _record(trace, call, messages, "".join(parts))
         return finish_reason
 
     @_counted()
-    def structured(self, role: str, messages: list[dict], response_model: type[BaseModel], *, prompt_name: str,
-                   trace: Trace | None = None, max_tokens: int | None = 512) -> BaseModel:  # fmt: skip
+    def structured(
+        self,
+        role: str,
+        messages: list[dict],
+        response_model: type[BaseModel],
+        *,
+        prompt_name: str,
+        trace: Trace | None = None,
+        max_tokens: int | None = 512,
+    ) -> BaseModel:
         """One chat completion parsed into ``response_model`` (instructor, JSON-schema mode).
 
         JSON-schema mode makes llama.cpp and vLLM constrain their output to the schema;
@@ -404,9 +458,14 @@ class ModelGateway:
         def request():
             try:
                 return patched.chat.completions.create_with_completion(
-                    model=endpoint.model, messages=messages, response_model=response_model, max_retries=0,
-                    max_tokens=max_tokens, temperature=0.0, extra_headers={"X-Prompt-Name": prompt_name},
-                )  # fmt: skip
+                    model=endpoint.model,
+                    messages=messages,
+                    response_model=response_model,
+                    max_retries=0,
+                    max_tokens=max_tokens,
+                    temperature=0.0,
+                    extra_headers={"X-Prompt-Name": prompt_name},
+                )
             except InstructorError as exc:  # instructor wraps transport errors; unwrap them for the retry policy
                 cause = _api_error_in(exc)
                 if cause is None:
@@ -418,16 +477,25 @@ class ModelGateway:
                 result, completion = self._call(_label(endpoint), request)
         except (ValidationError, InstructorError) as exc:
             _record(trace, ModelCall(role, prompt_name, endpoint.model, 0, 0, _ms(t0)), messages, f"unparsable: {exc}")
-            raise StructuredOutputError(f"the {prompt_name} reply did not match {response_model.__name__}: {str(exc)[:300]}") from exc
+            raise StructuredOutputError(
+                f"the {prompt_name} reply did not match {response_model.__name__}: {str(exc)[:300]}"
+            ) from exc
         usage = completion.usage
-        call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
-                         getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
+        call = ModelCall(
+            role,
+            prompt_name,
+            endpoint.model,
+            getattr(usage, "prompt_tokens", 0) or 0,
+            getattr(usage, "completion_tokens", 0) or 0,
+            _ms(t0),
+        )
         _record(trace, call, messages, result.model_dump_json())
         return result
 
     @_counted()
-    def complete_with_tools(self, role: str, messages: list[dict], tools: list[dict], *, prompt_name: str,
-                            trace: Trace | None = None) -> tuple[str, list[dict]]:  # fmt: skip
+    def complete_with_tools(
+        self, role: str, messages: list[dict], tools: list[dict], *, prompt_name: str, trace: Trace | None = None
+    ) -> tuple[str, list[dict]]:
         """One non-streamed completion that may request tool calls.
 
         Returns:
@@ -448,19 +516,36 @@ class ModelGateway:
         client, slot = self._client(endpoint)
         t0 = time.perf_counter()
         with slot:
-            response = self._create(client, endpoint, messages, prompt_name, stream=False,
-                                    max_tokens=self.settings.llm_max_tokens, temperature=0.2, tools=tools)  # fmt: skip
+            response = self._create(
+                client,
+                endpoint,
+                messages,
+                prompt_name,
+                stream=False,
+                max_tokens=self.settings.llm_max_tokens,
+                temperature=0.2,
+                tools=tools,
+            )
         message = response.choices[0].message
-        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments or "{}"} for c in (message.tool_calls or [])]
+        calls = [
+            {"id": c.id, "name": c.function.name, "arguments": c.function.arguments or "{}"} for c in (message.tool_calls or [])
+        ]
         usage = response.usage
-        call = ModelCall(role, prompt_name, endpoint.model, getattr(usage, "prompt_tokens", 0) or 0,
-                         getattr(usage, "completion_tokens", 0) or 0, _ms(t0))  # fmt: skip
+        call = ModelCall(
+            role,
+            prompt_name,
+            endpoint.model,
+            getattr(usage, "prompt_tokens", 0) or 0,
+            getattr(usage, "completion_tokens", 0) or 0,
+            _ms(t0),
+        )
         _record(trace, call, messages, (message.content or "") + (f" tool_calls={calls}" if calls else ""))
         return message.content or "", calls
 
     @_counted("embedding")
-    def embed(self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding",
-              short: bool = False) -> np.ndarray:  # fmt: skip
+    def embed(
+        self, texts: list[str], *, trace: Trace | None = None, purpose: str = "embedding", short: bool = False
+    ) -> np.ndarray:
         """Embed texts with the configured embedding model.
 
         An embedder behind an HTTP endpoint (``embedder.base_url`` set) sends each batch
@@ -516,8 +601,18 @@ class ModelGateway:
             return np.zeros((0, self.embedder.dims), dtype=np.float32)
         return np.vstack([found[t] for t in texts]).astype(np.float32, copy=False)
 
-    def _create(self, client: openai.OpenAI, endpoint: ModelEndpoint, messages: list[dict], prompt_name: str, *,
-                stream: bool, max_tokens: int | None, temperature: float, tools: list[dict] | None = None):  # fmt: skip
+    def _create(
+        self,
+        client: openai.OpenAI,
+        endpoint: ModelEndpoint,
+        messages: list[dict],
+        prompt_name: str,
+        *,
+        stream: bool,
+        max_tokens: int | None,
+        temperature: float,
+        tools: list[dict] | None = None,
+    ):
         """A chat completion; for ``stream=True``, ``(stream, chunks read up to the first token)``."""
         extra: dict = {"stream_options": {"include_usage": True}} if stream else {}
         if tools:
@@ -529,9 +624,14 @@ class ModelGateway:
 
         def request():
             response = client.chat.completions.create(
-                model=endpoint.model, messages=messages, stream=stream, max_tokens=max_tokens,
-                temperature=temperature, extra_headers={"X-Prompt-Name": prompt_name}, **extra,
-            )  # fmt: skip
+                model=endpoint.model,
+                messages=messages,
+                stream=stream,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                extra_headers={"X-Prompt-Name": prompt_name},
+                **extra,
+            )
             return _read_to_first_token(response) if stream else response
 
         return self._call(_label(endpoint), request)
@@ -598,8 +698,14 @@ def build_embedder(settings: Settings) -> Embedder:
     """The embedder the settings ask for: a remote endpoint, or the bundled MiniLM."""
     endpoint = settings.endpoint("embedding")
     if endpoint.base_url:
-        return OpenAIEmbedder(endpoint.base_url, endpoint.api_key, endpoint.model, settings.embedding_dim,
-                              timeout_s=endpoint.timeout_s, batch_size=settings.embedding_batch_size)  # fmt: skip
+        return OpenAIEmbedder(
+            endpoint.base_url,
+            endpoint.api_key,
+            endpoint.model,
+            settings.embedding_dim,
+            timeout_s=endpoint.timeout_s,
+            batch_size=settings.embedding_batch_size,
+        )
     return LocalEmbedder(batch_size=settings.embedding_batch_size)
 
 

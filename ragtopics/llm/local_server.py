@@ -68,7 +68,9 @@ class LocalModelServer:
         import xllamacpp
 
         if _healthy(self.port):
-            raise ModelUnavailableError(f"port {self.port} is already serving; set LOCAL_LLM_PORT to a free port or LLM_BASE_URL to use that server")
+            raise ModelUnavailableError(
+                f"port {self.port} is already serving; set LOCAL_LLM_PORT to a free port or LLM_BASE_URL to use that server"
+            )
         params = xllamacpp.CommonParams()
         params.model.path = str(gguf_path())
         params.model_alias = {LOCAL_MODEL_NAME}

@@ -108,18 +108,33 @@ class EmbeddedRedis:
         """The ``redis-server`` command line."""
         return [
             str(self.paths.server),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--protected-mode", "yes",
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--daemonize", "no",
-            "--logfile", str(self.data_dir / "redis.log"),
-            "--loadmodule", str(self.paths.search_module), "ON_TIMEOUT", "FAIL", "TIMEOUT", str(self.query_timeout_ms),
-            "--loadmodule", str(self.paths.graph_module),
-        ]  # fmt: skip
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--protected-mode",
+            "yes",
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+            "--loadmodule",
+            str(self.paths.search_module),
+            "ON_TIMEOUT",
+            "FAIL",
+            "TIMEOUT",
+            str(self.query_timeout_ms),
+            "--loadmodule",
+            str(self.paths.graph_module),
+        ]
 
     def start(self, *, wait_s: float = 15.0) -> EmbeddedRedis:
         """Start the server and wait until it answers with both modules loaded.
@@ -144,7 +159,9 @@ class EmbeddedRedis:
         shown = 0.0
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RedisStartError(f"redis-server exited with code {self.process.returncode}; see {self.data_dir / 'redis.log'}")
+                raise RedisStartError(
+                    f"redis-server exited with code {self.process.returncode}; see {self.data_dir / 'redis.log'}"
+                )
             try:
                 if client.ping():
                     check_modules(client)

@@ -205,8 +205,13 @@ def worker_environment(settings: Settings) -> dict[str, str]:
     }
 
 
-def supervise(components: Sequence[Component], stop: threading.Event, *,
-              policy: Callable[[], RestartPolicy] = RestartPolicy, poll_s: float = POLL_S) -> str | None:  # fmt: skip
+def supervise(
+    components: Sequence[Component],
+    stop: threading.Event,
+    *,
+    policy: Callable[[], RestartPolicy] = RestartPolicy,
+    poll_s: float = POLL_S,
+) -> str | None:
     """Keep ``components`` running until ``stop`` is set or one keeps failing.
 
     Components are in dependency order: while one is down, those after it are left
@@ -262,8 +267,10 @@ def _restart_when_due(component: Component, policy: RestartPolicy, due: dict[str
 
 def _give_up_message(component: Component, policy: RestartPolicy, exc: BaseException | None = None) -> str:
     reason = str(exc) if exc is not None else component.describe_failure()
-    return (f"{component.name} stopped {policy.recent_failures()} times within {policy.window_s:.0f} s "
-            f"(last: {reason}); stopping every component")  # fmt: skip
+    return (
+        f"{component.name} stopped {policy.recent_failures()} times within {policy.window_s:.0f} s "
+        f"(last: {reason}); stopping every component"
+    )
 
 
 def run_stack() -> int:
@@ -276,8 +283,9 @@ def run_stack() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         if settings.is_redis_embedded:
-            server = EmbeddedRedis(settings.data_dir / "redis", settings.embedded_redis_port,
-                                   query_timeout_ms=settings.redis_query_timeout_ms).start()  # fmt: skip
+            server = EmbeddedRedis(
+                settings.data_dir / "redis", settings.embedded_redis_port, query_timeout_ms=settings.redis_query_timeout_ms
+            ).start()
             components.append(EmbeddedRedisComponent(server))
             stoppers.append(server.stop)
         else:

@@ -48,8 +48,12 @@ class IngestPrompts:
 def resolve_ingest_prompts(rt: Runtime, topic_id: str) -> IngestPrompts:
     """The upload-time prompts as they apply to a Topic (its overrides, then the shared ones, then the defaults)."""
     prompts = resolve_prompts(rt, topic_id)
-    return IngestPrompts(context_line=prompts["context_line"], keywords=prompts["keywords"],
-                         narrate=prompts["narrate"], describe_picture=prompts["describe_picture"])  # fmt: skip
+    return IngestPrompts(
+        context_line=prompts["context_line"],
+        keywords=prompts["keywords"],
+        narrate=prompts["narrate"],
+        describe_picture=prompts["describe_picture"],
+    )
 
 
 def set_prompt(rt: Runtime, scope: str, name: str, text: str) -> PromptTemplate:

@@ -38,8 +38,11 @@ class PromptTemplate:
 
     def variables(self) -> set[str]:
         """Names of the placeholders in the template."""
-        return {m.group("named") or m.group("braced") for m in Template.pattern.finditer(self.text)
-                if m.group("named") or m.group("braced")}  # fmt: skip
+        return {
+            m.group("named") or m.group("braced")
+            for m in Template.pattern.finditer(self.text)
+            if m.group("named") or m.group("braced")
+        }
 
     def render(self, **values: str) -> str:
         """Fill every placeholder.
@@ -51,9 +54,7 @@ class PromptTemplate:
         missing = expected - values.keys()
         extra = values.keys() - expected
         if missing or extra:
-            raise PromptTemplateError(
-                f"prompt {self.name!r}: missing variable(s) {sorted(missing)}, unexpected {sorted(extra)}"
-            )
+            raise PromptTemplateError(f"prompt {self.name!r}: missing variable(s) {sorted(missing)}, unexpected {sorted(extra)}")
         return Template(self.text).substitute(values)
 
     def with_text(self, text: str) -> PromptTemplate:
@@ -66,7 +67,8 @@ class PromptTemplate:
         if len(text) > MAX_PROMPT_CHARS:
             raise PromptTemplateError(
                 f"prompt {self.name!r} is {len(text):,} characters long; at most {MAX_PROMPT_CHARS:,} are allowed "
-                "(every question sends it to the model)")
+                "(every question sends it to the model)"
+            )
         candidate = PromptTemplate(self.name, text, self.description)
         try:
             Template(text).substitute(dict.fromkeys(candidate.variables(), ""))
@@ -74,9 +76,14 @@ class PromptTemplate:
             raise PromptTemplateError(f"prompt {self.name!r}: {exc} (write $$ for a literal dollar sign)") from exc
         if candidate.variables() != self.variables():
             unknown, missing = candidate.variables() - self.variables(), self.variables() - candidate.variables()
-            found = "; ".join(part for part in (
-                f"unknown: {', '.join('$' + v for v in sorted(unknown))}" if unknown else "",
-                f"missing: {', '.join('$' + v for v in sorted(missing))}" if missing else "") if part)  # fmt: skip
+            found = "; ".join(
+                part
+                for part in (
+                    f"unknown: {', '.join('$' + v for v in sorted(unknown))}" if unknown else "",
+                    f"missing: {', '.join('$' + v for v in sorted(missing))}" if missing else "",
+                )
+                if part
+            )
             raise PromptTemplateError(
                 f"prompt {self.name!r} must use exactly the variables {', '.join('$' + v for v in sorted(self.variables())) or '(none)'}"
                 f" ({found})"
@@ -86,7 +93,7 @@ class PromptTemplate:
 
 SYSTEM = PromptTemplate(
     "system",
-    "You are the assistant of a document collection called \"$topic_name\". "
+    'You are the assistant of a document collection called "$topic_name". '
     "Answer questions only from the numbered sources you are given. "
     "If the sources do not contain the answer, say that you could not find it.\n$custom_system_prompt",
     "The shared system prompt; the Topic's Custom System Prompt is inserted at $custom_system_prompt.",
@@ -146,7 +153,7 @@ SOURCE_CHECK = PromptTemplate(
 
 TOOL_DESCRIPTION = PromptTemplate(
     "tool_description",
-    "Ask the Topic \"$topic_name\" a question; it answers from its own documents, with sources. $description",
+    'Ask the Topic "$topic_name" a question; it answers from its own documents, with sources. $description',
     "How a connected Topic is described to the model as a tool.",
 )
 
@@ -251,8 +258,27 @@ DEDUPLICATION = PromptTemplate(
 DEFAULTS: dict[str, PromptTemplate] = {
     p.name: p
     for p in (
-        SYSTEM, CITING_RULES, ANSWER, SOURCE_BLOCK, DIRECT, ATTACHMENT, ROUTER, RERANK, SOURCE_CHECK, TOOL_DESCRIPTION,
-        KEYWORDS, NARRATE, DESCRIBE_PICTURE, PICTURES, PICTURE_LINE, CONTEXT_LINE, GRAPH_EXTRACTION,
-        COMMUNITY_REPORT, PICTURE_ENTITIES, GLOBAL_MAP, FOLLOW_UP_PLAN, DEDUPLICATION,
+        SYSTEM,
+        CITING_RULES,
+        ANSWER,
+        SOURCE_BLOCK,
+        DIRECT,
+        ATTACHMENT,
+        ROUTER,
+        RERANK,
+        SOURCE_CHECK,
+        TOOL_DESCRIPTION,
+        KEYWORDS,
+        NARRATE,
+        DESCRIBE_PICTURE,
+        PICTURES,
+        PICTURE_LINE,
+        CONTEXT_LINE,
+        GRAPH_EXTRACTION,
+        COMMUNITY_REPORT,
+        PICTURE_ENTITIES,
+        GLOBAL_MAP,
+        FOLLOW_UP_PLAN,
+        DEDUPLICATION,
     )
 }

@@ -146,20 +146,32 @@ def parse_questions(text: str, source: str = "the questions") -> list[EvalQuesti
         if not isinstance(item, dict) or not str(item.get("question") or "").strip():
             raise RagTopicsError(f"{source}: item {n} has no question")
         if len(str(item["question"]).strip()) > MAX_QUESTION_CHARS:
-            raise RagTopicsError(f"{source}: item {n}: the question is {len(str(item['question']).strip())} characters "
-                                 f"long; the limit is {MAX_QUESTION_CHARS}")  # fmt: skip
+            raise RagTopicsError(
+                f"{source}: item {n}: the question is {len(str(item['question']).strip())} characters "
+                f"long; the limit is {MAX_QUESTION_CHARS}"
+            )
         gold = item.get("gold_sources") or []
         if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
             raise RagTopicsError(f"{source}: item {n}: gold_sources must be a list of file names (none empty)")
         way = str(item.get("expected_way") or "").strip().upper()
         if way and way not in {r.value for r in Route}:
-            raise RagTopicsError(f"{source}: item {n}: expected_way {item['expected_way']!r} is not a way; the ways are "
-                                 f"{', '.join(r.value for r in Route)}")  # fmt: skip
+            raise RagTopicsError(
+                f"{source}: item {n}: expected_way {item['expected_way']!r} is not a way; the ways are "
+                f"{', '.join(r.value for r in Route)}"
+            )
         aliases = item.get("answer_aliases") or []
         if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
             raise RagTopicsError(f"{source}: item {n}: answer_aliases must be a list of answers")
-        out.append(EvalQuestion(str(item["question"]), str(item.get("answer") or ""), tuple(gold), way,
-                                str(item.get("type") or ""), tuple(a for a in aliases if a.strip())))  # fmt: skip
+        out.append(
+            EvalQuestion(
+                str(item["question"]),
+                str(item.get("answer") or ""),
+                tuple(gold),
+                way,
+                str(item.get("type") or ""),
+                tuple(a for a in aliases if a.strip()),
+            )
+        )
     if not out:
         raise RagTopicsError(f"{source}: the question file holds no questions")
     return out
@@ -185,6 +197,7 @@ def name_keys(name: str) -> tuple[str, str]:
     NFKD) and everything but letters and digits of any script, case-folded; a name with no letter
     or digit (``"--"``) keeps its case-folded text, so two such names never both become ``""``.
     """
+
     def key(text: str) -> str:
         folded = unicodedata.normalize("NFKD", text.strip()).casefold()
         return "".join(ch for ch in folded if ch.isalnum()) or folded
@@ -292,7 +305,8 @@ def check_judge(rt: Runtime) -> None:
     if rt.gateway.endpoint("judge").is_local:
         raise ConfigurationError(
             "--judge needs a real model: set JUDGE_BASE_URL and JUDGE_MODEL (or LLM_BASE_URL and LLM_MODEL); "
-            "the bundled 135M model cannot judge answers")
+            "the bundled 135M model cannot judge answers"
+        )
 
 
 def judge_answer(rt: Runtime, question: str, reference: str, answer: str, trace=None) -> Verdict:
@@ -300,15 +314,21 @@ def judge_answer(rt: Runtime, question: str, reference: str, answer: str, trace=
     not correct, with the reason saying so."""
     prompt = JUDGE_PROMPT.format(question=question, reference=reference, answer=answer)
     try:
-        return rt.gateway.structured("judge", [{"role": "user", "content": prompt}], Verdict, prompt_name="judge",
-                                     trace=trace)  # fmt: skip
+        return rt.gateway.structured("judge", [{"role": "user", "content": prompt}], Verdict, prompt_name="judge", trace=trace)
     except ModelUnavailableError as exc:
         return Verdict(correct=False, reason=f"no usable verdict: {exc}")
 
 
-def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route: str | None = None,
-             retrieval_only: bool = False, judge: bool = False,
-             progress=None) -> tuple[dict[str, Any], list[QuestionResult]]:  # fmt: skip
+def evaluate(
+    rt: Runtime,
+    topic: Topic,
+    questions: list[EvalQuestion],
+    *,
+    route: str | None = None,
+    retrieval_only: bool = False,
+    judge: bool = False,
+    progress=None,
+) -> tuple[dict[str, Any], list[QuestionResult]]:
     """Ask every question and score it.
 
     Args:
@@ -344,21 +364,37 @@ def evaluate(rt: Runtime, topic: Topic, questions: list[EvalQuestion], *, route:
         try:
             if retrieval_only:
                 found = search_only(rt, topic, q.question, route=route)
-                result = QuestionResult(q.question, found.route, found.route_confidence, ranked_files(found.context),
-                                        list(q.gold_sources), timings_ms=found.timings_ms)  # fmt: skip
+                result = QuestionResult(
+                    q.question,
+                    found.route,
+                    found.route_confidence,
+                    ranked_files(found.context),
+                    list(q.gold_sources),
+                    timings_ms=found.timings_ms,
+                )
             else:
                 *_, final = ask(rt, topic, q.question, save=False, route=route)
-                result = QuestionResult(q.question, final.route, final.route_confidence, list(final.retrieved),
-                                        list(q.gold_sources), answer=final.text, timings_ms=final.timings_ms,
-                                        cited=list(dict.fromkeys(s.file for s in final.sources)))  # fmt: skip
+                result = QuestionResult(
+                    q.question,
+                    final.route,
+                    final.route_confidence,
+                    list(final.retrieved),
+                    list(q.gold_sources),
+                    answer=final.text,
+                    timings_ms=final.timings_ms,
+                    cited=list(dict.fromkeys(s.file for s in final.sources)),
+                )
         except RagTopicsError as exc:  # this question failed; the others still count
             failures.append(exc)
             result = QuestionResult(q.question, "", None, [], list(q.gold_sources), error=str(exc))
         result.expected_answer, result.expected_way = q.answer, q.expected_way
         result.metrics = retrieval_metrics(result.files, result.gold_sources)
         if not retrieval_only:
-            result.metrics |= answer_metrics(result.answer, q.answer, q.answer_aliases) if not result.error else (
-                {"exact_match": 0.0, "f1": 0.0, "contains": 0.0} if q.answer else {})  # a failed question answered nothing right
+            result.metrics |= (
+                answer_metrics(result.answer, q.answer, q.answer_aliases)
+                if not result.error
+                else ({"exact_match": 0.0, "f1": 0.0, "contains": 0.0} if q.answer else {})
+            )  # a failed question answered nothing right
         if judge and q.answer and result.error:
             result.metrics["judged_correct"] = 0.0
         elif judge and q.answer:
@@ -436,12 +472,22 @@ def write_results(folder: Path, summary: dict[str, Any], results: list[QuestionR
     metric_keys = list(dict.fromkeys(k for r in results for k in r.metrics))
     with paths[2].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["question", "way", "confidence", "files", "gold_sources", "answer", "cited", *metric_keys,
-                         "total_ms", "error"])  # fmt: skip
+        writer.writerow(
+            ["question", "way", "confidence", "files", "gold_sources", "answer", "cited", *metric_keys, "total_ms", "error"]
+        )
         for r in results:
-            row = [r.question, r.way, "" if r.confidence is None else r.confidence, " | ".join(r.files),
-                   " | ".join(r.gold_sources), r.answer, " | ".join(r.cited), *[r.metrics.get(k, "") for k in metric_keys],
-                   r.timings_ms.get("total", ""), r.error]  # fmt: skip
+            row = [
+                r.question,
+                r.way,
+                "" if r.confidence is None else r.confidence,
+                " | ".join(r.files),
+                " | ".join(r.gold_sources),
+                r.answer,
+                " | ".join(r.cited),
+                *[r.metrics.get(k, "") for k in metric_keys],
+                r.timings_ms.get("total", ""),
+                r.error,
+            ]
             writer.writerow([_cell(v) for v in row])
     return paths
 
@@ -450,6 +496,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | Non
     """``(metric, a, b, b - a)`` for every numeric metric of two summaries (``summary.json``): ``a``'s metrics
     in its order, then those only ``b`` has. A metric one run lacks (answer metrics of a retrieval-only
     run, say) is ``None`` there, and so is its change."""
+
     def number(value: Any) -> float | None:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -477,10 +524,16 @@ def changed_questions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
         for each key of :data:`CHANGE_KEYS` that differs; questions asked in one run only are
         listed with ``"only_in": "A"`` or ``"B"``.
     """
+
     def values(r: dict[str, Any]) -> dict[str, Any]:
         metrics = r.get("metrics") or {}
-        return {"way": r.get("way", ""), "recall@5": metrics.get("recall@5"), "mrr": metrics.get("mrr"),
-                "judged_correct": metrics.get("judged_correct"), "answer": r.get("answer", "")}  # fmt: skip
+        return {
+            "way": r.get("way", ""),
+            "recall@5": metrics.get("recall@5"),
+            "mrr": metrics.get("mrr"),
+            "judged_correct": metrics.get("judged_correct"),
+            "answer": r.get("answer", ""),
+        }
 
     def keyed(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, int], dict[str, Any]]]:
         seen: Counter = Counter()
@@ -517,11 +570,24 @@ def short_value(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_summary(summary: dict[str, Any], *, topic: str, route: str | None, retrieval_only: bool,
-                settings_changed: dict[str, Any], **extra: Any) -> dict[str, Any]:  # fmt: skip
+def run_summary(
+    summary: dict[str, Any],
+    *,
+    topic: str,
+    route: str | None,
+    retrieval_only: bool,
+    settings_changed: dict[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
     """An evaluation's summary with what was run (``summary.json``; ``--compare`` and the QA tab read it)."""
-    return {"topic": topic, "route": route or "routed", "retrieval_only": retrieval_only,
-            "settings_changed": settings_changed, **extra, **summary}  # fmt: skip
+    return {
+        "topic": topic,
+        "route": route or "routed",
+        "retrieval_only": retrieval_only,
+        "settings_changed": settings_changed,
+        **extra,
+        **summary,
+    }
 
 
 def format_changes(changes: list[dict[str, Any]], limit: int = 50) -> str:

@@ -74,7 +74,9 @@ class RunInfo:
         changed = ", ".join(f"{k}={v}" for k, v in self.settings_changed.items())
         mode = "retrieval only" if self.retrieval_only else "answers"
         failed = " · failed" if self.error else ""
-        return f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''}{failed} · {self.run_id}"
+        return (
+            f"{self.created} · {self.topic} · {self.route} · {mode}{' · ' + changed if changed else ''}{failed} · {self.run_id}"
+        )
 
 
 def run_path(run_id: str, name: str) -> str:
@@ -100,8 +102,15 @@ def _write_json(rt: Runtime, run_id: str, name: str, value: Any) -> None:
     rt.blobs.write(run_path(run_id, name), json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
-def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments: Sequence[str] = (), route: str | None = None,
-              retrieval_only: bool = True) -> str:  # fmt: skip
+def start_run(
+    rt: Runtime,
+    topic_name: str,
+    questions_text: str,
+    *,
+    assignments: Sequence[str] = (),
+    route: str | None = None,
+    retrieval_only: bool = True,
+) -> str:
     """Check a run's inputs, save its request and queue it; returns the run id.
 
     Args:
@@ -119,8 +128,9 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
     topic = get_topic(rt, topic_name)
     questions = ev.parse_questions(questions_text, "the questions")
     if len(questions) > MAX_QUESTIONS:
-        raise RagTopicsError(f"{len(questions):,} questions: a console run takes at most {MAX_QUESTIONS:,}; "
-                             "use `ragtopics eval` for more")  # fmt: skip
+        raise RagTopicsError(
+            f"{len(questions):,} questions: a console run takes at most {MAX_QUESTIONS:,}; use `ragtopics eval` for more"
+        )
     changes = parse_assignments(list(assignments))
     ev.with_settings(topic, changes)  # validates every key and value now, not in the worker
     if route:
@@ -129,14 +139,26 @@ def start_run(rt: Runtime, topic_name: str, questions_text: str, *, assignments:
             raise RagTopicsError(f"way {route!r}: a {topic.kind} Topic has {', '.join(ways)}")
         route = route.upper()
     run_id = f"eval-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
-    request = {"run_id": run_id, "topic": topic.name, "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-               "questions": [asdict(q) for q in questions], "settings_changed": changes, "route": route,
-               "retrieval_only": retrieval_only}  # fmt: skip
+    request = {
+        "run_id": run_id,
+        "topic": topic.name,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "questions": [asdict(q) for q in questions],
+        "settings_changed": changes,
+        "route": route,
+        "retrieval_only": retrieval_only,
+    }
     _write_json(rt, run_id, "request.json", request)
 
-    queue_for(rt).enqueue_call("ragtopics.worker.jobs.evaluate_run", args=(run_id,), job_id=run_id,
-                               description=f"evaluate {topic.name}", result_ttl=24 * 3600, failure_ttl=7 * 24 * 3600,
-                               meta={"phase": "queued", "done": 0, "total": len(questions)})  # fmt: skip
+    queue_for(rt).enqueue_call(
+        "ragtopics.worker.jobs.evaluate_run",
+        args=(run_id,),
+        job_id=run_id,
+        description=f"evaluate {topic.name}",
+        result_ttl=24 * 3600,
+        failure_ttl=7 * 24 * 3600,
+        meta={"phase": "queued", "done": 0, "total": len(questions)},
+    )
     return run_id
 
 
@@ -165,13 +187,28 @@ def execute_run(rt: Runtime, run_id: str, progress=None) -> dict[str, Any]:
 def _execute(rt: Runtime, run_id: str, request: dict[str, Any], progress) -> dict[str, Any]:
     """:func:`execute_run` once its request is read."""
     topic = ev.with_settings(get_topic(rt, request["topic"]), request["settings_changed"])
-    questions = [ev.EvalQuestion(q["question"], q["answer"], tuple(q["gold_sources"]), q["expected_way"], q["type"],
-                                 tuple(q.get("answer_aliases") or ()))  # runs saved before aliases have none
-                 for q in request["questions"]]  # fmt: skip
-    summary, results = ev.evaluate(rt, topic, questions, route=request["route"], retrieval_only=request["retrieval_only"],
-                                   progress=progress)  # fmt: skip
-    summary = ev.run_summary(summary, topic=topic.name, route=request["route"], retrieval_only=request["retrieval_only"],
-                             settings_changed=request["settings_changed"], run_id=run_id)  # fmt: skip
+    questions = [
+        ev.EvalQuestion(
+            q["question"],
+            q["answer"],
+            tuple(q["gold_sources"]),
+            q["expected_way"],
+            q["type"],
+            tuple(q.get("answer_aliases") or ()),
+        )  # runs saved before aliases have none
+        for q in request["questions"]
+    ]
+    summary, results = ev.evaluate(
+        rt, topic, questions, route=request["route"], retrieval_only=request["retrieval_only"], progress=progress
+    )
+    summary = ev.run_summary(
+        summary,
+        topic=topic.name,
+        route=request["route"],
+        retrieval_only=request["retrieval_only"],
+        settings_changed=request["settings_changed"],
+        run_id=run_id,
+    )
     with tempfile.TemporaryDirectory(prefix="ragtopics-eval-") as tmp:
         paths = ev.write_results(Path(tmp), summary, results)
         for path in paths[1:] + paths[:1]:  # the summary last: a run with a summary has all its files
@@ -232,9 +269,17 @@ def _info(rt: Runtime, run_id: str) -> RunInfo:
     summary = json.loads(summary_data) if summary_data is not None else None
     error_data = _read(rt, run_id, ERROR_FILE) if summary is None else None
     error = json.loads(error_data).get("error", "failed") if error_data is not None else ""
-    return RunInfo(request["run_id"], request["topic"], request["created"], len(request["questions"]),
-                   request["route"] or "routed", bool(request["retrieval_only"]), request["settings_changed"], summary,
-                   error)  # fmt: skip
+    return RunInfo(
+        request["run_id"],
+        request["topic"],
+        request["created"],
+        len(request["questions"]),
+        request["route"] or "routed",
+        bool(request["retrieval_only"]),
+        request["settings_changed"],
+        summary,
+        error,
+    )
 
 
 def _adopt_local_runs(rt: Runtime) -> int:

@@ -102,8 +102,12 @@ class FileNames:
             stem = file_stem(file_name)
             words = words_of(stem)
             key = " ".join(words)
-            if (len(key) >= MIN_NAME_CHARS and any(c.isalpha() for c in key) and len(words) <= MAX_NAME_WORDS
-                    and not all(w in STOP_WORDS for w in words)):  # "This.txt", "With.txt" name nothing
+            if (
+                len(key) >= MIN_NAME_CHARS
+                and any(c.isalpha() for c in key)
+                and len(words) <= MAX_NAME_WORDS
+                and not all(w in STOP_WORDS for w in words)
+            ):  # "This.txt", "With.txt" name nothing
                 by_key.setdefault(key, []).append(document_id)
                 if stem != file_name:
                     extensions.setdefault(key, set()).add(file_name[len(stem) + 1 :].casefold())
@@ -176,8 +180,14 @@ class Link:
     moved: bool
 
 
-def follow_mentions(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.ndarray, *,
-                    seeds: int = MENTION_SEEDS, per_seed: int = LINKS_PER_SEED) -> tuple[list[ChunkHit], list[Link]]:  # fmt: skip
+def follow_mentions(
+    index: ChunkIndex,
+    hits: list[ChunkHit],
+    query_vector: np.ndarray,
+    *,
+    seeds: int = MENTION_SEEDS,
+    per_seed: int = LINKS_PER_SEED,
+) -> tuple[list[ChunkHit], list[Link]]:
     """Place the best chunk of each file named by one of the first ``seeds`` hits right after that hit.
 
     Args:
@@ -210,8 +220,9 @@ def follow_mentions(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.nd
     return place_links(hits, named, per_seed=per_seed)
 
 
-def place_links(hits: list[ChunkHit], named: dict[str, list[tuple[str, ChunkHit]]], *,
-                per_seed: int) -> tuple[list[ChunkHit], list[Link]]:  # fmt: skip
+def place_links(
+    hits: list[ChunkHit], named: dict[str, list[tuple[str, ChunkHit]]], *, per_seed: int
+) -> tuple[list[ChunkHit], list[Link]]:
     """Insert, right after each seed hit, the chunks it leads to: at most ``per_seed``, most similar to the question first.
 
     A chunk already among the hits moves up instead of appearing twice; a placed chunk that is a seed
@@ -250,7 +261,9 @@ def place_links(hits: list[ChunkHit], named: dict[str, list[tuple[str, ChunkHit]
     return out, links
 
 
-def follow_mentions_guarded(index: ChunkIndex, hits: list[ChunkHit], query_vector: np.ndarray) -> tuple[list[ChunkHit], list[Link]]:
+def follow_mentions_guarded(
+    index: ChunkIndex, hits: list[ChunkHit], query_vector: np.ndarray
+) -> tuple[list[ChunkHit], list[Link]]:
     """:func:`follow_mentions`, or the hits unchanged when Redis fails it: the second hop improves an answer,
     it must never cost one (the failure is logged)."""
     try:

@@ -32,8 +32,9 @@ class RerankOrder(BaseModel):
     order: list[int]
 
 
-def rerank(gateway: ModelGateway, template: PromptTemplate, question: str, hits: list[ChunkHit], *, top_k: int,
-           trace: Trace) -> tuple[list[ChunkHit], str]:  # fmt: skip
+def rerank(
+    gateway: ModelGateway, template: PromptTemplate, question: str, hits: list[ChunkHit], *, top_k: int, trace: Trace
+) -> tuple[list[ChunkHit], str]:
     """Reorder ``hits`` by the model's judgement and keep ``top_k``.
 
     Numbers the model leaves out follow in retrieval order; unknown or repeated numbers

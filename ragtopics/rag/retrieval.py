@@ -73,8 +73,18 @@ def fuse_rrf(ranked_lists: dict[str, list[ChunkHit]], *, k: int = DEFAULT_RRF_K)
     return [replace(first[cid], score=round(entry["rrf"] / best, 6)) for cid, entry in ranks.items()], ranks
 
 
-def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, strategy: str, top_k: int,
-             min_score: float, candidates: int, rrf_k: int = DEFAULT_RRF_K, mentions: bool = False) -> Retrieval:  # fmt: skip
+def retrieve(
+    index: ChunkIndex,
+    question: str,
+    query_vector: np.ndarray,
+    *,
+    strategy: str,
+    top_k: int,
+    min_score: float,
+    candidates: int,
+    rrf_k: int = DEFAULT_RRF_K,
+    mentions: bool = False,
+) -> Retrieval:
     """Search a Topic's chunks and keep the best ``candidates``.
 
     Args:
@@ -117,4 +127,3 @@ def retrieve(index: ChunkIndex, question: str, query_vector: np.ndarray, *, stra
     pool = [replace(h, score=round(cosine.get(h.chunk_id, 0.0), 6)) for h in pool]
     kept, links = follow_mentions_guarded(index, pool, query_vector) if mentions else (pool, [])
     return Retrieval(kept[:candidates], dense, keyword, ranks, links)
-

@@ -66,17 +66,35 @@ class ChunkRetriever:
 
     def _search(self, text: str, candidates: int, trace: Trace) -> list[ChunkHit]:
         cfg = self.settings
-        with trace.step("retrieve", query=text, strategy=cfg.retrieval_strategy, top_k=cfg.top_k_results,
-                        min_score=cfg.min_similarity_score, candidates=candidates) as ev:  # fmt: skip
+        with trace.step(
+            "retrieve",
+            query=text,
+            strategy=cfg.retrieval_strategy,
+            top_k=cfg.top_k_results,
+            min_score=cfg.min_similarity_score,
+            candidates=candidates,
+        ) as ev:
             with trace.step("embed_question"):
                 vector = self.rt.gateway.embed([text], trace=trace, purpose="question")[0]
             with trace.step("search"):
-                found = retrieve(self.rt.chunk_index(self.topic_id), text, vector, strategy=cfg.retrieval_strategy,
-                                 top_k=cfg.top_k_results, min_score=cfg.min_similarity_score, candidates=candidates,
-                                 rrf_k=cfg.rrf_k, mentions=cfg.follow_file_mentions)  # fmt: skip
-            ev.data.update(dense=[_hit_summary(h) for h in found.dense], keyword=[_hit_summary(h) for h in found.keyword],
-                           fused_ranks=found.fused_ranks, kept=[_hit_summary(h) for h in found.hits],
-                           links=[asdict(link) for link in found.links])  # fmt: skip
+                found = retrieve(
+                    self.rt.chunk_index(self.topic_id),
+                    text,
+                    vector,
+                    strategy=cfg.retrieval_strategy,
+                    top_k=cfg.top_k_results,
+                    min_score=cfg.min_similarity_score,
+                    candidates=candidates,
+                    rrf_k=cfg.rrf_k,
+                    mentions=cfg.follow_file_mentions,
+                )
+            ev.data.update(
+                dense=[_hit_summary(h) for h in found.dense],
+                keyword=[_hit_summary(h) for h in found.keyword],
+                fused_ranks=found.fused_ranks,
+                kept=[_hit_summary(h) for h in found.hits],
+                links=[asdict(link) for link in found.links],
+            )
         return found.hits
 
 

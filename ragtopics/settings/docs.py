@@ -53,8 +53,14 @@ def settings_rows(settings: BaseModel) -> list[SettingRow]:
     """Every setting of a Topic's settings object with its current value, default and description."""
     model = type(settings)
     return [
-        SettingRow(key, phase_of(model, key), display_value(getattr(settings, key)), describe_default(field),
-                   describe_type(field), field.description or "")
+        SettingRow(
+            key,
+            phase_of(model, key),
+            display_value(getattr(settings, key)),
+            describe_default(field),
+            describe_type(field),
+            field.description or "",
+        )
         for key, field in model.model_fields.items()
     ]
 
@@ -134,15 +140,26 @@ def render() -> str:
         "Community Report, Follow-up), the embedding model and the stores are process settings, below.",
     ]
     for kind, model in SETTINGS_MODELS.items():
-        lines += ["", f"## {_KIND_TITLES.get(kind, kind)} (`{kind}`)", "", "| key | phase | values | default | description |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {_KIND_TITLES.get(kind, kind)} (`{kind}`)",
+            "",
+            "| key | phase | values | default | description |",
+            "|---|---|---|---|---|",
+        ]
         for key, field in model.model_fields.items():
             lines.append(_row(f"`{key}`", phase_of(model, key), describe_type(field), describe_default(field), field.description))
-    lines += ["", "## Process settings", "",
-              "Read from the environment and from `.env` in the working directory (see `.env.example`).",
-              f"Each role of {', '.join(r.upper() for r in ROLES[1:])} may have its own endpoint;",
-              "a role without `<ROLE>_BASE_URL` uses the Language Model's endpoint, key and capability flags.",
-              "", "| variable | default | description |", "|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Process settings",
+        "",
+        "Read from the environment and from `.env` in the working directory (see `.env.example`).",
+        f"Each role of {', '.join(r.upper() for r in ROLES[1:])} may have its own endpoint;",
+        "a role without `<ROLE>_BASE_URL` uses the Language Model's endpoint, key and capability flags.",
+        "",
+        "| variable | default | description |",
+        "|---|---|---|",
+    ]
     for field in Settings.model_fields.values():
         lines.append(_row(f"`{field.alias}`", describe_default(field), field.description))
     return "\n".join(lines) + "\n"

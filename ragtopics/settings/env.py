@@ -72,8 +72,11 @@ class ModelEndpoint:
 
 
 def _role_url(prefix: str) -> Any:
-    return Field(None, alias=f"{prefix}_BASE_URL",
-                 description=f"Endpoint of the {prefix} role; unset: the Language Model's endpoint (needs {prefix}_MODEL).")  # fmt: skip
+    return Field(
+        None,
+        alias=f"{prefix}_BASE_URL",
+        description=f"Endpoint of the {prefix} role; unset: the Language Model's endpoint (needs {prefix}_MODEL).",
+    )
 
 
 def _role_model(prefix: str) -> Any:
@@ -81,14 +84,20 @@ def _role_model(prefix: str) -> Any:
 
 
 def _role_key(prefix: str) -> Any:
-    return Field(None, alias=f"{prefix}_API_KEY",
-                 description=f"API key of {prefix}_BASE_URL; unset: LLM_API_KEY without an own endpoint, else not-needed.")  # fmt: skip
+    return Field(
+        None,
+        alias=f"{prefix}_API_KEY",
+        description=f"API key of {prefix}_BASE_URL; unset: LLM_API_KEY without an own endpoint, else not-needed.",
+    )
 
 
 def _role_flag(prefix: str, ability: str) -> Any:
-    return Field(None, alias=f"{prefix}_SUPPORTS_{ability.upper()}",
-                 description=f"Whether the {prefix} role's model accepts {ability}; unset: LLM_SUPPORTS_{ability.upper()} "
-                 "without an own endpoint, else false.")  # fmt: skip
+    return Field(
+        None,
+        alias=f"{prefix}_SUPPORTS_{ability.upper()}",
+        description=f"Whether the {prefix} role's model accepts {ability}; unset: LLM_SUPPORTS_{ability.upper()} "
+        "without an own endpoint, else false.",
+    )
 
 
 class Settings(BaseSettings):
@@ -105,56 +114,88 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(default_factory=lambda: _default_data_dir(), alias="RAGTOPICS_DATA_DIR",
-                           description="Where the embedded Redis data, the SQLite metadata and uploaded files live.",
-                           json_schema_extra={"default_text": "var/ in the checkout"})  # fmt: skip
-    redis_url: str | None = Field(None, alias="REDIS_URL",
-                                  description="An existing Redis with RediSearch and FalkorDB; unset: the embedded server.")  # fmt: skip
+    data_dir: Path = Field(
+        default_factory=lambda: _default_data_dir(),
+        alias="RAGTOPICS_DATA_DIR",
+        description="Where the embedded Redis data, the SQLite metadata and uploaded files live.",
+        json_schema_extra={"default_text": "var/ in the checkout"},
+    )
+    redis_url: str | None = Field(
+        None, alias="REDIS_URL", description="An existing Redis with RediSearch and FalkorDB; unset: the embedded server."
+    )
     embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT", description="Port of the embedded Redis on 127.0.0.1.")
-    redis_query_timeout_ms: int = Field(5000, alias="REDIS_QUERY_TIMEOUT_MS",
-                                        description="RediSearch query timeout in ms; a slower query fails.")  # fmt: skip
-    falkordb_url: str | None = Field(None, alias="FALKORDB_URL",
-                                     description="A separate FalkorDB for GraphRAG knowledge graphs; unset: the same Redis.")  # fmt: skip
-    database_url: str | None = Field(None, alias="DATABASE_URL",
-                                     description="SQLAlchemy URL of the metadata database (postgresql+psycopg://USER:PASS@HOST/DB); "
-                                     "unset: SQLite under the data dir.")  # fmt: skip
-    file_store: Literal["local", "s3"] = Field("local", alias="FILE_STORE",
-                                               description="Where original files and pictures are kept: local (the data dir's "
-                                               "files/ folder) or s3 (an S3-compatible object store every machine reaches).")  # fmt: skip
-    s3_endpoint_url: str | None = Field(None, alias="S3_ENDPOINT_URL",
-                                        description="URL of the S3-compatible object store (http://minio:9000); unset: AWS S3.")  # fmt: skip
-    s3_bucket: str | None = Field(None, alias="S3_BUCKET",
-                                  description="Bucket of the object store that holds the files (needed with FILE_STORE=s3).")  # fmt: skip
+    redis_query_timeout_ms: int = Field(
+        5000, alias="REDIS_QUERY_TIMEOUT_MS", description="RediSearch query timeout in ms; a slower query fails."
+    )
+    falkordb_url: str | None = Field(
+        None, alias="FALKORDB_URL", description="A separate FalkorDB for GraphRAG knowledge graphs; unset: the same Redis."
+    )
+    database_url: str | None = Field(
+        None,
+        alias="DATABASE_URL",
+        description="SQLAlchemy URL of the metadata database (postgresql+psycopg://USER:PASS@HOST/DB); "
+        "unset: SQLite under the data dir.",
+    )
+    file_store: Literal["local", "s3"] = Field(
+        "local",
+        alias="FILE_STORE",
+        description="Where original files and pictures are kept: local (the data dir's "
+        "files/ folder) or s3 (an S3-compatible object store every machine reaches).",
+    )
+    s3_endpoint_url: str | None = Field(
+        None, alias="S3_ENDPOINT_URL", description="URL of the S3-compatible object store (http://minio:9000); unset: AWS S3."
+    )
+    s3_bucket: str | None = Field(
+        None, alias="S3_BUCKET", description="Bucket of the object store that holds the files (needed with FILE_STORE=s3)."
+    )
     s3_prefix: str = Field("", alias="S3_PREFIX", description="Key prefix of every object in S3_BUCKET; empty: the bucket root.")
-    s3_access_key_id: str | None = Field(None, alias="S3_ACCESS_KEY_ID",
-                                         description="Access key of the object store; unset: boto3's usual credential chain.")  # fmt: skip
-    s3_secret_access_key: str | None = Field(None, alias="S3_SECRET_ACCESS_KEY",
-                                             description="Secret key that goes with S3_ACCESS_KEY_ID.")  # fmt: skip
+    s3_access_key_id: str | None = Field(
+        None, alias="S3_ACCESS_KEY_ID", description="Access key of the object store; unset: boto3's usual credential chain."
+    )
+    s3_secret_access_key: str | None = Field(
+        None, alias="S3_SECRET_ACCESS_KEY", description="Secret key that goes with S3_ACCESS_KEY_ID."
+    )
     s3_region: str = Field("us-east-1", alias="S3_REGION", description="Region name sent to the object store.")
 
-    llm_base_url: str | None = Field(None, alias="LLM_BASE_URL",
-                                     description="OpenAI-compatible endpoint of the Language Model; unset: the bundled model.")  # fmt: skip
+    llm_base_url: str | None = Field(
+        None, alias="LLM_BASE_URL", description="OpenAI-compatible endpoint of the Language Model; unset: the bundled model."
+    )
     llm_api_key: str = Field("not-needed", alias="LLM_API_KEY", description="API key of LLM_BASE_URL.")
     llm_model: str = Field(LOCAL_MODEL_NAME, alias="LLM_MODEL", description="Model name sent to LLM_BASE_URL.")
-    llm_timeout_s: float = Field(120.0, alias="LLM_TIMEOUT_S",
-                                 description="Seconds before a model request times out (every role).")  # fmt: skip
-    llm_max_tokens: int = Field(512, ge=16, alias="LLM_MAX_TOKENS",
-                                description="Most tokens a model may write in one reply without its own cap.")  # fmt: skip
-    llm_supports_tools: bool = Field(False, alias="LLM_SUPPORTS_TOOLS",
-                                     description="Whether the Language Model accepts OpenAI tool definitions.")  # fmt: skip
-    llm_supports_images: bool = Field(False, alias="LLM_SUPPORTS_IMAGES",
-                                      description="Whether the Language Model accepts image parts (vision).")  # fmt: skip
+    llm_timeout_s: float = Field(
+        120.0, alias="LLM_TIMEOUT_S", description="Seconds before a model request times out (every role)."
+    )
+    llm_max_tokens: int = Field(
+        512, ge=16, alias="LLM_MAX_TOKENS", description="Most tokens a model may write in one reply without its own cap."
+    )
+    llm_supports_tools: bool = Field(
+        False, alias="LLM_SUPPORTS_TOOLS", description="Whether the Language Model accepts OpenAI tool definitions."
+    )
+    llm_supports_images: bool = Field(
+        False, alias="LLM_SUPPORTS_IMAGES", description="Whether the Language Model accepts image parts (vision)."
+    )
     local_llm_port: int = Field(18080, alias="LOCAL_LLM_PORT", description="Port of the bundled model server on 127.0.0.1.")
-    local_llm_context_tokens: int = Field(8192, alias="LOCAL_LLM_CONTEXT_TOKENS",
-                                          description="Context window of the bundled model server, in tokens.")  # fmt: skip
-    local_llm_threads: int = Field(0, alias="LOCAL_LLM_THREADS",
-                                   description="CPU threads of the bundled model server; 0: all cores.")  # fmt: skip
-    local_llm_repeat_penalty: float = Field(1.0, ge=1.0, le=2.0, alias="LOCAL_LLM_REPEAT_PENALTY",
-                                            description="llama.cpp's repeat penalty for the bundled model's replies "
-                                            "(1.0: none, the measured best; see BENCHMARKS.md).")  # fmt: skip
-    local_llm_temperature: float | None = Field(None, ge=0.0, le=2.0, alias="LOCAL_LLM_TEMPERATURE",
-                                                description="Sampling temperature of the bundled model's written "
-                                                "answers; unset: the product's 0.2 for every model.")  # fmt: skip
+    local_llm_context_tokens: int = Field(
+        8192, alias="LOCAL_LLM_CONTEXT_TOKENS", description="Context window of the bundled model server, in tokens."
+    )
+    local_llm_threads: int = Field(
+        0, alias="LOCAL_LLM_THREADS", description="CPU threads of the bundled model server; 0: all cores."
+    )
+    local_llm_repeat_penalty: float = Field(
+        1.0,
+        ge=1.0,
+        le=2.0,
+        alias="LOCAL_LLM_REPEAT_PENALTY",
+        description="llama.cpp's repeat penalty for the bundled model's replies "
+        "(1.0: none, the measured best; see BENCHMARKS.md).",
+    )
+    local_llm_temperature: float | None = Field(
+        None,
+        ge=0.0,
+        le=2.0,
+        alias="LOCAL_LLM_TEMPERATURE",
+        description="Sampling temperature of the bundled model's written answers; unset: the product's 0.2 for every model.",
+    )
 
     router_base_url: str | None = _role_url("ROUTER")
     router_model: str | None = _role_model("ROUTER")
@@ -192,50 +233,99 @@ class Settings(BaseSettings):
     judge_supports_tools: bool | None = _role_flag("JUDGE", "tools")
     judge_supports_images: bool | None = _role_flag("JUDGE", "images")
 
-    embedding_base_url: str | None = Field(None, alias="EMBEDDING_BASE_URL",
-                                           description="OpenAI-compatible /v1/embeddings endpoint; unset: the bundled model on CPU.")  # fmt: skip
+    embedding_base_url: str | None = Field(
+        None,
+        alias="EMBEDDING_BASE_URL",
+        description="OpenAI-compatible /v1/embeddings endpoint; unset: the bundled model on CPU.",
+    )
     embedding_api_key: str = Field("not-needed", alias="EMBEDDING_API_KEY", description="API key of EMBEDDING_BASE_URL.")
-    embedding_model: str = Field("all-MiniLM-L6-v2", alias="EMBEDDING_MODEL",
-                                 description="Embedding model name; each Topic's index records the model it was built with.")  # fmt: skip
+    embedding_model: str = Field(
+        "all-MiniLM-L6-v2",
+        alias="EMBEDDING_MODEL",
+        description="Embedding model name; each Topic's index records the model it was built with.",
+    )
     embedding_dim: int = Field(384, alias="EMBEDDING_DIM", description="Dimension of the vectors the embedding model returns.")
-    embedding_batch_size: int = Field(64, alias="EMBEDDING_BATCH_SIZE",
-                                      description="Texts per embedding request or forward pass.")  # fmt: skip
+    embedding_batch_size: int = Field(
+        64, alias="EMBEDDING_BATCH_SIZE", description="Texts per embedding request or forward pass."
+    )
 
     host: str = Field("127.0.0.1", alias="HOST", description="Address the console listens on.")
     port: int = Field(7860, alias="PORT", description="Port the console listens on.")
-    share: bool = Field(False, alias="GRADIO_SHARE",
-                        description="Ask Gradio for a public share link (needs the internet and an admin; login is then required).")  # fmt: skip
-    public_base_url: str | None = Field(None, alias="PUBLIC_BASE_URL",
-                                        description="The address people reach the console at, e.g. https://rag.example.com/ behind a reverse proxy; demo links are printed with it. Unset: the address of the request (forwarded headers honoured).")  # fmt: skip
-    admin_username: str | None = Field(None, alias="ADMIN_USERNAME",
-                                       description="The first admin, created at start when no user has that name; with no admin at all the console serves on loopback only, without login.")  # fmt: skip
-    admin_password: str | None = Field(None, alias="ADMIN_PASSWORD",
-                                       description="Password of ADMIN_USERNAME (at least 8 characters); used only when that user is created.")  # fmt: skip
-    dev_report_retention_days: int = Field(7, ge=1, alias="DEV_REPORT_RETENTION_DAYS",
-                                           description="Days a DEV report is kept before it is deleted.")  # fmt: skip
-    session_ttl_s: int = Field(43_200, ge=60, alias="SESSION_TTL_S",
-                               description="Seconds a console login lasts without activity.")  # fmt: skip
+    share: bool = Field(
+        False,
+        alias="GRADIO_SHARE",
+        description="Ask Gradio for a public share link (needs the internet and an admin; login is then required).",
+    )
+    public_base_url: str | None = Field(
+        None,
+        alias="PUBLIC_BASE_URL",
+        description="The address people reach the console at, e.g. https://rag.example.com/ behind a reverse proxy; demo links are printed with it. Unset: the address of the request (forwarded headers honoured).",
+    )
+    admin_username: str | None = Field(
+        None,
+        alias="ADMIN_USERNAME",
+        description="The first admin, created at start when no user has that name; with no admin at all the console serves on loopback only, without login.",
+    )
+    admin_password: str | None = Field(
+        None,
+        alias="ADMIN_PASSWORD",
+        description="Password of ADMIN_USERNAME (at least 8 characters); used only when that user is created.",
+    )
+    dev_report_retention_days: int = Field(
+        7, ge=1, alias="DEV_REPORT_RETENTION_DAYS", description="Days a DEV report is kept before it is deleted."
+    )
+    session_ttl_s: int = Field(
+        43_200, ge=60, alias="SESSION_TTL_S", description="Seconds a console login lasts without activity."
+    )
     queue_name: str = Field("ragtopics", alias="RQ_QUEUE", description="Name of the RQ job queue.")
     job_timeout_s: int = Field(3600, alias="JOB_TIMEOUT_S", description="Longest a job may run, in seconds.")
-    worker_heartbeat_s: int = Field(10, ge=1, le=600, alias="WORKER_HEARTBEAT_S",
-                                    description="Seconds between a worker's signs of life, also while it runs a job; a worker silent for three of "
-                                                "them is dead, and the next worker's maintenance pass (also every this many seconds) queues its job again.")  # fmt: skip
-    max_chunks_per_document: int = Field(20_000, ge=1, alias="MAX_CHUNKS_PER_DOCUMENT",
-                                         description="Most chunks one file may give; a larger file is refused before any model call.")  # fmt: skip
-    extraction_concurrency: int = Field(4, ge=1, le=256, alias="EXTRACTION_CONCURRENCY",
-                                        description="Most graph extraction jobs running at once per model endpoint, across all workers.")  # fmt: skip
-    extraction_batch_chunks: int = Field(8, ge=1, le=1000, alias="EXTRACTION_BATCH_CHUNKS",
-                                         description="Chunks per graph extraction job (a GraphRAG upload fans out into such jobs).")  # fmt: skip
+    worker_heartbeat_s: int = Field(
+        10,
+        ge=1,
+        le=600,
+        alias="WORKER_HEARTBEAT_S",
+        description="Seconds between a worker's signs of life, also while it runs a job; a worker silent for three of "
+        "them is dead, and the next worker's maintenance pass (also every this many seconds) queues its job again.",
+    )
+    max_chunks_per_document: int = Field(
+        20_000,
+        ge=1,
+        alias="MAX_CHUNKS_PER_DOCUMENT",
+        description="Most chunks one file may give; a larger file is refused before any model call.",
+    )
+    extraction_concurrency: int = Field(
+        4,
+        ge=1,
+        le=256,
+        alias="EXTRACTION_CONCURRENCY",
+        description="Most graph extraction jobs running at once per model endpoint, across all workers.",
+    )
+    extraction_batch_chunks: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        alias="EXTRACTION_BATCH_CHUNKS",
+        description="Chunks per graph extraction job (a GraphRAG upload fans out into such jobs).",
+    )
     log_level: str = Field("INFO", alias="LOG_LEVEL", description="Python logging level of every process.")
-    otel_exporter_otlp_endpoint: str | None = Field(None, alias="OTEL_EXPORTER_OTLP_ENDPOINT",
-                                                    description="OpenTelemetry collector (OTLP/HTTP, e.g. http://127.0.0.1:4318) "
-                                                    "that receives a span tree per upload, chat turn and community rebuild; "
-                                                    "unset: no traces are exported.")  # fmt: skip
-    otel_record_content: bool = Field(False, alias="OTEL_RECORD_CONTENT",
-                                      description="Put questions, answers, chunk text and model messages into exported "
-                                      "spans; off: only ids, sizes, counts and timings (the text is sensitive).")  # fmt: skip
-    otel_service_name: str = Field("ragtopics", alias="OTEL_SERVICE_NAME",
-                                   description="service.name of the exported spans (tell the console from the workers).")  # fmt: skip
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None,
+        alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OpenTelemetry collector (OTLP/HTTP, e.g. http://127.0.0.1:4318) "
+        "that receives a span tree per upload, chat turn and community rebuild; "
+        "unset: no traces are exported.",
+    )
+    otel_record_content: bool = Field(
+        False,
+        alias="OTEL_RECORD_CONTENT",
+        description="Put questions, answers, chunk text and model messages into exported "
+        "spans; off: only ids, sizes, counts and timings (the text is sensitive).",
+    )
+    otel_service_name: str = Field(
+        "ragtopics",
+        alias="OTEL_SERVICE_NAME",
+        description="service.name of the exported spans (tell the console from the workers).",
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -253,8 +343,9 @@ class Settings(BaseSettings):
             return None
         parts = urlsplit(value.strip())
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-            raise ValueError(f"PUBLIC_BASE_URL must be an http:// or https:// address such as "
-                             f"https://rag.example.com/, got {value!r}")  # fmt: skip
+            raise ValueError(
+                f"PUBLIC_BASE_URL must be an http:// or https:// address such as https://rag.example.com/, got {value!r}"
+            )
         return value.strip().rstrip("/") + "/"
 
     @model_validator(mode="after")
@@ -262,16 +353,20 @@ class Settings(BaseSettings):
         for role in ROLES[1:]:
             if getattr(self, f"{role}_base_url") and not getattr(self, f"{role}_model"):
                 prefix = role.upper()
-                raise ConfigurationError(f"{prefix}_BASE_URL is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
-                                         f"name of the model that {getattr(self, f'{role}_base_url')} serves, or unset "
-                                         f"{prefix}_BASE_URL to use the Language Model")  # fmt: skip
+                raise ConfigurationError(
+                    f"{prefix}_BASE_URL is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
+                    f"name of the model that {getattr(self, f'{role}_base_url')} serves, or unset "
+                    f"{prefix}_BASE_URL to use the Language Model"
+                )
         return self
 
     @model_validator(mode="after")
     def _object_store_complete(self) -> Settings:
         if self.file_store == "s3" and not self.s3_bucket:
-            raise ConfigurationError("FILE_STORE=s3 needs S3_BUCKET: set it to the bucket that holds the files "
-                                     "(and S3_ENDPOINT_URL to the object store's URL unless it is AWS S3)")  # fmt: skip
+            raise ConfigurationError(
+                "FILE_STORE=s3 needs S3_BUCKET: set it to the bucket that holds the files "
+                "(and S3_ENDPOINT_URL to the object store's URL unless it is AWS S3)"
+            )
         if bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
             raise ConfigurationError("set both S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY, or neither (boto3's credential chain)")
         return self
@@ -314,9 +409,14 @@ class Settings(BaseSettings):
             ConfigurationError: for an unknown role.
         """
         if role == "embedding":
-            return ModelEndpoint(role=role, base_url=self.embedding_base_url, model=self.embedding_model,
-                                 api_key=self.embedding_api_key, timeout_s=self.llm_timeout_s,
-                                 is_bundled=self.embedding_base_url is None)  # fmt: skip
+            return ModelEndpoint(
+                role=role,
+                base_url=self.embedding_base_url,
+                model=self.embedding_model,
+                api_key=self.embedding_api_key,
+                timeout_s=self.llm_timeout_s,
+                is_bundled=self.embedding_base_url is None,
+            )
         if role not in ROLES:
             raise ConfigurationError(f"unknown model role {role!r}; known roles: {', '.join(ROLES)}")
         own = {f: getattr(self, f"{role}_{f}", None) for f in _ROLE_FIELDS}

@@ -57,8 +57,9 @@ REMOVED_KEYS: dict[str, str] = {
 }
 
 
-def setting(default: Any = ..., *, phase: Phase, description: str, default_factory: Any = None,
-            default_text: str = "", **limits: Any) -> Any:  # fmt: skip
+def setting(
+    default: Any = ..., *, phase: Phase, description: str, default_factory: Any = None, default_text: str = "", **limits: Any
+) -> Any:
     """A settings-table field: ``Field`` with a one-line description and the phase it applies to.
 
     Args:
@@ -227,50 +228,89 @@ class ChatSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=True, validate_assignment=True, allow_inf_nan=False)
 
     custom_system_prompt: str = setting(
-        "", phase="chat", max_length=MAX_CUSTOM_PROMPT_CHARS, description="Text added to the shared system prompt; changes the wording and tone, not what is found.")
+        "",
+        phase="chat",
+        max_length=MAX_CUSTOM_PROMPT_CHARS,
+        description="Text added to the shared system prompt; changes the wording and tone, not what is found.",
+    )
     file_types: list[str] = setting(
-        phase="upload", default_factory=lambda: sorted(SUPPORTED_EXTENSIONS), default_text="every supported type",
-        description="File extensions the Topic accepts; any other file is refused at upload.")
+        phase="upload",
+        default_factory=lambda: sorted(SUPPORTED_EXTENSIONS),
+        default_text="every supported type",
+        description="File extensions the Topic accepts; any other file is refused at upload.",
+    )
     max_file_size_mb: float = setting(
-        100.0, phase="upload", gt=0, le=MAX_FILE_SIZE_MB, description="Largest file accepted at upload, in MB.")
+        100.0, phase="upload", gt=0, le=MAX_FILE_SIZE_MB, description="Largest file accepted at upload, in MB."
+    )
     chunk_size: int = setting(
-        1000, phase="upload", ge=100, le=8000,
-        description="Most characters per chunk; smaller chunks give more exact sources, larger ones fewer chunks.")
+        1000,
+        phase="upload",
+        ge=100,
+        le=8000,
+        description="Most characters per chunk; smaller chunks give more exact sources, larger ones fewer chunks.",
+    )
     chunk_overlap: int = setting(
-        150, phase="upload", ge=0, description="Characters each chunk repeats from the one before; must be below chunk_size.")
+        150, phase="upload", ge=0, description="Characters each chunk repeats from the one before; must be below chunk_size."
+    )
     docling_server: str = setting(
-        "embedded", phase="upload",
-        description="Converter for pdf/docx/xlsx/pptx: 'embedded' or a docling-serve URL; without one documents are refused.")
+        "embedded",
+        phase="upload",
+        description="Converter for pdf/docx/xlsx/pptx: 'embedded' or a docling-serve URL; without one documents are refused.",
+    )
     docling_settings: DoclingSettings = setting(
-        phase="upload", default_factory=DoclingSettings,
-        description="Docling options as JSON: ocr, table_structure, page_range, timeout_s.")
+        phase="upload",
+        default_factory=DoclingSettings,
+        description="Docling options as JSON: ocr, table_structure, page_range, timeout_s.",
+    )
     memory: int = setting(
-        10, phase="chat", ge=0, le=50,
-        description="Earlier chat messages the model sees with each question; more keeps context but costs time.")
+        10,
+        phase="chat",
+        ge=0,
+        le=50,
+        description="Earlier chat messages the model sees with each question; more keeps context but costs time.",
+    )
     chat_attachment_types: list[str] = setting(
-        phase="chat", default_factory=_default_attachment_types,
-        description="File extensions a chat message may attach (text is read, pictures go to the model).")
+        phase="chat",
+        default_factory=_default_attachment_types,
+        description="File extensions a chat message may attach (text is read, pictures go to the model).",
+    )
     largest_chat_attachment_mb: float = setting(
-        10.0, phase="chat", gt=0, le=MAX_CHAT_ATTACHMENT_MB, description="Largest file a chat message may attach, in MB.")
+        10.0, phase="chat", gt=0, le=MAX_CHAT_ATTACHMENT_MB, description="Largest file a chat message may attach, in MB."
+    )
     no_answer_response: str = setting(
-        DEFAULT_NO_ANSWER, phase="chat", min_length=1, max_length=MAX_NO_ANSWER_CHARS,
-        description="Fixed reply shown when no document and no connected Topic contributed to the answer.")
+        DEFAULT_NO_ANSWER,
+        phase="chat",
+        min_length=1,
+        max_length=MAX_NO_ANSWER_CHARS,
+        description="Fixed reply shown when no document and no connected Topic contributed to the answer.",
+    )
     route_before_retrieval: bool = setting(
-        False, phase="chat",
-        description="Let a router decide per question whether to search or answer from the conversation or attachment.")
+        False,
+        phase="chat",
+        description="Let a router decide per question whether to search or answer from the conversation or attachment.",
+    )
     router_method: RouterMethod = setting(
-        RouterMethod.AUTO, phase="chat",
-        description="How the router decides: AUTO (EMBEDDING while the Router role is bundled, else LLM), EMBEDDING or LLM.")
+        RouterMethod.AUTO,
+        phase="chat",
+        description="How the router decides: AUTO (EMBEDDING while the Router role is bundled, else LLM), EMBEDDING or LLM.",
+    )
     answer_mode: AnswerMode = setting(
-        AnswerMode.AUTO, phase="chat",
+        AnswerMode.AUTO,
+        phase="chat",
         description="How answers are written: AUTO (EXTRACTIVE while the Language Model role is bundled, else "
-        "GENERATIVE), EXTRACTIVE (quoted sentences, no model call) or GENERATIVE (the model writes).")
+        "GENERATIVE), EXTRACTIVE (quoted sentences, no model call) or GENERATIVE (the model writes).",
+    )
     mcp_interfaces: list[str] = setting(
-        phase="chat", default_factory=list,
-        description="Names of other Topics the model may ask as tools (needs a tool-capable Language Model).")
+        phase="chat",
+        default_factory=list,
+        description="Names of other Topics the model may ask as tools (needs a tool-capable Language Model).",
+    )
     role_models: dict[str, str] = setting(
-        phase="upload+chat", default_factory=dict, default_text="empty (each role's own model)",
-        description="LLM Overrides: a model name per role for this Topic (role=model, comma-separated), asked on that role's endpoint.")
+        phase="upload+chat",
+        default_factory=dict,
+        default_text="empty (each role's own model)",
+        description="LLM Overrides: a model name per role for this Topic (role=model, comma-separated), asked on that role's endpoint.",
+    )
 
     @field_validator("file_types", "chat_attachment_types", mode="before")
     @classmethod
@@ -286,7 +326,9 @@ class ChatSettings(BaseModel):
     def _known_types(cls, value: list[str]) -> list[str]:
         unknown = sorted(set(value) - SUPPORTED_EXTENSIONS)
         if unknown:
-            raise ValueError(f"unsupported file type(s) {', '.join(unknown)}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
+            raise ValueError(
+                f"unsupported file type(s) {', '.join(unknown)}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
+            )
         if not value:
             raise ValueError("at least one file type must be accepted")
         return value
@@ -296,8 +338,10 @@ class ChatSettings(BaseModel):
     def _attachable_types(cls, value: list[str]) -> list[str]:
         unknown = sorted(set(value) - SUPPORTED_EXTENSIONS)
         if unknown:
-            raise ValueError(f"unsupported attachment type(s) {', '.join(unknown)}; a chat message can attach the file "
-                             f"types an upload reads: {', '.join(sorted(SUPPORTED_EXTENSIONS))} (empty: no attachments)")
+            raise ValueError(
+                f"unsupported attachment type(s) {', '.join(unknown)}; a chat message can attach the file "
+                f"types an upload reads: {', '.join(sorted(SUPPORTED_EXTENSIONS))} (empty: no attachments)"
+            )
         return value
 
     @field_validator("role_models", mode="before")
@@ -340,110 +384,170 @@ class RagTopicSettings(ChatSettings):
     """Every setting of a RAG Topic, with the defaults of the settings table (``docs/settings.md``)."""
 
     import_strategy: ImportStrategy = setting(
-        ImportStrategy.FLATTEN, phase="upload",
-        description="Structured files: FLATTEN records to key: value lines, or NARRATE them with a model (one call per record).")
+        ImportStrategy.FLATTEN,
+        phase="upload",
+        description="Structured files: FLATTEN records to key: value lines, or NARRATE them with a model (one call per record).",
+    )
     chunking_strategy: ChunkingStrategy = setting(
-        ChunkingStrategy.RECURSIVE, phase="upload",
-        description="RECURSIVE cuts at paragraphs and sentences; SEMANTIC also adds a model-written context line per chunk.")
+        ChunkingStrategy.RECURSIVE,
+        phase="upload",
+        description="RECURSIVE cuts at paragraphs and sentences; SEMANTIC also adds a model-written context line per chunk.",
+    )
     describe_pictures: bool = setting(
-        False, phase="upload",
-        description="Let the Image Describer role describe pictures so they become searchable text (needs a vision model).")
+        False,
+        phase="upload",
+        description="Let the Image Describer role describe pictures so they become searchable text (needs a vision model).",
+    )
     store_pictures: bool = setting(
-        True, phase="upload", description="Keep the pictures of uploaded documents so answers can show them.")
-    show_pictures: bool = setting(
-        True, phase="chat", description="Show stored pictures that the answer places next to its text.")
+        True, phase="upload", description="Keep the pictures of uploaded documents so answers can show them."
+    )
+    show_pictures: bool = setting(True, phase="chat", description="Show stored pictures that the answer places next to its text.")
     retrieval_strategy: RetrievalStrategy = setting(
-        RetrievalStrategy.HYBRID, phase="upload+chat",
-        description="DENSE: vector search only; HYBRID: vector plus BM25 keyword search (index written at upload).")
+        RetrievalStrategy.HYBRID,
+        phase="upload+chat",
+        description="DENSE: vector search only; HYBRID: vector plus BM25 keyword search (index written at upload).",
+    )
     keyword_enrichment: KeywordEnrichment = setting(
-        KeywordEnrichment.ALGORITHMIC, phase="upload",
-        description="HYBRID keywords: ALGORITHMIC uses the chunk's words, LLM asks a model per chunk.")
+        KeywordEnrichment.ALGORITHMIC,
+        phase="upload",
+        description="HYBRID keywords: ALGORITHMIC uses the chunk's words, LLM asks a model per chunk.",
+    )
     rrf_k: int = setting(
-        60, phase="chat", ge=1, description="Reciprocal rank fusion constant k used to merge the vector and BM25 rankings.")
+        60, phase="chat", ge=1, description="Reciprocal rank fusion constant k used to merge the vector and BM25 rankings."
+    )
     top_k_results: int = setting(
-        5, phase="chat", ge=1, le=50, description="Most chunks given to the model; higher: fuller but slower, noisier answers.")
+        5, phase="chat", ge=1, le=50, description="Most chunks given to the model; higher: fuller but slower, noisier answers."
+    )
     min_similarity_score: float = setting(
-        0.25, phase="chat", ge=0.0, le=1.0,
+        0.25,
+        phase="chat",
+        ge=0.0,
+        le=1.0,
         description="Vector hits below this cosine similarity are dropped (HYBRID keyword hits and followed file mentions "
-                    "qualify by their match); higher: closer matches, more no-answers.")
+        "qualify by their match); higher: closer matches, more no-answers.",
+    )
     follow_file_mentions: bool = setting(
-        True, phase="chat",
-        description="A file named in one of the first 3 chunks found (e.g. \"Leland, North Carolina\" for "
-                    "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.")
+        True,
+        phase="chat",
+        description='A file named in one of the first 3 chunks found (e.g. "Leland, North Carolina" for '
+        "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.",
+    )
     reranking_strategy: RerankingStrategy = setting(
-        RerankingStrategy.NONE, phase="chat",
+        RerankingStrategy.NONE,
+        phase="chat",
         description="NONE keeps the search order; LLM lets a model sort about 3x Top-K candidates (one call; "
-                    "not made while the bundled model serves the Language Model role).")
+        "not made while the bundled model serves the Language Model role).",
+    )
     router_confidence_threshold: float = setting(
-        0.9, phase="chat", ge=0.0, le=1.0,
-        description="Router confidence needed to skip the search; below it the question is searched.")
+        0.9,
+        phase="chat",
+        ge=0.0,
+        le=1.0,
+        description="Router confidence needed to skip the search; below it the question is searched.",
+    )
 
 
 class GraphRagTopicSettings(ChatSettings):
     """Every setting of a GraphRAG Topic, with the defaults of the settings table (``docs/settings.md``)."""
 
     chunk_size: int = setting(
-        1200, phase="upload", ge=100, le=8000,
-        description="Most characters per chunk; larger: fewer extraction calls but missed details (1000-2000 works well).")
+        1200,
+        phase="upload",
+        ge=100,
+        le=8000,
+        description="Most characters per chunk; larger: fewer extraction calls but missed details (1000-2000 works well).",
+    )
     route_before_retrieval: bool = setting(
-        True, phase="chat",
-        description="Let the router pick the way per question (DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID).")
+        True,
+        phase="chat",
+        description="Let the router pick the way per question (DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID).",
+    )
     graph_extraction_method: GraphExtractionMethod = setting(
-        GraphExtractionMethod.AUTO, phase="upload",
-        description="How entities and relationships are found: AUTO (NLP while the role is bundled, else LLM), NLP or LLM.")
+        GraphExtractionMethod.AUTO,
+        phase="upload",
+        description="How entities and relationships are found: AUTO (NLP while the role is bundled, else LLM), NLP or LLM.",
+    )
     collection_name: str = setting(
-        "", phase="upload+chat", description="Name of the Topic's graph and vector collection; empty: the Topic's id.")
+        "", phase="upload+chat", description="Name of the Topic's graph and vector collection; empty: the Topic's id."
+    )
     graph_database: str = setting(
-        "", phase="upload+chat",
-        description="Registered FalkorDB (Admin → Graph Databases) that holds the Topic's graph; empty: the app's Redis.")
+        "",
+        phase="upload+chat",
+        description="Registered FalkorDB (Admin → Graph Databases) that holds the Topic's graph; empty: the app's Redis.",
+    )
     picture_handling: PictureHandling = setting(
-        PictureHandling.PICTURE_IN_GRAPH, phase="upload",
-        description="PICTURE_IN_GRAPH: an Image node linked to its entities; EXTRACT_ENTITIES: description read as text; IGNORE.")
+        PictureHandling.PICTURE_IN_GRAPH,
+        phase="upload",
+        description="PICTURE_IN_GRAPH: an Image node linked to its entities; EXTRACT_ENTITIES: description read as text; IGNORE.",
+    )
     local_keyword_search: bool = setting(
-        True, phase="upload+chat", description="Also write and search a keyword index for LOCAL search (entities and chunks).")
+        True, phase="upload+chat", description="Also write and search a keyword index for LOCAL search (entities and chunks)."
+    )
     global_keyword_search: bool = setting(
-        True, phase="upload+chat", description="Also write and search a keyword index for GLOBAL search (community reports).")
+        True, phase="upload+chat", description="Also write and search a keyword index for GLOBAL search (community reports)."
+    )
     refresh_cycle: str = setting(
-        "1d", phase="communities",
-        description="How often communities are rebuilt: 'off' or an interval such as 30m, 6h, 1d.")
+        "1d", phase="communities", description="How often communities are rebuilt: 'off' or an interval such as 30m, 6h, 1d."
+    )
     resolution: float = setting(
-        1.0, phase="communities", gt=0.0, le=10.0,
-        description="Leiden resolution: higher gives more, smaller communities (0.5-2.0 is the useful range).")
+        1.0,
+        phase="communities",
+        gt=0.0,
+        le=10.0,
+        description="Leiden resolution: higher gives more, smaller communities (0.5-2.0 is the useful range).",
+    )
     confidence_threshold: float = setting(
-        0.6, phase="chat", ge=0.0, le=1.0, description="Router confidence needed for its way; below it HYBRID is taken.")
+        0.6, phase="chat", ge=0.0, le=1.0, description="Router confidence needed for its way; below it HYBRID is taken."
+    )
     direct_confidence_threshold: float = setting(
-        0.9, phase="chat", ge=0.0, le=1.0, description="Router confidence needed to answer DIRECT without any search.")
+        0.9, phase="chat", ge=0.0, le=1.0, description="Router confidence needed to answer DIRECT without any search."
+    )
     answer_without_searching: bool = setting(
-        True, phase="chat", description="Allow the DIRECT way (answers from the conversation alone, no sources).")
+        True, phase="chat", description="Allow the DIRECT way (answers from the conversation alone, no sources)."
+    )
     path_max_hops: int = setting(
-        4, phase="chat", ge=1, le=8, description="Longest chain of relationships a PATH search follows between two entities.")
+        4, phase="chat", ge=1, le=8, description="Longest chain of relationships a PATH search follows between two entities."
+    )
     seed_strategy: SeedStrategy = setting(
-        SeedStrategy.FUSED, phase="chat",
-        description="Where LOCAL starting entities come from: NODES, CHUNKS or FUSED (both, merged by rank).")
+        SeedStrategy.FUSED,
+        phase="chat",
+        description="Where LOCAL starting entities come from: NODES, CHUNKS or FUSED (both, merged by rank).",
+    )
     top_k_nodes: int = setting(10, phase="chat", ge=1, le=100, description="How many starting entities a LOCAL search takes.")
     min_similarity_score: float = setting(
-        0.25, phase="chat", ge=0.0, le=1.0,
+        0.25,
+        phase="chat",
+        ge=0.0,
+        le=1.0,
         description="Seed entities, seed chunks and community reports below this cosine similarity are dropped (chunks "
-                    "reached through the graph or a file mention qualify by that link).")
+        "reached through the graph or a file mention qualify by that link).",
+    )
     hop_depth: int = setting(1, phase="chat", ge=0, le=4, description="Relationship steps followed from the starting entities.")
     max_subgraph_nodes: int = setting(
-        60, phase="chat", ge=1, le=500, description="Most entities collected around the starting entities.")
+        60, phase="chat", ge=1, le=500, description="Most entities collected around the starting entities."
+    )
     max_cited_chunks: int = setting(
-        8, phase="chat", ge=1, le=50, description="Most chunks an answer is written from (and so the most sources it shows).")
+        8, phase="chat", ge=1, le=50, description="Most chunks an answer is written from (and so the most sources it shows)."
+    )
     top_k_seed_chunks: int = setting(
-        5, phase="chat", ge=0, le=50, description="Chunks searched to find starting entities (CHUNKS and FUSED).")
+        5, phase="chat", ge=0, le=50, description="Chunks searched to find starting entities (CHUNKS and FUSED)."
+    )
     top_k_unlinked_chunks: int = setting(
-        3, phase="chat", ge=0, le=50, description="Extra chunks that no entity carries, e.g. tables the extraction missed.")
+        3, phase="chat", ge=0, le=50, description="Extra chunks that no entity carries, e.g. tables the extraction missed."
+    )
     follow_file_mentions: bool = setting(
-        True, phase="chat",
-        description="LOCAL: a file named in one of the first 3 chunks ranked (e.g. \"Leland, North Carolina\" for "
-                    "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.")
+        True,
+        phase="chat",
+        description='LOCAL: a file named in one of the first 3 chunks ranked (e.g. "Leland, North Carolina" for '
+        "Leland, North Carolina.txt) adds its best chunk right after it: a second hop for questions that span two files.",
+    )
     top_k_reports: int = setting(
-        5, phase="chat", ge=1, le=50, description="Community reports read by GLOBAL and HYBRID; each costs one model call.")
-    max_follow_up_rounds: int = setting(
-        2, phase="chat", ge=0, le=5, description="Rounds of follow-up questions HYBRID may plan.")
+        5, phase="chat", ge=1, le=50, description="Community reports read by GLOBAL and HYBRID; each costs one model call."
+    )
+    max_follow_up_rounds: int = setting(2, phase="chat", ge=0, le=5, description="Rounds of follow-up questions HYBRID may plan.")
     max_follow_up_questions: int = setting(
-        3, phase="chat", ge=1, le=10, description="Follow-up questions per round, each answered by a LOCAL search.")
+        3, phase="chat", ge=1, le=10, description="Follow-up questions per round, each answered by a LOCAL search."
+    )
 
     @field_validator("refresh_cycle")
     @classmethod
@@ -515,8 +619,9 @@ def load_settings(kind: str, stored: dict[str, Any]) -> TopicSettings:
     for key, limit in STORED_TEXT_LIMITS.items():
         text = values.get(key)
         if isinstance(text, str) and len(text) > limit:
-            log.warning("Topic setting %s was %d characters long, over the limit of %d; using its first %d",
-                        key, len(text), limit, limit)  # fmt: skip
+            log.warning(
+                "Topic setting %s was %d characters long, over the limit of %d; using its first %d", key, len(text), limit, limit
+            )
             values[key] = text[:limit]
     for key, bound in STORED_SIZE_LIMITS.items():
         size = values.get(key)

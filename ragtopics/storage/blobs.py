@@ -211,8 +211,9 @@ class BlobStore(FileStore):
         folder = self.path(_checked(prefix))
         if not folder.is_dir():
             return []
-        return sorted(p.relative_to(self.root).as_posix() for p in folder.rglob("*")
-                      if p.is_file() and not p.name.startswith("tmp"))  # fmt: skip
+        return sorted(
+            p.relative_to(self.root).as_posix() for p in folder.rglob("*") if p.is_file() and not p.name.startswith("tmp")
+        )
 
     def remove_tree(self, prefix: str) -> int:
         """Remove the folder ``prefix`` with everything in it; returns how many files it held (0 when absent)."""
@@ -230,7 +231,12 @@ def open_file_store(settings: Settings) -> FileStore:
         # deferred: boto3 costs about a second at start and only FILE_STORE=s3 needs it
         from ragtopics.storage.s3 import S3FileStore
 
-        return S3FileStore(settings.s3_bucket or "", endpoint_url=settings.s3_endpoint_url,
-                           access_key_id=settings.s3_access_key_id, secret_access_key=settings.s3_secret_access_key,
-                           region=settings.s3_region, prefix=settings.s3_prefix)  # fmt: skip
+        return S3FileStore(
+            settings.s3_bucket or "",
+            endpoint_url=settings.s3_endpoint_url,
+            access_key_id=settings.s3_access_key_id,
+            secret_access_key=settings.s3_secret_access_key,
+            region=settings.s3_region,
+            prefix=settings.s3_prefix,
+        )
     return BlobStore(settings.data_dir / "files")

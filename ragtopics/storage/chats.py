@@ -32,18 +32,41 @@ def session_turns(store: MetadataStore, session_id: str, *, last: int | None = N
     return rows[::-1]
 
 
-def add_turn(store: MetadataStore, *, session_id: str, topic_id: str, title: str, question: str, answer: str,
-             sources: list[dict[str, Any]], route: str, route_confidence: float | None, timings_ms: dict[str, float],
-             route_reason: str = "", route_method: str = "", route_planned: str = "", owner: str = "") -> int:  # fmt: skip
+def add_turn(
+    store: MetadataStore,
+    *,
+    session_id: str,
+    topic_id: str,
+    title: str,
+    question: str,
+    answer: str,
+    sources: list[dict[str, Any]],
+    route: str,
+    route_confidence: float | None,
+    timings_ms: dict[str, float],
+    route_reason: str = "",
+    route_method: str = "",
+    route_planned: str = "",
+    owner: str = "",
+) -> int:
     """Save a turn, creating its session (owned by ``owner``) with the first one; returns the turn's id."""
     with store.session() as s:
         if s.get(ChatSessionRow, session_id) is None:
             s.add(ChatSessionRow(id=session_id, topic_id=topic_id, title=title[:80], owner=owner))
             s.flush()
-        row = ChatTurnRow(session_id=session_id, topic_id=topic_id, question=question, answer=answer,
-                          sources=list(sources), route=route, route_confidence=route_confidence,
-                          route_reason=route_reason, route_method=route_method, route_planned=route_planned,
-                          timings=dict(timings_ms))  # fmt: skip
+        row = ChatTurnRow(
+            session_id=session_id,
+            topic_id=topic_id,
+            question=question,
+            answer=answer,
+            sources=list(sources),
+            route=route,
+            route_confidence=route_confidence,
+            route_reason=route_reason,
+            route_method=route_method,
+            route_planned=route_planned,
+            timings=dict(timings_ms),
+        )
         s.add(row)
         s.flush()
         assert row.id is not None  # the database assigns the id at flush

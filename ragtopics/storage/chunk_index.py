@@ -58,6 +58,8 @@ _STEMMER = Stemmer.Stemmer("english")
 def term_stems(words: Iterable[str]) -> set[str]:
     """The distinct Snowball English stems of ``words`` (``["films", "film"]`` → ``{"film"}``)."""
     return set(_STEMMER.stemWords(list(words)))
+
+
 #: Most documents :meth:`ChunkIndex.chunk_counts` reports on.
 _MAX_GROUPS = 1_000_000
 
@@ -74,7 +76,41 @@ CANDIDATE_TERMS_KEPT = 2
 _MIN_KEYWORD_CANDIDATES = 100
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
-    ["a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
+    [
+        "a",
+        "is",
+        "the",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
 )
 #: Okapi BM25 parameters (Robertson & Zaragoza 2009, the usual defaults).
 BM25_K1 = 1.2
@@ -108,7 +144,6 @@ _NUMPY_TYPES = {"float16": np.float16, "float32": np.float32}
 _PROFILES: dict[str, tuple[str, int]] = {}
 
 
-
 def union_terms(words) -> list[str]:
     """Words for a RediSearch ``(a|b|c)`` union: lower case, each once, RediSearch's stop words left out.
 
@@ -117,6 +152,7 @@ def union_terms(words) -> list[str]:
     and with it the whole Redis server; found by a HotpotQA question ("At the 2011 census, ...").
     """
     return [w for w in dict.fromkeys(w.lower() for w in words) if w and w not in REDISEARCH_STOP_WORDS]
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
@@ -221,8 +257,14 @@ class ChunkIndex:
                 {
                     "name": "embedding",
                     "type": "vector",
-                    "attrs": {"dims": dims, "distance_metric": "cosine", "algorithm": "hnsw", "datatype": datatype,
-                              "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
+                    "attrs": {
+                        "dims": dims,
+                        "distance_metric": "cosine",
+                        "algorithm": "hnsw",
+                        "datatype": datatype,
+                        "m": HNSW_M,
+                        "ef_construction": HNSW_EF_CONSTRUCTION,
+                    },
                 },
             ],
         }
@@ -246,8 +288,15 @@ class ChunkIndex:
                     raise
                 self.index.delete(drop=True)
         self.index.create(overwrite=False)
-        self.client.hset(self.record_key, mapping={"embedding_model": self.embedding_model, "dims": self.dims,
-                                                   "datatype": VECTOR_DATATYPE, "ef_runtime": HNSW_EF_RUNTIME})  # fmt: skip
+        self.client.hset(
+            self.record_key,
+            mapping={
+                "embedding_model": self.embedding_model,
+                "dims": self.dims,
+                "datatype": VECTOR_DATATYPE,
+                "ef_runtime": HNSW_EF_RUNTIME,
+            },
+        )
         with self.client.pipeline(transaction=True) as pipe:  # a new index holds no chunk: its term counts are complete
             pipe.delete(self.terms_key)
             pipe.hset(self.terms_key, mapping={_TERMS_COMPLETE: _TERMS_KEYED_BY, _TERMS_TOTAL: 0})
@@ -496,8 +545,12 @@ class ChunkIndex:
 
     def _all_keywords(self) -> Iterator[str]:
         """The keyword field of every chunk of the index (an aggregation read through a cursor)."""
-        reply = _unless_missing(lambda: self.client.execute_command(
-            "FT.AGGREGATE", self.index.name, "*", "LOAD", 1, "@keywords", "WITHCURSOR", "COUNT", _PAGE, "DIALECT", 2), None)  # fmt: skip
+        reply = _unless_missing(
+            lambda: self.client.execute_command(
+                "FT.AGGREGATE", self.index.name, "*", "LOAD", 1, "@keywords", "WITHCURSOR", "COUNT", _PAGE, "DIALECT", 2
+            ),
+            None,
+        )
         while reply:
             rows, cursor = reply
             for row in rows[1:] if isinstance(rows, list) else []:
@@ -533,9 +586,12 @@ class ChunkIndex:
 
     def _chunk_rows(self, document_ids: list[str], offset: int) -> list[dict]:
         """One page of the chunk id, document id, file name and keywords of the chunks of ``document_ids``, by position."""
-        query = FilterQuery(filter_expression=Tag("document_id") == list(document_ids),
-                            return_fields=["chunk_id", "document_id", "file_name", "keywords"], num_results=_PAGE,
-                            sort_by="position")  # fmt: skip
+        query = FilterQuery(
+            filter_expression=Tag("document_id") == list(document_ids),
+            return_fields=["chunk_id", "document_id", "file_name", "keywords"],
+            num_results=_PAGE,
+            sort_by="position",
+        )
         query.paging(offset, _PAGE)
         return self.index.query(query)
 
@@ -612,10 +668,24 @@ class ChunkIndex:
         datatype, ef = profile or self._profile()
         blob = np.asarray(vector, dtype=_NUMPY_TYPES[datatype]).tobytes()
         return (
-            "FT.SEARCH", self.index.name, f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
-            "PARAMS", 4, "vector", blob, "ef", max(ef, int(k)),
-            "RETURN", len(fields), *fields, "LIMIT", 0, int(k), "DIALECT", 2,
-        )  # fmt: skip
+            "FT.SEARCH",
+            self.index.name,
+            f"{scope}=>[KNN {int(k)} @embedding $vector EF_RUNTIME $ef AS vector_distance]",
+            "PARAMS",
+            4,
+            "vector",
+            blob,
+            "ef",
+            max(ef, int(k)),
+            "RETURN",
+            len(fields),
+            *fields,
+            "LIMIT",
+            0,
+            int(k),
+            "DIALECT",
+            2,
+        )
 
     def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT) -> list[ChunkHit]:
         """BM25 search of the keyword index: chunks whose keywords match any of ``terms``, identifiers weighted up.
@@ -686,11 +756,20 @@ class ChunkIndex:
         """
         fields = (*_RETURN_FIELDS, "keywords")
         reply = self.client.execute_command(
-            "FT.SEARCH", self.index.name, f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
-            "RETURN", len(fields), *fields,
-            "SCORER", "BM25STD",  # the order candidates are cut in; their scores are computed in Python
-            "LIMIT", 0, int(limit), "DIALECT", 2,
-        )  # fmt: skip
+            "FT.SEARCH",
+            self.index.name,
+            f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
+            "RETURN",
+            len(fields),
+            *fields,
+            "SCORER",
+            "BM25STD",  # the order candidates are cut in; their scores are computed in Python
+            "LIMIT",
+            0,
+            int(limit),
+            "DIALECT",
+            2,
+        )
         rows = _search_rows(reply, self.prefix)
         return [(_hit(row, 0.0), row.get("keywords", "").split()) for row in rows]
 
@@ -787,8 +866,13 @@ class ChunkIndex:
 
     def _aggregated_names(self) -> dict[str, str]:
         """``{document id: file name}`` from one aggregation over every chunk of the index."""
-        request = (AggregateRequest("*").load("@document_id", "@file_name").group_by(["@document_id", "@file_name"])
-                   .limit(0, _MAX_GROUPS).dialect(2))  # fmt: skip
+        request = (
+            AggregateRequest("*")
+            .load("@document_id", "@file_name")
+            .group_by(["@document_id", "@file_name"])
+            .limit(0, _MAX_GROUPS)
+            .dialect(2)
+        )
         rows: list[Any] = _unless_missing(lambda: self.client.ft(self.index.name).aggregate(request).rows, [])
         names = {}
         for row in rows:  # [b"document_id", b"doc-…", b"file_name", b"a.txt"]
@@ -819,14 +903,19 @@ class ChunkIndex:
             if not kept:
                 continue
             others = "".join(f" -@document_id:{{{_escape_term(d)}}}" for d in document_ids)
-            query = (f"(@text:({' '.join(_escape_term(w) for w in kept)}){others}) "
-                     f"=> {{ $slop: {len(words) - len(kept)}; $inorder: true; }}")  # fmt: skip
+            query = (
+                f"(@text:({' '.join(_escape_term(w) for w in kept)}){others}) "
+                f"=> {{ $slop: {len(words) - len(kept)}; $inorder: true; }}"
+            )
             pipe.execute_command("FT.SEARCH", self.index.name, query, "LIMIT", 0, 0, "DIALECT", 2)
             asked.append(phrase)
         replies = pipe.execute(raise_on_error=False)
         limit = max(at_least, share * _search_total(replies[0]))
-        counted = {p for p, reply in zip(asked, replies[1:], strict=True)
-                   if not isinstance(reply, Exception) and _search_total(reply) <= limit}  # fmt: skip
+        counted = {
+            p
+            for p, reply in zip(asked, replies[1:], strict=True)
+            if not isinstance(reply, Exception) and _search_total(reply) <= limit
+        }
         return set(phrases) - counted
 
     def best_chunks(self, document_ids: list[str], vector: np.ndarray, *, _again: bool = False) -> dict[str, ChunkHit]:
@@ -931,8 +1020,9 @@ _TERM_CACHE: OrderedDict[tuple[str, int], Counter[str]] = OrderedDict()
 _TERM_CACHE_LOCK = threading.Lock()
 
 
-def bm25_score(counts: Mapping[str, int], weights: dict[str, float], *, average_length: float,
-               k1: float = BM25_K1, b: float = BM25_B) -> float:  # fmt: skip
+def bm25_score(
+    counts: Mapping[str, int], weights: dict[str, float], *, average_length: float, k1: float = BM25_K1, b: float = BM25_B
+) -> float:
     """Okapi BM25 of one chunk for query terms with weights (IDF × term weight).
 
     Args:
@@ -1019,12 +1109,16 @@ def _search_rows(reply, prefix: str = "") -> list[dict[str, str]]:
     prefix), each row's ``chunk_id`` is its key without ``prefix:``.
     """
     if isinstance(reply, dict):
-        pairs = [(result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
-                 for result in reply.get(b"results") or reply.get("results") or []]  # fmt: skip
+        pairs = [
+            (result.get(b"id", result.get("id", b"")), result.get(b"extra_attributes", result.get("extra_attributes", {})))
+            for result in reply.get(b"results") or reply.get("results") or []
+        ]
         rows = [(key, {_decode(k): _decode(v) for k, v in attributes.items()}) for key, attributes in pairs]
     else:
-        rows = [(key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
-                for key, fields in zip(reply[1::2], reply[2::2], strict=False)]  # fmt: skip
+        rows = [
+            (key, {_decode(k): _decode(v) for k, v in zip(fields[::2], fields[1::2], strict=False)})
+            for key, fields in zip(reply[1::2], reply[2::2], strict=False)
+        ]
     if prefix:
         skip = len(prefix) + 1
         for key, row in rows:

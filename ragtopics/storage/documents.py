@@ -115,12 +115,26 @@ def get_document(store: MetadataStore, document_id: str) -> DocumentRow | None:
 def topic_documents(store: MetadataStore, topic_id: str) -> list[DocumentRow]:
     """The document rows of a Topic, by file name."""
     with store.session() as s:
-        return list(s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id).order_by(col(DocumentRow.file_name))).all())
+        return list(
+            s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id).order_by(col(DocumentRow.file_name))).all()
+        )
 
 
 #: The columns of a document that its Topic's list shows (:func:`document_list`).
-LIST_COLUMNS = ("id", "file_name", "status", "chunk_count", "size_bytes", "error", "warning", "job_id", "indexed_with",
-                "content_sha256", "pending_sha256", "updated_at")  # fmt: skip
+LIST_COLUMNS = (
+    "id",
+    "file_name",
+    "status",
+    "chunk_count",
+    "size_bytes",
+    "error",
+    "warning",
+    "job_id",
+    "indexed_with",
+    "content_sha256",
+    "pending_sha256",
+    "updated_at",
+)
 
 
 def document_list(store: MetadataStore, topic_id: str) -> list[Any]:
@@ -140,17 +154,22 @@ def documents_stamp(store: MetadataStore, name_or_id: str) -> tuple[str, int, st
     current, except when a writer's clock is behind the latest row's (callers re-read now and then).
     """
     with store.session() as s:
-        topic_id = s.exec(select(TopicRow.id).where(or_(col(TopicRow.id) == name_or_id, col(TopicRow.name) == name_or_id))
-                          .order_by(col(TopicRow.id) != name_or_id)).first()  # fmt: skip
+        topic_id = s.exec(
+            select(TopicRow.id)
+            .where(or_(col(TopicRow.id) == name_or_id, col(TopicRow.name) == name_or_id))
+            .order_by(col(TopicRow.id) != name_or_id)
+        ).first()
         if topic_id is None:
             return None
-        count, latest = s.exec(select(func.count(col(DocumentRow.id)), func.max(DocumentRow.updated_at))
-                               .where(DocumentRow.topic_id == topic_id)).one()  # fmt: skip
+        count, latest = s.exec(
+            select(func.count(col(DocumentRow.id)), func.max(DocumentRow.updated_at)).where(DocumentRow.topic_id == topic_id)
+        ).one()
     return topic_id, int(count or 0), str(latest or "")
 
 
-def stage_upload(store: MetadataStore, *, document_id: str, topic_id: str, file_name: str, sha256: str, blob_path: str,
-                 size_bytes: int) -> tuple[DocumentRow, str]:  # fmt: skip
+def stage_upload(
+    store: MetadataStore, *, document_id: str, topic_id: str, file_name: str, sha256: str, blob_path: str, size_bytes: int
+) -> tuple[DocumentRow, str]:
     """Record a received file as the document's pending version with a new job id, status ``queued``.
 
     A job still working on an older pending version is superseded from now on.
@@ -223,9 +242,18 @@ def check_current(store: MetadataStore, document_id: str, job_id: str) -> None:
         _current(s.get(DocumentRow, document_id), job_id)
 
 
-def finish(store: MetadataStore, document_id: str, job_id: str, *, status: DocumentStatus, chunk_count: int, warning: str,
-           indexed_with: dict[str, Any], pictures: list[PictureRow],
-           before_commit: Callable[[], None] | None = None) -> tuple[DocumentRow, list[str]]:  # fmt: skip
+def finish(
+    store: MetadataStore,
+    document_id: str,
+    job_id: str,
+    *,
+    status: DocumentStatus,
+    chunk_count: int,
+    warning: str,
+    indexed_with: dict[str, Any],
+    pictures: list[PictureRow],
+    before_commit: Callable[[], None] | None = None,
+) -> tuple[DocumentRow, list[str]]:
     """Make the job's pending version the searchable one (``indexed`` or ``empty``) and replace its pictures.
 
     ``before_commit``: as in :func:`finish_many` (the chunk swap, run inside the transaction).
@@ -253,8 +281,9 @@ class Outcome:
     pictures: list[PictureRow]
 
 
-def finish_many(store: MetadataStore, outcomes: list[Outcome],
-                before_commit: Callable[[], None] | None = None) -> list[tuple[DocumentRow, list[str]]]:  # fmt: skip
+def finish_many(
+    store: MetadataStore, outcomes: list[Outcome], before_commit: Callable[[], None] | None = None
+) -> list[tuple[DocumentRow, list[str]]]:
     """:func:`finish` for several documents in one transaction (a batch of uploads); all or none change.
 
     Args:
@@ -328,8 +357,9 @@ def picture_blobs(store: MetadataStore, document_id: str) -> set[str]:
         return {row.blob_path for row in s.exec(select(PictureRow).where(col(PictureRow.document_id) == document_id)).all()}
 
 
-def fail(store: MetadataStore, document_id: str, job_id: str, error: str,
-         before_commit: Callable[[], None] | None = None) -> tuple[DocumentRow | None, list[str]]:  # fmt: skip
+def fail(
+    store: MetadataStore, document_id: str, job_id: str, error: str, before_commit: Callable[[], None] | None = None
+) -> tuple[DocumentRow | None, list[str]]:
     """Mark a document ``failed`` for its current job, dropping the pending version; the searchable version, if any, stays.
 
     A superseded job changes nothing (the newer upload, or the delete, owns the row).
@@ -416,8 +446,9 @@ def fail_enqueue(store: MetadataStore, document_id: str, job_id: str, reason: st
 def stored_documents(store: MetadataStore, topic_id: str) -> list[str]:
     """Ids of the documents of a Topic that have a stored, searchable file (not being deleted)."""
     with store.session() as s:
-        query = select(DocumentRow.id).where(DocumentRow.topic_id == topic_id, DocumentRow.blob_path != "",
-                                             DocumentRow.status != _S.DELETING.value)  # fmt: skip
+        query = select(DocumentRow.id).where(
+            DocumentRow.topic_id == topic_id, DocumentRow.blob_path != "", DocumentRow.status != _S.DELETING.value
+        )
         return list(s.exec(query).all())
 
 

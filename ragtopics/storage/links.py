@@ -171,7 +171,9 @@ def load_or_create_secret(path: Path) -> bytes:
         _create_secret(path)
     secret = path.read_bytes()
     if len(secret) != SECRET_BYTES:
-        raise ConfigurationError(f"link secret {path} holds {len(secret)} bytes, expected {SECRET_BYTES}; delete it to regenerate")
+        raise ConfigurationError(
+            f"link secret {path} holds {len(secret)} bytes, expected {SECRET_BYTES}; delete it to regenerate"
+        )
     if path.stat().st_mode & 0o077:
         log.warning("link secret %s is readable by other users; chmod 600 it", path)
     return secret

@@ -122,12 +122,15 @@ class Fence:
         self.lost: list[str] = []  # keys found no longer ours (by the renewal, or a check)
 
     def _lost_error(self) -> LockLostError:
-        return LockLostError(f"document lock(s) {', '.join(self.lost)} expired while held (the holder stalled past "
-                             f"{LOCK_TTL_S} s) and may be someone else's now: nothing more is written")  # fmt: skip
+        return LockLostError(
+            f"document lock(s) {', '.join(self.lost)} expired while held (the holder stalled past "
+            f"{LOCK_TTL_S} s) and may be someone else's now: nothing more is written"
+        )
 
     def _compare(self, values: list) -> None:
-        self.lost += [key for (key, token), value in zip(self.held, values, strict=True)
-                      if value != token and key not in self.lost]  # fmt: skip
+        self.lost += [
+            key for (key, token), value in zip(self.held, values, strict=True) if value != token and key not in self.lost
+        ]
         if self.lost:
             raise self._lost_error()
 
@@ -237,8 +240,9 @@ def document_lock(client: redis.Redis, document_id: str, *, wait_s: float = LOCK
     Raises:
         StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
     """
-    with _held(client, lock_key(document_id), wait_s,
-               f"document {document_id} is busy (another upload or delete holds it); try again") as fence:
+    with _held(
+        client, lock_key(document_id), wait_s, f"document {document_id} is busy (another upload or delete holds it); try again"
+    ) as fence:
         yield fence
 
 
@@ -260,8 +264,12 @@ def graph_write_lock(client: redis.Redis, topic_id: str, *, wait_s: float = LOCK
     Raises:
         StoreUnavailableError: when the lock is not free within ``wait_s`` seconds.
     """
-    with _held(client, graph_lock_key(topic_id), wait_s,
-               f"the graph of Topic {topic_id} is busy (another upload is writing it); try again") as fence:
+    with _held(
+        client,
+        graph_lock_key(topic_id),
+        wait_s,
+        f"the graph of Topic {topic_id} is busy (another upload is writing it); try again",
+    ) as fence:
         yield fence
 
 
@@ -318,8 +326,9 @@ def document_locks(client: redis.Redis, document_ids: list[str], *, wait_s: floa
             with renewal:  # those taken stay ours while a later one is waited for (up to wait_s each)
                 for document_id, lock in zip(ids, locks, strict=True):
                     if not lock.acquire(token=new_token()):
-                        raise StoreUnavailableError(f"document {document_id} is busy (another upload or delete holds it); "
-                                                    "try again")  # fmt: skip
+                        raise StoreUnavailableError(
+                            f"document {document_id} is busy (another upload or delete holds it); try again"
+                        )
                     taken.append(lock)
                     renewal.add(lock)
         except BaseException:

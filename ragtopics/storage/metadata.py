@@ -44,7 +44,7 @@ __all__ = [
     "UserRow",
     "schema_revision",
     "utcnow",
-]  # fmt: skip
+]
 
 
 def utcnow() -> datetime:

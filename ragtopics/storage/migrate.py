@@ -42,8 +42,16 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BASELINE_REVISION = "0001"
 #: The tables of :data:`BASELINE_REVISION`; a database holding some of them but no
 #: ``alembic_version`` comes from the release before migrations.
-BASELINE_TABLES = ("topic", "topic_settings_version", "document", "picture", "chat_session", "chat_turn",
-                   "prompt_override", "trace")  # fmt: skip
+BASELINE_TABLES = (
+    "topic",
+    "topic_settings_version",
+    "document",
+    "picture",
+    "chat_session",
+    "chat_turn",
+    "prompt_override",
+    "trace",
+)
 #: Arbitrary key of the PostgreSQL advisory lock held while migrating.
 _PG_LOCK_KEY = 7_242_315_001
 
@@ -184,8 +192,9 @@ def _upgrade(conn: Connection) -> None:
             _mark_baseline(conn, cfg)
         command.upgrade(cfg, "head")
     except Exception as exc:
-        raise MigrationError(f"the metadata database could not be migrated from revision {current or 'none'} to "
-                             f"{head_revision()}: {exc}") from exc  # fmt: skip
+        raise MigrationError(
+            f"the metadata database could not be migrated from revision {current or 'none'} to {head_revision()}: {exc}"
+        ) from exc
     if conn.dialect.name == "sqlite":
         broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
         if broken:
@@ -207,8 +216,11 @@ def _mark_baseline(conn: Connection, cfg: Config) -> None:
     if not present:
         return
     missing = [t for t in BASELINE_TABLES if t not in tables]
-    log.info("metadata database from before schema migrations: marking it as revision %s%s", BASELINE_REVISION,
-             f" (creating {', '.join(missing)})" if missing else "")  # fmt: skip
+    log.info(
+        "metadata database from before schema migrations: marking it as revision %s%s",
+        BASELINE_REVISION,
+        f" (creating {', '.join(missing)})" if missing else "",
+    )
     if missing:
         command.upgrade(cfg, BASELINE_REVISION)
     else:

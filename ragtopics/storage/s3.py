@@ -36,17 +36,32 @@ class S3FileStore(FileStore):
         ConfigurationError: when ``bucket`` is empty.
     """
 
-    def __init__(self, bucket: str, *, endpoint_url: str | None = None, access_key_id: str | None = None,
-                 secret_access_key: str | None = None, region: str = "us-east-1", prefix: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        endpoint_url: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        region: str = "us-east-1",
+        prefix: str = "",
+    ):
         if not bucket:
             raise ConfigurationError("the S3 file store needs a bucket name (S3_BUCKET)")
         self.bucket = bucket
         self.endpoint_url = endpoint_url
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"},
-                        connect_timeout=5, read_timeout=60)  # fmt: skip
-        self.client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region, aws_access_key_id=access_key_id,
-                                   aws_secret_access_key=secret_access_key, config=config)  # fmt: skip
+        config = Config(
+            s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=60
+        )
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region,
+            aws_access_key_id=access_key_id,
+            aws_secret_access_key=secret_access_key,
+            config=config,
+        )
 
     def __repr__(self) -> str:
         return f"S3FileStore(bucket={self.bucket!r}, endpoint_url={self.endpoint_url!r}, prefix={self.prefix!r})"
@@ -61,8 +76,10 @@ class S3FileStore(FileStore):
 
     def _failure(self, action: str, exc: Exception) -> FileStoreError:
         where = self.endpoint_url or "AWS S3"
-        return FileStoreError(f"the object store at {where} (bucket {self.bucket!r}) could not {action}: {exc}; "
-                              "check S3_ENDPOINT_URL, S3_BUCKET and the S3 keys")  # fmt: skip
+        return FileStoreError(
+            f"the object store at {where} (bucket {self.bucket!r}) could not {action}: {exc}; "
+            "check S3_ENDPOINT_URL, S3_BUCKET and the S3 keys"
+        )
 
     def _write(self, relative: str, data: bytes) -> None:
         key = self.key(relative)
@@ -145,7 +162,7 @@ class S3FileStore(FileStore):
         folder = self.key(prefix) + "/"
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
-            return sorted(item["Key"][len(self.prefix):] for page in pages for item in page.get("Contents", []))
+            return sorted(item["Key"][len(self.prefix) :] for page in pages for item in page.get("Contents", []))
         except ClientError as exc:
             if _code(exc) == "NoSuchBucket":
                 return []
@@ -165,8 +182,10 @@ class S3FileStore(FileStore):
                 answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
                 if answer.get("Errors"):
                     first = answer["Errors"][0]
-                    raise FileStoreError(f"the object store did not delete {len(answer['Errors'])} objects under {prefix}, "
-                                         f"first {first.get('Key')}: {first.get('Message') or first.get('Code')}")  # fmt: skip
+                    raise FileStoreError(
+                        f"the object store did not delete {len(answer['Errors'])} objects under {prefix}, "
+                        f"first {first.get('Key')}: {first.get('Message') or first.get('Code')}"
+                    )
                 removed += len(keys)
         except ClientError as exc:
             if _code(exc) == "NoSuchBucket":

@@ -14,7 +14,7 @@ from ragtopics.storage.metadata import (
     MetadataStore,
     PictureRow,
     PromptOverrideRow,
-    TopicRow,  # fmt: skip
+    TopicRow,
     TopicSettingsVersion,
     TraceRow,
     utcnow,
@@ -33,8 +33,9 @@ def all_topics(store: MetadataStore) -> list[TopicRow]:
         return list(s.exec(select(TopicRow).order_by(col(TopicRow.name))).all())
 
 
-def insert_topic(store: MetadataStore, *, topic_id: str, name: str, kind: str, description: str,
-                 settings: dict[str, object]) -> bool:  # fmt: skip
+def insert_topic(
+    store: MetadataStore, *, topic_id: str, name: str, kind: str, description: str, settings: dict[str, object]
+) -> bool:
     """Store a new Topic with settings version 1 (a JSON-ready dict); False (and nothing stored) when its id or name is taken."""
     with store.session() as s:
         if s.get(TopicRow, topic_id) is not None or s.exec(select(TopicRow).where(TopicRow.name == name)).first():
@@ -81,11 +82,15 @@ def delete_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
         Rows deleted, by table name.
     """
     with store.session() as s:
-        return {str(table.__tablename__): s.exec(delete(table).where(cond)).rowcount or 0 for table, cond in _topic_tables(topic_id)}
+        return {
+            str(table.__tablename__): s.exec(delete(table).where(cond)).rowcount or 0 for table, cond in _topic_tables(topic_id)
+        }
 
 
 def count_topic_rows(store: MetadataStore, topic_id: str) -> dict[str, int]:
     """How many rows of each table belong to a Topic (for reports and tests)."""
     with store.session() as s:
-        return {str(table.__tablename__): s.exec(select(func.count()).select_from(table).where(cond)).one()
-                for table, cond in _topic_tables(topic_id)}  # fmt: skip
+        return {
+            str(table.__tablename__): s.exec(select(func.count()).select_from(table).where(cond)).one()
+            for table, cond in _topic_tables(topic_id)
+        }

@@ -28,8 +28,9 @@ KEEP_PER_KIND = 2_000
 SHRUNK_VALUE_CHARS = 500
 
 
-def save_trace(store: MetadataStore, *, kind: str, owner: str, subject: str, events: list[dict[str, Any]],
-               topic_id: str = "") -> int:  # fmt: skip
+def save_trace(
+    store: MetadataStore, *, kind: str, owner: str, subject: str, events: list[dict[str, Any]], topic_id: str = ""
+) -> int:
     """Store a trace's events (JSON-ready dicts, as :meth:`Trace.to_list` gives them).
 
     Args:
@@ -61,14 +62,28 @@ def save_traces(store: MetadataStore, traces: list[tuple[str, str, str, list[dic
     rows = []
     for kind, owner, subject, events, topic_id in traces:
         events, size = _bounded(events)
-        rows.append({"kind": kind, "owner": owner, "topic_id": topic_id, "subject": subject[:300], "size_bytes": size,
-                     "events": events, "created_at": now})  # fmt: skip
+        rows.append(
+            {
+                "kind": kind,
+                "owner": owner,
+                "topic_id": topic_id,
+                "subject": subject[:300],
+                "size_bytes": size,
+                "events": events,
+                "created_at": now,
+            }
+        )
     with store.session() as s:
         inserted = s.execute(insert(TraceRow).returning(col(TraceRow.id), sort_by_parameter_order=True), rows)
         ids = [row[0] for row in inserted]
         for kind in {t[0] for t in traces}:
-            cutoff = s.exec(select(TraceRow.id).where(col(TraceRow.kind) == kind).order_by(col(TraceRow.id).desc())
-                            .offset(KEEP_PER_KIND).limit(1)).first()  # fmt: skip
+            cutoff = s.exec(
+                select(TraceRow.id)
+                .where(col(TraceRow.kind) == kind)
+                .order_by(col(TraceRow.id).desc())
+                .offset(KEEP_PER_KIND)
+                .limit(1)
+            ).first()
             if cutoff is not None:
                 s.exec(delete(TraceRow).where(col(TraceRow.kind) == kind, col(TraceRow.id) <= cutoff))
     return ids

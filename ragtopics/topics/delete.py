@@ -118,8 +118,9 @@ def _remove_jobs(d: TopicDeletion) -> None:
         pipe = d.rt.redis.pipeline(transaction=False)
         for job_id in running_ids:
             pipe.hget(Job.key_for(job_id), "status")
-        running_ids = [job_id for job_id, status in zip(running_ids, pipe.execute(), strict=True)
-                       if status in (b"started", "started")]  # fmt: skip
+        running_ids = [
+            job_id for job_id, status in zip(running_ids, pipe.execute(), strict=True) if status in (b"started", "started")
+        ]
     jobs = topic_jobs(d.rt, d.topic.id)  # again: a job that stopped meanwhile may have queued others
     running = [job for job in jobs if _status(job) == "started"]
     for job in jobs:

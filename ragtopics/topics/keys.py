@@ -27,10 +27,19 @@ from ragtopics.runtime import Runtime
 #: the chunks counted since the last rebuild (``ingest.cost``), the extraction cache (``graph.ingest``) and
 #: the Topic's key set itself.
 TOPIC_KEYS = (
-    "index:chunks", "index:files", "index:names", "index:terms", "index:communities",
-    "communities:job", "communities:next", "communities:due", "runs:communities",
-    "cost:chunks-since-rebuild", "xcache", "keys",
-)  # fmt: skip
+    "index:chunks",
+    "index:files",
+    "index:names",
+    "index:terms",
+    "index:communities",
+    "communities:job",
+    "communities:next",
+    "communities:due",
+    "runs:communities",
+    "cost:chunks-since-rebuild",
+    "xcache",
+    "keys",
+)
 #: Keys removed per UNLINK.
 UNLINK_BATCH = 1000
 

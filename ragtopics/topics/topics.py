@@ -49,7 +49,9 @@ def topic_id_for(name: str) -> str:
     return "topic-" + hashlib.sha1(name.strip().casefold().encode()).hexdigest()[:12]
 
 
-def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str = "", settings: dict[str, Any] | None = None) -> Topic:
+def create_topic(
+    rt: Runtime, name: str, *, kind: str = "rag", description: str = "", settings: dict[str, Any] | None = None
+) -> Topic:
     """Create a Topic.
 
     Raises:
@@ -64,10 +66,13 @@ def create_topic(rt: Runtime, name: str, *, kind: str = "rag", description: str 
     topic_id = topic_id_for(name)
     _check_connected(rt, name, topic_id, model)
     payload = model.model_dump(mode="json")
-    if not topic_store.insert_topic(rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description,
-                                    settings=payload):  # fmt: skip
+    if not topic_store.insert_topic(
+        rt.metadata, topic_id=topic_id, name=name, kind=kind, description=description, settings=payload
+    ):
         existing = topic_store.find_topic(rt.metadata, topic_id)
-        same = f"{name!r}" if existing is None or existing.name == name else f"{existing.name!r} (names are compared ignoring case)"
+        same = (
+            f"{name!r}" if existing is None or existing.name == name else f"{existing.name!r} (names are compared ignoring case)"
+        )
         raise InvalidSettingError(f"a Topic called {same} already exists")
     log.info("created %s Topic %r (%s)", kind, name, topic_id)
     topic = get_topic(rt, topic_id)
@@ -126,8 +131,10 @@ def _check_connected(rt: Runtime, name: str, topic_id: str, model: TopicSettings
         raise InvalidSettingError(f"mcp_interfaces: Topic {name!r} cannot be connected to itself")
     unknown = [n for n in names if topic_store.find_topic(rt.metadata, n) is None]
     if unknown:
-        raise InvalidSettingError(f"mcp_interfaces: no Topic called {', '.join(repr(n) for n in unknown)}; "
-                                  "connect Topics that exist (see `ragtopics topic list`)")  # fmt: skip
+        raise InvalidSettingError(
+            f"mcp_interfaces: no Topic called {', '.join(repr(n) for n in unknown)}; "
+            "connect Topics that exist (see `ragtopics topic list`)"
+        )
 
 
 def _check_runnable(model: TopicSettings) -> None:
@@ -142,8 +149,10 @@ def _check_runnable(model: TopicSettings) -> None:
 
         reason = ocr_unavailable_reason(model.docling_server)
         if reason:
-            raise InvalidSettingError(f"docling_settings: OCR cannot be switched on here: {reason}. Keep ocr false, or set "
-                                      "docling_server to a docling-serve URL that runs OCR")  # fmt: skip
+            raise InvalidSettingError(
+                f"docling_settings: OCR cannot be switched on here: {reason}. Keep ocr false, or set "
+                "docling_server to a docling-serve URL that runs OCR"
+            )
 
 
 def _topic(row: TopicRow) -> Topic:

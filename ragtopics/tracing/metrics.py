@@ -29,20 +29,36 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 #: Outcomes of a model call: answered, failed (after retries, or an unparsable reply), stopped by its caller.
 OUTCOMES = ("ok", "error", "stopped")
 
-MODEL_CALLS = Counter("ragtopics_model_calls", "Model calls by role and outcome (ok, error, stopped).",
-                      ["role", "outcome"], registry=REGISTRY)  # fmt: skip
-MODEL_TOKENS = Counter("ragtopics_model_tokens", "Tokens of model calls by role and direction (prompt, completion), "
-                       "as the servers report them.", ["role", "direction"], registry=REGISTRY)  # fmt: skip
-REQUEST_SECONDS = Histogram("ragtopics_http_request_duration_seconds", "HTTP requests by route, method and status, "
-                            "until the last byte of the response (a streamed answer's whole stream).",
-                            ["route", "method", "status"], registry=REGISTRY,
-                            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
-ANSWER_SECONDS = Histogram("ragtopics_answer_duration_seconds", "Chat answers served by the HTTP API, by Topic kind "
-                           "and the way taken: from the question to the whole answer.", ["kind", "route"],
-                           registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300))  # fmt: skip
-FIRST_TOKEN_SECONDS = Histogram("ragtopics_answer_first_token_seconds", "Chat answers served by the HTTP API: from "
-                                "the question to the model's first token.", ["kind"], registry=REGISTRY,
-                                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60))  # fmt: skip
+MODEL_CALLS = Counter(
+    "ragtopics_model_calls", "Model calls by role and outcome (ok, error, stopped).", ["role", "outcome"], registry=REGISTRY
+)
+MODEL_TOKENS = Counter(
+    "ragtopics_model_tokens",
+    "Tokens of model calls by role and direction (prompt, completion), as the servers report them.",
+    ["role", "direction"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "ragtopics_http_request_duration_seconds",
+    "HTTP requests by route, method and status, until the last byte of the response (a streamed answer's whole stream).",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+ANSWER_SECONDS = Histogram(
+    "ragtopics_answer_duration_seconds",
+    "Chat answers served by the HTTP API, by Topic kind and the way taken: from the question to the whole answer.",
+    ["kind", "route"],
+    registry=REGISTRY,
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300),
+)
+FIRST_TOKEN_SECONDS = Histogram(
+    "ragtopics_answer_first_token_seconds",
+    "Chat answers served by the HTTP API: from the question to the model's first token.",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60),
+)
 
 
 def count_model_call(role: str, outcome: str) -> None:
@@ -84,8 +100,9 @@ class StoreCollector(Collector):
         self.rt = rt
 
     def collect(self) -> Iterator[Metric]:
-        readable = GaugeMetricFamily("ragtopics_store_readable", "Whether the store could be read at this scrape.",
-                                     labels=["store"])  # fmt: skip
+        readable = GaugeMetricFamily(
+            "ragtopics_store_readable", "Whether the store could be read at this scrape.", labels=["store"]
+        )
         for store, read in (("redis", self._jobs), ("sql", self._documents)):
             try:
                 families = list(read())
@@ -110,8 +127,11 @@ class StoreCollector(Collector):
         yield jobs
 
     def _documents(self) -> Iterator[Metric]:
-        documents = GaugeMetricFamily("ragtopics_documents", "Documents by status (queued, processing, indexed, empty, "
-                                      "failed, deleting).", labels=["status"])  # fmt: skip
+        documents = GaugeMetricFamily(
+            "ragtopics_documents",
+            "Documents by status (queued, processing, indexed, empty, failed, deleting).",
+            labels=["status"],
+        )
         with self.rt.metadata.session() as s:
             for status, count in s.exec(select(DocumentRow.status, func.count()).group_by(DocumentRow.status)):
                 documents.add_metric([status], count)

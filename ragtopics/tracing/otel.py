@@ -35,9 +35,26 @@ MAX_ATTRIBUTE_CHARS = 8_000
 #: Longest list of numbers kept as a sequence attribute.
 MAX_SEQUENCE_ITEMS = 64
 #: String fields that never hold prompt or document text: kept as they are even with content recording off.
-SAFE_STRING_KEYS = frozenset({"role", "prompt_name", "model", "route", "method", "kind", "strategy", "format",
-                              "enrichment", "planned", "taken", "topic", "session_id", "community_id", "skipped",
-                              "route_method"})  # fmt: skip
+SAFE_STRING_KEYS = frozenset(
+    {
+        "role",
+        "prompt_name",
+        "model",
+        "route",
+        "method",
+        "kind",
+        "strategy",
+        "format",
+        "enrichment",
+        "planned",
+        "taken",
+        "topic",
+        "session_id",
+        "community_id",
+        "skipped",
+        "route_method",
+    }
+)
 #: Instrumentation scope of the spans.
 SCOPE = "ragtopics"
 
@@ -122,8 +139,7 @@ def export_trace(settings: Settings, trace: Trace, *, kind: str, owner: str = ""
     return export_traces(settings, [(trace, kind, owner, subject, topic_id)])
 
 
-def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, topic_id: str, *,
-                record_content: bool) -> int:  # fmt: skip
+def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, topic_id: str, *, record_content: bool) -> int:
     """One trace as a root span with its steps under it; returns the number of spans."""
     # deferred: the OpenTelemetry SDK loads only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     from opentelemetry import trace as otel_trace
@@ -134,9 +150,13 @@ def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, 
     spans = {e.id: _bounds_ns(e) for e in trace.events}
     start_ns = min(start for start, _ in spans.values())
     end_ns = max(end for _, end in spans.values())
-    root_attributes = {f"{ATTRIBUTE_PREFIX}kind": kind, f"{ATTRIBUTE_PREFIX}owner": owner,
-                       f"{ATTRIBUTE_PREFIX}topic_id": topic_id, f"{ATTRIBUTE_PREFIX}steps": len(trace.events),
-                       f"{ATTRIBUTE_PREFIX}subject.chars": len(subject)}  # fmt: skip
+    root_attributes = {
+        f"{ATTRIBUTE_PREFIX}kind": kind,
+        f"{ATTRIBUTE_PREFIX}owner": owner,
+        f"{ATTRIBUTE_PREFIX}topic_id": topic_id,
+        f"{ATTRIBUTE_PREFIX}steps": len(trace.events),
+        f"{ATTRIBUTE_PREFIX}subject.chars": len(subject),
+    }
     if record_content:
         root_attributes[f"{ATTRIBUTE_PREFIX}subject"] = subject[:MAX_ATTRIBUTE_CHARS]
     root = tracer.start_span(f"{ATTRIBUTE_PREFIX}{kind}", start_time=start_ns, attributes=root_attributes)
@@ -145,8 +165,12 @@ def _export_one(tracer: Any, trace: Trace, kind: str, owner: str, subject: str, 
     for event in trace.events:  # a step starts after the step it runs in, so its parent is made first
         parent = opened.get(event.parent, root)
         start, end = spans[event.id]
-        span = tracer.start_span(event.step, context=otel_trace.set_span_in_context(parent), start_time=start,
-                                 attributes=span_attributes(event.data, record_content=record_content))  # fmt: skip
+        span = tracer.start_span(
+            event.step,
+            context=otel_trace.set_span_in_context(parent),
+            start_time=start,
+            attributes=span_attributes(event.data, record_content=record_content),
+        )
         if event.error:
             failed = True
             error_type = event.error.split(":", 1)[0]
@@ -201,6 +225,9 @@ def span_attributes(data: dict[str, Any], *, record_content: bool) -> dict[str, 
 
 
 def _is_numbers(value: Any) -> bool:
-    return (isinstance(value, (list, tuple)) and 0 < len(value) <= MAX_SEQUENCE_ITEMS
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            and len({type(v) for v in value}) == 1)  # fmt: skip
+    return (
+        isinstance(value, (list, tuple))
+        and 0 < len(value) <= MAX_SEQUENCE_ITEMS
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        and len({type(v) for v in value}) == 1
+    )

@@ -78,8 +78,9 @@ def record_trace(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
     return record_traces(rt, [(trace, kind, owner, subject, topic_id)])[0]
 
 
-def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
-                  events: list[list[dict[str, Any]]] | None = None) -> list[int]:  # fmt: skip
+def record_traces(
+    rt: Runtime, traces: list[tuple[Trace, str, str, str, str]], events: list[list[dict[str, Any]]] | None = None
+) -> list[int]:
     """:func:`record_trace` for several finished traces (a batch of uploads): stored in one transaction.
 
     Args:
@@ -90,8 +91,13 @@ def record_traces(rt: Runtime, traces: list[tuple[Trace, str, str, str, str]],
         The stored traces' ids, in order.
     """
     events = events if events is not None else [entry[0].to_list() for entry in traces]
-    ids = save_traces(rt.metadata, [(kind, owner, subject, listed, topic_id)
-                                    for (_, kind, owner, subject, topic_id), listed in zip(traces, events, strict=True)])  # fmt: skip
+    ids = save_traces(
+        rt.metadata,
+        [
+            (kind, owner, subject, listed, topic_id)
+            for (_, kind, owner, subject, topic_id), listed in zip(traces, events, strict=True)
+        ],
+    )
     export_traces(rt.settings, traces)  # OpenTelemetry spans, when OTEL_EXPORTER_OTLP_ENDPOINT is set
     try:
         on = switches(rt)
@@ -119,16 +125,33 @@ def write_report(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
     created = utcnow()
     with rt.metadata.session() as s:
         topic = s.get(TopicRow, topic_id) if topic_id else None
-        row = DevReportRow(kind=kind, topic_id=topic_id, topic_name=topic.name if topic else "", subject=subject[:300],
-                           owner=owner, path="", created_at=created, **stats)  # fmt: skip
+        row = DevReportRow(
+            kind=kind,
+            topic_id=topic_id,
+            topic_name=topic.name if topic else "",
+            subject=subject[:300],
+            owner=owner,
+            path="",
+            created_at=created,
+            **stats,
+        )
         s.add(row)
         s.flush()
         if row.id is None:
             raise RuntimeError(f"the database gave the DEV report row of {subject[:80]!r} no id")
         report_id = row.id
         relative = f"{FOLDER}/{created:%Y-%m-%d}/{report_id}.json"
-        body = {"id": report_id, "kind": kind, "topic": row.topic_name, "topic_id": topic_id, "subject": subject,
-                "owner": owner, "created_at": created.isoformat(), "summary": stats, "events": events}  # fmt: skip
+        body = {
+            "id": report_id,
+            "kind": kind,
+            "topic": row.topic_name,
+            "topic_id": topic_id,
+            "subject": subject,
+            "owner": owner,
+            "created_at": created.isoformat(),
+            "summary": stats,
+            "events": events,
+        }
         data = json.dumps(body, ensure_ascii=False, default=str, indent=1).encode("utf-8")
         rt.blobs.write(relative, data)
         row.path, row.size_bytes = relative, len(data)
@@ -136,8 +159,9 @@ def write_report(rt: Runtime, trace: Trace, *, kind: str, owner: str, subject: s
     return report_id
 
 
-def list_reports(rt: Runtime, *, topic_id: str | None = None, kind: str | None = None, since: datetime | None = None,
-                 limit: int = 200) -> list[DevReportRow]:  # fmt: skip
+def list_reports(
+    rt: Runtime, *, topic_id: str | None = None, kind: str | None = None, since: datetime | None = None, limit: int = 200
+) -> list[DevReportRow]:
     """The newest reports first, filtered by Topic id, kind and creation time (UTC)."""
     query = select(DevReportRow).order_by(col(DevReportRow.id).desc()).limit(limit)
     if topic_id:

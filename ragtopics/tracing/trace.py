@@ -89,8 +89,13 @@ class Trace:
         """
         if name == "model_call" and ("messages" in data or "response" in data):
             data = self._bound_call_text(data)
-        event = TraceEvent(step=name, started_at=time.time(), data=dict(data), id=len(self.events) + 1,
-                           parent=self._open[-1] if self._open else None)  # fmt: skip
+        event = TraceEvent(
+            step=name,
+            started_at=time.time(),
+            data=dict(data),
+            id=len(self.events) + 1,
+            parent=self._open[-1] if self._open else None,
+        )
         self.events.append(event)
         with self._running(event):
             yield event
@@ -120,8 +125,15 @@ class Trace:
             event.duration_ms = round(event.duration_ms + (time.perf_counter() - t0) * 1000, 3)
             if event.id in self._open:
                 self._open.remove(event.id)
-            log.info("%s[%s] %s %.1f ms %s%s", self.kind, self.subject[:60], event.step, event.duration_ms,
-                     summary_line(event.data), f" ERROR {event.error}" if event.error else "")  # fmt: skip
+            log.info(
+                "%s[%s] %s %.1f ms %s%s",
+                self.kind,
+                self.subject[:60],
+                event.step,
+                event.duration_ms,
+                summary_line(event.data),
+                f" ERROR {event.error}" if event.error else "",
+            )
 
     def add(self, name: str, **data: Any) -> TraceEvent:
         """Record an instantaneous event."""
@@ -167,8 +179,18 @@ class Trace:
 
     def to_list(self) -> list[dict[str, Any]]:
         """The events as JSON-ready dicts, long strings cut to :data:`MAX_VALUE_CHARS`."""
-        return [{"step": e.step, "started_at": e.started_at, "duration_ms": e.duration_ms, "data": clip(e.data, MAX_VALUE_CHARS),
-                 "error": clip(e.error, MAX_VALUE_CHARS), "id": e.id, "parent": e.parent} for e in self.events]  # fmt: skip
+        return [
+            {
+                "step": e.step,
+                "started_at": e.started_at,
+                "duration_ms": e.duration_ms,
+                "data": clip(e.data, MAX_VALUE_CHARS),
+                "error": clip(e.error, MAX_VALUE_CHARS),
+                "id": e.id,
+                "parent": e.parent,
+            }
+            for e in self.events
+        ]
 
 
 def summary_line(data: dict[str, Any]) -> str:

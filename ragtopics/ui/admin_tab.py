@@ -33,9 +33,19 @@ def endpoints_table(rt: Runtime) -> list[list[str]]:
     rows = []
     for role in (*ROLES, "embedding"):
         d = endpoints.describe(rt, role)
-        rows.append([role, d["base_url"] or "in-process", d["model"], d["api_key"], "yes" if d["supports_tools"] else "no",
-                     "yes" if d["supports_images"] else "no", _price(d.get("price_in_per_mtok")),
-                     _price(d.get("price_out_per_mtok")), d["source"]])  # fmt: skip
+        rows.append(
+            [
+                role,
+                d["base_url"] or "in-process",
+                d["model"],
+                d["api_key"],
+                "yes" if d["supports_tools"] else "no",
+                "yes" if d["supports_images"] else "no",
+                _price(d.get("price_in_per_mtok")),
+                _price(d.get("price_out_per_mtok")),
+                d["source"],
+            ]
+        )
     return rows
 
 
@@ -56,16 +66,35 @@ def endpoint_form(rt: Runtime, role: str) -> tuple:
     return d["base_url"], d["model"], key_box, d["supports_tools"], d["supports_images"]
 
 
-def change_endpoint(rt: Runtime, action: str, role: str, base_url: str, model: str, api_key: str, tools: bool,
-                    images: bool, price_in: str = "", price_out: str = "") -> str:  # fmt: skip
+def change_endpoint(
+    rt: Runtime,
+    action: str,
+    role: str,
+    base_url: str,
+    model: str,
+    api_key: str,
+    tools: bool,
+    images: bool,
+    price_in: str = "",
+    price_out: str = "",
+) -> str:
     """Save or reset a role's endpoint (``price_in``/``price_out``: per 1M input/output tokens, "" for none); returns
     the status line (errors name the field)."""
     who = acting_user()
     try:
         if action == "save":
-            endpoints.save_endpoint(rt, role, base_url=base_url, model=model, api_key=api_key, supports_tools=bool(tools),
-                                    supports_images=bool(images), by=who.username if who else "",
-                                    price_in_per_mtok=price_in, price_out_per_mtok=price_out)  # fmt: skip
+            endpoints.save_endpoint(
+                rt,
+                role,
+                base_url=base_url,
+                model=model,
+                api_key=api_key,
+                supports_tools=bool(tools),
+                supports_images=bool(images),
+                by=who.username if who else "",
+                price_in_per_mtok=price_in,
+                price_out_per_mtok=price_out,
+            )
             return f"Saved the **{role}** endpoint; it applies to the next model call (workers: their next job)."
         cleared = endpoints.clear_endpoint(rt, role)
     except RagTopicsError as exc:
@@ -85,7 +114,9 @@ def check_connection(rt: Runtime, role: str) -> str:
             vectors = rt.gateway.embed([TEST_PROMPT], purpose="test connection")
             reply = f"a vector of {vectors.shape[1]} dimensions"
         else:
-            answer = rt.gateway.chat(role, [{"role": "user", "content": TEST_PROMPT}], prompt_name="test_connection", max_tokens=16)
+            answer = rt.gateway.chat(
+                role, [{"role": "user", "content": TEST_PROMPT}], prompt_name="test_connection", max_tokens=16
+            )
             reply = f"“{html.escape(answer.text.strip()[:200])}”"
     except RagTopicsError as exc:
         return f"❌ **{role}** ({html.escape(where)}) failed: {html.escape(str(exc))}"
@@ -126,8 +157,7 @@ def tokens_table(rt: Runtime) -> list[list]:
     return [[t["id"], t["username"], t["label"], stamp(t["created_at"]), stamp(t["last_used_at"])] for t in users.list_tokens(rt)]
 
 
-def change_user(rt: Runtime, action: str, username: str, password: str, role: str, dev_reporting: bool,
-                confirm: str = "") -> str:  # fmt: skip
+def change_user(rt: Runtime, action: str, username: str, password: str, role: str, dev_reporting: bool, confirm: str = "") -> str:
     """Add, update or delete a user; returns a Markdown status line (errors name the field)."""
     username = (username or "").strip()
     try:
@@ -151,8 +181,10 @@ def new_token(rt: Runtime, username: str, label: str) -> tuple[str, str]:
         token = users.make_token(rt, (username or "").strip(), label)
     except RagTopicsError as exc:
         return "", f"**No token made:** {html.escape(str(exc))}"
-    return token, (f"API token for **{html.escape(username)}** made. Copy it now: it is not shown again. Programs send it "
-                   "as `Authorization: Bearer <token>`.")  # fmt: skip
+    return token, (
+        f"API token for **{html.escape(username)}** made. Copy it now: it is not shown again. Programs send it "
+        "as `Authorization: Bearer <token>`."
+    )
 
 
 def revoke(rt: Runtime, token_id) -> str:
@@ -171,11 +203,26 @@ def build(rt: Runtime) -> dict:
     private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("Admin", id="admin") as tab:
         with gr.Tab("LLM Configuration"):
-            gr.Markdown("Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
-                        "the server). *Test connection* makes one real call and shows the reply or the error.")  # fmt: skip
-            table = gr.Dataframe(headers=["Role", "Endpoint", "Model", "API key", "Tools", "Pictures", "Price in / 1M",
-                                          "Price out / 1M", "Set in"],
-                                 interactive=False, label="Model endpoints", elem_id="endpoints")  # fmt: skip
+            gr.Markdown(
+                "Each role's OpenAI-compatible endpoint (set in `.env`, see `.env.example`; API keys stay on "
+                "the server). *Test connection* makes one real call and shows the reply or the error."
+            )
+            table = gr.Dataframe(
+                headers=[
+                    "Role",
+                    "Endpoint",
+                    "Model",
+                    "API key",
+                    "Tools",
+                    "Pictures",
+                    "Price in / 1M",
+                    "Price out / 1M",
+                    "Set in",
+                ],
+                interactive=False,
+                label="Model endpoints",
+                elem_id="endpoints",
+            )
             with gr.Row():
                 role = gr.Dropdown([*ROLES, "embedding"], value=ROLES[0], label="Role", elem_id="test-role")
                 test = gr.Button("Test connection", elem_id="test-connection")
@@ -199,10 +246,13 @@ def build(rt: Runtime) -> dict:
             shared_save = gr.Button("Save shared prompt", variant="primary")
             shared_status = gr.Markdown()
         with gr.Tab("Graph Databases"):
-            gr.Markdown("FalkorDB servers a GraphRAG Topic can keep its graph in (its Graph Database setting). "
-                        "`default` is the app's own Redis.")  # fmt: skip
-            databases = gr.Dataframe(headers=["Name", "URL"], interactive=False, label="Registered graph databases",
-                                     elem_id="graph-databases")  # fmt: skip
+            gr.Markdown(
+                "FalkorDB servers a GraphRAG Topic can keep its graph in (its Graph Database setting). "
+                "`default` is the app's own Redis."
+            )
+            databases = gr.Dataframe(
+                headers=["Name", "URL"], interactive=False, label="Registered graph databases", elem_id="graph-databases"
+            )
             with gr.Row():
                 db_name = gr.Textbox(label="Name", elem_id="graph-database-name")
                 db_url = gr.Textbox(label="URL (redis://host:port)", elem_id="graph-database-url")
@@ -211,13 +261,18 @@ def build(rt: Runtime) -> dict:
                 db_remove = gr.Button("Remove", elem_id="graph-database-remove")
             db_status = gr.Markdown(elem_id="graph-database-status")
         with gr.Tab("Users"):
-            gr.Markdown("Roles: **viewer** chats; **operator** also manages Topics, uploads, prompts and QA; **admin** "
-                        "also reaches Admin. **DEV_REPORTING** opens DEV Reports (admins always have it).")  # fmt: skip
+            gr.Markdown(
+                "Roles: **viewer** chats; **operator** also manages Topics, uploads, prompts and QA; **admin** "
+                "also reaches Admin. **DEV_REPORTING** opens DEV Reports (admins always have it)."
+            )
             user_list = gr.Dataframe(headers=USER_HEADERS, interactive=False, label="Users", elem_id="users")
             with gr.Row():
                 username = gr.Textbox(label="Username", elem_id="user-name")
-                password = gr.Textbox(label=f"Password (at least {users.MIN_PASSWORD_LENGTH} characters; empty on Update keeps it)",
-                                      type="password", elem_id="user-password")  # fmt: skip
+                password = gr.Textbox(
+                    label=f"Password (at least {users.MIN_PASSWORD_LENGTH} characters; empty on Update keeps it)",
+                    type="password",
+                    elem_id="user-password",
+                )
                 user_role = gr.Dropdown(list(users.ROLES), value="viewer", label="Role", elem_id="user-role")
                 dev = gr.Checkbox(label="DEV_REPORTING", elem_id="user-dev")
             with gr.Row():
@@ -226,8 +281,9 @@ def build(rt: Runtime) -> dict:
                 confirm = gr.Textbox(label="Confirm (type the username to delete)", elem_id="user-confirm")
                 delete = gr.Button("Delete user", variant="stop", elem_id="user-delete")
             user_status = gr.Markdown(elem_id="user-status")
-            gr.Markdown("#### API tokens\nFor programs (MCP clients, `gradio_client`): each acts as its user, with that "
-                        "user's role.")  # fmt: skip
+            gr.Markdown(
+                "#### API tokens\nFor programs (MCP clients, `gradio_client`): each acts as its user, with that user's role."
+            )
             with gr.Row():
                 token_label = gr.Textbox(label="Label (what the token is for)", elem_id="token-label")
                 make = gr.Button("Make API token for the user above", elem_id="token-make")
@@ -245,24 +301,37 @@ def build(rt: Runtime) -> dict:
 
     def refresh(current_role, prompt_name):
         filled = filled_form(current_role)
-        return (endpoints_table(rt), *filled, prompt_text(rt, None, prompt_name or "system")[0], graph_databases_table(rt),
-                users_table(rt), tokens_table(rt))  # fmt: skip
+        return (
+            endpoints_table(rt),
+            *filled,
+            prompt_text(rt, None, prompt_name or "system")[0],
+            graph_databases_table(rt),
+            users_table(rt),
+            tokens_table(rt),
+        )
 
     tab.select(refresh, [role, shared_name], [table, *form, *prices, shared_text, databases, user_list, tokens], **private)
     test.click(lambda r: check_connection(rt, r), role, tested, **private)
     role.change(filled_form, role, [*form, *prices], **private)
     for button, action in ((save, "save"), (reset, "reset")):
         button.click(lambda r, *f, a=action: change_endpoint(rt, a, r, *f), [role, *form, *prices], saved, **private).then(
-            lambda r: (endpoints_table(rt), *filled_form(r)), role, [table, *form, *prices], **private)  # fmt: skip
+            lambda r: (endpoints_table(rt), *filled_form(r)), role, [table, *form, *prices], **private
+        )
     shared_name.change(lambda n: prompt_text(rt, None, n)[0], shared_name, shared_text, **private)
     shared_save.click(lambda n, x: save_prompt(rt, None, n, x), [shared_name, shared_text], shared_status, **private)
     db_add.click(lambda n, u: change_graph_databases(rt, "add", n, u), [db_name, db_url], [databases, db_status], **private)
     db_remove.click(lambda n: change_graph_databases(rt, "remove", n, ""), [db_name], [databases, db_status], **private)
     fields = [username, password, user_role, dev]
-    after: dict[str, Any] = {"fn": lambda: (users_table(rt), tokens_table(rt), ""), "inputs": None, "outputs": [user_list, tokens, password]}
+    after: dict[str, Any] = {
+        "fn": lambda: (users_table(rt), tokens_table(rt), ""),
+        "inputs": None,
+        "outputs": [user_list, tokens, password],
+    }
     add.click(lambda *a: change_user(rt, "add", *a), fields, user_status, **private).then(**after, **private)
     update.click(lambda *a: change_user(rt, "update", *a), fields, user_status, **private).then(**after, **private)
     delete.click(lambda *a: change_user(rt, "delete", *a), [*fields, confirm], user_status, **private).then(**after, **private)
-    make.click(lambda user, label: new_token(rt, user, label), [username, token_label], [token_out, user_status], **private).then(**after, **private)
+    make.click(lambda user, label: new_token(rt, user, label), [username, token_label], [token_out, user_status], **private).then(
+        **after, **private
+    )
     revoke_button.click(lambda i: revoke(rt, i), token_id, user_status, **private).then(**after, **private)
     return {"tab": tab}

@@ -88,16 +88,33 @@ def build_app(rt: Runtime) -> gr.Blocks:
             mcp_tools.register(rt)
         with roles.page("topics"):
             topics_tab.register_api(rt)
-        pages = {"topics": topics["tab"], "upload": upload["tab"], "chat": chat["tab"], "prompts": prompts["tab"],
-                 "qa": qa["tab"], "graph": graph["tab"], "logs": logs["tab"], "admin": admin["tab"], "dev_reports": dev["tab"]}  # fmt: skip
+        pages = {
+            "topics": topics["tab"],
+            "upload": upload["tab"],
+            "chat": chat["tab"],
+            "prompts": prompts["tab"],
+            "qa": qa["tab"],
+            "graph": graph["tab"],
+            "logs": logs["tab"],
+            "admin": admin["tab"],
+            "dev_reports": dev["tab"],
+        }
         # Every page starts hidden and the load event shows the caller's (Gradio shows a hidden tab on update,
         # but does not hide a shown one), so a viewer never sees an operator's page, not even for a moment.
         for page in pages.values():
             page.visible = False
         # (page, Topic dropdown on it): each list is refreshed only for a caller who may see its page.
-        dropdowns = [("upload", upload["topic"]), ("chat", chat["topic"]), ("prompts", prompts["topic"]), ("qa", qa["topic"]),
-                     ("topics", topics["settings_topic"]), ("topics", topics["delete_topic"]),
-                     ("topics", topics["overrides_topic"]), ("topics", demo["topic"]), ("logs", logs["topic"])]  # fmt: skip
+        dropdowns = [
+            ("upload", upload["topic"]),
+            ("chat", chat["topic"]),
+            ("prompts", prompts["topic"]),
+            ("qa", qa["topic"]),
+            ("topics", topics["settings_topic"]),
+            ("topics", topics["delete_topic"]),
+            ("topics", topics["overrides_topic"]),
+            ("topics", demo["topic"]),
+            ("logs", logs["topic"]),
+        ]
         boxes = [box for _, box in dropdowns]
 
         def refresh(*current):
@@ -113,15 +130,26 @@ def build_app(rt: Runtime) -> gr.Blocks:
             first = next((page.id for name, page in pages.items() if name in allowed), None)
             signed_in = user is not None and user is not users.LOCAL_USER
             may_correct = user is not None and user.may(web.ROLE_OF_PAGE["graph_corrections"])
-            return [whoami_text(rt, user), gr.Button(visible=signed_in), gr.Tabs(selected=first) if first else gr.skip(), *shown,
-                    *lists, table, gr.Accordion(visible=True) if may_correct else gr.skip()]  # fmt: skip
+            return [
+                whoami_text(rt, user),
+                gr.Button(visible=signed_in),
+                gr.Tabs(selected=first) if first else gr.skip(),
+                *shown,
+                *lists,
+                table,
+                gr.Accordion(visible=True) if may_correct else gr.skip(),
+            ]
 
         with roles.page("topics"):  # follows a Topic's creation or delete, which only an operator can run
             topics["created"].then(refresh, boxes, boxes, api_visibility="private")
             topics["deleted"].then(refresh, boxes, boxes, api_visibility="private")
         with roles.page("console"):
-            app.load(on_load, boxes, [whoami, logout, tabs, *pages.values(), *boxes, topics["table"], corrections["box"]],
-                     api_visibility="private")  # fmt: skip
+            app.load(
+                on_load,
+                boxes,
+                [whoami, logout, tabs, *pages.values(), *boxes, topics["table"], corrections["box"]],
+                api_visibility="private",
+            )
     web.guard_events(rt, app, roles.needs)
     app.ragtopics_needs = dict(roles.needs)
     return app
@@ -137,7 +165,9 @@ def whoami_text(rt: Runtime, user: User | None) -> str:
     return f'<div style="text-align:right">Signed in as <b>{html.escape(user.username)}</b> ({user.role}{extra})</div>'
 
 
-def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True) -> tuple[web.ConsoleServer, str, str | None]:
+def launch_console(
+    rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True
+) -> tuple[web.ConsoleServer, str, str | None]:
     """Build the console, mount it in the FastAPI app and serve it (without blocking).
 
     With no admin (open mode) the console listens on 127.0.0.1 whatever ``host`` says, and a
@@ -174,11 +204,28 @@ def launch_console(rt: Runtime, *, host: str, port: int, share: bool = False, mc
     dev_reports_tab.add_report_route(api, rt)
     add_api_routes(api, rt)
     data = Path(rt.settings.data_dir)
-    blocked = [str(p) for p in (data / "link-secret", data / "dev-reports", data / "files", data / "redis",
-                                data / "ragtopics.db", Path.cwd() / ".env")]  # fmt: skip
+    blocked = [
+        str(p)
+        for p in (
+            data / "link-secret",
+            data / "dev-reports",
+            data / "files",
+            data / "redis",
+            data / "ragtopics.db",
+            Path.cwd() / ".env",
+        )
+    ]
     api.add_middleware(CORSMiddleware, allow_origins=[])  # no cross-origin reads (and Gradio's permissive CORS stays off)
-    api = gr.mount_gradio_app(api, app, path="/", auth_dependency=web.auth_dependency, mcp_server=mcp, show_error=False,
-                              blocked_paths=blocked, max_file_size=f"{MAX_UPLOAD_MB}mb")  # fmt: skip
+    api = gr.mount_gradio_app(
+        api,
+        app,
+        path="/",
+        auth_dependency=web.auth_dependency,
+        mcp_server=mcp,
+        show_error=False,
+        blocked_paths=blocked,
+        max_file_size=f"{MAX_UPLOAD_MB}mb",
+    )
     # Gradio checks that a file named in an event's input lies in its upload folder only once the app "has launched",
     # which mount_gradio_app never sets: without this, an input could name any file on the server.
     app.has_launched = True
@@ -210,4 +257,3 @@ def _warm(rt: Runtime) -> None:
         warm_router(rt.gateway)
     except Exception as exc:
         log.warning("could not warm the router: %s", exc)
-

@@ -86,7 +86,9 @@ def _badge(name: str, hits: list) -> str:
     inner = f'<a href="{html.escape(link)}" target="_blank" rel="noopener">{label}</a>' if link else label
     best = max(s.score for s in hits)
     used = ", ".join(f"{s.chunk_id} ({s.reason})" if s.reason else s.chunk_id for s in hits)
-    title = f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used ({used}). {why}"
+    title = (
+        f"{name}: best cosine similarity {best:.2f} between the question and a chunk; {len(hits)} chunk(s) used ({used}). {why}"
+    )
     return f'<span class="rt-source" title="{html.escape(title)}" style="{style}">{inner}</span>'
 
 
@@ -106,8 +108,10 @@ def sources_line(update: ChatUpdate) -> str:
         label = html.escape(_named(hits)).replace("[", "&#91;").replace("]", "&#93;")
         label += _STATUS_NOTE.get(hits[0].status, ("", ""))[0]
         link = hits[0].link
-        parts.append((f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
-                     + f" {max(h.score for h in hits):.2f}")  # fmt: skip
+        parts.append(
+            (f'<a href="{html.escape(link)}" target="_blank">{label}</a>' if link else label)
+            + f" {max(h.score for h in hits):.2f}"
+        )
     return "\n\n<sub>Sources: " + " · ".join(parts) + "</sub>"
 
 
@@ -140,10 +144,20 @@ def load_session(rt: Runtime, session_id: str | None) -> tuple[list[dict], str]:
     messages: list[dict] = []
     last = None
     for turn in saved_turns(rt, session_id):
-        last = ChatUpdate(text=turn.answer, done=True, sources=turn.sources, route=turn.route, route_confidence=turn.route_confidence,
-                          route_reason=turn.route_reason, route_method=turn.route_method, route_planned=turn.route_planned)  # fmt: skip
-        messages += [{"role": "user", "content": md_text(turn.question)},
-                     {"role": "assistant", "content": turn.answer + sources_line(last)}]  # fmt: skip
+        last = ChatUpdate(
+            text=turn.answer,
+            done=True,
+            sources=turn.sources,
+            route=turn.route,
+            route_confidence=turn.route_confidence,
+            route_reason=turn.route_reason,
+            route_method=turn.route_method,
+            route_planned=turn.route_planned,
+        )
+        messages += [
+            {"role": "user", "content": md_text(turn.question)},
+            {"role": "assistant", "content": turn.answer + sources_line(last)},
+        ]
     return messages, (sources_html(last) or route_note(last)) if last else ""
 
 
@@ -178,8 +192,12 @@ THINKING = "… searching the documents and writing the answer"
 #: Said after a refused attachment, which is taken off the message.
 ATTACHMENT_REMOVED = "The attachment was removed: attach another file, or send the question without it."
 #: Shown while a turn is in a phase that has no answer text yet.
-PHASES = {"routing": "… choosing how to answer", "searching": "… searching the documents", "writing": "… writing the answer",
-          "answering": THINKING}
+PHASES = {
+    "routing": "… choosing how to answer",
+    "searching": "… searching the documents",
+    "writing": "… writing the answer",
+    "answering": THINKING,
+}
 
 
 def build(rt: Runtime) -> dict:
@@ -198,8 +216,9 @@ def build(rt: Runtime) -> dict:
             question = gr.Textbox(placeholder="Ask a question about this Topic's documents", show_label=False, scale=6)
             send = gr.Button("Send", variant="primary", scale=1)
             stop = gr.Button("Stop", variant="stop", scale=1)
-        attach = gr.File(label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment",
-                         height=150)  # fmt: skip
+        attach = gr.File(
+            label="Attach a file to the next message (optional)", type="filepath", elem_id="chat-attachment", height=150
+        )
         session = gr.State(None)
 
     def respond(topic_name, message, history, session_id, attachment_path):
@@ -240,15 +259,21 @@ def build(rt: Runtime) -> dict:
         if not path:
             return None
         cfg = topic_obj.settings
-        return read_attachment(Path(path).read_bytes(), Path(path).name, allowed_types=cfg.chat_attachment_types,
-                               max_mb=cfg.largest_chat_attachment_mb,
-                               model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
+        return read_attachment(
+            Path(path).read_bytes(),
+            Path(path).name,
+            allowed_types=cfg.chat_attachment_types,
+            max_mb=cfg.largest_chat_attachment_mb,
+            model_sees_images=rt.settings.endpoint("language_model").supports_images,
+        )
 
     outputs = [chatbot, sources, session, question, attach]
     inputs = [topic, question, chatbot, session, attach]
     # A question sent while an answer streams is not dropped: it runs when the current one ends.
-    events = [send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
-              question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last")]  # fmt: skip
+    events = [
+        send.click(respond, inputs, outputs, api_name="ask", api_visibility="undocumented", trigger_mode="always_last"),
+        question.submit(respond, inputs, outputs, api_visibility="private", trigger_mode="always_last"),
+    ]
 
     def on_stop(history, session_id):
         """Mark the stopped answer as not saved; forget a chat whose only turn was the stopped one."""
@@ -261,18 +286,29 @@ def build(rt: Runtime) -> dict:
     stop_clicked = stop.click(None, cancels=events, api_visibility="private")  # type: ignore[arg-type]
     stop_clicked.then(on_stop, [chatbot, session], [chatbot, session], api_visibility="private")
     # New chat also ends an answer still streaming, so it cannot write into the new, empty chat.
-    new_chat.click(lambda: ([], "", None, gr.Dropdown(value=None)), None, [chatbot, sources, session, earlier], cancels=events,  # type: ignore[arg-type]
-                   api_visibility="private")  # fmt: skip
-    topic.change(lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)), topic,
-                 [chatbot, sources, session, earlier], api_visibility="private")  # fmt: skip
+    new_chat.click(
+        lambda: ([], "", None, gr.Dropdown(value=None)),
+        None,
+        [chatbot, sources, session, earlier],
+        cancels=events,  # type: ignore[arg-type]
+        api_visibility="private",
+    )
+    topic.change(
+        lambda t: ([], "", None, gr.Dropdown(choices=session_choices(rt, t), value=None)),
+        topic,
+        [chatbot, sources, session, earlier],
+        api_visibility="private",
+    )
     earlier.focus(lambda t: gr.Dropdown(choices=session_choices(rt, t)), topic, earlier, api_visibility="private")
     earlier.input(lambda sid: (*load_session(rt, sid), sid), earlier, [chatbot, sources, session], api_visibility="private")
 
     def explain(session_id):
         turns = session_turns(rt, session_id) if session_id else []
         if not turns:
-            return ("Nothing to explain yet: *Why?* explains the last saved answer of this chat, and an answer is saved "
-                    "when it is complete (not while it is still being written, nor when it was stopped).")  # fmt: skip
+            return (
+                "Nothing to explain yet: *Why?* explains the last saved answer of this chat, and an answer is saved "
+                "when it is complete (not while it is still being written, nor when it was stopped)."
+            )
         try:
             return diagnose_turn(rt, turns[-1].id).to_markdown()
         except RagTopicsError as exc:

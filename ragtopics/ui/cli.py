@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     sub.add_parser("serve-model", help="serve only the bundled language model (llama.cpp) on LOCAL_LLM_PORT")
 
-    topic = sub.add_parser("topic", help="create, list, show and change Topics").add_subparsers(dest="topic_command", required=True)
+    topic = sub.add_parser("topic", help="create, list, show and change Topics").add_subparsers(
+        dest="topic_command", required=True
+    )
     create = topic.add_parser("create", help="create a Topic")
     create.add_argument("name")
     create.add_argument("--kind", default="rag", choices=["rag", "graphrag"])
@@ -47,24 +49,40 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("topic")
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--no-wait", action="store_true", help="enqueue and return")
-    ingest.add_argument("--dry-run", action="store_true",
-                        help="print the cost estimate (chunks, model calls, tokens, time, money) and queue nothing")
+    ingest.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the cost estimate (chunks, model calls, tokens, time, money) and queue nothing",
+    )
     ingest.add_argument("--json", action="store_true", help="with --dry-run: print the estimate as JSON")
     docs = sub.add_parser("docs", help="list a Topic's indexed documents, or delete one")
     docs.add_argument("topic")
     docs.add_argument("--json", action="store_true")
-    docs.add_argument("--delete", metavar="FILE", default=None,
-                      help="delete the document FILE: its chunks, keywords, pictures, stored files and links")
+    docs.add_argument(
+        "--delete",
+        metavar="FILE",
+        default=None,
+        help="delete the document FILE: its chunks, keywords, pictures, stored files and links",
+    )
 
     graph = sub.add_parser("graph", help="a GraphRAG Topic's graph: counts, one entity, import nodes and edges, or correct it")
     graph.add_argument("topic")
     shown = graph.add_mutually_exclusive_group(required=True)
     shown.add_argument("--stats", action="store_true", help="chunks, entities, relationships, communities, summaries, last run")
     shown.add_argument("--entity", metavar="NAME", help="an entity (by name or alias): relationships and communities")
-    shown.add_argument("--import", dest="import_file", metavar="FILE", type=Path,
-                       help='graph ingestion: a JSON file {"nodes": [...], "edges": [...]}, or a CSV nodes file (with --edges)')
-    shown.add_argument("--from-falkordb", metavar="DB", help="graph ingestion from a graph in FalkorDB (with --graph): "
-                       "a registered graph database's name (see graphdb list) or a redis:// URL")
+    shown.add_argument(
+        "--import",
+        dest="import_file",
+        metavar="FILE",
+        type=Path,
+        help='graph ingestion: a JSON file {"nodes": [...], "edges": [...]}, or a CSV nodes file (with --edges)',
+    )
+    shown.add_argument(
+        "--from-falkordb",
+        metavar="DB",
+        help="graph ingestion from a graph in FalkorDB (with --graph): "
+        "a registered graph database's name (see graphdb list) or a redis:// URL",
+    )
     shown.add_argument("--merge", metavar="NAME", help="correct the graph: merge this entity into --into (kept as a rule)")
     shown.add_argument("--split", metavar="ALIAS", help="correct the graph: split this alias off --from into its own entity")
     shown.add_argument("--rename", metavar="NAME", help="correct the graph: rename this entity to --to")
@@ -85,29 +103,46 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="ask a Topic a question")
     ask.add_argument("topic")
     ask.add_argument("question")
-    ask.add_argument("--json", action="store_true",
-                     help='print {"answer", "sources", "route", "route_confidence", "route_reason", "timings_ms", ...}')
-    ask.add_argument("--route", default=None, help="force a way instead of routing (RAG: DIRECT, ATTACHMENT, SEARCH; "
-                                                   "GraphRAG: DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID)")
+    ask.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"answer", "sources", "route", "route_confidence", "route_reason", "timings_ms", ...}',
+    )
+    ask.add_argument(
+        "--route",
+        default=None,
+        help="force a way instead of routing (RAG: DIRECT, ATTACHMENT, SEARCH; "
+        "GraphRAG: DIRECT, ATTACHMENT, PATH, LOCAL, GLOBAL, HYBRID)",
+    )
     ask.add_argument("--no-save", action="store_true", help="do not save the turn in a chat session")
     ask.add_argument("--session", default=None, help="continue a chat session")
     ask.add_argument("--attach", type=Path, default=None, help="attach a file to the question (text or picture)")
 
-    evaluation = sub.add_parser("eval", help="score a Topic on a question file (recall@k, MRR, answers, ways), "
-                                             "or compare two runs")  # fmt: skip
+    evaluation = sub.add_parser(
+        "eval", help="score a Topic on a question file (recall@k, MRR, answers, ways), or compare two runs"
+    )
     evaluation.add_argument("topic", nargs="?", help="the Topic to evaluate")
-    evaluation.add_argument("questions", nargs="?", type=Path,
-                            help='JSON list of {"question", "answer"?, "gold_sources"?: [files], "expected_way"?}')
-    evaluation.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
-                            help="a setting changed for this evaluation only (repeatable; nothing is stored)")
+    evaluation.add_argument(
+        "questions", nargs="?", type=Path, help='JSON list of {"question", "answer"?, "gold_sources"?: [files], "expected_way"?}'
+    )
+    evaluation.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting changed for this evaluation only (repeatable; nothing is stored)",
+    )
     evaluation.add_argument("--route", default=None, help="force this way for every question")
     evaluation.add_argument("--retrieval-only", action="store_true", help="route and search only, no answers (fast)")
-    evaluation.add_argument("--judge", action="store_true",
-                            help="grade each answer against the expected one with the judge model (JUDGE_BASE_URL)")
+    evaluation.add_argument(
+        "--judge", action="store_true", help="grade each answer against the expected one with the judge model (JUDGE_BASE_URL)"
+    )
     evaluation.add_argument("--out", type=Path, default=None, help="write summary.json, questions.json and questions.csv here")
     evaluation.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    evaluation.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
-                            help="compare two runs (their --out folders or summary.json files)")
+    evaluation.add_argument(
+        "--compare", nargs=2, type=Path, metavar=("A", "B"), help="compare two runs (their --out folders or summary.json files)"
+    )
 
     graphdb = sub.add_parser("graphdb", help="Graph Databases: FalkorDB servers a GraphRAG Topic can keep its graph in")
     graphdb_sub = graphdb.add_subparsers(dest="graphdb_command", required=True)
@@ -144,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo_create.add_argument("--hours", type=float, default=None, help="how long it lasts (default 24, at most 720 = 30 days)")
     demo_create.add_argument("--allow-sources", action="store_true", help="let visitors download the files answers cite")
     demo_create.add_argument("--rate", type=int, default=None, help="questions per minute per visitor (default 5)")
-    demo_create.add_argument("--link-rate", type=int, default=None,
-                             help="questions per minute per link, all visitors together (default 30)")
+    demo_create.add_argument(
+        "--link-rate", type=int, default=None, help="questions per minute per link, all visitors together (default 30)"
+    )
     demo_create.add_argument("--json", action="store_true")
     demo_list = demo_sub.add_parser("list", help="list demo links (never their tokens)")
     demo_list.add_argument("--topic", default=None, help="only this Topic's links")
@@ -169,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
     from ragtopics.settings.env import get_settings
 
-    logging.basicConfig(level=get_settings().log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)  # fmt: skip
+    logging.basicConfig(
+        level=get_settings().log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     if args.command not in ("up", "worker", "serve-model"):
         logging.getLogger().setLevel(logging.WARNING)
         _quiet_model_loading()
@@ -234,8 +271,9 @@ def _cmd_topic(args) -> int:
 
     rt = get_runtime()
     if args.topic_command == "create":
-        t = topics.create_topic(rt, args.name, kind=args.kind, description=args.description,
-                                settings=parse_assignments(args.assignments))  # fmt: skip
+        t = topics.create_topic(
+            rt, args.name, kind=args.kind, description=args.description, settings=parse_assignments(args.assignments)
+        )
         print(f"created Topic {t.name!r} ({t.id})")
     elif args.topic_command == "list":
         for t in topics.list_topics(rt):
@@ -251,8 +289,10 @@ def _cmd_topic(args) -> int:
 
         if not args.yes:
             t = topics.get_topic(rt, args.name)
-            print(f"error: deleting Topic {t.name!r} removes its documents, chats and files for good; "
-                  "add --yes to confirm", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: deleting Topic {t.name!r} removes its documents, chats and files for good; add --yes to confirm",
+                file=sys.stderr,
+            )
             return 2
         rt.check_store()
         deletion = delete_topic(rt, args.name)
@@ -376,8 +416,11 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
             unreachable_since = unreachable_since or time.monotonic()
             waited = time.monotonic() - unreachable_since
             if waited > STORE_OUTAGE_S:
-                print(f"\nerror: the store has been unreachable for {waited:.0f} s ({exc}); the jobs stay queued, "
-                      "check them later with `ragtopics docs`", file=sys.stderr)  # fmt: skip
+                print(
+                    f"\nerror: the store has been unreachable for {waited:.0f} s ({exc}); the jobs stay queued, "
+                    "check them later with `ragtopics docs`",
+                    file=sys.stderr,
+                )
                 return failed + len(pending)
             print(f"\nthe store is unreachable ({exc}); waiting for it to come back ({waited:.0f} s)", file=sys.stderr)
             time.sleep(2.0)
@@ -404,8 +447,12 @@ def _wait_for_jobs(rt, jobs: dict[str, str], job_progress) -> int:
                 failed += 1
                 say(f"  {name}: FAILED: {p.error or p.status}")
         done = len(jobs) - len(pending)
-        counts = (f"{done - failed - empty - stopped} indexed" + (f", {empty} empty" if empty else "")
-                  + (f", {stopped} replaced or deleted" if stopped else "") + (f", {failed} failed" if failed else ""))  # fmt: skip
+        counts = (
+            f"{done - failed - empty - stopped} indexed"
+            + (f", {empty} empty" if empty else "")
+            + (f", {stopped} replaced or deleted" if stopped else "")
+            + (f", {failed} failed" if failed else "")
+        )
         line = f"[{done}/{len(jobs)}] files done: {counts}; {_chunks(chunks)}, {time.monotonic() - started:.0f} s"
         running = next((f" · {name}: {_step(p)}" for _, name, p in progress if not p.is_final and p.status == "started"), "")
         if tty:
@@ -479,16 +526,21 @@ def _cmd_ask(args) -> int:
             data = args.attach.read_bytes()
         except OSError as exc:
             raise RagTopicsError(f"cannot read {args.attach}: {exc.strerror}") from exc
-        attachment = read_attachment(data, args.attach.name, allowed_types=topic.settings.chat_attachment_types,
-                                     max_mb=topic.settings.largest_chat_attachment_mb,
-                                     model_sees_images=rt.settings.endpoint("language_model").supports_images)  # fmt: skip
+        attachment = read_attachment(
+            data,
+            args.attach.name,
+            allowed_types=topic.settings.chat_attachment_types,
+            max_mb=topic.settings.largest_chat_attachment_mb,
+            model_sees_images=rt.settings.endpoint("language_model").supports_images,
+        )
     final = None
     shown = ""
-    for update in ask(rt, topic, args.question, session_id=args.session, attachment=attachment, route=args.route,
-                      save=not args.no_save):  # fmt: skip
+    for update in ask(
+        rt, topic, args.question, session_id=args.session, attachment=attachment, route=args.route, save=not args.no_save
+    ):
         final = update
         if not args.json and not update.done and update.text.startswith(shown):
-            print(update.text[len(shown):], end="", flush=True)  # stream as it arrives
+            print(update.text[len(shown) :], end="", flush=True)  # stream as it arrives
             shown = update.text
     if final is None:
         raise RagTopicsError("the answer ended before its first update")
@@ -498,7 +550,7 @@ def _cmd_ask(args) -> int:
 
         print(json.dumps(answer(final), ensure_ascii=False))
     else:
-        print(final.text[len(shown):] if final.text.startswith(shown) else "\n" + final.text)
+        print(final.text[len(shown) :] if final.text.startswith(shown) else "\n" + final.text)
         for s in final.sources:
             print(f"  [{s.cited_as}] score {s.score:.3f} ({s.chunk_id}{', ' + s.reason if s.reason else ''})")
         print(f"(session {final.session_id})", file=sys.stderr)
@@ -555,9 +607,13 @@ def _cmd_graph(args) -> int:
 
 
 #: Each correction option of ``graph``: (its correction kind, the option that gives its value, that option's name).
-_CORRECTIONS = {"merge": ("merge", "into", "--into"), "split": ("split", "split_from", "--from"),
-                "rename": ("rename", "to", "--to"), "retype": ("retype", "new_type", "--type"),
-                "delete_entity": ("delete", None, None)}  # fmt: skip
+_CORRECTIONS = {
+    "merge": ("merge", "into", "--into"),
+    "split": ("split", "split_from", "--from"),
+    "rename": ("rename", "to", "--to"),
+    "retype": ("retype", "new_type", "--type"),
+    "delete_entity": ("delete", None, None),
+}
 
 
 def _graph_correction(args) -> tuple[str, str, str | None] | None:
@@ -627,15 +683,25 @@ def _cmd_demo(args) -> int:
     rt = get_runtime()
     if args.demo_command == "create":
         host = "127.0.0.1" if rt.settings.host in ("0.0.0.0", "::") else rt.settings.host
-        new = links.create_link(rt, args.topic, hours=args.hours, allow_sources=args.allow_sources, visitor_rate=args.rate,
-                                link_rate=args.link_rate, base_urls=[f"http://{host}:{rt.settings.port}/"])  # fmt: skip
+        new = links.create_link(
+            rt,
+            args.topic,
+            hours=args.hours,
+            allow_sources=args.allow_sources,
+            visitor_rate=args.rate,
+            link_rate=args.link_rate,
+            base_urls=[f"http://{host}:{rt.settings.port}/"],
+        )
         if args.json:
             print(json.dumps(new.to_dict(), ensure_ascii=False))
             return 0
         for url in new.urls:
             print(url)
-        print(f"demo link {new.link.id} for {new.link.topic_name!r}, until {new.link.expires_at:%Y-%m-%d %H:%M} UTC; "
-              "the URL is shown this once", file=sys.stderr)  # fmt: skip
+        print(
+            f"demo link {new.link.id} for {new.link.topic_name!r}, until {new.link.expires_at:%Y-%m-%d %H:%M} UTC; "
+            "the URL is shown this once",
+            file=sys.stderr,
+        )
         for note in new.notes:
             print(note, file=sys.stderr)
     elif args.demo_command == "list":
@@ -643,9 +709,11 @@ def _cmd_demo(args) -> int:
         if args.json:
             print(json.dumps([k.to_dict() for k in listed], ensure_ascii=False))
         for k in [] if args.json else listed:
-            print(f"{k.id}\t{k.topic_name}\t{k.state()}\tuntil {k.expires_at:%Y-%m-%d %H:%M}\t"
-                  f"sources {'yes' if k.allow_sources else 'no'}\t{k.visitor_rate}/min per visitor, {k.link_rate}/min per link"
-                  f"\t{k.turns} question(s)")  # fmt: skip
+            print(
+                f"{k.id}\t{k.topic_name}\t{k.state()}\tuntil {k.expires_at:%Y-%m-%d %H:%M}\t"
+                f"sources {'yes' if k.allow_sources else 'no'}\t{k.visitor_rate}/min per visitor, {k.link_rate}/min per link"
+                f"\t{k.turns} question(s)"
+            )
     elif args.demo_command == "revoke":
         done = links.revoke_link(rt, args.id, delete_chats=args.delete_chats)
         deleted = f"; {done['deleted_turns']} question(s) of its visitors deleted" if args.delete_chats else ""
@@ -655,8 +723,11 @@ def _cmd_demo(args) -> int:
         if args.json:
             print(json.dumps(turns, ensure_ascii=False))
         for t in [] if args.json else turns:
-            print(f"{t['created_at'][:16]}  visitor {t['visitor']}\nQ: {t['question']}\nA: {t['answer']}"
-                  + (f"\n   sources: {', '.join(t['sources'])}" if t["sources"] else "") + "\n")  # fmt: skip
+            print(
+                f"{t['created_at'][:16]}  visitor {t['visitor']}\nQ: {t['question']}\nA: {t['answer']}"
+                + (f"\n   sources: {', '.join(t['sources'])}" if t["sources"] else "")
+                + "\n"
+            )
     return 0
 
 
@@ -742,18 +813,26 @@ def _cmd_eval(args) -> int:
             if questions_a and not ev.shared_questions(questions_a, questions_b):
                 print("warning: the two runs share no question; their metrics are not comparable", file=sys.stderr)
         if args.json:
-            print(json.dumps({**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows},
-                              "changed_questions": changes}, ensure_ascii=False))  # fmt: skip
+            print(
+                json.dumps(
+                    {**{m: {"a": x, "b": y, "change": d} for m, x, y, d in rows}, "changed_questions": changes},
+                    ensure_ascii=False,
+                )
+            )
         else:
             print(f"{'metric':<18} {'A':>9} {'B':>9} {'B - A':>9}")
+
             def cell(value: float | None, sign: str = "") -> str:
                 return f"{'-':>9}" if value is None else f"{value:>{sign}9.3f}"
 
             for metric, x, y, change in rows:
                 print(f"{metric:<18} {cell(x)} {cell(y)} {cell(change, '+')}")
             print()
-            print(ev.format_changes(changes) if changes is not None else
-                  "(questions not compared: give both runs' --out folders, which hold questions.json)")
+            print(
+                ev.format_changes(changes)
+                if changes is not None
+                else "(questions not compared: give both runs' --out folders, which hold questions.json)"
+            )
         return 0
     if not args.topic or not args.questions:
         raise RagTopicsError("eval needs a Topic and a question file (or --compare A B)")
@@ -775,14 +854,23 @@ def _cmd_eval(args) -> int:
         elif done == total:
             print(f"{done}/{total} questions", file=sys.stderr, flush=True)
 
-    summary, results = ev.evaluate(rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only,
-                                   judge=args.judge, progress=progress)  # fmt: skip
-    summary = ev.run_summary(summary, topic=topic.name, route=args.route, retrieval_only=args.retrieval_only,
-                             settings_changed=parse_assignments(args.assignments))  # fmt: skip
+    summary, results = ev.evaluate(
+        rt, topic, questions, route=args.route, retrieval_only=args.retrieval_only, judge=args.judge, progress=progress
+    )
+    summary = ev.run_summary(
+        summary,
+        topic=topic.name,
+        route=args.route,
+        retrieval_only=args.retrieval_only,
+        settings_changed=parse_assignments(args.assignments),
+    )
     print(json.dumps(summary, ensure_ascii=False) if args.json else ev.format_table(summary), flush=True)
     if summary.get("missing_gold_files"):
-        print(f"warning: {len(summary['missing_gold_files'])} gold source(s) match no file of Topic {topic.name!r} "
-              f"(a typo scores as a retrieval failure): {', '.join(summary['missing_gold_files'][:10])}", file=sys.stderr)
+        print(
+            f"warning: {len(summary['missing_gold_files'])} gold source(s) match no file of Topic {topic.name!r} "
+            f"(a typo scores as a retrieval failure): {', '.join(summary['missing_gold_files'][:10])}",
+            file=sys.stderr,
+        )
     if args.out is not None:
         try:
             for path in ev.write_results(args.out, summary, results):

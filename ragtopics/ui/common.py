@@ -49,7 +49,7 @@ def progress_bar(label: str, fraction: float, detail: str, state: str = "") -> s
         f'<div class="rt-job" data-state="{html.escape(state)}" style="margin:4px 0">'
         f'<div style="display:flex;justify-content:space-between;gap:8px;font-size:0.9em">'
         f'<span style="flex:0 1 auto;min-width:6em;max-width:40%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">'
-        f'{html.escape(label)}</span>'
+        f"{html.escape(label)}</span>"
         f'<span style="flex:1 1 0;min-width:0;text-align:right;overflow-wrap:anywhere">{html.escape(detail)}</span></div>'
         f'<div style="background:#e5e7eb;border-radius:4px;height:8px"><div style="width:{pct:.0f}%;'
         f'background:{colour};height:8px;border-radius:4px"></div></div></div>'

@@ -47,19 +47,25 @@ def _headers(nonce: str | None = None) -> dict[str, str]:
     """Security headers of every demo response: nothing loads from elsewhere, the page is never framed,
     the token in the URL is sent nowhere (no referrer) and nothing is cached."""
     script = f"'nonce-{nonce}'" if nonce else "'none'"
-    return {"Content-Security-Policy": f"default-src 'none'; script-src {script}; style-src 'unsafe-inline'; "
-                                       "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
-                                       "frame-ancestors 'none'",
-            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store",
-            "X-Frame-Options": "DENY"}  # fmt: skip
+    return {
+        "Content-Security-Policy": f"default-src 'none'; script-src {script}; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+        "X-Frame-Options": "DENY",
+    }
 
 
 def gone_page(gone: DemoLinkGone) -> HTMLResponse:
     """The page of a link that opens nothing: its heading and sentence, with its status (403, 404, 410 or 503)."""
-    body = (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
-            f"<title>{html.escape(gone.title)}</title></head><body style='font-family:system-ui,sans-serif;max-width:36em;"
-            f"margin:4em auto;padding:0 1em'><h2>{html.escape(gone.title)}</h2><p>{html.escape(str(gone))}</p>"
-            f"</body></html>")  # fmt: skip
+    body = (
+        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+        f"<title>{html.escape(gone.title)}</title></head><body style='font-family:system-ui,sans-serif;max-width:36em;"
+        f"margin:4em auto;padding:0 1em'><h2>{html.escape(gone.title)}</h2><p>{html.escape(str(gone))}</p>"
+        f"</body></html>"
+    )
     return HTMLResponse(body, status_code=gone.status, headers=_headers())
 
 
@@ -76,17 +82,26 @@ def _visitor(request: Request) -> tuple[str, str | None]:
 def _set_visitor(response: Response, request: Request, fresh: str | None) -> None:
     if fresh:
         secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
-        response.set_cookie(VISITOR_COOKIE, fresh, max_age=links.MAX_HOURS * 3600, httponly=True, samesite="strict",
-                            secure=secure, path=DEMO_PREFIX.rstrip("/"))  # fmt: skip
+        response.set_cookie(
+            VISITOR_COOKIE,
+            fresh,
+            max_age=links.MAX_HOURS * 3600,
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+            path=DEMO_PREFIX.rstrip("/"),
+        )
 
 
 def demo_html(link: DemoLink, topic_name: str, token: str, nonce: str) -> str:
     """The demo page of ``link``: the Topic's name, the demo line, a question box and the answers so far (in the page only)."""
     name = html.escape(topic_name)
     sources = "Answers cite their source files; you may open them." if link.allow_sources else "Answers name their source files."
-    line = (f"This is a demo: you can ask questions of the Topic <b>{name}</b> only, and answers come from its documents. "
-            f"{sources} What you ask is kept for the people running this demo. "
-            f"The link works until {link.expires_at:%Y-%m-%d %H:%M} UTC.")  # fmt: skip
+    line = (
+        f"This is a demo: you can ask questions of the Topic <b>{name}</b> only, and answers come from its documents. "
+        f"{sources} What you ask is kept for the people running this demo. "
+        f"The link works until {link.expires_at:%Y-%m-%d %H:%M} UTC."
+    )
     ask_url = json.dumps(f"{DEMO_PREFIX}{token}/ask")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <meta name="robots" content="noindex"><title>{name} · demo</title></head>
@@ -175,16 +190,20 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
         except ValueError:
             question = None
         if not isinstance(question, str) or not question.strip():
-            return JSONResponse({"error": "Send a question: {\"question\": \"...\"}."}, status_code=400, headers=_headers())
+            return JSONResponse({"error": 'Send a question: {"question": "..."}.'}, status_code=400, headers=_headers())
         if len(question) > MAX_QUESTION_CHARS:
-            return JSONResponse({"error": f"The question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}."},
-                                status_code=400, headers=_headers())  # fmt: skip
+            return JSONResponse(
+                {"error": f"The question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}."},
+                status_code=400,
+                headers=_headers(),
+            )
         visitor, fresh = _visitor(request)
         try:
             await anyio.to_thread.run_sync(links.take_question, rt, link, visitor)
         except RateLimited as exc:
-            return JSONResponse({"error": str(exc)}, status_code=429,
-                                headers={**_headers(), "Retry-After": str(exc.retry_after_s)})  # fmt: skip
+            return JSONResponse(
+                {"error": str(exc)}, status_code=429, headers={**_headers(), "Retry-After": str(exc.retry_after_s)}
+            )
 
         def answer() -> dict:
             token_var = acting_username.set(links.source_owner(link))  # source links open only through this demo link
@@ -207,8 +226,9 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
             result = await anyio.to_thread.run_sync(answer)
         except RagTopicsError as exc:
             status = 503 if is_store_outage(exc) else 400
-            return JSONResponse({"error": STORE_DOWN_MESSAGE if status == 503 else str(exc)}, status_code=status,
-                                headers=_headers())  # fmt: skip
+            return JSONResponse(
+                {"error": STORE_DOWN_MESSAGE if status == 503 else str(exc)}, status_code=status, headers=_headers()
+            )
         except Exception as exc:
             if is_store_outage(exc):
                 return JSONResponse({"error": STORE_DOWN_MESSAGE}, status_code=503, headers=_headers())
@@ -224,16 +244,20 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
         if gone is not None:
             return gone_page(gone)
         link, topic = found
-        refused = DemoLinkGone(403, "Source files are not shared in this demo",
-                               "The person who made this demo link did not allow downloads of source files.")  # fmt: skip
+        refused = DemoLinkGone(
+            403,
+            "Source files are not shared in this demo",
+            "The person who made this demo link did not allow downloads of source files.",
+        )
         if not link.allow_sources:
             return gone_page(refused)
         try:
             relative, owner = rt.signer.grant(file_token)
             rt.blobs.check(relative)
         except (LinkError, ValueError) as exc:
-            return gone_page(DemoLinkGone(403, "This source link is not valid",
-                                          f"{exc}. Ask the question again for a fresh link."))  # fmt: skip
+            return gone_page(
+                DemoLinkGone(403, "This source link is not valid", f"{exc}. Ask the question again for a fresh link.")
+            )
         if owner != links.source_owner(link) or not relative.startswith(f"{topic.id}/"):
             return gone_page(DemoLinkGone(403, "This source link is not part of this demo", "Ask the question here for a link."))
         try:  # the local store and the object store alike; blocking reads run off the event loop
@@ -241,13 +265,21 @@ def add_demo_routes(api: FastAPI, rt: Runtime) -> None:
         except ValueError as exc:  # the local store: a link that resolves outside it
             return gone_page(DemoLinkGone(403, "This source link is not valid", f"{exc}."))
         except FileNotFoundError:
-            return gone_page(DemoLinkGone(410, "This file is no longer stored",
-                                          "Ask the question again for a link to the current file."))  # fmt: skip
+            return gone_page(
+                DemoLinkGone(410, "This file is no longer stored", "Ask the question again for a link to the current file.")
+            )
         except FileStoreError as exc:
             log.warning("source file %s of a demo could not be read: %s", relative, exc)
             return gone_page(DemoLinkGone(503, "The file store is not reachable", f"{exc}. Try again in a moment."))
         name = rt.blobs.file_name(relative)
         serving = served_as(name)
-        return Response(data, media_type=serving.media_type,
-                        headers={**serving.headers, "Content-Disposition": content_disposition(serving.disposition, name),
-                                 "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})  # fmt: skip
+        return Response(
+            data,
+            media_type=serving.media_type,
+            headers={
+                **serving.headers,
+                "Content-Disposition": content_disposition(serving.disposition, name),
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store",
+            },
+        )

@@ -38,13 +38,29 @@ def reports_table(rt: Runtime, topic_name: str | None, kind: str | None, period:
     span = PERIODS.get(period or ALL)
     since = datetime.now(UTC) - span if span else None
     rows = reports.list_reports(rt, topic_id=topic.id if topic else None, kind=None if kind in (None, ALL) else kind, since=since)
-    return [[r.id, f"{r.created_at:%Y-%m-%d %H:%M:%S}", r.kind, r.topic_name, r.subject[:80], r.steps, r.model_calls,
-             r.tokens, round(r.duration_ms)] for r in rows]  # fmt: skip
+    return [
+        [
+            r.id,
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+            r.kind,
+            r.topic_name,
+            r.subject[:80],
+            r.steps,
+            r.model_calls,
+            r.tokens,
+            round(r.duration_ms),
+        ]
+        for r in rows
+    ]
 
 
 def _data_text(data: dict) -> str:
     text = json.dumps(data, ensure_ascii=False, indent=1, default=str)
-    return text if len(text) <= VIEW_CHARS else text[:VIEW_CHARS] + f"\n… [{len(text) - VIEW_CHARS} more characters in the JSON download]"
+    return (
+        text
+        if len(text) <= VIEW_CHARS
+        else text[:VIEW_CHARS] + f"\n… [{len(text) - VIEW_CHARS} more characters in the JSON download]"
+    )
 
 
 def render_report(report: dict) -> str:
@@ -61,21 +77,27 @@ def render_report(report: dict) -> str:
             data = e.get("data") or {}  # a model call is recorded when it ends; its own time is in its data
             brief = ""
             if e["step"] == "model_call":
-                brief = (f" · {html.escape(str(data.get('role')))} / {html.escape(str(data.get('prompt_name')))} · "
-                         f"{data.get('prompt_tokens', 0)} + {data.get('completion_tokens', 0)} tokens")  # fmt: skip
+                brief = (
+                    f" · {html.escape(str(data.get('role')))} / {html.escape(str(data.get('prompt_name')))} · "
+                    f"{data.get('prompt_tokens', 0)} + {data.get('completion_tokens', 0)} tokens"
+                )
             took = float((data.get("duration_ms") if e["step"] == "model_call" else None) or e.get("duration_ms") or 0)
-            out.append(f"<details class='rt-step' data-step='{html.escape(e['step'])}' style='margin-left:{depth * 16}px'>"
-                       f"<summary><code>{html.escape(e['step'])}</code> · {took:.1f} ms{brief}{error}"
-                       f"</summary><pre style='white-space:pre-wrap;max-height:30em;overflow:auto'>{html.escape(_data_text(data))}"
-                       f"</pre></details>{render(e.get('id'), depth + 1)}")  # fmt: skip
+            out.append(
+                f"<details class='rt-step' data-step='{html.escape(e['step'])}' style='margin-left:{depth * 16}px'>"
+                f"<summary><code>{html.escape(e['step'])}</code> · {took:.1f} ms{brief}{error}"
+                f"</summary><pre style='white-space:pre-wrap;max-height:30em;overflow:auto'>{html.escape(_data_text(data))}"
+                f"</pre></details>{render(e.get('id'), depth + 1)}"
+            )
         return "".join(out)
 
     summary = report.get("summary", {})
-    return (f"<div id='dev-report' data-report='{report.get('id')}'><h4>Report {report.get('id')} · {html.escape(report.get('kind', ''))}"
-            f" · {html.escape(report.get('topic') or '')}</h4><p>{html.escape(report.get('subject', ''))}<br>"
-            f"{summary.get('steps', 0)} steps · {summary.get('model_calls', 0)} model calls · {summary.get('tokens', 0)} tokens · "
-            f"{summary.get('duration_ms', 0):.0f} ms · <a href='/dev-reports/{report.get('id')}.json' download>Download JSON</a></p>"
-            f"{render(None, 0)}</div>")  # fmt: skip
+    return (
+        f"<div id='dev-report' data-report='{report.get('id')}'><h4>Report {report.get('id')} · {html.escape(report.get('kind', ''))}"
+        f" · {html.escape(report.get('topic') or '')}</h4><p>{html.escape(report.get('subject', ''))}<br>"
+        f"{summary.get('steps', 0)} steps · {summary.get('model_calls', 0)} model calls · {summary.get('tokens', 0)} tokens · "
+        f"{summary.get('duration_ms', 0):.0f} ms · <a href='/dev-reports/{report.get('id')}.json' download>Download JSON</a></p>"
+        f"{render(None, 0)}</div>"
+    )
 
 
 def open_report(rt: Runtime, report_id) -> str:
@@ -91,18 +113,25 @@ def open_report(rt: Runtime, report_id) -> str:
 def switch_text(rt: Runtime) -> str:
     """A line saying which switches are on."""
     on = [reports.KINDS[k] for k, v in reports.switches(rt).items() if v]
-    return ("Reporting: " + ", ".join(on) + ". Each such run now writes a full report.") if on else \
-        "Every switch is off (they are all off after every start)."  # fmt: skip
+    return (
+        ("Reporting: " + ", ".join(on) + ". Each such run now writes a full report.")
+        if on
+        else "Every switch is off (they are all off after every start)."
+    )
 
 
 def build(rt: Runtime) -> dict:
     """Lay out the DEV Reports tab; returns ``{"tab"}``."""
     private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Tab("DEV Reports", id="dev-reports") as tab:
-        gr.Markdown("While a switch is on, each upload, chat answer or community rebuild writes a full report of every "
-                    f"step (kept {rt.settings.dev_report_retention_days} days, `DEV_REPORT_RETENTION_DAYS`).")  # fmt: skip
+        gr.Markdown(
+            "While a switch is on, each upload, chat answer or community rebuild writes a full report of every "
+            f"step (kept {rt.settings.dev_report_retention_days} days, `DEV_REPORT_RETENTION_DAYS`)."
+        )
         with gr.Row():
-            boxes = {kind: gr.Checkbox(label=label, value=False, elem_id=f"dev-switch-{kind}") for kind, label in reports.KINDS.items()}
+            boxes = {
+                kind: gr.Checkbox(label=label, value=False, elem_id=f"dev-switch-{kind}") for kind, label in reports.KINDS.items()
+            }
         state = gr.Markdown(elem_id="dev-switch-state")
         with gr.Row():
             topic = gr.Dropdown([ALL], value=ALL, label="Topic", allow_custom_value=True, elem_id="dev-topic")
@@ -123,11 +152,13 @@ def build(rt: Runtime) -> dict:
         def change(on):
             reports.set_switch(rt, kind_name, bool(on))
             return switch_text(rt)
+
         return change
 
     filters = [topic, kind, period]
     tab.select(load, None, [topic, *boxes.values(), state], **private).then(
-        lambda *f: reports_table(rt, *f), filters, table, **private)  # fmt: skip
+        lambda *f: reports_table(rt, *f), filters, table, **private
+    )
     for kind_name, box in boxes.items():
         box.input(toggle(kind_name), box, state, **private)
     for trigger in (refresh.click, topic.change, kind.change, period.change):
@@ -163,5 +194,8 @@ def add_report_route(api: FastAPI, rt: Runtime) -> None:
             data = reports.report_bytes(rt, report_id)
         except NotFoundError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
-        return Response(data, media_type="application/json",
-                        headers={"Content-Disposition": f'attachment; filename="dev-report-{report_id}.json"'})
+        return Response(
+            data,
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="dev-report-{report_id}.json"'},
+        )

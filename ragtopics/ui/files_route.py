@@ -29,12 +29,39 @@ from ragtopics.text.file_types import STRUCTURED_TYPES, TEXT_EXTENSIONS, extensi
 log = logging.getLogger(__name__)
 
 #: Types a browser shows without running anything of the file in the page: served inline as what they are.
-INLINE_TYPES = {"pdf": "application/pdf", "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
-                "gif": "image/gif", "webp": "image/webp", "bmp": "image/bmp", "tiff": "image/tiff"}  # fmt: skip
+INLINE_TYPES = {
+    "pdf": "application/pdf",
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+    "bmp": "image/bmp",
+    "tiff": "image/tiff",
+}
 #: Extensions whose content a browser would render as a page or run (markup, SVG, scripts): never shown, only
 #: downloaded, even though their text is readable.
-ACTIVE_EXTENSIONS = frozenset({"html", "htm", "xhtml", "xht", "shtml", "svg", "svgz", "xml", "xsl", "xslt", "js",
-                               "mjs", "cjs", "swf", "wasm", "mht", "mhtml"})  # fmt: skip
+ACTIVE_EXTENSIONS = frozenset(
+    {
+        "html",
+        "htm",
+        "xhtml",
+        "xht",
+        "shtml",
+        "svg",
+        "svgz",
+        "xml",
+        "xsl",
+        "xslt",
+        "js",
+        "mjs",
+        "cjs",
+        "swf",
+        "wasm",
+        "mht",
+        "mhtml",
+    }
+)
 #: Readable text shown in the browser as ``text/plain`` (a source's file opens where it can be read).
 TEXT_TYPES = (TEXT_EXTENSIONS | STRUCTURED_TYPES) - ACTIVE_EXTENSIONS
 #: Sent with every stored file: the browser must not guess another type than the one sent.
@@ -101,15 +128,21 @@ def add_file_route(api: FastAPI, rt: Runtime) -> None:
         user = caller_of(request)
         allowed = user is not None and (owner == user.username or (owner is None and user.role == "admin"))
         if not allowed:
-            return refusal_page("This source link was made for someone else",
-                                "Source links work only for the user who asked. Ask the question yourself for a link.", 403)  # fmt: skip
+            return refusal_page(
+                "This source link was made for someone else",
+                "Source links work only for the user who asked. Ask the question yourself for a link.",
+                403,
+            )
         try:
             # the local store and the object store alike; blocking reads run off the event loop
             data = await run_in_threadpool(rt.blobs.read, relative)
         except FileNotFoundError:
-            return refusal_page("This file is no longer stored",
-                                "It was deleted from its Topic, or replaced by a newer upload of the same name. "
-                                "Ask the question again to get a link to the current file.", 410)  # fmt: skip
+            return refusal_page(
+                "This file is no longer stored",
+                "It was deleted from its Topic, or replaced by a newer upload of the same name. "
+                "Ask the question again to get a link to the current file.",
+                410,
+            )
         except FileStoreError as exc:
             log.warning("source file %s could not be read: %s", relative, exc)
             return refusal_page("The file store is not reachable", f"{exc}. Try again in a moment.", 503)
@@ -163,7 +196,9 @@ class UploadFolderHeaders:
 
 def refusal_page(title: str, text: str, status: int) -> HTMLResponse:
     """A small HTML page saying why a download link is refused."""
-    body = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-            f"<body style='font-family:sans-serif;max-width:40em;margin:3em auto'><h2>{html.escape(title)}</h2>"
-            f"<p>{html.escape(text)}</p></body></html>")  # fmt: skip
+    body = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body style='font-family:sans-serif;max-width:40em;margin:3em auto'><h2>{html.escape(title)}</h2>"
+        f"<p>{html.escape(text)}</p></body></html>"
+    )
     return HTMLResponse(body, status_code=status)

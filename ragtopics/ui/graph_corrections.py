@@ -25,8 +25,13 @@ log = logging.getLogger(__name__)
 
 HEADERS = ["#", "Correction", "By", "When (UTC)"]
 #: What the value box means for each kind of correction.
-VALUE_LABELS = {"merge": "Merge into (entity)", "split": "Split off from (entity)", "rename": "New name",
-                "retype": "New type", "delete": "(nothing needed)"}  # fmt: skip
+VALUE_LABELS = {
+    "merge": "Merge into (entity)",
+    "split": "Split off from (entity)",
+    "rename": "New name",
+    "retype": "New type",
+    "delete": "(nothing needed)",
+}
 NAME_LABELS = {"split": "Alias to split off"}
 
 
@@ -35,11 +40,15 @@ def corrections_table(rt: Runtime, topic_name: str | None) -> list[list]:
     topic = find_topic(rt, topic_name)
     if topic is None or not kind_of(topic).has_graph:
         return []
-    return [[c.id, c.summary(), c.created_by or "(CLI)", f"{c.created_at:%Y-%m-%d %H:%M}" if c.created_at else ""]
-            for c in list_corrections(rt, topic.id)]  # fmt: skip
+    return [
+        [c.id, c.summary(), c.created_by or "(CLI)", f"{c.created_at:%Y-%m-%d %H:%M}" if c.created_at else ""]
+        for c in list_corrections(rt, topic.id)
+    ]
 
 
-def apply_correction(rt: Runtime, topic_name: str | None, kind: str | None, name: str | None, value: str | None) -> tuple[str, str]:
+def apply_correction(
+    rt: Runtime, topic_name: str | None, kind: str | None, name: str | None, value: str | None
+) -> tuple[str, str]:
     """Make one correction for the console user; returns ``(status line, the entity to show now)``."""
     topic = find_topic(rt, topic_name)
     if topic is None:
@@ -51,7 +60,9 @@ def apply_correction(rt: Runtime, topic_name: str | None, kind: str | None, name
     except RagTopicsError as exc:
         return f"**Not corrected:** {html.escape(str(exc), quote=False)}", ""
     shown = "" if done.kind == "delete" else done.names[0] if done.kind == "split" else done.target_name or done.name
-    text = f"Correction **#{done.id}**: {md_text(done.summary())}. Later uploads apply it too; communities are due for a recompute."
+    text = (
+        f"Correction **#{done.id}**: {md_text(done.summary())}. Later uploads apply it too; communities are due for a recompute."
+    )
     return text, shown
 
 
@@ -65,18 +76,25 @@ def build(rt: Runtime, graph: dict) -> dict:
         ``{"box": ...}``: the panel, hidden until the load event shows it to an operator.
     """
     with gr.Accordion("Correct the graph", open=False, visible=False, elem_id="graph-corrections") as box:
-        gr.Markdown("Merge two entities, split an alias off into its own entity, rename an entity, change its type, or "
-                    "delete it. The graph changes at once, and the correction is kept as a rule that every later upload "
-                    "applies, so a re-upload does not undo it. A deleted entity stays deleted: later uploads of any file "
-                    "drop what names it.")  # fmt: skip
+        gr.Markdown(
+            "Merge two entities, split an alias off into its own entity, rename an entity, change its type, or "
+            "delete it. The graph changes at once, and the correction is kept as a rule that every later upload "
+            "applies, so a re-upload does not undo it. A deleted entity stays deleted: later uploads of any file "
+            "drop what names it."
+        )
         with gr.Row():
             kind = gr.Radio(list(KINDS), value="merge", label="Correction", elem_id="graph-correction-kind")
             name = gr.Textbox(label="Entity", placeholder="a name, an alias or an id", elem_id="graph-correction-name")
             value = gr.Textbox(label=VALUE_LABELS["merge"], elem_id="graph-correction-value")
             apply = gr.Button("Apply correction", variant="primary", elem_id="graph-correction-apply")
         status = gr.Markdown(elem_id="graph-correction-status")
-        table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, label="Corrections (rules every upload applies)",
-                             elem_id="graph-corrections-table")  # fmt: skip
+        table = gr.Dataframe(
+            headers=HEADERS,
+            interactive=False,
+            wrap=True,
+            label="Corrections (rules every upload applies)",
+            elem_id="graph-corrections-table",
+        )
 
     def on_kind(chosen):
         return gr.Textbox(label=NAME_LABELS.get(chosen, "Entity")), gr.Textbox(label=VALUE_LABELS.get(chosen, "Value"))
@@ -90,7 +108,11 @@ def build(rt: Runtime, graph: dict) -> dict:
 
     kind.change(on_kind, kind, [name, value], api_visibility="private")
     box.expand(lambda t: corrections_table(rt, t), graph["topic"], table, api_visibility="private")  # never a viewer's
-    apply.click(on_apply, [graph["topic"], kind, name, value, graph["hops"]],
-                [status, table, graph["name"], graph["picture"], graph["details"]],
-                api_name="correct_graph", api_visibility="undocumented")  # fmt: skip
+    apply.click(
+        on_apply,
+        [graph["topic"], kind, name, value, graph["hops"]],
+        [status, table, graph["name"], graph["picture"], graph["details"]],
+        api_name="correct_graph",
+        api_visibility="undocumented",
+    )
     return {"box": box}

@@ -27,8 +27,13 @@ from ragtopics.ui.words import plural
 log = logging.getLogger(__name__)
 
 #: How each phase of the rebuild job reads in the progress bar.
-REBUILD_PHASES = {"queued": "queued · waiting for the worker", "scheduled": "scheduled", "detect": "detecting communities",
-                  "reports": "writing community reports", "write": "embedding and storing the summaries"}  # fmt: skip
+REBUILD_PHASES = {
+    "queued": "queued · waiting for the worker",
+    "scheduled": "scheduled",
+    "detect": "detecting communities",
+    "reports": "writing community reports",
+    "write": "embedding and storing the summaries",
+}
 POLL_S = 1.5
 DUE_STYLE = "background:#fef3c7;border-left:4px solid #d97706;padding:6px 10px;border-radius:4px;color:#78350f"
 
@@ -52,9 +57,12 @@ def document_graph_text(graph: dict | None) -> str:
     """
     if not graph:
         return ""
-    parts = [f"graph: {graph.get('method') or '?'}", count(graph.get("entities", 0), "entity", "entities"),
-             plural(graph.get("relationships", 0), "relationship"),
-             f"{graph.get('chunks_extracted', 0)} extracted / {graph.get('chunks_cached', 0)} cached"]  # fmt: skip
+    parts = [
+        f"graph: {graph.get('method') or '?'}",
+        count(graph.get("entities", 0), "entity", "entities"),
+        plural(graph.get("relationships", 0), "relationship"),
+        f"{graph.get('chunks_extracted', 0)} extracted / {graph.get('chunks_cached', 0)} cached",
+    ]
     if graph.get("chunks_skipped"):
         parts.append(f"{graph['chunks_skipped']} skipped (contents or index)")
     if graph.get("chunks_failed"):
@@ -78,15 +86,18 @@ def when_text(epoch_s: float, now_s: float | None = None) -> str:
 
 def due_notice(reason: str) -> str:
     """The amber "Recompute due" box (HTML inside the panel's Markdown)."""
-    return (f'<div id="graph-due" style="{DUE_STYLE}">⚠️ <b>Recompute due:</b> {_escape(reason)}: '
-            "run Recompute Communities Now</div>")
+    return (
+        f'<div id="graph-due" style="{DUE_STYLE}">⚠️ <b>Recompute due:</b> {_escape(reason)}: run Recompute Communities Now</div>'
+    )
 
 
 def last_run_text(run: dict | None) -> str:
     """The last community run in one line: when, written/kept/deleted, model calls, and which way reports were made."""
     if not run:
-        return ("**Last community run:** none yet. GLOBAL questions find no summaries until Recompute Communities Now "
-                "or the Refresh Cycle has run.")  # fmt: skip
+        return (
+            "**Last community run:** none yet. GLOBAL questions find no summaries until Recompute Communities Now "
+            "or the Refresh Cycle has run."
+        )
     if run.get("method") == "model":
         how = "reports written by the Community Report model"
         if run.get("model_failures"):
@@ -94,9 +105,11 @@ def last_run_text(run: dict | None) -> str:
     else:
         how = "reports built from the graph (the bundled model is too small to summarise)"
     when = when_text(run["finished_at"]) if run.get("finished_at") else "time unknown"
-    return (f"**Last community run:** {when} · {run.get('written', 0)} written, {run.get('kept', 0)} kept, "
-            f"{run.get('deleted', 0)} deleted · {plural(run.get('model_calls', 0), 'model call')} · "
-            f"{run.get('seconds', 0):.1f} s · {how}")  # fmt: skip
+    return (
+        f"**Last community run:** {when} · {run.get('written', 0)} written, {run.get('kept', 0)} kept, "
+        f"{run.get('deleted', 0)} deleted · {plural(run.get('model_calls', 0), 'model call')} · "
+        f"{run.get('seconds', 0):.1f} s · {how}"
+    )
 
 
 def refresh_text(rt: Runtime, topic) -> str:
@@ -118,9 +131,17 @@ def graph_panel_markdown(rt: Runtime, topic) -> str:
         redis.RedisError: when the stores cannot be reached.
     """
     stats = graph_stats(rt, topic)
-    counts = " · ".join(count(stats[key], one, key) for key, one in (
-        ("documents", "document"), ("chunks", "chunk"), ("entities", "entity"), ("relationships", "relationship"),
-        ("communities", "community"), ("summaries", "summary")))  # fmt: skip
+    counts = " · ".join(
+        count(stats[key], one, key)
+        for key, one in (
+            ("documents", "document"),
+            ("chunks", "chunk"),
+            ("entities", "entity"),
+            ("relationships", "relationship"),
+            ("communities", "community"),
+            ("summaries", "summary"),
+        )
+    )
     lines = [f"**{counts}**"]
     if stats["recompute_due"]:
         lines.append(due_notice(stats["recompute_due"]))
@@ -179,8 +200,10 @@ def progress_html(p: JobProgress) -> str:
         result = p.result or {}
         if result.get("status") == "skipped":
             return progress_bar(label, 1.0, f"skipped: {result.get('reason', '')}", "stopped")
-        detail = (f"finished · {result.get('written', 0)} written, {result.get('kept', 0)} kept, "
-                  f"{result.get('deleted', 0)} deleted · {plural(result.get('model_calls', 0), 'model call')}")  # fmt: skip
+        detail = (
+            f"finished · {result.get('written', 0)} written, {result.get('kept', 0)} kept, "
+            f"{result.get('deleted', 0)} deleted · {plural(result.get('model_calls', 0), 'model call')}"
+        )
         return progress_bar(label, 1.0, detail, "done")
     if p.is_final:
         return progress_bar(label, 1.0, f"failed: {p.error or p.status}", "failed")
@@ -221,6 +244,5 @@ def build(rt: Runtime, topic: gr.Dropdown) -> dict:
     topic.change(show, [topic, job, shown], outputs, api_visibility="private")
     timer.tick(show, [topic, job, shown], outputs, show_progress="hidden", api_visibility="private")
     topic.change(lambda: "", None, message, api_visibility="private")
-    button.click(on_recompute, topic, [message, job, progress], api_name="recompute_communities",
-                 api_visibility="undocumented")  # fmt: skip
+    button.click(on_recompute, topic, [message, job, progress], api_name="recompute_communities", api_visibility="undocumented")
     return {"group": group, "stats": stats, "button": button}

@@ -34,16 +34,19 @@ MAX_SHOWN = 40
 #: Relative widths of the communities table: the member count keeps its header on one line, the texts wrap.
 COMMUNITY_COLUMN_WIDTHS: list[str | int] = ["18%", "10%", "27%", "45%"]
 #: The picture's click handler: a click on an entity sends its name to the server as a select event.
-CLICK_JS = ("element.addEventListener('click', (e) => { const node = e.target.closest('[data-entity]');"
-            " if (node) { trigger('select', {value: node.dataset.entity, index: 0}); } });")  # fmt: skip
+CLICK_JS = (
+    "element.addEventListener('click', (e) => { const node = e.target.closest('[data-entity]');"
+    " if (node) { trigger('select', {value: node.dataset.entity, index: 0}); } });"
+)
 
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def neighbourhood_svg(entities: list[Entity], relationships: list[Relationship], community_of: dict[str, str],
-                      centre_id: str) -> str:  # fmt: skip
+def neighbourhood_svg(
+    entities: list[Entity], relationships: list[Relationship], community_of: dict[str, str], centre_id: str
+) -> str:
     """An SVG picture of entities and the relationships among them.
 
     Args:
@@ -74,9 +77,13 @@ def neighbourhood_svg(entities: list[Entity], relationships: list[Relationship],
         cid = community_of.get(e.id)
         if cid and cid not in colours:
             colours[cid] = PALETTE[len(colours) % len(PALETTE)]
-    parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {WIDTH} {HEIGHT}' width='100%' role='img' "
-             f"aria-label='Graph around {html.escape(next(e.name for e in entities if e.id == centre_id) if centre_id in index else '')}' "
-             "style='font-family:system-ui,sans-serif;background:#fff;border:1px solid #e5e7eb;border-radius:6px'>")]  # fmt: skip
+    parts = [
+        (
+            f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {WIDTH} {HEIGHT}' width='100%' role='img' "
+            f"aria-label='Graph around {html.escape(next(e.name for e in entities if e.id == centre_id) if centre_id in index else '')}' "
+            "style='font-family:system-ui,sans-serif;background:#fff;border:1px solid #e5e7eb;border-radius:6px'>"
+        )
+    ]
     for r in relationships:
         if r.source_id not in index or r.target_id not in index:
             continue
@@ -84,20 +91,24 @@ def neighbourhood_svg(entities: list[Entity], relationships: list[Relationship],
         angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
         angle = angle - 180 if angle > 90 else angle + 180 if angle < -90 else angle  # labels never upside down
         label = html.escape(_short(r.description or "related", 34))
-        parts.append(f"<line x1='{x1:.1f}' y1='{y1:.1f}' x2='{x2:.1f}' y2='{y2:.1f}' stroke='#9ca3af' "
-                     f"stroke-width='{1 + min(r.strength, 5) * 0.4:.1f}'/>"
-                     f"<text x='{(x1 + x2) / 2:.1f}' y='{(y1 + y2) / 2 - 3:.1f}' font-size='10' fill='#4b5563' text-anchor='middle' "
-                     f"transform='rotate({angle:.1f} {(x1 + x2) / 2:.1f} {(y1 + y2) / 2:.1f})' class='rt-rel'>{label}</text>")  # fmt: skip
+        parts.append(
+            f"<line x1='{x1:.1f}' y1='{y1:.1f}' x2='{x2:.1f}' y2='{y2:.1f}' stroke='#9ca3af' "
+            f"stroke-width='{1 + min(r.strength, 5) * 0.4:.1f}'/>"
+            f"<text x='{(x1 + x2) / 2:.1f}' y='{(y1 + y2) / 2 - 3:.1f}' font-size='10' fill='#4b5563' text-anchor='middle' "
+            f"transform='rotate({angle:.1f} {(x1 + x2) / 2:.1f} {(y1 + y2) / 2:.1f})' class='rt-rel'>{label}</text>"
+        )
     for i, e in enumerate(entities):
         x, y = at(i)
         centre = e.id == centre_id
         fill = colours.get(community_of.get(e.id, ""), NO_COMMUNITY)
         ring = "stroke='#111827' stroke-width='3'" if centre else "stroke='#fff' stroke-width='1.5'"
-        parts.append(f"<g data-entity='{html.escape(e.name, quote=True)}' class='rt-entity' style='cursor:pointer'>"
-                     f"<title>{html.escape(e.type)}: {html.escape(_short(e.description, 300))}</title>"
-                     f"<circle cx='{x:.1f}' cy='{y:.1f}' r='{16 if centre else 10}' fill='{fill}' {ring}/>"
-                     f"<text x='{x:.1f}' y='{y + (30 if centre else 23):.1f}' font-size='{13 if centre else 11}' "
-                     f"font-weight='{700 if centre else 400}' text-anchor='middle' fill='#111827'>{html.escape(_short(e.name, 28))}</text></g>")  # fmt: skip
+        parts.append(
+            f"<g data-entity='{html.escape(e.name, quote=True)}' class='rt-entity' style='cursor:pointer'>"
+            f"<title>{html.escape(e.type)}: {html.escape(_short(e.description, 300))}</title>"
+            f"<circle cx='{x:.1f}' cy='{y:.1f}' r='{16 if centre else 10}' fill='{fill}' {ring}/>"
+            f"<text x='{x:.1f}' y='{y + (30 if centre else 23):.1f}' font-size='{13 if centre else 11}' "
+            f"font-weight='{700 if centre else 400}' text-anchor='middle' fill='#111827'>{html.escape(_short(e.name, 28))}</text></g>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -117,7 +128,10 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
         store = graph_store(rt, topic)
         centre = store.entity_by_name(name) if store.exists() else None
         if centre is None:
-            return f"<p>No entity called <b>{html.escape(name)}</b> in this Topic (names and aliases are compared ignoring case).</p>", ""
+            return (
+                f"<p>No entity called <b>{html.escape(name)}</b> in this Topic (names and aliases are compared ignoring case).</p>",
+                "",
+            )
         around = store.neighbours([centre.id], hops=max(1, min(int(hops or 1), 3)), limit=MAX_SHOWN)
         index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
         community_of = {}
@@ -131,8 +145,15 @@ def neighbourhood(rt: Runtime, topic_name: str, name: str, hops: int = 1) -> tup
     names = {e.id: e.name for e in around.entities}
     ties = [r for r in around.relationships if centre.id in (r.source_id, r.target_id)]
     around_text = plural(len(around.entities) - 1, "entity", "entities")
-    lines = [(f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(centre.mentions, 'chunk')} "
-             f"{'mentions' if centre.mentions == 1 else 'mention'} it"), "", centre.description or "", ""]  # fmt: skip
+    lines = [
+        (
+            f"**{centre.name}** ({centre.type}) · {around_text} around it · {plural(centre.mentions, 'chunk')} "
+            f"{'mentions' if centre.mentions == 1 else 'mention'} it"
+        ),
+        "",
+        centre.description or "",
+        "",
+    ]
     if centre.aliases:
         lines.append("Also called: " + ", ".join(sorted(centre.aliases)))
     for r in sorted(ties, key=lambda r: -r.strength)[:15]:
@@ -149,9 +170,15 @@ def history_lines(rt: Runtime, topic_id: str, entity: Entity) -> list[str]:
     history = history_of(rt, topic_id, entity)
     if not history:
         return []
-    return ["", "**History** (corrections, applied again at every upload):",
-            *(f"- #{h['id']} {html.escape(h['summary'], quote=False)}, {h['at'][:16].replace('T', ' ')} UTC"
-              f"{' by ' + html.escape(h['by'], quote=False) if h['by'] else ''}" for h in history)]  # fmt: skip
+    return [
+        "",
+        "**History** (corrections, applied again at every upload):",
+        *(
+            f"- #{h['id']} {html.escape(h['summary'], quote=False)}, {h['at'][:16].replace('T', ' ')} UTC"
+            f"{' by ' + html.escape(h['by'], quote=False) if h['by'] else ''}"
+            for h in history
+        ),
+    ]
 
 
 def communities_table(rt: Runtime, topic_name: str) -> list[list]:
@@ -183,9 +210,14 @@ def build(rt: Runtime) -> dict:
         picture = gr.HTML(elem_id="graph-picture", js_on_load=CLICK_JS)
         details = gr.Markdown(elem_id="graph-details")
         note = gr.Markdown(elem_id="graph-communities-note")
-        communities = gr.Dataframe(headers=["Community", "Members", "Key entities", "Summary"], interactive=False,
-                                   wrap=True, label="Communities", elem_id="graph-communities",
-                                   column_widths=COMMUNITY_COLUMN_WIDTHS)  # fmt: skip
+        communities = gr.Dataframe(
+            headers=["Community", "Members", "Key entities", "Summary"],
+            interactive=False,
+            wrap=True,
+            label="Communities",
+            elem_id="graph-communities",
+            column_widths=COMMUNITY_COLUMN_WIDTHS,
+        )
 
     def on_click(topic_name, depth, evt: gr.SelectData):
         picked = str(evt.value or "")
@@ -201,6 +233,7 @@ def build(rt: Runtime) -> dict:
         trigger(lambda t, n, h: neighbourhood(rt, t, n, h), [topic, name, hops], [picture, details], **private)
     picture.select(on_click, [topic, hops], [name, picture, details], **private)
     communities.select(pick_community, [topic, hops], [name, picture, details], **private)
+
     def community_list(topic_name):
         rows = communities_table(rt, topic_name)
         empty = "No communities yet: run *Recompute Communities Now* (Upload tab, Knowledge graph) once documents are indexed."

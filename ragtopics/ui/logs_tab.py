@@ -36,8 +36,10 @@ def log_text(rt: Runtime, topic_name: str | None, kind_label: str = "All", limit
     for row in rows:
         failed = [e for e in row.events if e.get("error")]
         total = sum(float(e.get("duration_ms") or 0) for e in row.events if e.get("parent") is None)
-        out.append(f"<b>{row.created_at:%Y-%m-%d %H:%M:%S} UTC · {html.escape(row.kind)} · {html.escape(row.subject[:120])}"
-                   f" · {total:.0f} ms{' · FAILED' if failed else ''}</b>")  # fmt: skip
+        out.append(
+            f"<b>{row.created_at:%Y-%m-%d %H:%M:%S} UTC · {html.escape(row.kind)} · {html.escape(row.subject[:120])}"
+            f" · {total:.0f} ms{' · FAILED' if failed else ''}</b>"
+        )
         depth: dict[int, int] = {}
         for e in row.events:
             level = depth[e["id"]] = depth.get(e.get("parent"), -1) + 1 if e.get("parent") is not None else 0
@@ -58,9 +60,11 @@ def build(rt: Runtime) -> dict:
             kind = gr.Dropdown(list(KINDS), value="All", label="Show", elem_id="logs-kind")
             refresh = gr.Button("Refresh", elem_id="logs-refresh")
         log = gr.HTML(elem_id="logs")
-        gr.Markdown("#### Failed jobs (all Topics)\nJobs that failed for good (after the automatic recovery from crashed workers): "
-                    "fix the cause (an endpoint, a setting), then *Retry*. A failed upload's file is not kept: "
-                    "upload it again instead.")  # fmt: skip
+        gr.Markdown(
+            "#### Failed jobs (all Topics)\nJobs that failed for good (after the automatic recovery from crashed workers): "
+            "fix the cause (an endpoint, a setting), then *Retry*. A failed upload's file is not kept: "
+            "upload it again instead."
+        )
         dead = gr.Dataframe(headers=DEAD_HEADERS, interactive=False, wrap=True, elem_id="dead-letters")
         with gr.Row():
             job_id = gr.Textbox(label="Job id", elem_id="dead-letter-id")

@@ -38,10 +38,19 @@ def register(rt: Runtime) -> None:
             search fell back to "route" ("" otherwise), "rerank" how the results were reranked ("" for none).
         """
         *_, final = ask(rt, topic_store.get_topic(rt, topic), question, save=False)
-        return json.dumps({"answer": final.text, "route": final.route, "route_confidence": final.route_confidence,
-                           "route_reason": final.route_reason, "route_method": final.route_method,
-                           "route_planned": final.route_planned, "rerank": final.rerank,
-                           "sources": [s.to_public() for s in final.sources]}, ensure_ascii=False)  # fmt: skip
+        return json.dumps(
+            {
+                "answer": final.text,
+                "route": final.route,
+                "route_confidence": final.route_confidence,
+                "route_reason": final.route_reason,
+                "route_method": final.route_method,
+                "route_planned": final.route_planned,
+                "rerank": final.rerank,
+                "sources": [s.to_public() for s in final.sources],
+            },
+            ensure_ascii=False,
+        )
 
     # queue=False: Gradio's MCP server then calls the function with the MCP request itself (whose API token
     # the access checks read) instead of through an unauthenticated loopback client.

@@ -36,8 +36,10 @@ def save_prompt(rt: Runtime, topic_name: str | None, name: str, text: str, *, re
     scope = get_topic(rt, topic_name).id if topic_name else SHARED
     where = f"Topic **{md_text(topic_name)}**" if topic_name else "all Topics"
     if not reset and not (text or "").strip():
-        return (f"**Not saved:** the text is empty. Nothing changed for {where}; to go back to the shared text, "
-                "use *Reset to shared*.")  # fmt: skip
+        return (
+            f"**Not saved:** the text is empty. Nothing changed for {where}; to go back to the shared text, "
+            "use *Reset to shared*."
+        )
     try:
         set_prompt(rt, scope, name, "" if reset else text)
     except RagTopicsError as exc:
@@ -83,7 +85,15 @@ def build(rt: Runtime) -> dict:
     private: dict[str, Any] = {"api_visibility": "private"}
     for trigger in (topic.change, name.change, tab.select):  # also when the tab is opened: a reloaded page keeps the choice
         trigger(load, [topic, name], [text, about, no_answer], **private)
-    save.click(lambda t, n, x: save_prompt(rt, t, n, x), [topic, name, text], status, api_name="save_prompt", api_visibility="undocumented")
-    reset.click(lambda t, n: save_prompt(rt, t, n, "", reset=True), [topic, name], status, **private).then(load, [topic, name], [text, about, no_answer], **private)
+    save.click(
+        lambda t, n, x: save_prompt(rt, t, n, x),
+        [topic, name, text],
+        status,
+        api_name="save_prompt",
+        api_visibility="undocumented",
+    )
+    reset.click(lambda t, n: save_prompt(rt, t, n, "", reset=True), [topic, name], status, **private).then(
+        load, [topic, name], [text, about, no_answer], **private
+    )
     save_answer.click(lambda t, v: save_no_answer(rt, t, v), [topic, no_answer], status, **private)
     return {"topic": topic, "tab": tab}

@@ -26,19 +26,33 @@ QUESTION_HEADERS = ["Question", "Way", "Confidence", "recall@5", "MRR", "Files (
 #: Relative column widths: the numbers keep their headers on one line, the texts wrap.
 QUESTION_COLUMN_WIDTHS: list[str | int] = ["20%", "7%", "9%", "8%", "6%", "17%", "12%", "15%", "6%"]
 #: Metrics shown in the summary, in this order, when the run has them.
-SUMMARY_METRICS = ("recall@1", "recall@5", "recall@10", "any_gold@5", "mrr", "exact_match", "f1", "judged_correct",
-                   "way_accuracy", "ms_per_question")  # fmt: skip
-EXAMPLE = ('[{"question": "How often is pump P-7 inspected?", "answer": "every 90 days", '
-           '"gold_sources": ["pumps.txt"], "expected_way": "SEARCH"}]')  # fmt: skip
+SUMMARY_METRICS = (
+    "recall@1",
+    "recall@5",
+    "recall@10",
+    "any_gold@5",
+    "mrr",
+    "exact_match",
+    "f1",
+    "judged_correct",
+    "way_accuracy",
+    "ms_per_question",
+)
+EXAMPLE = (
+    '[{"question": "How often is pump P-7 inspected?", "answer": "every 90 days", '
+    '"gold_sources": ["pumps.txt"], "expected_way": "SEARCH"}]'
+)
 ROUTED = "routed (as in a chat)"
 
 
 def summary_html(info) -> str:
     """The run's description and its metrics as a small table (a note while it has not finished)."""
     changed = ", ".join(f"<code>{html.escape(k)}={html.escape(str(v))}</code>" for k, v in info.settings_changed.items())
-    head = (f"<p><b>{html.escape(info.topic)}</b> · {info.questions} question(s) · way {html.escape(info.route)} · "
-            f"{'retrieval only' if info.retrieval_only else 'with answers'}"
-            f"{' · settings for this run: ' + changed if changed else ''} · <code>{html.escape(info.run_id)}</code></p>")  # fmt: skip
+    head = (
+        f"<p><b>{html.escape(info.topic)}</b> · {info.questions} question(s) · way {html.escape(info.route)} · "
+        f"{'retrieval only' if info.retrieval_only else 'with answers'}"
+        f"{' · settings for this run: ' + changed if changed else ''} · <code>{html.escape(info.run_id)}</code></p>"
+    )
     if info.summary is None:
         if info.error:
             return head + f"<p class='rt-eval-failed'><b>Failed:</b> {html.escape(info.error)}</p>"
@@ -48,11 +62,15 @@ def summary_html(info) -> str:
     rows = "".join(f"<tr><td>{html.escape(m)}</td><td style='text-align:right'>{_number(v)}</td></tr>" for m, v in cells)
     if info.summary.get("missing_gold_files"):
         names = info.summary["missing_gold_files"]
-        rows += (f"<tr><td>gold sources not in the Topic</td><td class='rt-eval-errors'>{len(names)}: "
-                 f"{html.escape(', '.join(names[:10]))} (a typo scores as a retrieval failure)</td></tr>")
+        rows += (
+            f"<tr><td>gold sources not in the Topic</td><td class='rt-eval-errors'>{len(names)}: "
+            f"{html.escape(', '.join(names[:10]))} (a typo scores as a retrieval failure)</td></tr>"
+        )
     if info.summary.get("errors"):  # each failed question scored as finding nothing
-        rows += (f"<tr><td>failed questions</td><td class='rt-eval-errors'>{info.summary['errors']} "
-                 f"(first: {html.escape(str(info.summary.get('first_error', '')))}); they count as finding nothing</td></tr>")
+        rows += (
+            f"<tr><td>failed questions</td><td class='rt-eval-errors'>{info.summary['errors']} "
+            f"(first: {html.escape(str(info.summary.get('first_error', '')))}); they count as finding nothing</td></tr>"
+        )
     return f"{head}<table class='rt-eval-summary'>{rows}<tr><td>ways taken</td><td>{ways}</td></tr></table>"
 
 
@@ -62,10 +80,19 @@ def question_rows(questions: list[dict[str, Any]]) -> list[list]:
     for q in questions:
         m = q.get("metrics") or {}
         answer = q.get("answer") or (f"failed: {q['error']}" if q.get("error") else "")
-        rows.append([q["question"], q.get("way", ""), "" if q.get("confidence") is None else round(q["confidence"], 3),
-                     m.get("recall@5", ""), "" if "mrr" not in m else round(m["mrr"], 3), " | ".join(q.get("files", [])[:5]),
-                     " | ".join(q.get("gold_sources", [])), answer if len(answer) <= 300 else answer[:297] + "...",
-                     (q.get("timings_ms") or {}).get("total", "")])  # fmt: skip
+        rows.append(
+            [
+                q["question"],
+                q.get("way", ""),
+                "" if q.get("confidence") is None else round(q["confidence"], 3),
+                m.get("recall@5", ""),
+                "" if "mrr" not in m else round(m["mrr"], 3),
+                " | ".join(q.get("files", [])[:5]),
+                " | ".join(q.get("gold_sources", [])),
+                answer if len(answer) <= 300 else answer[:297] + "...",
+                (q.get("timings_ms") or {}).get("total", ""),
+            ]
+        )
     return rows
 
 
@@ -73,6 +100,7 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
     """Two finished runs side by side: each metric with its change, then the questions that changed."""
     if a.summary is None or b.summary is None:
         return "<p>Both runs must have finished to be compared.</p>"
+
     def colour(metric: str, change: float | None) -> str:
         if change is None:
             return "inherit"
@@ -90,16 +118,23 @@ def compare_html(a, a_questions: list[dict], b, b_questions: list[dict]) -> str:
         if "only_in" in c:
             detail = f"asked in run {c['only_in']} only"
         else:
-            detail = "; ".join(f"{html.escape(k)}: {html.escape(short_value(x, 80))} → {html.escape(short_value(y, 80))}"
-                               for k, (x, y) in c["changes"].items())  # fmt: skip
+            detail = "; ".join(
+                f"{html.escape(k)}: {html.escape(short_value(x, 80))} → {html.escape(short_value(y, 80))}"
+                for k, (x, y) in c["changes"].items()
+            )
         items.append(f"<li class='rt-eval-changed'><b>{html.escape(short_value(c['question'], 120))}</b><br>{detail}</li>")
     more = f"<p>… and {len(changes) - 100} more.</p>" if len(changes) > 100 else ""
-    apart = ("<p class='rt-eval-warning'><b>The two runs share no question:</b> their metrics are not comparable.</p>"
-             if a_questions and b_questions and not shared_questions(a_questions, b_questions) else "")
-    return (f"<p>A: <code>{html.escape(a.run_id)}</code> · B: <code>{html.escape(b.run_id)}</code></p>{apart}"
-            f"<table class='rt-eval-compare'><tr><th>metric</th><th>A</th><th>B</th><th>B − A</th></tr>{metric_rows}</table>"
-            f"<p><b>{len(changes)} question(s) changed</b> (way, recall@5, MRR, judged correctness or answer)</p>"
-            f"<ul>{''.join(items)}</ul>{more}")  # fmt: skip
+    apart = (
+        "<p class='rt-eval-warning'><b>The two runs share no question:</b> their metrics are not comparable.</p>"
+        if a_questions and b_questions and not shared_questions(a_questions, b_questions)
+        else ""
+    )
+    return (
+        f"<p>A: <code>{html.escape(a.run_id)}</code> · B: <code>{html.escape(b.run_id)}</code></p>{apart}"
+        f"<table class='rt-eval-compare'><tr><th>metric</th><th>A</th><th>B</th><th>B − A</th></tr>{metric_rows}</table>"
+        f"<p><b>{len(changes)} question(s) changed</b> (way, recall@5, MRR, judged correctness or answer)</p>"
+        f"<ul>{''.join(items)}</ul>{more}"
+    )
 
 
 def _number(value: Any) -> str:
@@ -117,27 +152,44 @@ def build(rt: Runtime) -> dict:
     """Lay out the tab; returns its Topic dropdown for refreshing."""
     ways = [ROUTED, *(r.value for r in Route)]
     with gr.Tab("QA", id="qa") as tab:
-        gr.Markdown("Score a Topic on questions with known sources (and answers or ways, when you have them). "
-                    "Runs are queued for the worker and saved; reopen and compare them below.")  # fmt: skip
+        gr.Markdown(
+            "Score a Topic on questions with known sources (and answers or ways, when you have them). "
+            "Runs are queued for the worker and saved; reopen and compare them below."
+        )
         with gr.Row():
             topic = gr.Dropdown(topic_choices(rt), label="Topic", allow_custom_value=True, elem_id="qa-topic")
             way = gr.Dropdown(ways, value=ROUTED, label="Way", elem_id="qa-way")
-            retrieval_only = gr.Checkbox(True, label="Retrieval only (no answers: seconds, not minutes)", elem_id="qa-retrieval-only")
-        questions_file = gr.File(label="Question file (JSON: a list of {question, answer?, gold_sources?, expected_way?})",
-                                 type="filepath", file_types=[".json"], elem_id="qa-file")  # fmt: skip
+            retrieval_only = gr.Checkbox(
+                True, label="Retrieval only (no answers: seconds, not minutes)", elem_id="qa-retrieval-only"
+            )
+        questions_file = gr.File(
+            label="Question file (JSON: a list of {question, answer?, gold_sources?, expected_way?})",
+            type="filepath",
+            file_types=[".json"],
+            elem_id="qa-file",
+        )
         questions_text = gr.Textbox(label="…or paste the questions (JSON)", lines=4, placeholder=EXAMPLE, elem_id="qa-text")
-        settings_text = gr.Textbox(label="Settings for this run only (key=value, one per line; nothing is stored)", lines=2,
-                                   placeholder="retrieval_strategy=DENSE\ntop_k_results=5", elem_id="qa-settings")  # fmt: skip
+        settings_text = gr.Textbox(
+            label="Settings for this run only (key=value, one per line; nothing is stored)",
+            lines=2,
+            placeholder="retrieval_strategy=DENSE\ntop_k_results=5",
+            elem_id="qa-settings",
+        )
         start = gr.Button("Run evaluation", variant="primary", elem_id="qa-run")
         message = gr.Markdown(elem_id="qa-message")
         progress = gr.HTML(elem_id="qa-progress")
         gr.Markdown("#### Saved runs")
         run_choice = gr.Dropdown(run_choices(rt), label="Run", allow_custom_value=True, elem_id="qa-run-choice")
         summary = gr.HTML(elem_id="qa-summary")
-        table = gr.Dataframe(headers=QUESTION_HEADERS, interactive=False, wrap=True, elem_id="qa-table",
-                             column_widths=QUESTION_COLUMN_WIDTHS)  # fmt: skip
-        downloads = gr.File(label="Download (summary.json, questions.json, questions.csv)", file_count="multiple",
-                            interactive=False, elem_id="qa-downloads")  # fmt: skip
+        table = gr.Dataframe(
+            headers=QUESTION_HEADERS, interactive=False, wrap=True, elem_id="qa-table", column_widths=QUESTION_COLUMN_WIDTHS
+        )
+        downloads = gr.File(
+            label="Download (summary.json, questions.json, questions.csv)",
+            file_count="multiple",
+            interactive=False,
+            elem_id="qa-downloads",
+        )
         gr.Markdown("#### Compare two runs")
         with gr.Row():
             run_a = gr.Dropdown(run_choices(rt), label="Run A", allow_custom_value=True, elem_id="qa-compare-a")
@@ -159,8 +211,9 @@ def build(rt: Runtime) -> dict:
             if not (text or "").strip():
                 return "Upload a question file or paste the questions first.", None
             lines = [ln.strip() for ln in (settings or "").splitlines() if ln.strip()]
-            run_id = start_run(rt, topic_name, text, assignments=lines, route=None if way_name == ROUTED else way_name,
-                               retrieval_only=bool(only))  # fmt: skip
+            run_id = start_run(
+                rt, topic_name, text, assignments=lines, route=None if way_name == ROUTED else way_name, retrieval_only=bool(only)
+            )
         except (RagTopicsError, OSError, UnicodeDecodeError) as exc:
             return f"**Not started:** {html.escape(str(exc))}", None
         return f"Queued run `{run_id}`{ignored}.", run_id
@@ -217,11 +270,15 @@ def build(rt: Runtime) -> dict:
             return f"<p>{html.escape(str(exc))}</p>"
         return compare_html(a, aq, b, bq)
 
-    started = start.click(on_start, [topic, way, retrieval_only, questions_file, questions_text, settings_text],
-                          [message, current], api_name="start_evaluation", api_visibility="undocumented")  # fmt: skip
+    started = start.click(
+        on_start,
+        [topic, way, retrieval_only, questions_file, questions_text, settings_text],
+        [message, current],
+        api_name="start_evaluation",
+        api_visibility="undocumented",
+    )
     started.then(lambda run_id: refresh_runs(run_id), current, [run_choice, run_a, run_b], api_visibility="private")
-    timer.tick(tick, current, [progress, current, summary, table, downloads], show_progress="hidden",
-               api_visibility="private")  # fmt: skip
+    timer.tick(tick, current, [progress, current, summary, table, downloads], show_progress="hidden", api_visibility="private")
     run_choice.change(show, run_choice, [summary, table, downloads], api_name="evaluation_run", api_visibility="undocumented")
     for trigger in (tab.select, run_choice.focus, run_a.focus, run_b.focus):
         trigger(list_runs_again, None, [run_choice, run_a, run_b], api_visibility="private")

@@ -59,8 +59,9 @@ def owner_of(user: User) -> str:
     return OPEN_MODE_OWNER if user is LOCAL_USER else user.username
 
 
-async def guard_client_ids(rt: Runtime, scope: dict, receive: Receive, send: Send,
-                           user: User) -> tuple[str | None, Receive, Send]:  # fmt: skip
+async def guard_client_ids(
+    rt: Runtime, scope: dict, receive: Receive, send: Send, user: User
+) -> tuple[str | None, Receive, Send]:
     """Check the session hashes and event ids of a Gradio API request against ``user``.
 
     Args:
@@ -76,7 +77,7 @@ async def guard_client_ids(rt: Runtime, scope: dict, receive: Receive, send: Sen
     if not path.startswith(GRADIO_API) or path.startswith(GRADIO_API + "mcp"):
         return None, receive, send
     owner = owner_of(user)
-    parts = path[len(GRADIO_API):].strip("/").split("/")
+    parts = path[len(GRADIO_API) :].strip("/").split("/")
     hashes = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", [])
     event_ids: list[str] = []
     method = scope.get("method")

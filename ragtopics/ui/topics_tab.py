@@ -27,8 +27,15 @@ def topics_table(rt: Runtime) -> list[list]:
     Top-K is Top-K Results for RAG and Top-K Nodes for GraphRAG.
     """
     return [
-        [t.name, t.kind, t.settings.chunk_size, t.settings.chunk_overlap, _top_k(t.settings),
-         t.settings.min_similarity_score, f"v{t.settings_version}"]
+        [
+            t.name,
+            t.kind,
+            t.settings.chunk_size,
+            t.settings.chunk_overlap,
+            _top_k(t.settings),
+            t.settings.min_similarity_score,
+            f"v{t.settings_version}",
+        ]
         for t in list_topics(rt)
     ]
 
@@ -54,9 +61,15 @@ def build(rt: Runtime) -> dict:
 
     event = wizard_parts["create"].then(lambda: topics_table(rt), None, table, api_visibility="private")
 
-    return {"tab": tab, "created": event, "deleted": deleted["event"], "settings_topic": settings_box, "delete_topic": deleted["topic"],
-            "overrides_topic": overrides_topic,
-            "table": table}  # fmt: skip
+    return {
+        "tab": tab,
+        "created": event,
+        "deleted": deleted["event"],
+        "settings_topic": settings_box,
+        "delete_topic": deleted["topic"],
+        "overrides_topic": overrides_topic,
+        "table": table,
+    }
 
 
 def register_api(rt: Runtime) -> None:
@@ -91,8 +104,10 @@ def register_api(rt: Runtime) -> None:
 def overrides_text(rt: Runtime) -> str:
     """The LLM Overrides help: each role and the model its endpoint asks by default."""
     defaults = ", ".join(f"{role}: `{rt.settings.endpoint(role).model}`" for role in ROLES)
-    return ("A model per role for this Topic, asked on that role's endpoint (Admin → LLM Configuration); a role left out "
-            f"uses the endpoint's model. Now: {defaults}.")  # fmt: skip
+    return (
+        "A model per role for this Topic, asked on that role's endpoint (Admin → LLM Configuration); a role left out "
+        f"uses the endpoint's model. Now: {defaults}."
+    )
 
 
 def save_overrides(rt: Runtime, topic_name: str, memory, models: str) -> str:
@@ -114,8 +129,11 @@ def _llm_overrides(rt: Runtime) -> gr.Dropdown:
         with gr.Row():
             topic = gr.Dropdown(choices=[], label="Topic", allow_custom_value=True, elem_id="overrides-topic")
             memory = gr.Number(label="Memory (earlier messages the model sees)", precision=0, elem_id="overrides-memory")
-            models = gr.Textbox(label="Models per role (role=model, comma-separated)", placeholder="router=small-model",
-                                elem_id="overrides-models")  # fmt: skip
+            models = gr.Textbox(
+                label="Models per role (role=model, comma-separated)",
+                placeholder="router=small-model",
+                elem_id="overrides-models",
+            )
         save = gr.Button("Save overrides", elem_id="overrides-save")
         status = gr.Markdown(elem_id="overrides-status")
 
@@ -145,8 +163,11 @@ def _delete_panel(rt: Runtime, table) -> dict:
         if not topic_name:
             return "Choose a Topic to delete first.", gr.skip(), gr.skip()
         if (confirmation or "").strip() != topic_name:
-            return (f"Type the Topic's name exactly, **{md_text(topic_name)}**, to confirm. Nothing was deleted.",
-                    gr.skip(), gr.skip())  # fmt: skip
+            return (
+                f"Type the Topic's name exactly, **{md_text(topic_name)}**, to confirm. Nothing was deleted.",
+                gr.skip(),
+                gr.skip(),
+            )
         try:
             deletion = delete_topic(rt, topic_name)
         except RagTopicsError as exc:
@@ -155,7 +176,9 @@ def _delete_panel(rt: Runtime, table) -> dict:
         notes = "".join(f"<br>{html.escape(note)}" for note in deletion.notes)
         return f"Deleted Topic **{md_text(topic_name)}** ({what}).{notes}", topics_table(rt), ""
 
-    event = button.click(on_delete, [topic, typed], [status, table, typed], api_name="delete_topic", api_visibility="undocumented")
+    event = button.click(
+        on_delete, [topic, typed], [status, table, typed], api_name="delete_topic", api_visibility="undocumented"
+    )
     return {"event": event, "topic": topic}
 
 
@@ -213,8 +236,10 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
         keys = sorted(type(t.settings).model_fields)
         setting = setting if setting in keys else keys[0]
         row = next(r for r in settings_rows(t.settings) if r.key == setting)
-        about_text = (f"**{row.key}** ({row.phase}; {html.escape(row.values)}; default `{html.escape(row.default)}`): "
-                      f"{html.escape(row.description)}") + phase_note(row.phase)
+        about_text = (
+            f"**{row.key}** ({row.phase}; {html.escape(row.values)}; default `{html.escape(row.default)}`): "
+            f"{html.escape(row.description)}"
+        ) + phase_note(row.phase)
         return row.value, about_text, gr.update(choices=keys, value=setting)
 
     def change(topic_name, setting, raw):
@@ -223,8 +248,13 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
         except RagTopicsError as exc:
             return f"**Not changed:** {exc}", topics_table(rt)
         phase = phase_of(type(t.settings), setting)
-        return ((f"Topic **{md_text(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
-                f"(settings v{t.settings_version}).{phase_note(phase)}"), topics_table(rt))  # fmt: skip
+        return (
+            (
+                f"Topic **{md_text(t.name)}**: `{setting}` = `{display_value(getattr(t.settings, setting))}` "
+                f"(settings v{t.settings_version}).{phase_note(phase)}"
+            ),
+            topics_table(rt),
+        )
 
     def start_reembed(topic_name):
         try:
@@ -237,6 +267,7 @@ def _settings_editor(rt: Runtime, table) -> gr.Dropdown:
     key.change(lambda name, setting: current(name, setting)[:2], [topic, key], [value, about], api_visibility="private")
     topic.change(lambda name: settings_table(rt, name), [topic], reference, api_visibility="private")
     apply.click(change, [topic, key, value], [status, table], api_name="change_setting", api_visibility="undocumented").then(
-        lambda name: settings_table(rt, name), [topic], reference, api_visibility="private")  # fmt: skip
+        lambda name: settings_table(rt, name), [topic], reference, api_visibility="private"
+    )
     reembed.click(start_reembed, [topic], status, api_name="reembed_topic", api_visibility="undocumented")
     return topic

@@ -50,9 +50,12 @@ def indexed_with_text(w: dict) -> str:
         return ""
     if w.get("origin") == "graph ingestion":  # no file was read or chunked: say where the graph came from
         where = f" from {w['location']}" if w.get("location") else ""
-        return (f"graph ingestion ({w.get('format', '')}{where}) · {w.get('nodes', 0)} nodes, {w.get('edges', 0)} edges"
-                + (f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""))  # fmt: skip
-    keywords = f"keyword index ({w.get('keyword_enrichment', '').lower() or 'yes'})" if w.get("keyword_index") else "no keyword index"
+        return f"graph ingestion ({w.get('format', '')}{where}) · {w.get('nodes', 0)} nodes, {w.get('edges', 0)} edges" + (
+            f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""
+        )
+    keywords = (
+        f"keyword index ({w.get('keyword_enrichment', '').lower() or 'yes'})" if w.get("keyword_index") else "no keyword index"
+    )
     records = w.get("records_per_chunk")
     per_chunk = ""
     if records:
@@ -60,9 +63,10 @@ def indexed_with_text(w: dict) -> str:
         per_chunk = f" · {fewest if fewest == most else f'{fewest}–{most}'} record{'s' if most > 1 else ''} per chunk"
     split = f" · {w['token_cap']}" if w.get("token_cap") else ""  # chunks split to fit the embedder's window
     graph = f" · {graph_panel.document_graph_text(w['graph'])}" if w.get("graph") else ""
-    return (f"{w.get('chunking_strategy', '')} {w.get('chunk_size', '?')}/{w.get('chunk_overlap', '?')} · {keywords} · {w.get('reader', '')}"
-            f"{per_chunk}{split}{graph}")
-
+    return (
+        f"{w.get('chunking_strategy', '')} {w.get('chunk_size', '?')}/{w.get('chunk_overlap', '?')} · {keywords} · {w.get('reader', '')}"
+        f"{per_chunk}{split}{graph}"
+    )
 
 
 def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
@@ -76,10 +80,19 @@ def documents_table(rt: Runtime, topic_name: str | None) -> list[list]:
         status = d.status
         if d.status == "failed" and w:
             status = "failed · previous version searchable"
-        rows.append([short_name(d.file_name), status, d.chunk_count, d.error or d.warning, indexed_with_text(w),
-                     ", ".join(f"{k} {v}" for k, v in w.get("model_calls", {}).items()),
-                     round(d.size_bytes / 1024, 2), version_text(d.content_sha256, d.pending_sha256, d.status),
-                     d.updated_at.strftime("%Y-%m-%d %H:%M:%S") if d.updated_at else ""])  # fmt: skip
+        rows.append(
+            [
+                short_name(d.file_name),
+                status,
+                d.chunk_count,
+                d.error or d.warning,
+                indexed_with_text(w),
+                ", ".join(f"{k} {v}" for k, v in w.get("model_calls", {}).items()),
+                round(d.size_bytes / 1024, 2),
+                version_text(d.content_sha256, d.pending_sha256, d.status),
+                d.updated_at.strftime("%Y-%m-%d %H:%M:%S") if d.updated_at else "",
+            ]
+        )
     return rows
 
 
@@ -130,18 +143,24 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
     empty = sum(p.status == "finished" and (p.result or {}).get("status") == "empty" for _, p in progress)
     stopped = sum(p.status == "finished" and (p.result or {}).get("status") in STOPPED for _, p in progress)
     failed = sum(p.is_final and p.status != "finished" for _, p in progress)
-    counts = (f"{finished - empty - stopped} indexed · " + (f"{empty} empty (no readable text) · " if empty else "")
-              + (f"{stopped} replaced or deleted before indexing finished · " if stopped else ""))  # fmt: skip
+    counts = (
+        f"{finished - empty - stopped} indexed · "
+        + (f"{empty} empty (no readable text) · " if empty else "")
+        + (f"{stopped} replaced or deleted before indexing finished · " if stopped else "")
+    )
     repeats = f", {plural(again, 're-upload')}" if again else ""
-    summary = progress_bar(f"{len(jobs)} file(s) uploaded in this session{repeats}", (finished + failed) / len(jobs),
-                           f"{counts}{failed} failed · {len(jobs) - finished - failed} waiting or running",
-                           "failed" if failed else ("done" if finished == len(jobs) else ""))  # fmt: skip
+    summary = progress_bar(
+        f"{len(jobs)} file(s) uploaded in this session{repeats}",
+        (finished + failed) / len(jobs),
+        f"{counts}{failed} failed · {len(jobs) - finished - failed} waiting or running",
+        "failed" if failed else ("done" if finished == len(jobs) else ""),
+    )
     # Running jobs first (the oldest queued run first), then failed ones, then waiting ones, then the newest finished.
     running = [x for x in progress if x[1].status == "started"]
     failed_bars = [x for x in progress if x[1].is_final and x[1].status != "finished"]
     waiting = [x for x in progress if not x[1].is_final and x[1].status != "started"]
     shown = (running + failed_bars + waiting)[:MAX_BARS]
-    shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)):] if len(shown) < MAX_BARS else []
+    shown += [x for x in progress if x[1].status == "finished"][-(MAX_BARS - len(shown)) :] if len(shown) < MAX_BARS else []
     partial = [p.job_id for _, p in shown if p.partial]  # read in full only the bars shown
     full = dict(zip(partial, job_progresses(rt, partial), strict=True))
     shown = [(name, full.get(p.job_id, p)) for name, p in shown]
@@ -160,8 +179,10 @@ def jobs_html(rt: Runtime, jobs: list[tuple[str, ...]], kept: dict | None = None
             detail = "empty · no readable text, nothing of it can be found" if empty else done
             bars.append(progress_bar(short_name(name), 1.0, detail, "empty" if empty else "done"))
             if p.job_id in costs:  # under the bar: the cost estimate kept with the upload beside what it took
-                bars.append(f'<div class="rt-cost" style="font-size:0.8em;color:#6b7280;text-align:right;margin:0 0 4px">'
-                            f"{html.escape(comparison_text(costs[p.job_id]))}</div>")  # fmt: skip
+                bars.append(
+                    f'<div class="rt-cost" style="font-size:0.8em;color:#6b7280;text-align:right;margin:0 0 4px">'
+                    f"{html.escape(comparison_text(costs[p.job_id]))}</div>"
+                )
         elif p.status in ("failed", "stopped", "canceled", "missing"):
             bars.append(progress_bar(short_name(name), 1.0, f"failed: {p.error or p.status}", "failed"))
         else:
@@ -197,8 +218,9 @@ class Shown:
     age: int = 0
 
 
-def poll(rt: Runtime, topic_name: str | None, jobs: list[tuple[str, ...]], kept: dict | None,
-         shown: Shown | None) -> tuple[str | None, list[list] | None, Shown]:  # fmt: skip
+def poll(
+    rt: Runtime, topic_name: str | None, jobs: list[tuple[str, ...]], kept: dict | None, shown: Shown | None
+) -> tuple[str | None, list[list] | None, Shown]:
     """One tick of an open Upload tab: its progress bars (:func:`jobs_html`) and its Indexed Documents list.
 
     The list's rows are read when another Topic was chosen, when the Topic's documents changed since
@@ -240,8 +262,9 @@ def build(rt: Runtime) -> dict:
         messages = gr.Markdown(elem_id="upload-messages")
         progress = gr.HTML(elem_id="upload-progress")
         gr.Markdown("#### Indexed Documents")
-        table = gr.Dataframe(headers=DOC_HEADERS, interactive=False, elem_id="documents", wrap=True,
-                             column_widths=DOC_COLUMN_WIDTHS)  # fmt: skip
+        table = gr.Dataframe(
+            headers=DOC_HEADERS, interactive=False, elem_id="documents", wrap=True, column_widths=DOC_COLUMN_WIDTHS
+        )
         with gr.Row(equal_height=True):
             doc_choice = gr.Dropdown([], label="Document", allow_custom_value=False, elem_id="delete-document-choice", scale=3)
             why_doc = gr.Button("Why? (nothing found, failed)", elem_id="why-document", scale=1)
@@ -284,8 +307,10 @@ def build(rt: Runtime) -> dict:
         return "\n".join([head, *lines]), (current_jobs + new_jobs)[-MAX_TRACKED_JOBS:], gr.File(value=None)
 
     upload.click(on_upload, [topic, files, jobs], [messages, jobs, files], api_name="upload_files", api_visibility="undocumented")
-    preview.click(lambda t, p: preview_cost(rt, t, p), [topic, files], cost_panel, api_name="preview_cost",
-                  api_visibility="undocumented")  # fmt: skip
+    preview.click(
+        lambda t, p: preview_cost(rt, t, p), [topic, files], cost_panel, api_name="preview_cost", api_visibility="undocumented"
+    )
+
     def tick(topic_name, current_jobs, shown):
         """Re-render the bars and the list only when they changed (:func:`poll`), so an idle tab does not flicker.
 
@@ -315,24 +340,42 @@ def build(rt: Runtime) -> dict:
     def on_ask_delete(topic_name, file_name):
         if not topic_name or not file_name:
             return gr.Group(visible=False), "", gr.skip(), "Choose a Topic and a document to delete first."
-        question = (f"Delete **{md_text(file_name)}** from Topic **{md_text(topic_name)}**? Its chunks, keywords, "
-                    "pictures and stored file are removed for good; chats that cited it show it as removed.")  # fmt: skip
+        question = (
+            f"Delete **{md_text(file_name)}** from Topic **{md_text(topic_name)}**? Its chunks, keywords, "
+            "pictures and stored file are removed for good; chats that cited it show it as removed."
+        )
         return gr.Group(visible=True), question, gr.Button(f"Delete {short_name(file_name, 40)}"), ""
 
     def on_delete(topic_name, file_name):
         try:
             removed = delete_document(rt, get_topic(rt, topic_name), file_name)
         except RagTopicsError as exc:
-            return gr.Group(visible=False), f"**Not deleted:** {html.escape(str(exc))}", documents_table(rt, topic_name), gr.skip()
+            return (
+                gr.Group(visible=False),
+                f"**Not deleted:** {html.escape(str(exc))}",
+                documents_table(rt, topic_name),
+                gr.skip(),
+            )
         what = removed_text(removed)
-        return (gr.Group(visible=False), f"Deleted **{html.escape(file_name)}** ({what}).", documents_table(rt, topic_name),
-                document_names(topic_name))  # fmt: skip
+        return (
+            gr.Group(visible=False),
+            f"Deleted **{html.escape(file_name)}** ({what}).",
+            documents_table(rt, topic_name),
+            document_names(topic_name),
+        )
 
     topic.change(document_names, topic, doc_choice, api_visibility="private")
     doc_choice.focus(document_names, [topic, doc_choice], doc_choice, api_visibility="private")
-    ask_delete.click(on_ask_delete, [topic, doc_choice], [confirm_box, confirm_text, confirm, deleted_text], api_visibility="private")
-    confirm.click(on_delete, [topic, doc_choice], [confirm_box, deleted_text, table, doc_choice], api_name="delete_document",
-                  api_visibility="undocumented")  # fmt: skip
+    ask_delete.click(
+        on_ask_delete, [topic, doc_choice], [confirm_box, confirm_text, confirm, deleted_text], api_visibility="private"
+    )
+    confirm.click(
+        on_delete,
+        [topic, doc_choice],
+        [confirm_box, deleted_text, table, doc_choice],
+        api_name="delete_document",
+        api_visibility="undocumented",
+    )
     cancel.click(lambda: gr.Group(visible=False), None, confirm_box, api_visibility="private")
 
     def explain(topic_name, file_name):

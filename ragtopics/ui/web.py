@@ -59,8 +59,11 @@ PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 PUBLIC_PATHS = frozenset({"/login", "/logout"}) | PROBE_PATHS
 #: Paths anyone may reach without a caller, as patterns: only the demo pages of a demo link
 #: (:mod:`ragtopics.ui.demo_page`), which check the link's token themselves and can only ask its Topic.
-PUBLIC_PATTERNS = (re.compile(r"/demo/[A-Za-z0-9_-]{1,100}"), re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/ask"),
-                   re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/files/[A-Za-z0-9_.-]{1,4000}"))  # fmt: skip
+PUBLIC_PATTERNS = (
+    re.compile(r"/demo/[A-Za-z0-9_-]{1,100}"),
+    re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/ask"),
+    re.compile(r"/demo/[A-Za-z0-9_-]{1,100}/files/[A-Za-z0-9_.-]{1,4000}"),
+)
 #: Failed logins per username and client address before the login is refused for a while.
 MAX_FAILED_LOGINS = 10
 #: Seconds the failed-login count is kept (and a blocked login stays blocked).
@@ -141,9 +144,14 @@ class AccessMiddleware:
         if path in PROBE_PATHS:
             return await self.app(scope, receive, send)
         try:
-            user = await anyio.to_thread.run_sync(functools.partial(
-                resolve_caller, self.rt, authorization=headers.get("authorization"),
-                session_id=_cookie(headers.get("cookie"), sessions.SESSION_COOKIE)))  # fmt: skip
+            user = await anyio.to_thread.run_sync(
+                functools.partial(
+                    resolve_caller,
+                    self.rt,
+                    authorization=headers.get("authorization"),
+                    session_id=_cookie(headers.get("cookie"), sessions.SESSION_COOKIE),
+                )
+            )
         except Exception as exc:
             if not is_store_outage(exc):
                 log.exception("could not check the caller of %s", path)
@@ -170,8 +178,14 @@ class AccessMiddleware:
             target = path + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
             response = RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
             return await response(scope, receive, send)
-        return await _refuse(scope, receive, send, 401, "Not logged in (or the session ended): reload the page to log in. "
-                                                        "Programs send an API token (Admin → Users) as a Bearer token.")  # fmt: skip
+        return await _refuse(
+            scope,
+            receive,
+            send,
+            401,
+            "Not logged in (or the session ended): reload the page to log in. "
+            "Programs send an API token (Admin → Users) as a Bearer token.",
+        )
 
 
 def is_public_pattern(path: str) -> bool:
@@ -221,9 +235,21 @@ async def _refuse(scope, receive, send, status: int, message: str) -> None:
 
 
 #: The role each page's events need; ``console`` holds the events of the console's frame (its load event).
-ROLE_OF_PAGE = {"topics": "operator", "upload": "operator", "chat": "viewer", "prompts": "operator",
-                "qa": "operator", "graph": "viewer", "logs": "operator", "admin": "admin", "dev_reports": users.DEV_REPORTING, "mcp": "viewer",
-                "demo_links": "operator", "graph_corrections": "operator", "console": "viewer"}  # fmt: skip
+ROLE_OF_PAGE = {
+    "topics": "operator",
+    "upload": "operator",
+    "chat": "viewer",
+    "prompts": "operator",
+    "qa": "operator",
+    "graph": "viewer",
+    "logs": "operator",
+    "admin": "admin",
+    "dev_reports": users.DEV_REPORTING,
+    "mcp": "viewer",
+    "demo_links": "operator",
+    "graph_corrections": "operator",
+    "console": "viewer",
+}
 #: What an event registered outside every :meth:`EventRoles.page` needs: a new event is denied (to all but
 #: admins) until it is given a page.
 UNLISTED_EVENT_ROLE = "admin"
@@ -276,8 +302,9 @@ def _check(rt: Runtime, request: gr.Request | None, need: str) -> User:
     if request is None:
         raise gr.Error("This event needs a request; it cannot be called here.")
     try:
-        user = resolve_caller(rt, authorization=request.headers.get("authorization"),
-                              session_id=request.cookies.get(sessions.SESSION_COOKIE))  # fmt: skip
+        user = resolve_caller(
+            rt, authorization=request.headers.get("authorization"), session_id=request.cookies.get(sessions.SESSION_COOKIE)
+        )
         return users.require(user, need)
     except AccessDeniedError as exc:
         raise gr.Error(f"Not allowed: {exc}.") from None
@@ -337,24 +364,30 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
         f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
         f"<title>{html.escape(title)} · ragtopics</title></head>"
         f"<body style='font-family:system-ui,sans-serif;max-width:26em;margin:4em auto;padding:0 1em'>"
-        f"<h2>ragtopics</h2>{body}</body></html>", status_code=status)  # fmt: skip
+        f"<h2>ragtopics</h2>{body}</body></html>",
+        status_code=status,
+    )
 
 
 def _login_form(next_path: str, message: str = "") -> str:
     note = f"<p role='alert' style='color:#b91c1c'>{html.escape(message)}</p>" if message else ""
     field_style = "display:block;width:100%;padding:6px;margin:4px 0 12px;box-sizing:border-box"
-    return (f"{note}<form method='post' action='/login'>"
-            f"<input type='hidden' name='next' value='{html.escape(next_path)}'>"
-            f"<label>Username<input name='username' autocomplete='username' required style='{field_style}'></label>"
-            f"<label>Password<input name='password' type='password' autocomplete='current-password' required "
-            f"style='{field_style}'></label><button type='submit' style='padding:6px 16px'>Log in</button></form>")  # fmt: skip
+    return (
+        f"{note}<form method='post' action='/login'>"
+        f"<input type='hidden' name='next' value='{html.escape(next_path)}'>"
+        f"<label>Username<input name='username' autocomplete='username' required style='{field_style}'></label>"
+        f"<label>Password<input name='password' type='password' autocomplete='current-password' required "
+        f"style='{field_style}'></label><button type='submit' style='padding:6px 16px'>Log in</button></form>"
+    )
 
 
 def open_mode_text() -> str:
     """What the console says while no admin exists."""
-    return ("No admin exists yet, so the console needs no login and serves on 127.0.0.1 only. To require login "
-            "(and to serve other machines or a share link), set ADMIN_USERNAME and ADMIN_PASSWORD in .env and "
-            "restart, or run `ragtopics user add NAME --role admin`.")  # fmt: skip
+    return (
+        "No admin exists yet, so the console needs no login and serves on 127.0.0.1 only. To require login "
+        "(and to serve other machines or a share link), set ADMIN_USERNAME and ADMIN_PASSWORD in .env and "
+        "restart, or run `ragtopics user add NAME --role admin`."
+    )
 
 
 def _safe_next(value: str | None) -> str:
@@ -390,8 +423,11 @@ def _failure_keys(request: Request, username: str) -> tuple[str, str]:
 def unlock_logins(rt: Runtime, username: str) -> int:
     """Forget a login name's failed attempts (from every address); returns how many counters were removed."""
     account = _account(username)
-    keys = [k for k in rt.redis.scan_iter(match=f"{FAILURES_PREFIX}*", count=1000)
-            if (k.decode() if isinstance(k, bytes) else k).rsplit(":", 1)[-1] == account]  # fmt: skip
+    keys = [
+        k
+        for k in rt.redis.scan_iter(match=f"{FAILURES_PREFIX}*", count=1000)
+        if (k.decode() if isinstance(k, bytes) else k).rsplit(":", 1)[-1] == account
+    ]
     return int(rt.redis.delete(*keys)) if keys else 0
 
 
@@ -418,7 +454,9 @@ def add_access_routes(api: FastAPI, rt: Runtime) -> None:
                 pipe.expire(key, FAILED_LOGIN_WINDOW_S)
             here, _, everywhere, _ = pipe.execute()
         if here > MAX_FAILED_LOGINS or everywhere > MAX_ACCOUNT_FAILURES:
-            return _page("Log in", _login_form(target, f"Too many failed logins; try again in {FAILED_LOGIN_WINDOW_S // 60} minutes."), 429)
+            return _page(
+                "Log in", _login_form(target, f"Too many failed logins; try again in {FAILED_LOGIN_WINDOW_S // 60} minutes."), 429
+            )
         try:
             user = await anyio.to_thread.run_sync(users.authenticate, rt, username, password)
         except AccessDeniedError:
@@ -426,8 +464,15 @@ def add_access_routes(api: FastAPI, rt: Runtime) -> None:
         rt.redis.delete(*keys)
         response = RedirectResponse(target, status_code=303)
         secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
-        response.set_cookie(sessions.SESSION_COOKIE, sessions.start_session(rt, user.username), max_age=rt.settings.session_ttl_s,
-                            httponly=True, samesite="lax", secure=secure, path="/")  # fmt: skip
+        response.set_cookie(
+            sessions.SESSION_COOKIE,
+            sessions.start_session(rt, user.username),
+            max_age=rt.settings.session_ttl_s,
+            httponly=True,
+            samesite="lax",
+            secure=secure,
+            path="/",
+        )
         log.info("login: %s (%s)", user.username, user.role)
         return response
 
@@ -492,8 +537,9 @@ def serve(api: FastAPI, blocks: gr.Blocks, *, host: str, port: int) -> ConsoleSe
     Raises:
         RagTopicsError: the server did not start within 30 s (the port is taken, for instance).
     """
-    config = uvicorn.Config(api, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=5)  # fmt: skip
+    config = uvicorn.Config(
+        api, host=host, port=port, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="console-http", daemon=True)
     thread.start()
@@ -514,4 +560,3 @@ def open_share_link(port: int) -> str:
         RuntimeError (or OSError): the share service cannot be reached (no internet).
     """
     return networking.setup_tunnel("127.0.0.1", port, secrets.token_urlsafe(32), None, None)
-

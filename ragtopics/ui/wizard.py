@@ -42,35 +42,112 @@ FIRST_KIND = next(iter(TOPIC_KINDS))
 #: The wizard's steps after step 1, per kind: (title, setting keys). file_types is drawn as groups.
 STEPS: dict[str, list[tuple[str, list[str]]]] = {
     "rag": [
-        ("Files and chunking", ["max_file_size_mb", "import_strategy", "chunking_strategy", "chunk_size", "chunk_overlap",
-                                "docling_server", "docling_settings", "describe_pictures", "store_pictures"]),
+        (
+            "Files and chunking",
+            [
+                "max_file_size_mb",
+                "import_strategy",
+                "chunking_strategy",
+                "chunk_size",
+                "chunk_overlap",
+                "docling_server",
+                "docling_settings",
+                "describe_pictures",
+                "store_pictures",
+            ],
+        ),
         ("Graph", []),
-        ("Search and answers", ["retrieval_strategy", "keyword_enrichment", "rrf_k", "top_k_results", "min_similarity_score",
-                                "follow_file_mentions", "reranking_strategy", "route_before_retrieval", "router_method", "router_confidence_threshold",
-                                "answer_mode", "memory", "no_answer_response", "show_pictures", "chat_attachment_types",
-                                "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
+        (
+            "Search and answers",
+            [
+                "retrieval_strategy",
+                "keyword_enrichment",
+                "rrf_k",
+                "top_k_results",
+                "min_similarity_score",
+                "follow_file_mentions",
+                "reranking_strategy",
+                "route_before_retrieval",
+                "router_method",
+                "router_confidence_threshold",
+                "answer_mode",
+                "memory",
+                "no_answer_response",
+                "show_pictures",
+                "chat_attachment_types",
+                "largest_chat_attachment_mb",
+                "mcp_interfaces",
+                "role_models",
+            ],
+        ),
     ],
     "graphrag": [
         ("Files and chunking", ["max_file_size_mb", "chunk_size", "chunk_overlap", "docling_server", "docling_settings"]),
-        ("Graph", ["graph_extraction_method", "picture_handling", "refresh_cycle", "resolution", "collection_name",
-                   "graph_database", "local_keyword_search", "global_keyword_search"]),
-        ("Search and answers", ["route_before_retrieval", "router_method", "confidence_threshold", "direct_confidence_threshold",
-                                "answer_without_searching", "path_max_hops", "seed_strategy", "top_k_nodes", "min_similarity_score",
-                                "hop_depth", "max_subgraph_nodes", "max_cited_chunks", "top_k_seed_chunks", "top_k_unlinked_chunks",
-                                "follow_file_mentions",                                 "top_k_reports", "max_follow_up_rounds", "max_follow_up_questions", "answer_mode", "memory", "no_answer_response",
-                                "chat_attachment_types", "largest_chat_attachment_mb", "mcp_interfaces", "role_models"]),
+        (
+            "Graph",
+            [
+                "graph_extraction_method",
+                "picture_handling",
+                "refresh_cycle",
+                "resolution",
+                "collection_name",
+                "graph_database",
+                "local_keyword_search",
+                "global_keyword_search",
+            ],
+        ),
+        (
+            "Search and answers",
+            [
+                "route_before_retrieval",
+                "router_method",
+                "confidence_threshold",
+                "direct_confidence_threshold",
+                "answer_without_searching",
+                "path_max_hops",
+                "seed_strategy",
+                "top_k_nodes",
+                "min_similarity_score",
+                "hop_depth",
+                "max_subgraph_nodes",
+                "max_cited_chunks",
+                "top_k_seed_chunks",
+                "top_k_unlinked_chunks",
+                "follow_file_mentions",
+                "top_k_reports",
+                "max_follow_up_rounds",
+                "max_follow_up_questions",
+                "answer_mode",
+                "memory",
+                "no_answer_response",
+                "chat_attachment_types",
+                "largest_chat_attachment_mb",
+                "mcp_interfaces",
+                "role_models",
+            ],
+        ),
     ],
-}  # fmt: skip
+}
 #: Keys of step 1 and the file-type groups, drawn by hand.
 FIXED_KEYS = ("custom_system_prompt", "file_types")
 #: How a few keys read in the console (the rest: words of the key, capitalised).
-LABELS = {"top_k_results": "Top-K Results", "min_similarity_score": "Min. Similarity Score", "rrf_k": "RRF k",
-          "mcp_interfaces": "MCP Interfaces", "max_file_size_mb": "Max. File Size (MB)", "top_k_nodes": "Top-K Nodes",
-          "largest_chat_attachment_mb": "Largest Chat Attachment (MB)", "top_k_reports": "Top-K Reports",
-          "top_k_seed_chunks": "Top-K Seed Chunks", "top_k_unlinked_chunks": "Top-K Unlinked Chunks",
-          "path_max_hops": "PATH Max. Hops", "chunk_size": "Chunk Size (characters)",
-          "chunk_overlap": "Chunk Overlap (characters)", "docling_settings": "Docling Settings (JSON)",
-          "role_models": "LLM Overrides (role=model, …)"}  # fmt: skip
+LABELS = {
+    "top_k_results": "Top-K Results",
+    "min_similarity_score": "Min. Similarity Score",
+    "rrf_k": "RRF k",
+    "mcp_interfaces": "MCP Interfaces",
+    "max_file_size_mb": "Max. File Size (MB)",
+    "top_k_nodes": "Top-K Nodes",
+    "largest_chat_attachment_mb": "Largest Chat Attachment (MB)",
+    "top_k_reports": "Top-K Reports",
+    "top_k_seed_chunks": "Top-K Seed Chunks",
+    "top_k_unlinked_chunks": "Top-K Unlinked Chunks",
+    "path_max_hops": "PATH Max. Hops",
+    "chunk_size": "Chunk Size (characters)",
+    "chunk_overlap": "Chunk Overlap (characters)",
+    "docling_settings": "Docling Settings (JSON)",
+    "role_models": "LLM Overrides (role=model, …)",
+}
 
 
 def label_of(key: str) -> str:
@@ -94,7 +171,12 @@ def field_component(kind: str, key: str, *, visible: bool = True) -> gr.componen
     default = model().__getattribute__(key)
     label = f"{label_of(key)} · default {describe_default(info)}"
     help_text = f"{info.description} Values: {describe_type(info)}. Applies at {phase_of(model, key).replace('+', ' and ')}."
-    common: dict[str, Any] = {"label": label, "info": help_text, "elem_id": f"wizard-{kind}-{key}".replace("_", "-"), "visible": visible}
+    common: dict[str, Any] = {
+        "label": label,
+        "info": help_text,
+        "elem_id": f"wizard-{kind}-{key}".replace("_", "-"),
+        "visible": visible,
+    }
     annotation = info.annotation
     if isinstance(default, Enum):
         return gr.Dropdown([m.value for m in type(default)], value=default.value, **common)
@@ -139,7 +221,9 @@ def changed_settings(kind: str, values: dict[str, Any]) -> dict[str, Any]:
     for key, raw in values.items():
         value = read_value(kind, key, raw)
         default = getattr(defaults, key)
-        plain = default.value if isinstance(default, Enum) else default.model_dump() if isinstance(default, BaseModel) else default
+        plain = (
+            default.value if isinstance(default, Enum) else default.model_dump() if isinstance(default, BaseModel) else default
+        )
         if value != plain:
             out[key] = value
     return out
@@ -150,8 +234,15 @@ def file_types_of(groups: list[list[str] | None]) -> list[str]:
     return sorted({t for chosen in groups for t in (chosen or [])})
 
 
-def create_from_wizard(rt: Runtime, kind_label: str, name: str, description: str, system_prompt: str,
-                       file_groups: list[list[str] | None], values: dict[str, Any]) -> str:  # fmt: skip
+def create_from_wizard(
+    rt: Runtime,
+    kind_label: str,
+    name: str,
+    description: str,
+    system_prompt: str,
+    file_groups: list[list[str] | None],
+    values: dict[str, Any],
+) -> str:
     """Create the Topic the wizard describes; returns the status line (what went wrong names the field).
 
     Args:
@@ -170,8 +261,10 @@ def create_from_wizard(rt: Runtime, kind_label: str, name: str, description: str
         topic = create_topic(rt, name or "", kind=kind, description=description or "", settings=settings)
     except RagTopicsError as exc:
         return f"**Not created:** {md_text(str(exc))}"
-    return (f"Created {kind_label} Topic **{md_text(topic.name)}** ({len(topic.settings.file_types)} file types). "
-            "Upload files on the Upload tab.")  # fmt: skip
+    return (
+        f"Created {kind_label} Topic **{md_text(topic.name)}** ({len(topic.settings.file_types)} file types). "
+        "Upload files on the Upload tab."
+    )
 
 
 def build(rt: Runtime) -> dict:
@@ -180,25 +273,45 @@ def build(rt: Runtime) -> dict:
     fields: list[Field] = []
     with gr.Walkthrough(selected=1, elem_id="wizard") as walk:
         with gr.Step("1 · Name", id=1):
-            kind = gr.Radio(list(KINDS), value=TOPIC_KINDS[FIRST_KIND].label, label="Kind", elem_id="wizard-kind",
-                            info="RAG: chunks, vectors and keywords. GraphRAG: also a knowledge graph with communities, "
-                                 "and a router that picks the way per question.")  # fmt: skip
+            kind = gr.Radio(
+                list(KINDS),
+                value=TOPIC_KINDS[FIRST_KIND].label,
+                label="Kind",
+                elem_id="wizard-kind",
+                info="RAG: chunks, vectors and keywords. GraphRAG: also a knowledge graph with communities, "
+                "and a router that picks the way per question.",
+            )
             with gr.Row():
                 name = gr.Textbox(label="Name", placeholder="e.g. Service manuals", elem_id="wizard-name")
                 description = gr.Textbox(label="Description", info="What the Topic holds; shown to agents over MCP.")
-            system_prompt = gr.Textbox(label="Custom System Prompt · default empty", lines=2, elem_id="wizard-prompt",
-                                       info=RagTopicSettings.model_fields["custom_system_prompt"].description)  # fmt: skip
+            system_prompt = gr.Textbox(
+                label="Custom System Prompt · default empty",
+                lines=2,
+                elem_id="wizard-prompt",
+                info=RagTopicSettings.model_fields["custom_system_prompt"].description,
+            )
             next1 = gr.Button("Next: files and chunking", elem_id="wizard-next-1")
         with gr.Step("2 · Files and chunking", id=2):
-            gr.Markdown("**File Types** · a file of any other type is refused at upload. Tick a group, or open it "
-                        "for single types.")  # fmt: skip
-            groups = gr.CheckboxGroup(list(FILE_TYPE_GROUPS), label="Groups", elem_id="wizard-type-groups",
-                                      value=[g for g, types in FILE_TYPE_GROUPS.items() if set(types) <= default_types])  # fmt: skip
+            gr.Markdown(
+                "**File Types** · a file of any other type is refused at upload. Tick a group, or open it for single types."
+            )
+            groups = gr.CheckboxGroup(
+                list(FILE_TYPE_GROUPS),
+                label="Groups",
+                elem_id="wizard-type-groups",
+                value=[g for g, types in FILE_TYPE_GROUPS.items() if set(types) <= default_types],
+            )
             singles = []
             for group, types in FILE_TYPE_GROUPS.items():
                 with gr.Accordion(f"{group} ({len(types)} types)", open=False):
-                    singles.append(gr.CheckboxGroup(types, value=[t for t in types if t in default_types], show_label=False,
-                                                    elem_id=f"wizard-types-{group.split()[0].lower()}"))  # fmt: skip
+                    singles.append(
+                        gr.CheckboxGroup(
+                            types,
+                            value=[t for t in types if t in default_types],
+                            show_label=False,
+                            elem_id=f"wizard-types-{group.split()[0].lower()}",
+                        )
+                    )
             fields += _kind_fields(0)
             with gr.Row():
                 back2 = gr.Button("Back", elem_id="wizard-back-2")
@@ -225,8 +338,12 @@ def build(rt: Runtime) -> dict:
     kind.change(show_kind, kind, [c for components in per_kind.values() for c in components], **private)
     for button, step in ((next1, 2), (back2, 1), (next2, 3), (back3, 2), (next3, 4), (back4, 3)):
         button.click(lambda s=step: (gr.Walkthrough(selected=s), ""), None, [walk, status], **private)  # no stale message
-    groups.input(lambda chosen: [list(types) if g in (chosen or []) else [] for g, types in FILE_TYPE_GROUPS.items()],
-                 groups, singles, **private)  # fmt: skip
+    groups.input(
+        lambda chosen: [list(types) if g in (chosen or []) else [] for g, types in FILE_TYPE_GROUPS.items()],
+        groups,
+        singles,
+        **private,
+    )
     n_groups = len(singles)
 
     def on_create(kind_label, name_value, description_value, prompt_value, *rest):
@@ -250,8 +367,13 @@ def _kind_fields(step_index: int) -> list[Field]:
         keys = STEPS[kind][step_index][1]
         first = kind == FIRST_KIND
         if not keys:
-            made.append(Field(kind, "", gr.Markdown(f"A {TOPIC_KINDS[kind].label} Topic has no knowledge graph: nothing to set here.",
-                                                    visible=first)))  # fmt: skip
+            made.append(
+                Field(
+                    kind,
+                    "",
+                    gr.Markdown(f"A {TOPIC_KINDS[kind].label} Topic has no knowledge graph: nothing to set here.", visible=first),
+                )
+            )
             continue
         for key in keys:
             component = field_component(kind, key, visible=first)

@@ -10,18 +10,31 @@ def plural(count: int, noun: str, many: str = "") -> str:
 
 #: What a delete counts, in words: ``{kind: (one, many)}`` (a Topic delete counts rows by table name).
 _REMOVED_WORDS = {
-    "chunks": ("chunk", "chunks"), "files": ("file", "files"), "jobs": ("job", "jobs"), "traces": ("trace", "traces"),
-    "rows": ("row", "rows"), "redis_keys": ("Redis key", "Redis keys"), "search_indexes": ("search index", "search indexes"),
-    "entities": ("entity", "entities"), "entities_kept": ("entity kept", "entities kept"),
+    "chunks": ("chunk", "chunks"),
+    "files": ("file", "files"),
+    "jobs": ("job", "jobs"),
+    "traces": ("trace", "traces"),
+    "rows": ("row", "rows"),
+    "redis_keys": ("Redis key", "Redis keys"),
+    "search_indexes": ("search index", "search indexes"),
+    "entities": ("entity", "entities"),
+    "entities_kept": ("entity kept", "entities kept"),
     "relationships_kept": ("relationship kept", "relationships kept"),
     "descriptions_changed": ("entity description rebuilt", "entity descriptions rebuilt"),
-    "graph_entities": ("graph entity", "graph entities"), "relationships": ("relationship", "relationships"),
-    "document": ("document", "documents"), "picture": ("picture", "pictures"), "chat_session": ("chat", "chats"),
-    "chat_turn": ("chat turn", "chat turns"), "trace": ("trace", "traces"), "prompt_override": ("prompt", "prompts"),
-    "topic_settings_version": ("settings version", "settings versions"), "dev_report": ("DEV report", "DEV reports"),
-    "topic": ("Topic row", "Topic rows"), "demo_turns": ("demo question", "demo questions"),
+    "graph_entities": ("graph entity", "graph entities"),
+    "relationships": ("relationship", "relationships"),
+    "document": ("document", "documents"),
+    "picture": ("picture", "pictures"),
+    "chat_session": ("chat", "chats"),
+    "chat_turn": ("chat turn", "chat turns"),
+    "trace": ("trace", "traces"),
+    "prompt_override": ("prompt", "prompts"),
+    "topic_settings_version": ("settings version", "settings versions"),
+    "dev_report": ("DEV report", "DEV reports"),
+    "topic": ("Topic row", "Topic rows"),
+    "demo_turns": ("demo question", "demo questions"),
     "demo_links_revoked": ("demo link revoked", "demo links revoked"),
-}  # fmt: skip
+}
 
 
 def removed_text(removed: dict[str, int]) -> str:

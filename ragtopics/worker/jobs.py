@@ -108,8 +108,14 @@ def ingest_batch(topic_id: str, items: list[tuple[str, str, str]]) -> dict:
 
 
 def _result(result) -> dict:
-    return {"document_id": result.document_id, "status": result.status, "chunk_count": result.chunk_count,
-            "replaced": result.replaced, "reason": result.reason, "continued_in": result.continued_in}  # fmt: skip
+    return {
+        "document_id": result.document_id,
+        "status": result.status,
+        "chunk_count": result.chunk_count,
+        "replaced": result.replaced,
+        "reason": result.reason,
+        "continued_in": result.continued_in,
+    }
 
 
 #: Least seconds between two progress writes of a job within one phase (the console polls about once a second).

@@ -54,8 +54,13 @@ class ProductWorker(SimpleWorker):
             raise ValueError(f"heartbeat_s must be at least 1 second, not {heartbeat_s}")
         self.rt = rt
         self.heartbeat_s = heartbeat_s
-        super().__init__(queues, connection=rt.redis, worker_ttl=max(MISSED_HEARTBEATS * heartbeat_s, 16),
-                         maintenance_interval=heartbeat_s, **kwargs)  # fmt: skip
+        super().__init__(
+            queues,
+            connection=rt.redis,
+            worker_ttl=max(MISSED_HEARTBEATS * heartbeat_s, 16),
+            maintenance_interval=heartbeat_s,
+            **kwargs,
+        )
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         """How long a job's execution stays in rq's started registry without a heartbeat, in seconds."""
@@ -98,8 +103,11 @@ def _recovery_pass(rt: Runtime, *, lost_chunks: bool = False):
 def report(recovered: list, rebuilt: list) -> None:
     """Log what a recovery pass queued again."""
     if recovered:
-        log.warning("queued the indexing of %d document(s) again after a crash: %s", len(recovered),
-                    "; ".join(f"{r.file_name} ({r.why}: {r.action})" for r in recovered))  # fmt: skip
+        log.warning(
+            "queued the indexing of %d document(s) again after a crash: %s",
+            len(recovered),
+            "; ".join(f"{r.file_name} ({r.why}: {r.action})" for r in recovered),
+        )
     if rebuilt:
         log.warning("queued %d community rebuild(s) again after a crash", len(rebuilt))
 

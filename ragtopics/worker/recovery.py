@@ -121,8 +121,13 @@ def _recover_locked(rt: Runtime, document_id: str, job_id: str, fence) -> Recove
         enqueue_ingest(rt, row.topic_id, row.id, job_id=job_id, blob_path=row.pending_blob_path)
         action = "requeued"
     else:
-        document_store.fail(rt.metadata, row.id, job_id, f"its indexing job was lost ({why}) and the file with "
-                            "it; upload it again", before_commit=fence.check)  # fmt: skip
+        document_store.fail(
+            rt.metadata,
+            row.id,
+            job_id,
+            f"its indexing job was lost ({why}) and the file with it; upload it again",
+            before_commit=fence.check,
+        )
         action = "failed"
     log.warning("document %s (%s): %s; %s", row.file_name, row.id, why, action)
     return Recovered(row.id, row.file_name, why, action)
@@ -143,8 +148,11 @@ def forget_dead_runs(rt: Runtime, job_id: str) -> int:
     queue = queue_for(rt)
     removed = 0
     for registry in (StartedJobRegistry(queue=queue), FailedJobRegistry(queue=queue)):
-        stale = [entry for entry in rt.redis.zrange(registry.key, 0, -1)  # members only (no scores asked)
-                 if isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job_id]  # fmt: skip
+        stale = [
+            entry
+            for entry in rt.redis.zrange(registry.key, 0, -1)  # members only (no scores asked)
+            if isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job_id
+        ]
         if stale:
             removed += rt.redis.zrem(registry.key, *stale)
     removed += rt.redis.lrem(f"{queue.key}:intermediate", 0, job_id)
@@ -180,8 +188,11 @@ def recover_lost_chunks(rt: Runtime) -> list[Recovered]:
         # The rows first, then the counts: a row says indexed only once its chunks are swapped in, so a
         # document finished between the two reads is seen whole, never as missing chunks.
         with rt.metadata.session() as s:
-            rows = s.exec(select(DocumentRow).where(DocumentRow.topic_id == topic_id, DocumentRow.status == "indexed",
-                                                    DocumentRow.chunk_count > 0)).all()  # fmt: skip
+            rows = s.exec(
+                select(DocumentRow).where(
+                    DocumentRow.topic_id == topic_id, DocumentRow.status == "indexed", DocumentRow.chunk_count > 0
+                )
+            ).all()
         counts = index.chunk_counts() if rows else {}
         for row in rows:
             if counts.get(row.id, 0) == row.chunk_count:
@@ -229,8 +240,12 @@ def recover_rebuilds(rt: Runtime) -> list[str]:
             continue
         forget_dead_runs(rt, job_id)
         queue_for(rt).enqueue_job(job)
-        log.warning("community rebuild %s of Topic %s: %s; queued again", job_id, topic_id,
-                    "its worker died" if dead else "rq failed it as abandoned")  # fmt: skip
+        log.warning(
+            "community rebuild %s of Topic %s: %s; queued again",
+            job_id,
+            topic_id,
+            "its worker died" if dead else "rq failed it as abandoned",
+        )
         out.append(topic_id)
     return out
 
@@ -364,8 +379,10 @@ def _held_by_rq(rt: Runtime, job: Job) -> bool:
     if rt.redis.lpos(queue.key, job.id) is not None or rt.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
         return True
     registry = StartedJobRegistry(queue=queue)
-    return any(isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job.id
-               for entry in rt.redis.zrange(registry.key, 0, -1))  # members only (no scores asked)
+    return any(
+        isinstance(entry, (bytes, str)) and _decoded(entry).split(":", 1)[0] == job.id
+        for entry in rt.redis.zrange(registry.key, 0, -1)
+    )  # members only (no scores asked)
 
 
 def _worker_runs(rt: Runtime, name: str | None) -> bool:

@@ -21,6 +21,7 @@ def connected(reconfigure, run_jobs, scripted_llm):
     main = create_topic(rt, "Main", settings={"mcp_interfaces": "HR", "min_similarity_score": 0.99})
     run_jobs()
     calls = iter([{"tool_calls": [{"name": "ask_hr", "arguments": {"question": "How many holiday days?"}}]}])
-    scripted_llm.replies["answer"] = lambda body: next(calls, None) or (
-        "30 days [S1]." if body["messages"][-1]["role"] == "user" else "HR says 30 days.")
+    scripted_llm.replies["answer"] = lambda body: (
+        next(calls, None) or ("30 days [S1]." if body["messages"][-1]["role"] == "user" else "HR says 30 days.")
+    )
     return rt, main

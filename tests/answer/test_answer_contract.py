@@ -61,10 +61,14 @@ def test_every_check_failing_keeps_the_best_retrieved_file(rt, travel, scripted_
 
 
 def test_sources_list_the_chunk_the_answer_cited_first(rt, run_jobs, scripted_llm):
-    topic = create_topic(rt, "Manual", settings={"min_similarity_score": 0.0, "retrieval_strategy": "DENSE", "chunk_size": 100,
-                                                 "chunk_overlap": 0})  # fmt: skip
-    text = ("Pump P-7 is inspected every month by the night shift. " * 2 + "\n\n"
-            + "The pump P-7 inlet valve is replaced every second year in spring. " * 2)  # fmt: skip
+    topic = create_topic(
+        rt, "Manual", settings={"min_similarity_score": 0.0, "retrieval_strategy": "DENSE", "chunk_size": 100, "chunk_overlap": 0}
+    )
+    text = (
+        "Pump P-7 is inspected every month by the night shift. " * 2
+        + "\n\n"
+        + "The pump P-7 inlet valve is replaced every second year in spring. " * 2
+    )
     upload(rt, topic, "manual.txt", text.encode())
     run_jobs()
     scripted_llm.replies["answer"] = "Every second year [S2]."
@@ -108,7 +112,9 @@ def test_a_route_can_be_forced_and_must_belong_to_the_topic_kind(rt, travel, scr
 def test_timings_and_a_stored_trace_tree(rt, travel, scripted_llm):
     scripted_llm.replies["answer"] = "140 EUR [S1]."
     result = final(ask(rt, travel, "What is the hotel cap per night?"))
-    assert {"retrieve", "embed_question", "search", "prompt", "answer", "source_check", "total", "first_token"} <= set(result.timings_ms)
+    assert {"retrieve", "embed_question", "search", "prompt", "answer", "source_check", "total", "first_token"} <= set(
+        result.timings_ms
+    )
     assert result.timings_ms["total"] >= result.timings_ms["answer"] > 0
     events = turn_trace(rt, result.turn_id)
     retrieve = next(e for e in events if e["step"] == "retrieve")
@@ -135,10 +141,23 @@ def test_source_rows_round_trip_and_old_rows_still_load():
     source = Source("a.pdf", "chunk-1", 0.5, "S1", "doc-1", "T", link="/files/x", reason="cited", version="abc", pages=(3, 4))
     assert Source.from_row(json.loads(json.dumps(source.to_row()))) == source.with_(link="")
     # A row saved before pages were kept (no "pages" key) loads with no pages.
-    old = Source.from_row({"file": "a.txt", "chunk_id": "chunk-1", "score": 0.5, "code": "S1", "document_id": "doc-1", "topic": "T"})
+    old = Source.from_row(
+        {"file": "a.txt", "chunk_id": "chunk-1", "score": 0.5, "code": "S1", "document_id": "doc-1", "topic": "T"}
+    )
     assert (old.kind, old.reason, old.version, old.pages) == ("upload", "", "", ())
     assert (old.location, old.cited_as, old.to_public()["pages"]) == ("", "a.txt", [])
-    assert set(source.to_public()) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status", "pages", "location"}
+    assert set(source.to_public()) == {
+        "file",
+        "chunk_id",
+        "score",
+        "topic",
+        "kind",
+        "reason",
+        "link",
+        "status",
+        "pages",
+        "location",
+    }
     assert (source.to_public()["pages"], source.to_public()["location"], source.cited_as) == ([3, 4], "pp. 3–4", "a.pdf, pp. 3–4")
 
 
@@ -148,7 +167,9 @@ def test_the_trace_store_is_bounded(rt, monkeypatch):
     monkeypatch.setattr(traces, "KEEP_PER_KIND", 3)
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 10_000)
     for n in range(5):
-        save_trace(rt.metadata, kind="chat", owner=f"turn:{n}", subject="q", events=[{"step": "x", "data": {"text": "y" * 50_000}}])
+        save_trace(
+            rt.metadata, kind="chat", owner=f"turn:{n}", subject="q", events=[{"step": "x", "data": {"text": "y" * 50_000}}]
+        )
     with rt.metadata.session() as s:
         rows = s.exec(select(TraceRow).where(TraceRow.kind == "chat")).all()
     assert sorted(r.owner for r in rows) == ["turn:2", "turn:3", "turn:4"]

@@ -86,7 +86,11 @@ def test_no_citation_skips_the_model_for_quoted_files():
     answer = "Mount Everest is the highest mountain above sea level on Earth."
     result = check_sources(answer, CANDIDATES, confirm)
     assert calls == ["alpha.txt", "gamma.txt"]
-    assert result.reasons == {"alpha.txt": "confirmed by model check", "beta.txt": "quoted", "gamma.txt": "confirmed by model check"}
+    assert result.reasons == {
+        "alpha.txt": "confirmed by model check",
+        "beta.txt": "quoted",
+        "gamma.txt": "confirmed by model check",
+    }
     assert result.used == CANDIDATES
 
 
@@ -161,13 +165,16 @@ def test_objects_with_the_same_attributes_are_accepted():
     assert result.reasons == {"a.md": "not used", "b.md": "cited"}
 
 
-@pytest.mark.parametrize("raw,shown", [
-    ("At 100 degrees [S1].", "At 100 degrees [a.txt]."),
-    ("Both [S1][S1] and [S1, S2].", "Both [a.txt] and [a.txt][b.txt]."),
-    ("The source is [S6] or [S7] or [S8].", "The source is."),  # invented codes leave no "or or ."
-    ("See [S3], [S4] and [S1].", "See [a.txt]."),
-    ("See [S1] and [S9].", "See [a.txt]."),
-    ("Sand [S9] or more", "Sand or more"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw,shown",
+    [
+        ("At 100 degrees [S1].", "At 100 degrees [a.txt]."),
+        ("Both [S1][S1] and [S1, S2].", "Both [a.txt] and [a.txt][b.txt]."),
+        ("The source is [S6] or [S7] or [S8].", "The source is."),  # invented codes leave no "or or ."
+        ("See [S3], [S4] and [S1].", "See [a.txt]."),
+        ("See [S1] and [S9].", "See [a.txt]."),
+        ("Sand [S9] or more", "Sand or more"),
+    ],
+)
 def test_citation_codes_become_file_names_and_invented_ones_vanish_with_their_connectors(raw, shown):
     assert render_citations(raw, {"S1": "a.txt", "S2": "b.txt"}) == shown

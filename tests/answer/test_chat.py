@@ -184,7 +184,10 @@ def test_a_follow_up_that_finds_nothing_alone_is_searched_with_the_previous_ques
     assert [s.file for s in follow_up.sources] == ["errors.txt"] and not follow_up.no_answer
     turn = session_turns(rt, first.session_id)[-1]
     retrievals = [e["data"] for e in turn_trace(rt, turn.id) if e["step"] == "retrieve"]
-    assert [r["query"] for r in retrievals] == ["And how long must I wait?", "What does pump error E-4711 mean?\nAnd how long must I wait?"]
+    assert [r["query"] for r in retrievals] == [
+        "And how long must I wait?",
+        "What does pump error E-4711 mean?\nAnd how long must I wait?",
+    ]
     assert retrievals[0]["kept"] == [] and retrievals[1]["kept"][0]["file"] == "errors.txt"
     # A new chat has no previous question: the same words alone find nothing.
     assert final(ask(rt, topic, "And how long must I wait?")).no_answer

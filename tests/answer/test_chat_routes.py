@@ -88,7 +88,9 @@ def test_direct_answer_that_needs_documents_is_searched_after_all(rt, routed, sc
 def test_attachment_route_answers_from_the_attached_file(rt, routed, scripted_llm):
     scripted_llm.replies[ROUTER] = json.dumps({"route": "ATTACHMENT", "confidence": 0.95, "reason": "the file answers"})
     scripted_llm.replies["attachment"] = "The memo says lunch is at noon."
-    memo = read_attachment(b"Memo: lunch is served at noon.", "memo.txt", allowed_types=["txt"], max_mb=1, model_sees_images=False)
+    memo = read_attachment(
+        b"Memo: lunch is served at noon.", "memo.txt", allowed_types=["txt"], max_mb=1, model_sees_images=False
+    )
     result = final(ask(rt, routed, "When is lunch?", attachment=memo))
     assert (result.text, result.route, result.sources) == ("The memo says lunch is at noon.", "ATTACHMENT", [])
     prompt = scripted_llm.prompts("attachment")[0]["messages"][-1]["content"]
@@ -126,11 +128,17 @@ def test_a_picture_goes_to_the_model_as_an_image_part(rt, run_jobs, scripted_llm
 def test_hybrid_finds_an_exact_code_that_dense_misses(rt, run_jobs, scripted_llm):
     # Lines that explain other error codes read closer to the question than the one
     # line that holds the code asked about; only the keyword index knows "E-8802" exactly.
-    others = [("E-1001", "the door is open"), ("E-1002", "the tank is empty"), ("E-2001", "the filter is clogged"),
-              ("E-2002", "the water is too hot"), ("E-3001", "the lid is not locked")]  # fmt: skip
+    others = [
+        ("E-1001", "the door is open"),
+        ("E-1002", "the tank is empty"),
+        ("E-2001", "the filter is clogged"),
+        ("E-2002", "the water is too hot"),
+        ("E-3001", "the lid is not locked"),
+    ]
     for strategy in ("DENSE", "HYBRID"):
-        topic = create_topic(rt, f"Codes {strategy}", settings={"retrieval_strategy": strategy, "top_k_results": 1,
-                                                                 "min_similarity_score": 0.0})  # fmt: skip
+        topic = create_topic(
+            rt, f"Codes {strategy}", settings={"retrieval_strategy": strategy, "top_k_results": 1, "min_similarity_score": 0.0}
+        )
         for code, meaning in others:
             upload(rt, topic, f"guide-{code}.txt", f"Error code {code} on the display means {meaning}.".encode())
         upload(rt, topic, "fuse.txt", b"Fuse blown (E-8802): replace it with a 10 A fuse.")
@@ -153,8 +161,11 @@ def rt_topic(rt, name):
 
 
 def test_llm_rerank_reorders_candidates_and_falls_back_on_a_bad_reply(rt, run_jobs, scripted_llm):
-    topic = create_topic(rt, "Rerank", settings={"reranking_strategy": "LLM", "top_k_results": 1, "min_similarity_score": 0.0,
-                                                  "retrieval_strategy": "DENSE"})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "Rerank",
+        settings={"reranking_strategy": "LLM", "top_k_results": 1, "min_similarity_score": 0.0, "retrieval_strategy": "DENSE"},
+    )
     for name, text in [("a.txt", "Cats sleep a lot."), ("b.txt", "Cats purr when happy."), ("c.txt", "Dogs bark at cats.")]:
         upload(rt, topic, name, text.encode())
     run_jobs()
@@ -173,8 +184,11 @@ def test_llm_rerank_reorders_candidates_and_falls_back_on_a_bad_reply(rt, run_jo
 
 
 def test_llm_rerank_with_the_bundled_model_keeps_the_retrieval_order_and_says_so(rt, run_jobs, scripted_llm, reconfigure):
-    topic = create_topic(rt, "Rerank bundled", settings={"reranking_strategy": "LLM", "top_k_results": 1,
-                                                          "min_similarity_score": 0.0, "retrieval_strategy": "DENSE"})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "Rerank bundled",
+        settings={"reranking_strategy": "LLM", "top_k_results": 1, "min_similarity_score": 0.0, "retrieval_strategy": "DENSE"},
+    )
     for name, text in [("a.txt", "Cats sleep a lot."), ("b.txt", "Cats purr when happy."), ("c.txt", "Dogs bark at cats.")]:
         upload(rt, topic, name, text.encode())
     run_jobs()
@@ -235,10 +249,19 @@ def test_connected_topics_need_a_tool_capable_model(rt, run_jobs):
         final(ask(rt, main, "Anything?"))
 
 
-def test_with_the_bundled_model_the_source_check_decides_on_evidence_without_a_model_call(rt, run_jobs, scripted_llm, reconfigure):
-    topic = create_topic(rt, "Check bundled", settings={"min_similarity_score": 0.0, "retrieval_strategy": "DENSE",
-                                                         "route_before_retrieval": False,
-                                                         "answer_mode": "GENERATIVE"})  # the bundled model writes  # fmt: skip
+def test_with_the_bundled_model_the_source_check_decides_on_evidence_without_a_model_call(
+    rt, run_jobs, scripted_llm, reconfigure
+):
+    topic = create_topic(
+        rt,
+        "Check bundled",
+        settings={
+            "min_similarity_score": 0.0,
+            "retrieval_strategy": "DENSE",
+            "route_before_retrieval": False,
+            "answer_mode": "GENERATIVE",
+        },
+    )  # the bundled model writes
     upload(rt, topic, "boats.txt", b"Boats float on water; the harbour fee is 40 EUR a night.")
     upload(rt, topic, "ships.txt", b"Ships float on water too, and cargo ships carry containers.")
     upload(rt, topic, "cakes.txt", b"Cakes need flour, eggs and sugar.")

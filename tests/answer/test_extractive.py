@@ -70,12 +70,20 @@ def test_the_sentence_that_answers_is_quoted_first_with_its_neighbour_in_documen
 
 
 def test_an_overview_from_summaries_gives_each_community_one_titled_line_in_retrieval_order(embedder):
-    passages = [Passage("S1", "Community: Jazz, Miles Davis and Blue Note\n- Miles Davis recorded for Blue Note.\n"
-                              "- Blue Note - Miles Davis: Blue Note is a jazz record label founded in 1939.", 0),
-                Passage("S2", "Community: Football and Leeds United\n- Leeds United plays football in Leeds.", 1)]  # fmt: skip
+    passages = [
+        Passage(
+            "S1",
+            "Community: Jazz, Miles Davis and Blue Note\n- Miles Davis recorded for Blue Note.\n"
+            "- Blue Note - Miles Davis: Blue Note is a jazz record label founded in 1939.",
+            0,
+        ),
+        Passage("S2", "Community: Football and Leeds United\n- Leeds United plays football in Leeds.", 1),
+    ]
     themes = theme_quotes("Which record label is a jazz label?", passages, embed_with(embedder))
     assert [title for title, _ in themes] == ["Jazz, Miles Davis and Blue Note", "Football and Leeds United"]
-    assert themes[0][1].text == "Blue Note is a jazz record label founded in 1939."  # the relationship's "a - b: " head is dropped
+    assert (
+        themes[0][1].text == "Blue Note is a jazz record label founded in 1939."
+    )  # the relationship's "a - b: " head is dropped
     text = compose_themes(themes, lead="From the community summaries of the graph:", note="")
     assert text.splitlines()[2] == "> **Jazz, Miles Davis and Blue Note**: Blue Note is a jazz record label founded in 1939. [S1]"
     assert compose_themes([], lead="x", note="y") == ""
@@ -83,17 +91,20 @@ def test_an_overview_from_summaries_gives_each_community_one_titled_line_in_retr
 
 def test_an_overview_quotes_each_summarys_most_representative_sentence(embedder):
     # An overview question names nothing to be close to; the sentence nearest the summary's centroid stands for it.
-    body = ("- Miles Davis recorded Kind of Blue, a jazz album.\n- John Coltrane played jazz saxophone with Miles Davis.\n"
-            "- Blue Note is a jazz record label.\n- The label's offices were on a street in New York.")  # fmt: skip
+    body = (
+        "- Miles Davis recorded Kind of Blue, a jazz album.\n- John Coltrane played jazz saxophone with Miles Davis.\n"
+        "- Blue Note is a jazz record label.\n- The label's offices were on a street in New York."
+    )
     passages = [Passage("S1", "Community: Jazz, Miles Davis and Blue Note\n" + body, 0)]
-    [(title, quote)] = theme_quotes("What are the main themes of these documents?", passages, embed_with(embedder),
-                                    overview=True)  # fmt: skip
+    [(title, quote)] = theme_quotes("What are the main themes of these documents?", passages, embed_with(embedder), overview=True)
     assert title == "Jazz, Miles Davis and Blue Note" and "jazz" in quote.text and "offices" not in quote.text
 
 
 def test_codes_and_rare_question_words_outrank_a_sentence_that_only_sounds_alike(embedder):
-    text = ("Pump P-1 must be serviced every 500 hours. Pump P-2 must be serviced every 800 hours. "
-            "All pumps need regular service by a technician.")  # fmt: skip
+    text = (
+        "Pump P-1 must be serviced every 500 hours. Pump P-2 must be serviced every 800 hours. "
+        "All pumps need regular service by a technician."
+    )
     ranked = rank_sentences("When must Pump P-2 be serviced?", [Passage("S1", text, 0)], embed_with(embedder))
     assert ranked[0].text == "Pump P-2 must be serviced every 800 hours."
 
@@ -115,7 +126,10 @@ def test_a_rag_topic_with_the_bundled_model_quotes_and_cites_without_any_model_c
     updates = list(ask(rt, topic, QUESTION))
     result = updates[-1]
     assert result.text.startswith("From [kettle-manual.md]:\n\n> ")
-    assert "Descale the Kettle K-2 every four weeks in hard-water areas, and every three months where the water is soft. [kettle-manual.md]" in result.text
+    assert (
+        "Descale the Kettle K-2 every four weeks in hard-water areas, and every three months where the water is soft. [kettle-manual.md]"
+        in result.text
+    )
     assert result.text.endswith(EXTRACTIVE_NOTE_BUNDLED) and "LLM_BASE_URL" in result.text
     assert [s.file for s in result.sources][:1] == ["kettle-manual.md"] and result.sources[0].reason == "cited"
     assert "shipping.txt" not in {s.file for s in result.sources}
@@ -132,8 +146,11 @@ def test_a_rag_topic_with_the_bundled_model_quotes_and_cites_without_any_model_c
 
 def test_extractive_answers_honour_min_similarity_and_the_no_answer_response(reconfigure, run_jobs, scripted_llm):
     rt = reconfigure(LLM_BASE_URL=None, LOCAL_LLM_PORT=1)
-    topic = create_topic(rt, "Kettles", settings={"retrieval_strategy": "DENSE", "min_similarity_score": 0.5,
-                                                  "no_answer_response": "Nothing on that here."})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "Kettles",
+        settings={"retrieval_strategy": "DENSE", "min_similarity_score": 0.5, "no_answer_response": "Nothing on that here."},
+    )
     upload(rt, topic, "kettle-manual.md", KETTLE)
     run_jobs()
     result = final(ask(rt, topic, "Who won the football world cup in 1954?"))

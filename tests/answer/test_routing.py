@@ -20,7 +20,7 @@ from ragtopics.answer.routing import (
     resolve_method,
     routes_for,
     split_requests,
-)  # fmt: skip
+)
 from ragtopics.errors import ConfigurationError
 from ragtopics.llm.gateway import ModelGateway
 from ragtopics.prompts.templates import ROUTER
@@ -43,8 +43,9 @@ def bundled(embedder, tmp_path_factory) -> ModelGateway:
 def scripted(embedder, scripted_llm, tmp_path) -> ModelGateway:
     """A gateway whose Router role is the scripted server."""
     scripted_llm.reset()
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted",
-                        LLM_TIMEOUT_S=10, _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted", LLM_TIMEOUT_S=10, _env_file=None
+    )
     return ModelGateway(settings, embedder=embedder)
 
 
@@ -55,14 +56,33 @@ def eval_questions() -> list[dict]:
     return json.loads(ROUTER_EVAL.read_text())
 
 
-def route(gateway, question, *, kind="graphrag", method="AUTO", history=(), attachment=False, threshold=None,
-          direct_threshold=0.9, allow_direct=True):  # fmt: skip
+def route(
+    gateway,
+    question,
+    *,
+    kind="graphrag",
+    method="AUTO",
+    history=(),
+    attachment=False,
+    threshold=None,
+    direct_threshold=0.9,
+    allow_direct=True,
+):
     trace = Trace("chat", question)
     threshold = threshold if threshold is not None else (0.6 if kind == "graphrag" else 0.9)
-    choice = choose_route(gateway, kind=kind, method=method, template=ROUTER, history=list(history), question=question,
-                          has_attachment=attachment, threshold=threshold,
-                          direct_threshold=direct_threshold if kind == "graphrag" else None,
-                          allow_direct=allow_direct, trace=trace)  # fmt: skip
+    choice = choose_route(
+        gateway,
+        kind=kind,
+        method=method,
+        template=ROUTER,
+        history=list(history),
+        question=question,
+        has_attachment=attachment,
+        threshold=threshold,
+        direct_threshold=direct_threshold if kind == "graphrag" else None,
+        allow_direct=allow_direct,
+        trace=trace,
+    )
     return choice, next(e for e in trace.events if e.step == "route")
 
 
@@ -93,8 +113,10 @@ def test_embedding_router_routes_the_eval_set_as_a_graphrag_topic(bundled, eval_
 
 def test_embedding_router_routes_the_eval_set_as_a_rag_topic(bundled, eval_questions):
     expected = {"DIRECT": "DIRECT", "ATTACHMENT": "ATTACHMENT"}
-    chosen = [route(bundled, q["question"], kind="rag", history=q["history"], attachment=q["attachment"] is not None)[0]
-              for q in eval_questions]  # fmt: skip
+    chosen = [
+        route(bundled, q["question"], kind="rag", history=q["history"], attachment=q["attachment"] is not None)[0]
+        for q in eval_questions
+    ]
     right = sum(c.route.value == expected.get(q["expected_way"], "SEARCH") for q, c in zip(eval_questions, chosen))
     assert right >= 27  # measured: 30/30
     assert {c.route for c in chosen} <= set(routes_for("rag")) and {c.method for c in chosen} == {"embedding"}
@@ -149,8 +171,9 @@ def test_confidence_grows_with_the_margin():
 
 
 def test_llm_router_lists_the_kinds_ways_and_returns_entities(scripted, scripted_llm):
-    scripted_llm.replies["router"] = json.dumps({"way": "PATH", "confidence": 0.8, "reason": "two entities",
-                                                 "entities": ["Kestrel Tools", "Vienna"]})  # fmt: skip
+    scripted_llm.replies["router"] = json.dumps(
+        {"way": "PATH", "confidence": 0.8, "reason": "two entities", "entities": ["Kestrel Tools", "Vienna"]}
+    )
     choice, event = route(scripted, "How is Kestrel Tools linked to Vienna?")
     assert (choice.route, choice.confidence, choice.method) == (Route.PATH, 0.8, "llm")
     assert choice.entities == ("Kestrel Tools", "Vienna")
@@ -180,7 +203,9 @@ def test_forced_embedding_method_needs_no_language_model(scripted, scripted_llm)
 
 def test_requests_and_entities_are_split_by_simple_rules():
     assert split_requests("Summarise the reports, and what did Dr. Ng say about cost?") == [
-        "Summarise the reports", "what did Dr. Ng say about cost?"]  # fmt: skip
+        "Summarise the reports",
+        "what did Dr. Ng say about cost?",
+    ]
     assert split_requests("How are Amazon and Whole Foods related?") == ["How are Amazon and Whole Foods related?"]
     assert extract_entities("Is valve V-200 linked to the Oslo Plant?") == ("V-200", "Oslo Plant")
 
@@ -193,8 +218,9 @@ def test_exemplars_and_dev_questions_are_not_eval_questions(eval_questions):
 
 
 def test_an_overview_with_a_detail_is_hybrid_and_a_question_like_no_exemplar_is_unsure(bundled):
-    both, event = route(bundled, "Summarize the big picture of these documents and then explain in detail how "
-                                 "libtasn1 parses DER")  # fmt: skip
+    both, event = route(
+        bundled, "Summarize the big picture of these documents and then explain in detail how libtasn1 parses DER"
+    )
     assert both.route == Route.HYBRID and "an overview and a detail" in both.reason, (both.reason, event.data)
     assert event.data["scores"]["HYBRID"] > max(v for k, v in event.data["scores"].items() if k != "HYBRID")
     odd, event = route(bundled, "???")

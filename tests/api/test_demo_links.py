@@ -64,19 +64,25 @@ def test_a_visitor_without_login_asks_the_topic_and_the_turn_is_kept_with_the_li
     assert any("Only this machine can open this link" in note for note in made["notes"])
     with visitor(url) as browser:
         page = browser.get(made["path"])
-        assert page.status_code == 200 and "<h1 id=\"topic\"" in page.text and ">Kettles</h1>" in page.text
+        assert page.status_code == 200 and '<h1 id="topic"' in page.text and ">Kettles</h1>" in page.text
         assert "This is a demo" in page.text and VISITOR_COOKIE in page.headers["set-cookie"]
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         response = browser.post(made["path"] + "/ask", json={"question": QUESTION})
         assert response.status_code == 200, response.text
-        assert response.json() == {"answer": "It switches off at 100 degrees [kettles.txt].",
-                                   "sources": [{"file": "kettles.txt"}], "no_answer": False}  # fmt: skip
+        assert response.json() == {
+            "answer": "It switches off at 100 degrees [kettles.txt].",
+            "sources": [{"file": "kettles.txt"}],
+            "no_answer": False,
+        }
         assert browser.post(made["path"] + "/ask", json={"question": " "}).status_code == 400
     with api_client(url, rt, "otto") as operator:
         [turn] = operator.get(f"/demo-links/{made['id']}/chats").json()
         [listed] = operator.get("/demo-links").json()
-    assert (turn["question"], turn["answer"], turn["sources"]) == (QUESTION, "It switches off at 100 degrees [kettles.txt].",
-                                                                   ["kettles.txt"])  # fmt: skip
+    assert (turn["question"], turn["answer"], turn["sources"]) == (
+        QUESTION,
+        "It switches off at 100 degrees [kettles.txt].",
+        ["kettles.txt"],
+    )
     assert listed["turns"] == 1 and listed["created_by"] == "otto" and "token" not in listed
     with rt.metadata.session() as s:  # users' chats are untouched
         assert s.exec(select(func.count()).select_from(ChatSessionRow)).one() == 0
@@ -124,8 +130,9 @@ def test_every_route_and_console_event_refuses_a_demo_token(secured, rt, kettles
         for extra in ("/config", "/gradio_api/info", "/../config", "/ask/x", "/files"):
             assert client.get(f"/demo/{token}{extra}", headers=held).status_code in (401, 404), extra
         assert client.get(f"/demo/{token}/config", headers=held).status_code == 401
-    request = gr.Request(headers={"authorization": f"Bearer {token}"},
-                         cookies={sessions.SESSION_COOKIE: token, VISITOR_COOKIE: token})  # fmt: skip
+    request = gr.Request(
+        headers={"authorization": f"Bearer {token}"}, cookies={sessions.SESSION_COOKIE: token, VISITOR_COOKIE: token}
+    )
     refused = 0
     for block_fn in server.blocks.fns.values():
         if block_fn.fn is None:

@@ -14,8 +14,11 @@ def scrape(url: str, token: str) -> dict[tuple[str, frozenset], float]:
     """The metrics as ``{(sample name, labels): value}``, read by prometheus_client's parser."""
     response = httpx.get(url + "metrics", headers={"authorization": f"Bearer {token}"}, timeout=30)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(response.text) for s in family.samples}  # fmt: skip
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels) -> float:
@@ -70,5 +73,8 @@ def test_a_failed_model_call_is_counted_as_an_error(secured, rt, kettles, script
         client.chat.completions.create(model="Kettles", messages=[{"role": "user", "content": "When does K-2 switch off?"}])
     assert failed.value.status_code == 502 and failed.value.body["code"] == "model_unavailable"
     after = scrape(url, operator)
-    assert value(after, "ragtopics_model_calls_total", role="language_model", outcome="error") \
-        - value(before, "ragtopics_model_calls_total", role="language_model", outcome="error") == 1  # fmt: skip
+    assert (
+        value(after, "ragtopics_model_calls_total", role="language_model", outcome="error")
+        - value(before, "ragtopics_model_calls_total", role="language_model", outcome="error")
+        == 1
+    )

@@ -33,8 +33,9 @@ def test_a_viewer_lists_topics_and_gets_a_plain_answer_with_sources(secured, rt,
     assert [(m.id, m.object, m.owned_by) for m in client.models.list().data] == [("Kettles", "model", "ragtopics")]
 
     scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1]."
-    reply = client.chat.completions.create(model="Kettles", messages=[{"role": "system", "content": "Be terse."},
-                                                                      {"role": "user", "content": QUESTION}])  # fmt: skip
+    reply = client.chat.completions.create(
+        model="Kettles", messages=[{"role": "system", "content": "Be terse."}, {"role": "user", "content": QUESTION}]
+    )
     assert reply.object == "chat.completion" and reply.model == "Kettles"
     assert reply.choices[0].message.content == "It switches off at 100 degrees [kettles.txt]."
     assert reply.choices[0].finish_reason == "stop"
@@ -58,8 +59,11 @@ def test_a_streamed_follow_up_continues_the_conversation(secured, rt, kettles, s
     answer = first.choices[0].message.content
 
     scripted_llm.replies["answer"] = "Descale it every month [S1], as the manual says."
-    follow_up = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": answer},
-                 {"role": "user", "content": [{"type": "text", "text": "How often is it descaled?"}]}]  # fmt: skip
+    follow_up = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": [{"type": "text", "text": "How often is it descaled?"}]},
+    ]
     chunks = list(client.chat.completions.create(model="Kettles", messages=follow_up, stream=True))
     assert all(c.object == "chat.completion.chunk" for c in chunks) and len(chunks) >= 3
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -78,12 +82,19 @@ def test_a_conversation_begun_elsewhere_is_saved_with_its_earlier_messages(secur
     _, url = secured
     client = client_for(url, users.make_token(rt, "vic"))
     scripted_llm.replies["answer"] = "Every month [S1]."
-    reply = client.chat.completions.create(model="Kettles", messages=[
-        {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello! Ask me about kettles."},
-        {"role": "user", "content": "How often is K-2 descaled?"}])  # fmt: skip
+    reply = client.chat.completions.create(
+        model="Kettles",
+        messages=[
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hello! Ask me about kettles."},
+            {"role": "user", "content": "How often is K-2 descaled?"},
+        ],
+    )
     turns = session_turns(rt, reply.model_extra["session_id"])
-    assert [(t.question, t.answer) for t in turns] == [("Hello", "Hello! Ask me about kettles."),
-                                                       ("How often is K-2 descaled?", "Every month [kettles.txt].")]  # fmt: skip
+    assert [(t.question, t.answer) for t in turns] == [
+        ("Hello", "Hello! Ask me about kettles."),
+        ("How often is K-2 descaled?", "Every month [kettles.txt]."),
+    ]
 
 
 def test_callers_without_a_valid_token_and_unknown_models_are_refused(secured, rt, kettles):
@@ -93,16 +104,20 @@ def test_callers_without_a_valid_token_and_unknown_models_are_refused(secured, r
             client_for(url, token).models.list()
         assert refused.value.status_code == 401 and "Programs send an API token" in refused.value.message
     with httpx.Client(base_url=url, timeout=30) as anonymous:
-        response = anonymous.post("/v1/chat/completions",
-                                  json={"model": "Kettles", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        response = anonymous.post(
+            "/v1/chat/completions", json={"model": "Kettles", "messages": [{"role": "user", "content": "hi"}]}
+        )
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "authentication_error" and response.json()["error"]["code"] == "invalid_api_key"
 
     client = client_for(url, users.make_token(rt, "vic"))
     with pytest.raises(openai.NotFoundError) as unknown:
         client.chat.completions.create(model="Teapots", messages=[{"role": "user", "content": QUESTION}])
-    assert unknown.value.body == {"message": "no Topic called 'Teapots'; create it first (`ragtopics topic create NAME`)",
-                                  "type": "not_found_error", "code": "model_not_found"}  # fmt: skip
+    assert unknown.value.body == {
+        "message": "no Topic called 'Teapots'; create it first (`ragtopics topic create NAME`)",
+        "type": "not_found_error",
+        "code": "model_not_found",
+    }
     with pytest.raises(openai.BadRequestError, match="the last message must be the user's question"):
         client.chat.completions.create(model="Kettles", messages=[{"role": "assistant", "content": "Hi"}])
     with pytest.raises(openai.BadRequestError, match="invalid request: messages"):

@@ -37,21 +37,42 @@ def api_routes(server) -> list[tuple[str, str, str]]:
 def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secured, rt):
     server, url = secured
     routes = api_routes(server)
-    assert {(m, p) for m, p, _ in routes} == {("GET", "/topics"), ("GET", "/topics/x"), ("POST", "/topics/x/ask"),
-                                              ("POST", "/topics/x/documents"), ("GET", "/topics/x/documents"),
-                                              ("DELETE", "/topics/x/documents/x"), ("GET", "/jobs/x"),
-                                              ("POST", "/topics/x/uploads/estimate"),
-                                              ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
-                                              ("POST", "/topics"), ("PATCH", "/topics/x"), ("DELETE", "/topics/x"),
-                                              ("POST", "/topics/x/communities"), ("GET", "/topics/x/communities"),
-                                              ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"),
-                                              ("POST", "/topics/x/graph/corrections"), ("GET", "/topics/x/graph/corrections"),
-                                              ("POST", "/topics/x/evals"), ("GET", "/evals/x"),
-                                              ("POST", "/topics/x/demo-links"), ("GET", "/demo-links"),
-                                              ("DELETE", "/demo-links/x"), ("GET", "/demo-links/x/chats")}  # fmt: skip
+    assert {(m, p) for m, p, _ in routes} == {
+        ("GET", "/topics"),
+        ("GET", "/topics/x"),
+        ("POST", "/topics/x/ask"),
+        ("POST", "/topics/x/documents"),
+        ("GET", "/topics/x/documents"),
+        ("DELETE", "/topics/x/documents/x"),
+        ("GET", "/jobs/x"),
+        ("POST", "/topics/x/uploads/estimate"),
+        ("GET", "/topics/x/chats"),
+        ("GET", "/chats/x"),
+        ("POST", "/topics"),
+        ("PATCH", "/topics/x"),
+        ("DELETE", "/topics/x"),
+        ("POST", "/topics/x/communities"),
+        ("GET", "/topics/x/communities"),
+        ("GET", "/topics/x/graph"),
+        ("GET", "/topics/x/graph/entities/x"),
+        ("POST", "/topics/x/graph/corrections"),
+        ("GET", "/topics/x/graph/corrections"),
+        ("POST", "/topics/x/evals"),
+        ("GET", "/evals/x"),
+        ("POST", "/topics/x/demo-links"),
+        ("GET", "/demo-links"),
+        ("DELETE", "/demo-links/x"),
+        ("GET", "/demo-links/x/chats"),
+    }
     assert {(m, p) for m, p, need in routes if need == "viewer"} == {
-        ("GET", "/topics"), ("POST", "/topics/x/ask"), ("GET", "/topics/x/chats"), ("GET", "/chats/x"),
-        ("GET", "/topics/x/graph"), ("GET", "/topics/x/graph/entities/x"), ("GET", "/topics/x/graph/corrections")}  # fmt: skip
+        ("GET", "/topics"),
+        ("POST", "/topics/x/ask"),
+        ("GET", "/topics/x/chats"),
+        ("GET", "/chats/x"),
+        ("GET", "/topics/x/graph"),
+        ("GET", "/topics/x/graph/entities/x"),
+        ("GET", "/topics/x/graph/corrections"),
+    }
     assert {need for _, _, need in routes} == {"viewer", "operator"}
     with api_client(url, rt, None) as anonymous:
         for method, path, _ in [*routes, ("GET", "/docs", ""), ("GET", "/openapi.json", "")]:
@@ -64,24 +85,41 @@ def test_every_api_route_refuses_the_anonymous_and_callers_below_its_role(secure
             response = viewer.request(method, path, json={"question": "hi"})
             assert response.status_code == 403, (method, path)
             message = f"Not allowed: vic (viewer) may not do this: it needs the {need} role."
-            assert response.json()["error"] == {"message": message,
-                                                "type": "permission_error", "code": "permission_denied"}  # fmt: skip
+            assert response.json()["error"] == {"message": message, "type": "permission_error", "code": "permission_denied"}
 
 
 def test_the_openapi_document_and_docs_are_served_to_a_logged_in_caller(secured, rt):
     _, url = secured
     with api_client(url, rt, "vic") as viewer:
         document = viewer.get("/openapi.json").json()
-        assert set(document["paths"]) == {"/topics", "/topics/{name}", "/topics/{name}/ask", "/topics/{name}/documents",
-                                          "/topics/{name}/documents/{file_name}", "/jobs/{job_id}", "/topics/{name}/chats",
-                                          "/topics/{name}/uploads/estimate",
-                                          "/chats/{session_id}", "/topics/{name}/communities", "/topics/{name}/graph",
-                                          "/topics/{name}/graph/entities/{entity}", "/topics/{name}/graph/corrections",
-                                          "/topics/{name}/evals",
-                                          "/evals/{run_id}", "/topics/{name}/demo-links", "/demo-links",
-                                          "/demo-links/{link_id}", "/demo-links/{link_id}/chats"}  # fmt: skip
-        assert {"CreateTopicRequest", "ConfigureTopicRequest", "EvalRunRequest",
-                "CreateDemoLinkRequest", "GraphCorrectionRequest"} <= set(document["components"]["schemas"])  # fmt: skip
+        assert set(document["paths"]) == {
+            "/topics",
+            "/topics/{name}",
+            "/topics/{name}/ask",
+            "/topics/{name}/documents",
+            "/topics/{name}/documents/{file_name}",
+            "/jobs/{job_id}",
+            "/topics/{name}/chats",
+            "/topics/{name}/uploads/estimate",
+            "/chats/{session_id}",
+            "/topics/{name}/communities",
+            "/topics/{name}/graph",
+            "/topics/{name}/graph/entities/{entity}",
+            "/topics/{name}/graph/corrections",
+            "/topics/{name}/evals",
+            "/evals/{run_id}",
+            "/topics/{name}/demo-links",
+            "/demo-links",
+            "/demo-links/{link_id}",
+            "/demo-links/{link_id}/chats",
+        }
+        assert {
+            "CreateTopicRequest",
+            "ConfigureTopicRequest",
+            "EvalRunRequest",
+            "CreateDemoLinkRequest",
+            "GraphCorrectionRequest",
+        } <= set(document["components"]["schemas"])
         assert "AskRequest" in document["components"]["schemas"]
         page = viewer.get("/docs")
     assert page.status_code == 200 and "swagger-ui" in page.text and f"{PREFIX}/openapi.json" in page.text
@@ -91,16 +129,29 @@ def test_topics_and_a_json_answer_with_the_clis_shapes(secured, rt, kettles, scr
     _, url = secured
     scripted_llm.replies["answer"] = "It switches off at 100 degrees [S1]."
     with api_client(url, rt, "vic") as viewer, api_client(url, rt, "otto") as operator:
-        assert viewer.get("/topics").json() == [{"id": kettles.id, "name": "Kettles", "kind": "rag", "description": "",
-                                                 "settings_version": kettles.settings_version}]  # fmt: skip
+        assert viewer.get("/topics").json() == [
+            {"id": kettles.id, "name": "Kettles", "kind": "rag", "description": "", "settings_version": kettles.settings_version}
+        ]
         shown = operator.get("/topics/Kettles").json()
         assert shown["name"] == "Kettles" and shown["settings"]["top_k_results"] == kettles.settings.top_k_results
         assert operator.get("/topics/Teapots").json()["error"]["code"] == "not_found"
         response = viewer.post("/topics/Kettles/ask", json={"question": QUESTION})
         assert response.status_code == 200
         body = response.json()
-        assert set(body) == {"answer", "sources", "route", "route_confidence", "route_reason", "route_method",
-                             "route_planned", "no_answer", "note", "rerank", "session_id", "timings_ms"}  # fmt: skip
+        assert set(body) == {
+            "answer",
+            "sources",
+            "route",
+            "route_confidence",
+            "route_reason",
+            "route_method",
+            "route_planned",
+            "no_answer",
+            "note",
+            "rerank",
+            "session_id",
+            "timings_ms",
+        }
         assert body["answer"] == "It switches off at 100 degrees [kettles.txt]." and body["route"] == "SEARCH"
         assert [s["file"] for s in body["sources"]] == ["kettles.txt"] and body["timings_ms"]["total"] > 0
         assert body["sources"][0]["link"].startswith(url + "files/")
@@ -118,8 +169,10 @@ def test_a_streamed_answer_sends_tokens_then_route_sources_and_timings(secured, 
         with viewer.stream("POST", "/topics/Kettles/ask", json={"question": QUESTION, "stream": True}) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             text = response.read().decode()
-    events = [(block.split("\n")[0].removeprefix("event: "), json.loads(block.split("\n")[1].removeprefix("data: ")))
-              for block in text.strip().split("\n\n")]  # fmt: skip
+    events = [
+        (block.split("\n")[0].removeprefix("event: "), json.loads(block.split("\n")[1].removeprefix("data: ")))
+        for block in text.strip().split("\n\n")
+    ]
     names = [name for name, _ in events if name != "phase"]
     assert names[-4:] == ["route", "sources", "timings", "done"] and set(names[:-4]) == {"token"}
     streamed = "".join(data["text"] for name, data in events if name == "token")
@@ -135,9 +188,13 @@ def test_upload_ask_and_delete_through_the_api(secured, rt, run_jobs, scripted_l
     _, url = secured
     create_topic(rt, "Boilers", settings={"file_types": ["txt", "md"]})
     with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
-        sent = operator.post("/topics/Boilers/documents", files=[
-            ("files", ("boilers.md", b"# Boilers\n\nBoiler B-12 must be descaled every spring.", "text/markdown")),
-            ("files", ("photo.jpg", b"\xff\xd8\xff", "image/jpeg"))])  # fmt: skip
+        sent = operator.post(
+            "/topics/Boilers/documents",
+            files=[
+                ("files", ("boilers.md", b"# Boilers\n\nBoiler B-12 must be descaled every spring.", "text/markdown")),
+                ("files", ("photo.jpg", b"\xff\xd8\xff", "image/jpeg")),
+            ],
+        )
         assert sent.status_code == 200
         [enqueued], [refused] = sent.json()["enqueued"], sent.json()["refused"]
         assert enqueued["file_name"] == "boilers.md" and refused["file_name"] == "photo.jpg" and "md, txt" in refused["error"]
@@ -168,8 +225,11 @@ def test_the_cost_estimate_route_and_the_estimate_beside_the_actual_counts_in_th
 
     _, url = secured
     scripted_llm.replies["context_line"] = "A heater's inspection interval."
-    create_topic(rt, "Heaters", settings={"file_types": ["txt", "md"], "chunking_strategy": "SEMANTIC", "chunk_size": 200,
-                                          "chunk_overlap": 0})  # fmt: skip
+    create_topic(
+        rt,
+        "Heaters",
+        settings={"file_types": ["txt", "md"], "chunking_strategy": "SEMANTIC", "chunk_size": 200, "chunk_overlap": 0},
+    )
     text = "\n\n".join(f"Heater H-{i} is checked every {i + 1} weeks by the day shift in hall {i}." for i in range(12)).encode()
     files = [("files", ("heaters.txt", text, "text/plain")), ("files", ("photo.jpg", b"\xff\xd8\xff", "image/jpeg"))]
     with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:

@@ -18,8 +18,14 @@ from tests.ui.test_graph_panel import CURIE, NLP, REPORT
 def test_create_configure_and_delete_a_topic_with_the_consoles_checks(secured, rt):
     _, url = secured
     with api_client(url, rt, "otto") as operator:
-        created = operator.post("/topics", json={"name": "Boilers", "description": "boiler manuals",
-                                                 "settings": {"chunk_size": 800, "file_types": ["txt", "md"]}})  # fmt: skip
+        created = operator.post(
+            "/topics",
+            json={
+                "name": "Boilers",
+                "description": "boiler manuals",
+                "settings": {"chunk_size": 800, "file_types": ["txt", "md"]},
+            },
+        )
         assert created.status_code == 201, created.text
         body = created.json()
         stored = get_topic(rt, "Boilers")
@@ -59,8 +65,9 @@ def test_create_upload_ask_delete_document_and_delete_topic_through_the_api(secu
     with api_client(url, rt, "otto") as operator, api_client(url, rt, "vic") as viewer:
         assert operator.post("/topics", json={"name": "Heaters", "settings": {"file_types": ["txt"]}}).status_code == 201
         topic_id = get_topic(rt, "Heaters").id
-        sent = operator.post("/topics/Heaters/documents",
-                             files=[("files", ("heaters.txt", b"Heater H-4 runs on 240 volts.", "text/plain"))])  # fmt: skip
+        sent = operator.post(
+            "/topics/Heaters/documents", files=[("files", ("heaters.txt", b"Heater H-4 runs on 240 volts.", "text/plain"))]
+        )
         [enqueued] = sent.json()["enqueued"]
         run_jobs()
         assert operator.get(f"/jobs/{enqueued['job_id']}").json()["status"] == "finished"
@@ -114,8 +121,11 @@ def test_communities_recompute_and_status_and_the_graph_through_the_api(secured,
         assert missing.status_code == 404 and "has no entity called 'Albert Einstein'" in missing.json()["error"]["message"]
 
         assert operator.post("/topics", json={"name": "Plain"}).status_code == 201
-        for response in (operator.post("/topics/Plain/communities"), viewer.get("/topics/Plain/graph"),
-                         operator.get("/topics/Plain/communities")):  # fmt: skip
+        for response in (
+            operator.post("/topics/Plain/communities"),
+            viewer.get("/topics/Plain/graph"),
+            operator.get("/topics/Plain/communities"),
+        ):
             assert response.status_code == 400
             assert response.json()["error"]["message"] == "Topic 'Plain' is a rag Topic; only GraphRAG Topics have a graph"
 

@@ -61,7 +61,11 @@ def test_small_files_share_one_job_and_each_is_indexed_with_its_own_result_and_t
         assert doc.status == "indexed" and doc.chunk_count == len(chunks) > 0
         assert "".join(c["text"].decode() for c in chunks).replace(" ", "") == FACTS[name].replace(" ", "")
         progress = job_progress(rt, row.job_id)
-        assert (progress.status, progress.result["status"], progress.result["chunk_count"]) == ("finished", "indexed", len(chunks))
+        assert (progress.status, progress.result["status"], progress.result["chunk_count"]) == (
+            "finished",
+            "indexed",
+            len(chunks),
+        )
         assert doc.indexed_with["embedding_model"] == rt.gateway.embedder.model
         trace = load_trace(rt.metadata, f"document:{row.id}")
         [embed] = [e for e in trace if e["step"] == "embed"]
@@ -140,8 +144,11 @@ def test_only_small_text_files_of_a_rag_topic_are_batched(rt):
     assert not batchable(rag, "notes.txt", 10 * 1024 * 1024)
     assert not batchable(rag, "report.pdf", 1000) and not batchable(rag, "photo.png", 1000)
     assert not batchable(graph, "notes.txt", 1000)
-    for settings in ({"chunking_strategy": "SEMANTIC"}, {"retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM"},
-                     {"import_strategy": "NARRATE"}):  # fmt: skip
+    for settings in (
+        {"chunking_strategy": "SEMANTIC"},
+        {"retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM"},
+        {"import_strategy": "NARRATE"},
+    ):
         assert not batchable(create_topic(rt, f"Calls {len(settings)}{min(settings)}", settings=settings), "notes.txt", 1000)
     assert batchable(create_topic(rt, "Hybrid", settings={"retrieval_strategy": "HYBRID"}), "notes.txt", 1000)
     rows = upload_all(rt, graph, {"a.txt": "Marie Curie worked in Paris.", "b.txt": "Pierre Curie worked in Paris."})
@@ -205,8 +212,12 @@ def test_ingest_documents_reports_progress_for_the_whole_batch(rt):
 
     rows = [receive_upload(rt, topic, name, text.encode()) for name, text in FACTS.items()]
     seen = []
-    results = ingest_documents(rt, topic.id, [(r.id, r.job_id, r.pending_blob_path) for r in rows],
-                               lambda phase, done, total: seen.append((phase, done, total)))  # fmt: skip
+    results = ingest_documents(
+        rt,
+        topic.id,
+        [(r.id, r.job_id, r.pending_blob_path) for r in rows],
+        lambda phase, done, total: seen.append((phase, done, total)),
+    )
     chunks = sum(r.chunk_count for r in results.values())
     assert [s for s in seen if s[0] == "reading"] == [("reading", n, len(rows)) for n in range(len(rows))]
     assert ("embedding", 0, chunks) in seen and seen[-1] == ("done", len(rows), len(rows))
@@ -221,9 +232,13 @@ def test_a_file_that_fails_early_says_so_before_its_batch_ends(rt, reconfigure):
     files = {**FACTS, "huge.txt": "A sentence about pumps and valves and boilers. " * 60}
     rows = {name: receive_upload(rt, topic, name, text.encode()) for name, text in files.items()}
     events = []
-    ingest_documents(rt, topic.id, [(r.id, r.job_id, r.pending_blob_path) for r in rows.values()],
-                     lambda phase, done, total: events.append(phase),
-                     lambda job_id, result: events.append((job_id, result.status)))  # fmt: skip
+    ingest_documents(
+        rt,
+        topic.id,
+        [(r.id, r.job_id, r.pending_blob_path) for r in rows.values()],
+        lambda phase, done, total: events.append(phase),
+        lambda job_id, result: events.append((job_id, result.status)),
+    )
     assert (rows["huge.txt"].job_id, "failed") in events
     assert events.index((rows["huge.txt"].job_id, "failed")) < events.index("embedding")  # known before the batch ends
     assert sum(isinstance(e, tuple) for e in events) == 1  # the stored ones are reported at the end, not here
@@ -234,8 +249,12 @@ def test_the_progress_of_a_running_batch_shows_a_settled_failure(rt):
     rows = upload_all(rt, topic, FACTS)
     [batch] = queue_for(rt).get_job_ids()
     job = Job.fetch(batch, connection=rt.redis)
-    job.meta.update(phase="embedding", done=2, total=9,
-                    settled={rows["pumps.txt"].job_id: {"status": "failed", "reason": "pumps.txt could not be read"}})
+    job.meta.update(
+        phase="embedding",
+        done=2,
+        total=9,
+        settled={rows["pumps.txt"].job_id: {"status": "failed", "reason": "pumps.txt could not be read"}},
+    )
     job.save_meta()
     progress = job_progresses(rt, [row.job_id for row in rows.values()])
     assert (progress[0].status, progress[0].error) == ("failed", "pumps.txt could not be read")
@@ -264,7 +283,9 @@ def test_a_chunk_over_the_embedders_window_is_split_in_a_batch_as_it_is_alone(rt
     batched = upload_all(rt, together, files)
     run_jobs()
     window = rt.gateway.embedder.max_tokens
-    split = [c["text"].decode() for c in sorted(stored(rt, together.id, batched["long.txt"].id), key=lambda c: int(c["position"]))]
+    split = [
+        c["text"].decode() for c in sorted(stored(rt, together.id, batched["long.txt"].id), key=lambda c: int(c["position"]))
+    ]
     assert len(split) >= 3 and max(rt.gateway.embedder.count_tokens(split)) <= window
     assert split == [c["text"].decode() for c in sorted(stored(rt, alone.id, single.id), key=lambda c: int(c["position"]))]
     doc = get_document(rt, batched["long.txt"].id)
@@ -305,7 +326,10 @@ def test_the_session_counts_a_reuploaded_file_once_and_the_list_shows_its_versio
     bars = jobs_html(rt, session)
     assert "4 file(s) uploaded in this session, 1 re-upload" in bars and "4 indexed" in bars and "replaced" not in bars
     rows = {row[0]: dict(zip(DOC_HEADERS, row, strict=True)) for row in documents_table(rt, topic.name)}
-    assert rows["pumps.txt"]["Version"] == new_sha[:8] and rows["valves.md"]["Version"] == hashlib.sha256(FACTS["valves.md"].encode()).hexdigest()[:8]
+    assert (
+        rows["pumps.txt"]["Version"] == new_sha[:8]
+        and rows["valves.md"]["Version"] == hashlib.sha256(FACTS["valves.md"].encode()).hexdigest()[:8]
+    )
     updated = {name: datetime.strptime(row["Updated (UTC)"], "%Y-%m-%d %H:%M:%S") for name, row in rows.items()}
     assert updated["pumps.txt"] >= updated["valves.md"]
     # without document ids (older sessions) the file name groups the uploads
@@ -316,8 +340,11 @@ def test_a_file_whose_split_chunks_exceed_the_limit_fails_alone_and_its_trace_sa
     """The window cap runs after the batch's one token count; its refusal is the chunk step's error."""
     reconfigure(MAX_CHUNKS_PER_DOCUMENT=2)
     long = "".join(f"Compressor C-{n} was serviced after the pressure alarm tripped twice. " for n in range(40))
-    rows = upload_all(rt, create_topic(rt, "Limits", settings={"chunk_size": 4000, "chunk_overlap": 0}),
-                      {"long.txt": long, "pumps.txt": FACTS["pumps.txt"]})  # fmt: skip
+    rows = upload_all(
+        rt,
+        create_topic(rt, "Limits", settings={"chunk_size": 4000, "chunk_overlap": 0}),
+        {"long.txt": long, "pumps.txt": FACTS["pumps.txt"]},
+    )
     run_jobs()
     failed, fine = get_document(rt, rows["long.txt"].id), get_document(rt, rows["pumps.txt"].id)
     assert (failed.status, fine.status, fine.chunk_count) == ("failed", "indexed", 1)
@@ -357,7 +384,11 @@ def test_when_the_rows_cannot_be_written_no_chunk_is_swapped_and_the_previous_ve
         old_doc, old_chunks = before[name]
         assert "disk quota exceeded" in doc.error and "previous version is still searchable" in doc.error
         assert chunks == old_chunks and "Revised" not in "".join(c["text"].decode() for c in chunks)
-        assert (doc.content_sha256, doc.blob_path, doc.chunk_count) == (old_doc.content_sha256, old_doc.blob_path, old_doc.chunk_count)
+        assert (doc.content_sha256, doc.blob_path, doc.chunk_count) == (
+            old_doc.content_sha256,
+            old_doc.blob_path,
+            old_doc.chunk_count,
+        )
         assert rt.blobs.path(doc.blob_path).read_bytes() == FACTS[name].encode() and not doc.pending_blob_path
     for name in set(FACTS) - failed:
         doc = get_document(rt, second[name].id)
@@ -372,7 +403,9 @@ def test_an_upload_whose_trace_cannot_be_stored_is_still_indexed(rt, run_jobs, c
     run_jobs()
     old_blobs = {name: get_document(rt, row.id).blob_path for name, row in first.items()}
     with rt.metadata.engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TRIGGER refuse_traces BEFORE INSERT ON trace BEGIN SELECT RAISE(ABORT, 'trace table full'); END")
+        conn.exec_driver_sql(
+            "CREATE TRIGGER refuse_traces BEFORE INSERT ON trace BEGIN SELECT RAISE(ABORT, 'trace table full'); END"
+        )
     second = upload_all(rt, topic, {name: text + " Revised." for name, text in FACTS.items()})
     run_jobs()
     for name, row in second.items():
@@ -384,8 +417,9 @@ def test_an_upload_whose_trace_cannot_be_stored_is_still_indexed(rt, run_jobs, c
     assert "upload traces of 4 file(s) not stored: " in caplog.text and "trace table full" in caplog.text
 
 
-def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_worker_start_finishes_them(rt, run_jobs,
-                                                                                                        monkeypatch):
+def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_worker_start_finishes_them(
+    rt, run_jobs, monkeypatch
+):
     """The new chunks are searchable once swapped; failing the files would drop the files they come from."""
     import sqlalchemy.exc
 
@@ -405,6 +439,7 @@ def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_wor
         def swap():
             before_commit()
             raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("disk I/O error"))  # as a failing commit
+
         return finish_many(store, outcomes, swap)
 
     monkeypatch.setattr(pipeline.documents, "finish_many", swap_then_fail)

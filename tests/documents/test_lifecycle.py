@@ -14,8 +14,13 @@ from ragtopics.storage import documents as document_store
 from ragtopics.storage.traces import load_trace
 from ragtopics.topics.topics import create_topic
 
-HYBRID_LLM_KEYWORDS = {"chunk_size": 120, "chunk_overlap": 0, "retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM",
-                       "min_similarity_score": 0}  # fmt: skip
+HYBRID_LLM_KEYWORDS = {
+    "chunk_size": 120,
+    "chunk_overlap": 0,
+    "retrieval_strategy": "HYBRID",
+    "keyword_enrichment": "LLM",
+    "min_similarity_score": 0,
+}
 
 
 def version_text(tag: str, n: int = 6) -> bytes:
@@ -37,8 +42,16 @@ def test_the_state_machine_refuses_changes_it_does_not_allow(rt):
     row = receive_upload(rt, topic, "a.txt", b"alpha")
     assert row.status == "queued" and len(row.job_id) == 32
     with pytest.raises(StateTransitionError, match="cannot go from queued to indexed"):
-        document_store.finish(rt.metadata, row.id, row.job_id, status=document_store.DocumentStatus.INDEXED, chunk_count=0,
-                              warning="", indexed_with={}, pictures=[])  # fmt: skip
+        document_store.finish(
+            rt.metadata,
+            row.id,
+            row.job_id,
+            status=document_store.DocumentStatus.INDEXED,
+            chunk_count=0,
+            warning="",
+            indexed_with={},
+            pictures=[],
+        )
     with pytest.raises(StateTransitionError, match="only after it is marked deleting"):
         document_store.remove(rt.metadata, row.id)
     assert get_document(rt, row.id).status == "queued"
@@ -222,13 +235,19 @@ def test_twenty_reupload_races_never_mix_versions(rt):
         for n in range(20):
             older = upload_file_row = receive_upload(rt, topic, "race.md", version_text(f"{2 * n}"))
             results = {}
-            first = threading.Thread(target=lambda: results.__setitem__("older", ingest_document(
-                rt, older.id, job_id=older.job_id, blob_path=older.pending_blob_path)))
+            first = threading.Thread(
+                target=lambda: results.__setitem__(
+                    "older", ingest_document(rt, older.id, job_id=older.job_id, blob_path=older.pending_blob_path)
+                )
+            )
             first.start()
             threading.Event().wait(rng.uniform(0, 0.25))
             newer = receive_upload(rt, topic, "race.md", version_text(f"{2 * n + 1}"))
-            second = threading.Thread(target=lambda: results.__setitem__("newer", ingest_document(
-                rt, newer.id, job_id=newer.job_id, blob_path=newer.pending_blob_path)))
+            second = threading.Thread(
+                target=lambda: results.__setitem__(
+                    "newer", ingest_document(rt, newer.id, job_id=newer.job_id, blob_path=newer.pending_blob_path)
+                )
+            )
             second.start()
             first.join(60)
             second.join(60)
@@ -242,8 +261,10 @@ def test_twenty_reupload_races_never_mix_versions(rt):
     finally:
         stop.set()
         watcher.join(10)
-    print(f"\n20 re-upload races: older job { {s: outcomes.count(s) for s in set(outcomes)} }, "
-          f"{checks[0]} searches checked, {len(mixed)} mixed")
+    print(
+        f"\n20 re-upload races: older job { {s: outcomes.count(s) for s in set(outcomes)} }, "
+        f"{checks[0]} searches checked, {len(mixed)} mixed"
+    )
     assert mixed == [] and checks[0] > 20
     assert set(outcomes) <= {"superseded", "indexed"}
 
@@ -256,8 +277,9 @@ def test_a_follow_up_in_a_chat_that_cited_a_deleted_file_shows_nothing_of_it(rt,
     upload_file(rt, topic, "secret.md", b"The vault code is 7291 and it opens the east door.")
     upload_file(rt, topic, "public.md", b"The cafeteria opens at eight in the morning.")
     run_jobs()
-    scripted_llm.replies["answer"] = lambda body: ("The code is 7291 [S1]." if "7291" in str(body["messages"][-1])
-                                                   else "I cannot tell from the documents.")  # fmt: skip
+    scripted_llm.replies["answer"] = lambda body: (
+        "The code is 7291 [S1]." if "7291" in str(body["messages"][-1]) else "I cannot tell from the documents."
+    )
     first = list(ask(rt, topic, "What is the vault code?"))[-1]
     assert first.text == "The code is 7291 [secret.md]." and [s.file for s in first.sources] == ["secret.md"]
     delete_document(rt, topic, "secret.md")

@@ -35,8 +35,9 @@ def footprint(rt, topic_id: str) -> dict[str, int]:
 
 
 def test_deleting_a_topic_with_50_documents_leaves_nothing_behind(rt, run_jobs, scripted_llm, capsys):
-    big = create_topic(rt, "Fifty", settings={"chunk_size": 200, "chunk_overlap": 0, "retrieval_strategy": "HYBRID",
-                                              "min_similarity_score": 0})  # fmt: skip
+    big = create_topic(
+        rt, "Fifty", settings={"chunk_size": 200, "chunk_overlap": 0, "retrieval_strategy": "HYBRID", "min_similarity_score": 0}
+    )
     other = create_topic(rt, "Neighbour", settings={"mcp_interfaces": ["Fifty"]})
     for n in range(50):
         text = f"Document {n}. Pump P{n} is serviced every {n + 2} months by crew {n % 7}. " * 4
@@ -100,8 +101,12 @@ def test_deleting_a_small_topic_next_to_a_large_one_reads_only_its_own_jobs_and_
     upload_file(rt, large, "l.md", b"The large Topic keeps its file about pumps.")
     run_jobs()
     queue = queue_for(rt)  # the large Topic's jobs wait in the queue, next to registries full of other work
-    theirs = [queue.enqueue_call("ragtopics.worker.jobs.ingest", args=(large.id, f"doc-{n}"), job_id=f"large-{n}",
-                                 meta={"topic_id": large.id}).id for n in range(300)]  # fmt: skip
+    theirs = [
+        queue.enqueue_call(
+            "ragtopics.worker.jobs.ingest", args=(large.id, f"doc-{n}"), job_id=f"large-{n}", meta={"topic_id": large.id}
+        ).id
+        for n in range(300)
+    ]
     pipe = rt.redis.pipeline(transaction=False)
     for n in range(3000):  # cached extractions and the like, under the large Topic's prefix
         pipe.set(f"rt:{large.id}:xcache:{n:04d}", "{}")
@@ -122,10 +127,14 @@ def test_deleting_a_small_topic_next_to_a_large_one_reads_only_its_own_jobs_and_
     assert footprint(rt, large.id) == large_before and all(Job.exists(j, connection=rt.redis) for j in theirs)
 
 
-CURIE = ("Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
-         "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
-ISLANDS = "\n\n".join(f"Paragraph {i} is about {w} and how {w} relates to nothing else at all."
-                      for i, w in enumerate(["Alderney", "Brecqhou", "Caldey", "Dursey"]))  # fmt: skip
+CURIE = (
+    "Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
+    "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel."
+)
+ISLANDS = "\n\n".join(
+    f"Paragraph {i} is about {w} and how {w} relates to nothing else at all."
+    for i, w in enumerate(["Alderney", "Brecqhou", "Caldey", "Dursey"])
+)
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 100, "chunk_overlap": 0}
 
 

@@ -38,21 +38,42 @@ def _single_line(megabytes: int) -> bytes:
 
 #: Office files are zip archives: a broken archive or a zip bomb is refused when received, before anything is stored.
 REFUSED_AT_RECEIVE = {
-    "corrupt docx": ("report.docx", make_docx, lambda: bytes(range(256)) * 40, r"report\.docx was refused: report\.docx is not a valid DOCX"),
+    "corrupt docx": (
+        "report.docx",
+        make_docx,
+        lambda: bytes(range(256)) * 40,
+        r"report\.docx was refused: report\.docx is not a valid DOCX",
+    ),
     "truncated docx": ("report.docx", make_docx, lambda: make_docx()[:2000], r"report\.docx is not a valid DOCX"),
     "truncated xlsx": ("figures.xlsx", make_xlsx, lambda: make_xlsx()[:1500], r"figures\.xlsx is not a valid XLSX"),
     "zip bomb docx": ("report.docx", make_docx, make_zip_bomb, r"report\.docx is refused as a zip bomb"),
     "truncated pdf": ("plant.pdf", make_pdf, lambda: make_pdf()[:900], r"plant\.pdf was refused: plant\.pdf is not a valid PDF"),
-}  # fmt: skip
+}
 
 BAD_INPUTS = {
     "xml entity expansion": ("catalog.xml", lambda: GOOD_XML, lambda: BILLION_LAUGHS, r"catalog\.xml: the XML uses entities"),
-    "deeply nested json": ("parts.json", lambda: GOOD_JSON, lambda: b"[" * 200_000 + b"]" * 200_000, r"parts\.json .*nested too deeply"),
-    "binary bytes as txt": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: bytes(range(256)) * 64, r"notes\.txt .*binary"),
-    "50 MB on one line": ("notes.txt", lambda: b"Service the pump every 12 months.", lambda: _single_line(50),
-                          (r"notes\.txt was refused: it would give at least [\d,]+ chunks at Chunk Size 1000, "
-                          r"and one document may give at most 20,000 \(MAX_CHUNKS_PER_DOCUMENT\)")),
-}  # fmt: skip
+    "deeply nested json": (
+        "parts.json",
+        lambda: GOOD_JSON,
+        lambda: b"[" * 200_000 + b"]" * 200_000,
+        r"parts\.json .*nested too deeply",
+    ),
+    "binary bytes as txt": (
+        "notes.txt",
+        lambda: b"Service the pump every 12 months.",
+        lambda: bytes(range(256)) * 64,
+        r"notes\.txt .*binary",
+    ),
+    "50 MB on one line": (
+        "notes.txt",
+        lambda: b"Service the pump every 12 months.",
+        lambda: _single_line(50),
+        (
+            r"notes\.txt was refused: it would give at least [\d,]+ chunks at Chunk Size 1000, "
+            r"and one document may give at most 20,000 \(MAX_CHUNKS_PER_DOCUMENT\)"
+        ),
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
@@ -100,7 +121,12 @@ def test_a_broken_archive_is_refused_when_received_and_nothing_is_stored(rt, run
 
     row = get_document(rt, doc.id)
     assert (row.status, row.job_id, row.blob_path, row.pending_blob_path, row.error) == (
-        "indexed", before.job_id, before.blob_path, "", "")
+        "indexed",
+        before.job_id,
+        before.blob_path,
+        "",
+        "",
+    )
     assert sorted(p for p in (rt.blobs.root / topic.id).rglob("*") if p.is_file()) == files_before
     assert len(queue_for(rt)) == 0 and len(queue_for(rt).finished_job_registry.get_job_ids()) == jobs_before
 
@@ -116,8 +142,15 @@ def test_a_chunk_budget_refusal_comes_before_any_model_call(reconfigure, run_job
     assert stored_chunks(rt, topic, doc.id) == []
 
 
-@pytest.mark.parametrize("raw,expected", [("../../../secrets/../passwd.md", "passwd.md"), ("reports/2024/q1.txt", "q1.txt"),
-                                          ("tab\there\r\n.txt", "tabhere.txt"), ("ü" * 300 + ".txt", "ü" * 125 + ".txt")])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("../../../secrets/../passwd.md", "passwd.md"),
+        ("reports/2024/q1.txt", "q1.txt"),
+        ("tab\there\r\n.txt", "tabhere.txt"),
+        ("ü" * 300 + ".txt", "ü" * 125 + ".txt"),
+    ],
+)
 def test_hostile_file_names_are_stored_under_a_safe_name(rt, run_jobs, raw, expected):
     topic = create_topic(rt, "Names")
     doc = receive_upload(rt, topic, raw, b"Some text.")
@@ -149,8 +182,11 @@ def test_hybrid_writes_keywords_with_codes_whole_and_dense_writes_none(rt, run_j
 
 
 def test_llm_keywords_make_one_call_per_chunk_and_are_searchable(rt, run_jobs, scripted_llm):
-    topic = create_topic(rt, "LLM keywords", settings={"retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM",
-                                                       "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "LLM keywords",
+        settings={"retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM", "chunk_size": 120, "chunk_overlap": 0},
+    )
     scripted_llm.replies["keywords"] = "coolant, overheating, PX-900"
     text = "\n\n".join(f"Section {i}: the pump runs hot when the fluid level drops below the mark." for i in range(3))
     doc, _ = upload(rt, topic, "pump.md", text.encode())
@@ -164,8 +200,11 @@ def test_llm_keywords_make_one_call_per_chunk_and_are_searchable(rt, run_jobs, s
 
 
 def test_a_failure_after_embedding_leaves_the_previous_version_whole(rt, run_jobs, scripted_llm):
-    topic = create_topic(rt, "Late failure", settings={"retrieval_strategy": "HYBRID", "keyword_enrichment": "ALGORITHMIC",
-                                                       "chunk_size": 100, "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "Late failure",
+        settings={"retrieval_strategy": "HYBRID", "keyword_enrichment": "ALGORITHMIC", "chunk_size": 100, "chunk_overlap": 0},
+    )
     first = ("Version one talks about valves. " * 12).encode()
     doc, _ = upload(rt, topic, "manual.txt", first)
     run_jobs()

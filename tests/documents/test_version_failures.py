@@ -31,10 +31,8 @@ from tests.scripted_llm import capitalised_entities
 GRAPH = {"graph_extraction_method": "LLM", "chunk_size": 120, "chunk_overlap": 0}
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
 RAG = {"chunk_size": 120, "chunk_overlap": 0}
-FIRST = ("Alderney ships pumps to Brecqhou every spring.\n\n"
-         "Caldey repairs the pumps that Alderney ships.")  # fmt: skip
-SECOND = ("Alderney ships pumps to Eriskay every autumn.\n\n"
-          "Fetlar repairs the pumps that Alderney ships.")  # fmt: skip
+FIRST = "Alderney ships pumps to Brecqhou every spring.\n\nCaldey repairs the pumps that Alderney ships."
+SECOND = "Alderney ships pumps to Eriskay every autumn.\n\nFetlar repairs the pumps that Alderney ships."
 OTHER = "Brecqhou buys valves from Dursey and from Alderney."
 
 
@@ -76,15 +74,22 @@ def _sorted_json(rows: list) -> list[str]:
 def chunk_dump(rt, topic, document_id: str) -> list[dict]:
     """The stored chunk hashes of a document (every field, embedding included), by chunk id."""
     index = rt.chunk_index(topic.id)
-    return [{k.decode(): v for k, v in sorted(rt.redis.hgetall(index.key(cid)).items())}
-            for cid in sorted(index.document_chunk_ids(document_id))]  # fmt: skip
+    return [
+        {k.decode(): v for k, v in sorted(rt.redis.hgetall(index.key(cid)).items())}
+        for cid in sorted(index.document_chunk_ids(document_id))
+    ]
 
 
 def row_version(rt, document_id: str) -> dict:
     """The fields of a document row that name its searchable version."""
     row = get_document(rt, document_id)
-    return {"content_sha256": row.content_sha256, "blob_path": row.blob_path, "chunk_count": row.chunk_count,
-            "indexed_with": row.indexed_with, "warning": row.warning}  # fmt: skip
+    return {
+        "content_sha256": row.content_sha256,
+        "blob_path": row.blob_path,
+        "chunk_count": row.chunk_count,
+        "indexed_with": row.indexed_with,
+        "warning": row.warning,
+    }
 
 
 def state(rt, topic, document_id: str) -> tuple:

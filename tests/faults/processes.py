@@ -17,8 +17,9 @@ from ragtopics.storage.metadata import DocumentRow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_worker(settings: Settings, llm_base_url: str, log: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:  # fmt: skip
+def start_worker(
+    settings: Settings, llm_base_url: str, log: Path | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """``ragtopics worker`` on the settings' Redis, data folder and queue, the model at ``llm_base_url``.
 
     It runs in a session of its own, so a kill takes rq's scheduler process with it, as a container
@@ -26,12 +27,21 @@ def start_worker(settings: Settings, llm_base_url: str, log: Path | None = None,
     so a killed worker's job is abandoned, in rq's terms, three seconds after the kill and queued again by
     the next maintenance pass. ``extra_env`` adds or overrides variables (another store, say).
     """
-    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
-           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING", "LLM_BASE_URL": llm_base_url, "LLM_MODEL": "scripted",
-           "WORKER_HEARTBEAT_S": "1", **(extra_env or {})}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.effective_redis_url,
+        "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+        "RQ_QUEUE": settings.queue_name,
+        "LOG_LEVEL": "WARNING",
+        "LLM_BASE_URL": llm_base_url,
+        "LLM_MODEL": "scripted",
+        "WORKER_HEARTBEAT_S": "1",
+        **(extra_env or {}),
+    }
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    return subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=out, stderr=out)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True, stdout=out, stderr=out
+    )
 
 
 def kill(worker: subprocess.Popen) -> None:

@@ -81,9 +81,11 @@ def test_fifty_concurrent_chats_during_an_ingest(rt, settings, scripted_llm):
         n = re.search(r"pump P-(\d+)", turn.question).group(1)
         assert turn.answer.startswith(f"Pump P-{n} is inspected every {n} days")
     latencies = np.array([r[2] for r in results])
-    print(f"\n[load] {SESSIONS} concurrent chats during an ingest of {UPLOADS} files: 0 errors, 0 answers to the wrong "
-          f"session; latency p50 {np.percentile(latencies, 50):.2f} s, p95 {np.percentile(latencies, 95):.2f} s; "
-          f"throughput {SESSIONS / elapsed:.1f} answers/s; {indexed_during} of {UPLOADS} uploads indexed meanwhile")
+    print(
+        f"\n[load] {SESSIONS} concurrent chats during an ingest of {UPLOADS} files: 0 errors, 0 answers to the wrong "
+        f"session; latency p50 {np.percentile(latencies, 50):.2f} s, p95 {np.percentile(latencies, 95):.2f} s; "
+        f"throughput {SESSIONS / elapsed:.1f} answers/s; {indexed_during} of {UPLOADS} uploads indexed meanwhile"
+    )
 
 
 BURST = 1000
@@ -95,8 +97,13 @@ def test_a_burst_of_a_thousand_uploads_queues_and_finishes_with_live_progress(rt
 
     topic = create_topic(rt, "Burst")
     t0 = time.perf_counter()
-    jobs = [(upload_file(rt, topic, f"note-{n:04d}.txt", f"Note {n}: part N-{n} ships from bay {n % 40}.".encode()).job_id,
-             f"note-{n:04d}.txt") for n in range(BURST)]  # fmt: skip
+    jobs = [
+        (
+            upload_file(rt, topic, f"note-{n:04d}.txt", f"Note {n}: part N-{n} ships from bay {n % 40}.".encode()).job_id,
+            f"note-{n:04d}.txt",
+        )
+        for n in range(BURST)
+    ]
     queued_s = time.perf_counter() - t0
     worker = start_worker(settings, scripted_llm.base_url)
     renders, started = [], time.perf_counter()
@@ -113,6 +120,8 @@ def test_a_burst_of_a_thousand_uploads_queues_and_finishes_with_live_progress(rt
         kill(worker)
     indexing_s = time.perf_counter() - started
     assert f"{BURST} indexed" in jobs_html(rt, jobs) and rt.chunk_index(topic.id).count() == BURST
-    print(f"\n[burst] {BURST} uploads queued in {queued_s:.1f} s ({BURST / queued_s:.0f}/s), indexed by one worker in "
-          f"{indexing_s:.1f} s ({BURST / indexing_s:.1f} files/s); progress redraw of all {BURST} jobs p50 "
-          f"{np.percentile(renders, 50) * 1000:.0f} ms, p95 {np.percentile(renders, 95) * 1000:.0f} ms ({len(renders)} redraws)")
+    print(
+        f"\n[burst] {BURST} uploads queued in {queued_s:.1f} s ({BURST / queued_s:.0f}/s), indexed by one worker in "
+        f"{indexing_s:.1f} s ({BURST / indexing_s:.1f} files/s); progress redraw of all {BURST} jobs p50 "
+        f"{np.percentile(renders, 50) * 1000:.0f} ms, p95 {np.percentile(renders, 95) * 1000:.0f} ms ({len(renders)} redraws)"
+    )

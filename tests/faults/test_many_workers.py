@@ -58,23 +58,27 @@ WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
 DEADLINE_S = float(os.environ.get("FAULT_DEADLINE_S", 600 + 3 * (RAG_UPLOADS + GRAPH_UPLOADS)))
 
 SITES = ["Leeds", "Dover", "Bergen", "Aarhus", "Lyon", "Porto", "Ghent", "Turku"]
-OWNERS = [("International Business Machines", "IBM"), ("European Space Agency", "ESA"),
-          ("World Health Organization", "WHO")]  # fmt: skip
+OWNERS = [("International Business Machines", "IBM"), ("European Space Agency", "ESA"), ("World Health Organization", "WHO")]
 
 
 def rag_text(n: int) -> bytes:
     """Two or three short paragraphs about one pump, different for every ``n``."""
     rng = random.Random(n)
-    return "\n\n".join(f"Pump P-{n}-{p} at the {rng.choice(SITES)} plant is inspected every {rng.randint(10, 90)} days; "
-                       f"valve V-{n}-{p} feeds it." for p in range(rng.randint(2, 3))).encode()  # fmt: skip
+    return "\n\n".join(
+        f"Pump P-{n}-{p} at the {rng.choice(SITES)} plant is inspected every {rng.randint(10, 90)} days; "
+        f"valve V-{n}-{p} feeds it."
+        for p in range(rng.randint(2, 3))
+    ).encode()
 
 
 def graph_text(n: int) -> bytes:
     """Two paragraphs naming sites, people and an organisation, by its long name in even files and its short one in odd."""
     rng = random.Random(1000 + n)
     owner = OWNERS[n % len(OWNERS)][n % 2]
-    return (f"{owner} runs the {rng.choice(SITES)} plant, where Engineer {rng.choice(['Ada', 'Ben', 'Cleo'])} Novak "
-            f"inspects pump P-{n}.\n\nThe {rng.choice(SITES)} line of {owner} feeds valve V-{n}.").encode()  # fmt: skip
+    return (
+        f"{owner} runs the {rng.choice(SITES)} plant, where Engineer {rng.choice(['Ada', 'Ben', 'Cleo'])} Novak "
+        f"inspects pump P-{n}.\n\nThe {rng.choice(SITES)} line of {owner} feeds valve V-{n}."
+    ).encode()
 
 
 @pytest.fixture(scope="module")
@@ -92,16 +96,23 @@ def shared_stores(tmp_path, postgres, s3_server) -> dict[str, str]:
     """The settings every machine of the test shares: a database of its own on the PostgreSQL cluster and
     the object store (one key prefix per test)."""
     database = postgres.create_database(f"t_{tmp_path.name.lower().replace('-', '_')}"[:60])
-    return {"DATABASE_URL": database, "FILE_STORE": "s3", "S3_ENDPOINT_URL": s3_server.endpoint_url,
-            "S3_BUCKET": "ragtopics-faults", "S3_PREFIX": tmp_path.name, "S3_ACCESS_KEY_ID": S3_ACCESS_KEY,
-            "S3_SECRET_ACCESS_KEY": S3_SECRET_KEY}  # fmt: skip
+    return {
+        "DATABASE_URL": database,
+        "FILE_STORE": "s3",
+        "S3_ENDPOINT_URL": s3_server.endpoint_url,
+        "S3_BUCKET": "ragtopics-faults",
+        "S3_PREFIX": tmp_path.name,
+        "S3_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "S3_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+    }
 
 
 @pytest.fixture
 def console(settings, shared_stores, embedder, scripted_llm, tmp_path):
     """The console's runtime (uploads and checks): its own data folder, the shared database and object store."""
-    mine = Settings(**{**settings.model_dump(by_alias=True), **shared_stores, "RAGTOPICS_DATA_DIR": tmp_path / "console"},
-                    _env_file=None)  # fmt: skip
+    mine = Settings(
+        **{**settings.model_dump(by_alias=True), **shared_stores, "RAGTOPICS_DATA_DIR": tmp_path / "console"}, _env_file=None
+    )
     with active_runtime(mine, embedder, scripted_llm) as runtime:
         yield runtime
 
@@ -158,8 +169,11 @@ def graph_shape(rt, topic: Topic) -> tuple[frozenset, int, int]:
     (which of them is its name depends on which file came first), the entity count and the relationship count."""
     store = graph_store(rt, topic)
     entities = list(store.all_entities())
-    return (frozenset((e.type, frozenset({e.name, *e.aliases})) for e in entities), len(entities),
-            sum(1 for _ in store.all_relationships()))  # fmt: skip
+    return (
+        frozenset((e.type, frozenset({e.name, *e.aliases})) for e in entities),
+        len(entities),
+        sum(1 for _ in store.all_relationships()),
+    )
 
 
 def settled(rt, topics: list[Topic], expected: int) -> bool:
@@ -169,12 +183,17 @@ def settled(rt, topics: list[Topic], expected: int) -> bool:
 
 @pytest.mark.faults
 @pytest.mark.timeout(DEADLINE_S + 900)  # the run's own deadline, then the checks and a sequential ingest of the graph files
-def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly_once(console, shared_stores, s3_server,
-                                                                                      postgres, scripted_llm, tmp_path):
+def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly_once(
+    console, shared_stores, s3_server, postgres, scripted_llm, tmp_path
+):
     rt, settings = console, console.settings
     rag = create_topic(rt, "Many workers RAG", settings={"chunk_size": 120, "chunk_overlap": 0})
-    graph = create_topic(rt, "Many workers graph", kind="graphrag",
-                         settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
+    graph = create_topic(
+        rt,
+        "Many workers graph",
+        kind="graphrag",
+        settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0},
+    )
     uploads = [(rag, f"pump-{n:04d}.txt", rag_text(n)) for n in range(RAG_UPLOADS)]
     uploads += [(graph, f"plant-{n:04d}.txt", graph_text(n)) for n in range(GRAPH_UPLOADS)]
     random.Random(7).shuffle(uploads)
@@ -193,7 +212,9 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
                 for topic, name, data in uploads[sent : sent + max(1, len(uploads) // 20)]:
                     upload_file(rt, topic, name, data)
                     sent += 1
-            if fleet.kills < MAX_KILLS and time.monotonic() >= next_kill and (busy := fleet.busy(rt)):  # a kill in the middle of a job
+            if (
+                fleet.kills < MAX_KILLS and time.monotonic() >= next_kill and (busy := fleet.busy(rt))
+            ):  # a kill in the middle of a job
                 fleet.kill_one(rng.choice(busy))
                 next_kill = time.monotonic() + KILL_EVERY_S
             time.sleep(0.2)
@@ -215,17 +236,23 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
         duplicated += [d.file_name for d in rows[topic.id] if stores[d.id] > 1]
     entities = list(graph_store(rt, graph).all_entities())
     duplicated += [e.name for e in entities if sum(1 for f in entities if f.id == e.id) > 1]
-    print(f"\n[{WORKERS} workers] uploads {len(uploads)} ({RAG_UPLOADS} RAG, {GRAPH_UPLOADS} GraphRAG), kills {fleet.kills} "
-          f"(one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
-          f"{took:.0f} s; {s3_server.version}; {postgres.version}")  # fmt: skip
+    print(
+        f"\n[{WORKERS} workers] uploads {len(uploads)} ({RAG_UPLOADS} RAG, {GRAPH_UPLOADS} GraphRAG), kills {fleet.kills} "
+        f"(one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
+        f"{took:.0f} s; {s3_server.version}; {postgres.version}"
+    )
     assert not lost and not stuck and not duplicated, (lost, stuck, duplicated)
     assert len(rows[rag.id]) == RAG_UPLOADS and len(rows[graph.id]) == GRAPH_UPLOADS
     assert fleet.kills >= min(2, MAX_KILLS), "the run was too short to kill a worker mid-job"
     kept = [p for p in tmp_path.glob("*/files/**/*") if p.is_file()]
     assert kept == [], f"files kept on a machine's disk instead of the object store: {kept[:5]}"
 
-    reference = create_topic(rt, "Sequential graph", kind="graphrag",
-                             settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0})  # fmt: skip
+    reference = create_topic(
+        rt,
+        "Sequential graph",
+        kind="graphrag",
+        settings={"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0},
+    )
     for topic, name, data in sorted(uploads, key=lambda u: u[1]):
         if topic.id == graph.id:
             assert ingest_document(rt, upload_file(rt, reference, name, data).id).status == "indexed"

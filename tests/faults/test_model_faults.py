@@ -77,4 +77,3 @@ def test_a_stream_that_hangs_after_its_first_token_times_out(rt, pumps, scripted
         answer(rt, pumps)
     assert time.monotonic() - t0 < 8.0  # the read timeout ended it, not the server
     assert turns(rt, pumps) == 0
-

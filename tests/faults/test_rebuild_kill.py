@@ -35,8 +35,10 @@ NODES = 120
 
 def plant_graph(group_size: int) -> bytes:
     """``NODES`` machines in groups of ``group_size``: a chain of strong ties inside each group, one weak tie between groups."""
-    nodes = [{"id": f"m{n}", "name": f"Machine M-{n}", "type": "Machine", "description": f"Machine M-{n} of line {n // group_size}."}
-             for n in range(NODES)]  # fmt: skip
+    nodes = [
+        {"id": f"m{n}", "name": f"Machine M-{n}", "type": "Machine", "description": f"Machine M-{n} of line {n // group_size}."}
+        for n in range(NODES)
+    ]
     edges = []
     for n in range(NODES):
         if (n + 1) % group_size and n + 1 < NODES:
@@ -58,7 +60,9 @@ def test_killing_the_worker_mid_rebuild_keeps_whole_communities(rt, settings, sc
         return json.dumps({"title": "A production line", "summary": "Machines that feed each other."})
 
     scripted_llm.replies["community_report"] = slow_report
-    topic = create_topic(rt, "Rebuild faults", kind="graphrag", settings={"graph_extraction_method": "LLM", "refresh_cycle": "off"})
+    topic = create_topic(
+        rt, "Rebuild faults", kind="graphrag", settings={"graph_extraction_method": "LLM", "refresh_cycle": "off"}
+    )
     ingest_graph(rt, topic, "plant.json", parse_nodes_edges_json(plant_graph(10)))
     run_rebuild(rt, topic.id)
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
@@ -69,12 +73,16 @@ def test_killing_the_worker_mid_rebuild_keeps_whole_communities(rt, settings, sc
 
     rng = random.Random(20261201)
     snapshots, mid_run = [], 0
+
     def running_since(t0: float) -> bool:
         """The rebuild runs in a worker started after ``t0`` (not a dead run's leftover state) and is at work."""
         job = Job.fetch(job_id, connection=rt.redis)
         started = job.started_at and job.started_at.replace(tzinfo=job.started_at.tzinfo or UTC).timestamp()
-        return job.get_status(refresh=False) == "started" and bool(started and started >= t0) and \
-            job.meta.get("phase") in ("detect", "reports", "write")  # fmt: skip
+        return (
+            job.get_status(refresh=False) == "started"
+            and bool(started and started >= t0)
+            and job.meta.get("phase") in ("detect", "reports", "write")
+        )
 
     for _ in range(KILLS):
         t0 = time.time()
@@ -100,6 +108,8 @@ def test_killing_the_worker_mid_rebuild_keeps_whole_communities(rt, settings, sc
     assert all(s in (before, after) for s in snapshots), "a kill left a mix of the old and the new communities"
     run = last_run(rt.redis, topic.id)
     assert run is not None and run.communities == len(after) == index.count()
-    print(f"\n[communities] kills {len(snapshots)}, {mid_run} inside the run; communities {len(before)} -> {len(after)}, "
-          f"summaries {index.count()}; lost or mixed 0")
+    print(
+        f"\n[communities] kills {len(snapshots)}, {mid_run} inside the run; communities {len(before)} -> {len(after)}, "
+        f"summaries {index.count()}; lost or mixed 0"
+    )
     assert mid_run >= len(snapshots) // 2, f"only {mid_run} of {len(snapshots)} kills landed inside the run"

@@ -28,8 +28,9 @@ KILLS = 3
 
 
 def text(n: int) -> bytes:
-    return "\n\n".join(f"Pump P-{n}{p} of line {n} is inspected every {10 + p} days; its seal kit is SK-{n}{p}."
-                       for p in range(5)).encode()  # fmt: skip
+    return "\n\n".join(
+        f"Pump P-{n}{p} of line {n} is inspected every {10 + p} days; its seal kit is SK-{n}{p}." for p in range(5)
+    ).encode()
 
 
 def complete(rt, topic_id: str) -> bool:
@@ -59,8 +60,14 @@ def test_chunks_lost_after_indexing_are_found_and_indexed_again(rt, run_jobs):
 def own_store(tmp_path, scripted_llm, embedder):
     """A Redis of the test's own (killable) and a runtime on it; the process-wide runtime while the test runs."""
     server = EmbeddedRedis(tmp_path / "redis", free_port()).start()
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path / "var", REDIS_URL=server.url, LLM_BASE_URL=scripted_llm.base_url,
-                        LLM_MODEL="scripted", RQ_QUEUE="faults", _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path / "var",
+        REDIS_URL=server.url,
+        LLM_BASE_URL=scripted_llm.base_url,
+        LLM_MODEL="scripted",
+        RQ_QUEUE="faults",
+        _env_file=None,
+    )
     rt = Runtime(settings)
     rt._gateway = ModelGateway(settings, embedder=embedder)
     set_runtime(rt)
@@ -87,9 +94,14 @@ def diagnose(rt, job_id: str) -> dict:
         error = (result.exc_string or "")[-600:] if result else ""
     except Exception as exc:
         error = repr(exc)
-    return {"error": error, "status": str(status), "in_queue": job_id in queue.get_job_ids(),
-            "intermediate": job_id.encode() in rt.redis.lrange(f"{queue.key}:intermediate", 0, -1),
-            "started": job_id in queue.started_job_registry, "stranded": stranded_reason(rt, job_id)}
+    return {
+        "error": error,
+        "status": str(status),
+        "in_queue": job_id in queue.get_job_ids(),
+        "intermediate": job_id.encode() in rt.redis.lrange(f"{queue.key}:intermediate", 0, -1),
+        "started": job_id in queue.started_job_registry,
+        "stranded": stranded_reason(rt, job_id),
+    }
 
 
 @pytest.mark.faults
@@ -103,7 +115,9 @@ def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store, tmp_path):
     for _ in range(KILLS):
         worker = start_worker(rt.settings, rt.settings.llm_base_url, log)
         before = sum(r.status == "indexed" for r in document_rows(rt, topic.id))
-        assert wait_for(lambda: sum(r.status == "indexed" for r in document_rows(rt, topic.id)) >= min(before + 3, DOCUMENTS), 120)
+        assert wait_for(
+            lambda: sum(r.status == "indexed" for r in document_rows(rt, topic.id)) >= min(before + 3, DOCUMENTS), 120
+        )
         server.process.send_signal(signal.SIGKILL)  # mid-ingest: the worker is writing chunks
         server.process.wait(timeout=30)
         indexed_at_kill.append(sum(r.status == "indexed" for r in document_rows(rt, topic.id)))
@@ -117,12 +131,15 @@ def test_redis_killed_mid_ingest_loses_no_indexed_document(own_store, tmp_path):
     finally:
         kill(worker)
     final = document_rows(rt, topic.id)
-    assert done, [(r.file_name, r.status, r.chunk_count, r.error, r.job_id, diagnose(rt, r.job_id))
-                  for r in final if r.status != "indexed"] + [log.read_text()[-3000:]]  # fmt: skip
+    assert done, [
+        (r.file_name, r.status, r.chunk_count, r.error, r.job_id, diagnose(rt, r.job_id)) for r in final if r.status != "indexed"
+    ] + [log.read_text()[-3000:]]
     counts = rt.chunk_index(topic.id).chunk_counts()
     assert set(counts) == {r.id for r in final} and sum(counts.values()) == sum(r.chunk_count for r in final)
-    print(f"\n[redis SIGKILL] kills {KILLS}, documents indexed at each kill {indexed_at_kill}; after the restarts "
-          f"{len(final)} of {DOCUMENTS} documents indexed with all {sum(counts.values())} chunks; lost 0")
+    print(
+        f"\n[redis SIGKILL] kills {KILLS}, documents indexed at each kill {indexed_at_kill}; after the restarts "
+        f"{len(final)} of {DOCUMENTS} documents indexed with all {sum(counts.values())} chunks; lost 0"
+    )
 
 
 @pytest.mark.faults
@@ -211,15 +228,25 @@ def test_graphs_summaries_chats_and_queued_jobs_survive_a_redis_kill(own_store, 
     *_, final = ask(rt, topic, "Whom did Marie Curie marry?", route="LOCAL")
     job_id = enqueue_rebuild(rt, topic, reason="queued before the crash")
     index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims)
-    before = (sorted(e.name for e in graph_store(rt, topic).all_entities()), len(list(graph_store(rt, topic).all_relationships())),
-              sorted(index.get_hashes()), rt.chunk_index(topic.id).count())  # fmt: skip
+    before = (
+        sorted(e.name for e in graph_store(rt, topic).all_entities()),
+        len(list(graph_store(rt, topic).all_relationships())),
+        sorted(index.get_hashes()),
+        rt.chunk_index(topic.id).count(),
+    )
     time.sleep(1.5)  # past the append-only file's one-second sync
     server.process.send_signal(signal.SIGKILL)
     server.process.wait(timeout=30)
     server.start()
-    after = (sorted(e.name for e in graph_store(rt, topic).all_entities()), len(list(graph_store(rt, topic).all_relationships())),
-             sorted(index.get_hashes()), rt.chunk_index(topic.id).count())  # fmt: skip
+    after = (
+        sorted(e.name for e in graph_store(rt, topic).all_entities()),
+        len(list(graph_store(rt, topic).all_relationships())),
+        sorted(index.get_hashes()),
+        rt.chunk_index(topic.id).count(),
+    )
     assert after == before and before[0] and before[2]
     assert job_progress(rt, job_id).status == "queued" and [t.answer for t in session_turns(rt, final.session_id)] == [final.text]
-    print(f"\n[redis kill, graph] {len(before[0])} entities, {before[1]} relationships, {len(before[2])} summaries, "
-          f"{before[3]} chunks, 1 chat turn and 1 queued job: all there after the restart")
+    print(
+        f"\n[redis kill, graph] {len(before[0])} entities, {before[1]} relationships, {len(before[2])} summaries, "
+        f"{before[3]} chunks, 1 chat turn and 1 queued job: all there after the restart"
+    )

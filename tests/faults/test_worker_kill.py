@@ -36,9 +36,11 @@ def document_text(n: int, version: int) -> bytes:
     paragraphs = []
     for p in range(6):
         site = rng.choice(sites)
-        paragraphs.append(f"Pump P-{n}{p} at the {site} plant is inspected every {rng.randint(10, 90)} days "
-                          f"(revision {version}). Valve V-{n}{p} feeds it from the {rng.choice(sites)} line, and "
-                          f"Engineer {rng.choice(['Ada', 'Ben', 'Cleo', 'Dev'])} Novak signs the record in version {version}.")  # fmt: skip
+        paragraphs.append(
+            f"Pump P-{n}{p} at the {site} plant is inspected every {rng.randint(10, 90)} days "
+            f"(revision {version}). Valve V-{n}{p} feeds it from the {rng.choice(sites)} line, and "
+            f"Engineer {rng.choice(['Ada', 'Ben', 'Cleo', 'Dev'])} Novak signs the record in version {version}."
+        )
     return "\n\n".join(paragraphs).encode()
 
 
@@ -116,8 +118,10 @@ def test_killing_the_worker_twenty_times_mid_ingest_loses_nothing(rt, settings, 
 
     worker = start_worker(settings, scripted_llm.base_url)
     try:
-        done = wait_for(lambda: all(d.status == "indexed" and d.content_sha256 == latest[d.file_name]
-                                    for d in document_rows(rt, topic.id)), 300)  # fmt: skip
+        done = wait_for(
+            lambda: all(d.status == "indexed" and d.content_sha256 == latest[d.file_name] for d in document_rows(rt, topic.id)),
+            300,
+        )
     finally:
         kill(worker)
     rows = document_rows(rt, topic.id)
@@ -126,6 +130,8 @@ def test_killing_the_worker_twenty_times_mid_ingest_loses_nothing(rt, settings, 
     chunks = rt.chunk_index(topic.id).count()
     assert chunks == sum(d.chunk_count for d in rows) > DOCUMENTS
     uploads = sum(len(v) for v in allowed.values())
-    print(f"\n[{kind}] kills {KILLS}, {mid_job} while a document was being indexed; {uploads} uploads of {DOCUMENTS} "
-          f"documents; documents lost 0, chunks {chunks} (latest versions only: none orphaned or duplicated)")
+    print(
+        f"\n[{kind}] kills {KILLS}, {mid_job} while a document was being indexed; {uploads} uploads of {DOCUMENTS} "
+        f"documents; documents lost 0, chunks {chunks} (latest versions only: none orphaned or duplicated)"
+    )
     assert mid_job >= KILLS * 3 // 4, f"only {mid_job} kills landed while a document was being indexed"

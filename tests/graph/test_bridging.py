@@ -43,9 +43,14 @@ def test_subject_keys_read_headings_and_title_lines_only():
     record = ChunkRecord("c1", "d1", "doc 0736.txt", 0, "Lovers of Music\n\nA film.", np.zeros(0, dtype=np.float32))
     assert extraction_text(record) == "Lovers of Music\n\nA film."  # an opaque file name is not put above as a title
     assert extraction_text(replace(record, file_name="Lovers of Music (film).txt")).startswith("Lovers of Music (film)\n\n")
-    mentions = [Entity("ent-1", "Leland", "PLACE", chunk_ids=frozenset({"c1", "c2"})),
-                Entity("ent-2", "Cape Fear", "PLACE", aliases=("Cape Fear River",), chunk_ids=frozenset({"c2"}))]
-    assert chunk_subjects(mentions, {"c1": {"blueharbor"}, "c2": {"leland", "capefearriver"}}) == {("ent-1", "c2"), ("ent-2", "c2")}
+    mentions = [
+        Entity("ent-1", "Leland", "PLACE", chunk_ids=frozenset({"c1", "c2"})),
+        Entity("ent-2", "Cape Fear", "PLACE", aliases=("Cape Fear River",), chunk_ids=frozenset({"c2"})),
+    ]
+    assert chunk_subjects(mentions, {"c1": {"blueharbor"}, "c2": {"leland", "capefearriver"}}) == {
+        ("ent-1", "c2"),
+        ("ent-2", "c2"),
+    }
 
 
 def test_an_entity_named_in_a_first_chunk_brings_in_the_chunk_about_it(rt, run_jobs):

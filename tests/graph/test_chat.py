@@ -103,13 +103,16 @@ def test_nothing_above_min_similarity_score_gives_the_no_results_message(rt, top
     assert answers.prompts("answer") == []
 
 
-@pytest.mark.parametrize(("way", "confidence", "changes", "taken"), [
-    ("LOCAL", 0.59, {}, "HYBRID"),  # below Confidence Threshold (0.6)
-    ("LOCAL", 0.6, {}, "LOCAL"),
-    ("DIRECT", 0.89, {}, "HYBRID"),  # DIRECT also needs DIRECT Confidence Threshold (0.9)
-    ("DIRECT", 0.9, {}, "DIRECT"),
-    ("DIRECT", 0.99, {"answer_without_searching": False}, "HYBRID"),  # DIRECT switched off
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("way", "confidence", "changes", "taken"),
+    [
+        ("LOCAL", 0.59, {}, "HYBRID"),  # below Confidence Threshold (0.6)
+        ("LOCAL", 0.6, {}, "LOCAL"),
+        ("DIRECT", 0.89, {}, "HYBRID"),  # DIRECT also needs DIRECT Confidence Threshold (0.9)
+        ("DIRECT", 0.9, {}, "DIRECT"),
+        ("DIRECT", 0.99, {"answer_without_searching": False}, "HYBRID"),  # DIRECT switched off
+    ],
+)
 def test_the_confidence_thresholds_and_direct_switched_off(rt, topic, answers, way, confidence, changes, taken):
     if changes:
         update_settings(rt, topic.id, changes)
@@ -147,11 +150,17 @@ def test_hybrid_rounds_and_follow_ups_are_bounded(rt, topic, answers):
 
     assert result.route == "HYBRID" and len(answers.prompts("follow_up_plan")) == 2
     searched = [e["question"] for e in events(rt, result, "follow_up_search")]
-    assert searched == ["Question 0-0 about Marie Curie?", "Question 0-1 about Marie Curie?",
-                        "Question 1-0 about Marie Curie?", "Question 1-1 about Marie Curie?"]  # fmt: skip
+    assert searched == [
+        "Question 0-0 about Marie Curie?",
+        "Question 0-1 about Marie Curie?",
+        "Question 1-0 about Marie Curie?",
+        "Question 1-1 about Marie Curie?",
+    ]
     assert "Question 0-0 about Marie Curie?" in answers.prompts("follow_up_plan")[1]["messages"][-1]["content"]  # asked
-    assert {u.status for u in updates if u.status} >= {"planning follow-up questions (round 1)",
-                                                       "searching: Question 1-1 about Marie Curie?"}  # fmt: skip
+    assert {u.status for u in updates if u.status} >= {
+        "planning follow-up questions (round 1)",
+        "searching: Question 1-1 about Marie Curie?",
+    }
     assert events(rt, result, "answer")[0]["streamed"] is True
     assert result.sources[0].file == "curie.txt"
 
@@ -253,8 +262,12 @@ def test_a_graph_ingestion_record_is_a_source_without_download(rt, answers):
 
     assert result.sources
     for source in result.sources:
-        assert (source.file, source.kind, source.label, source.link) == ("people.json", "graph_ingestion",
-                                                                          "people.json (graph ingestion)", "")  # fmt: skip
+        assert (source.file, source.kind, source.label, source.link) == (
+            "people.json",
+            "graph_ingestion",
+            "people.json (graph ingestion)",
+            "",
+        )
     assert "[people.json]" in result.text
 
 
@@ -280,8 +293,9 @@ def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts", ("Marie Curie",))
     answers.replies["answer"] = "She discovered radium [S1] and married Pierre Curie [S2]; see [S5] [S6] [S7] [S8]."
     result = list(ask(rt, topic, question))[-1]
-    context = LocalRetriever(rt, topic, topic.settings).retrieve(RetrievalQuery(question, entities=("Marie Curie",)),
-                                                                 Trace("chat", question))  # fmt: skip
+    context = LocalRetriever(rt, topic, topic.settings).retrieve(
+        RetrievalQuery(question, entities=("Marie Curie",)), Trace("chat", question)
+    )
     own = {item.id: round(item.score, 4) for item in context.items if item.kind == "chunk"}
 
     keys = [(s.file, s.chunk_id) for s in result.sources]
@@ -293,8 +307,13 @@ def test_each_chunk_is_one_source_with_its_own_score(rt, topic, answers):
 def test_forcing_attachment_needs_a_file_and_an_answer_from_the_file_stands_without_sources(rt, topic, answers):
     with pytest.raises(RagTopicsError, match="the ATTACHMENT way answers from an attached file; attach one"):
         list(ask(rt, topic, "Who directed it?", route="ATTACHMENT"))
-    roster = read_attachment(b"Pump ZX-9 was serviced on 3 March by Alice Moreau.", "service.txt", allowed_types=["txt"],
-                             max_mb=1, model_sees_images=False)  # fmt: skip
+    roster = read_attachment(
+        b"Pump ZX-9 was serviced on 3 March by Alice Moreau.",
+        "service.txt",
+        allowed_types=["txt"],
+        max_mb=1,
+        model_sees_images=False,
+    )
     answers.replies[ROUTER] = route_reply("LOCAL", 0.9, "facts")
     answers.replies["answer"] = "Alice Moreau serviced the pump on 3 March."  # from the file: nothing to cite
     result = list(ask(rt, topic, "When was the pump serviced and by whom?", attachment=roster))[-1]

@@ -23,7 +23,7 @@ from ragtopics.graph.communities import (
     rebuild,
     report_prompt,
     run_key,
-)  # fmt: skip
+)
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
 from ragtopics.graph.store import GraphStore
@@ -33,8 +33,15 @@ from ragtopics.tracing.trace import Trace
 BRAKES = ["Brake Pedal", "Brake Caliper", "Brake Fluid", "Master Cylinder"]
 CURIES = ["Marie Curie", "Pierre Curie", "Radium", "Sorbonne"]
 LONELY = "Lonely Widget"
-TYPES = {"Brake Pedal": "PART", "Brake Caliper": "PART", "Brake Fluid": "PRODUCT", "Master Cylinder": "PART",
-         "Radium": "ELEMENT", "Sorbonne": "ORGANIZATION", LONELY: "PRODUCT"}  # fmt: skip
+TYPES = {
+    "Brake Pedal": "PART",
+    "Brake Caliper": "PART",
+    "Brake Fluid": "PRODUCT",
+    "Master Cylinder": "PART",
+    "Radium": "ELEMENT",
+    "Sorbonne": "ORGANIZATION",
+    LONELY: "PRODUCT",
+}
 
 
 def eid(name: str) -> str:
@@ -51,15 +58,20 @@ def rel(a: str, b: str, chunk: str, strength: float = 3.0) -> Relationship:
 
 
 def clique(names: list[str], chunk: str) -> list[Relationship]:
-    return [rel(a, b, chunk) for i, a in enumerate(names) for b in names[i + 1:]]
+    return [rel(a, b, chunk) for i, a in enumerate(names) for b in names[i + 1 :]]
 
 
 def write_graph(store: GraphStore) -> None:
     """Two clusters of four (doc-a: brakes, doc-b: the Curies) joined by one weak bridge (in doc-b), and a lone entity."""
     lonely = ent(LONELY, "cz", "A widget nobody mentions again.")
     store.upsert("doc-a", "brakes.txt", [("ca", 0), ("cz", 1)], [*(ent(n, "ca") for n in BRAKES), lonely], clique(BRAKES, "ca"))
-    store.upsert("doc-b", "curie.txt", [("cb", 0)], [ent(n, "cb") for n in CURIES],
-                 [*clique(CURIES, "cb"), rel("Master Cylinder", "Sorbonne", "cb", strength=0.5)])  # fmt: skip
+    store.upsert(
+        "doc-b",
+        "curie.txt",
+        [("cb", 0)],
+        [ent(n, "cb") for n in CURIES],
+        [*clique(CURIES, "cb"), rel("Master Cylinder", "Sorbonne", "cb", strength=0.5)],
+    )
 
 
 @pytest.fixture
@@ -149,9 +161,11 @@ def test_igraph_leiden_optimises_leidenalg_rb_configuration_quality():
         ours = detect_communities(entities, rels, resolution=resolution)
         label = {eid: n for n, c in enumerate(ours) for eid in c.entity_ids}
         quality = leidenalg.RBConfigurationVertexPartition(
-            graph, initial_membership=[label[i] for i in ids], weights="weight", resolution_parameter=resolution).quality()
-        reference = leidenalg.find_partition(graph, leidenalg.RBConfigurationVertexPartition, weights="weight",
-                                             resolution_parameter=resolution, seed=42).quality()  # fmt: skip
+            graph, initial_membership=[label[i] for i in ids], weights="weight", resolution_parameter=resolution
+        ).quality()
+        reference = leidenalg.find_partition(
+            graph, leidenalg.RBConfigurationVertexPartition, weights="weight", resolution_parameter=resolution, seed=42
+        ).quality()
         assert quality >= reference * 0.99
 
 
@@ -185,13 +199,25 @@ def test_graph_report_lists_the_strongest_members_and_relationships(store):
 
 
 def test_graph_report_titles_a_community_by_its_named_members_before_noun_phrases():
-    ids = {n: entity_id_for(n, t) for n, t in [("the film", "CONCEPT"), ("rare photographs", "CONCEPT"),
-                                             ("Maximum Overdrive", "WORK"), ("Stephen King", "PERSON")]}  # fmt: skip
-    entities = [Entity(i, n, "CONCEPT" if n[0].islower() else "X", f"{n} is mentioned.", (), frozenset({"c"})) for n, i in ids.items()]
-    rels = [Relationship(ids["the film"], ids["rare photographs"], "The film has rare photographs.", 9.0, frozenset({"c"})),
-            Relationship(ids["Maximum Overdrive"], ids["Stephen King"], "Stephen King directed Maximum Overdrive.", 1.0,
-                         frozenset({"c"})),
-            Relationship(ids["the film"], ids["Stephen King"], "The film is by Stephen King.", 1.0, frozenset({"c"}))]  # fmt: skip
+    ids = {
+        n: entity_id_for(n, t)
+        for n, t in [
+            ("the film", "CONCEPT"),
+            ("rare photographs", "CONCEPT"),
+            ("Maximum Overdrive", "WORK"),
+            ("Stephen King", "PERSON"),
+        ]
+    }
+    entities = [
+        Entity(i, n, "CONCEPT" if n[0].islower() else "X", f"{n} is mentioned.", (), frozenset({"c"})) for n, i in ids.items()
+    ]
+    rels = [
+        Relationship(ids["the film"], ids["rare photographs"], "The film has rare photographs.", 9.0, frozenset({"c"})),
+        Relationship(
+            ids["Maximum Overdrive"], ids["Stephen King"], "Stephen King directed Maximum Overdrive.", 1.0, frozenset({"c"})
+        ),
+        Relationship(ids["the film"], ids["Stephen King"], "The film is by Stephen King.", 1.0, frozenset({"c"})),
+    ]
     community = detect_communities(entities, rels, resolution=0.01)[0]
     content = community_content(community, {e.id: e for e in entities}, {(r.source_id, r.target_id): r for r in rels})
 
@@ -305,8 +331,13 @@ def test_failed_model_calls_fall_back_to_the_graph_and_are_retried_next_run(rt, 
 def test_an_unreachable_model_is_given_up_after_a_few_failures(rt, index, scripted_llm):
     graph = GraphStore(rt.redis, "topic-c")
     names = [[f"Part {g}-{i}" for i in range(3)] for g in range(10)]
-    graph.upsert("doc", "parts.txt", [("c", 0)], [ent(n, "c") for group in names for n in group],
-                 [r for group in names for r in clique(group, "c")])  # fmt: skip
+    graph.upsert(
+        "doc",
+        "parts.txt",
+        [("c", 0)],
+        [ent(n, "c") for group in names for n in group],
+        [r for group in names for r in clique(group, "c")],
+    )
 
     result = rebuild("topic-c", graph, index, rt.gateway, resolution=1.0)
 
@@ -321,11 +352,21 @@ def test_an_unreachable_model_is_given_up_after_a_few_failures(rt, index, script
 def test_community_index_put_search_delete_and_drop(rt, index):
     vectors = rt.gateway.embed(["Brake system: pedal, caliper and fluid.", "The Curies discovered radium."])
     records = [
-        CommunityRecord("community-a", "Brake system", "Pedal, caliper and fluid stop the car.", ("ent-1", "ent-2"), "h1",
-                        vectors[0], ("Brake Pedal",), ("Brake Pedal - Caliper: pushes",), "model"),
-        CommunityRecord("community-b", "The Curies", "Marie and Pierre Curie discovered radium.", ("ent-3", "ent-4"), "h2",
-                        vectors[1]),
-    ]  # fmt: skip
+        CommunityRecord(
+            "community-a",
+            "Brake system",
+            "Pedal, caliper and fluid stop the car.",
+            ("ent-1", "ent-2"),
+            "h1",
+            vectors[0],
+            ("Brake Pedal",),
+            ("Brake Pedal - Caliper: pushes",),
+            "model",
+        ),
+        CommunityRecord(
+            "community-b", "The Curies", "Marie and Pierre Curie discovered radium.", ("ent-3", "ent-4"), "h2", vectors[1]
+        ),
+    ]
     index.put(records)
 
     assert index.count() == 2
@@ -358,8 +399,10 @@ def test_the_half_graph_counts_the_communities_that_half_the_chunks_make_and_tho
     groups = {"X": ["Xa", "Xb", "Xc"], "Y": ["Ya", "Yb", "Yc"], "Z": ["Za", "Zb", "Zc"]}
     chunk = {"X": inside[0], "Y": outside[0], "Z": inside[1]}
     entities = [ent(n, chunk[g]) for g, names in groups.items() for n in names]
-    entities = [e if e.name != "Za" else Entity(e.id, e.name, e.type, e.description, (), frozenset({inside[1], outside[1]}))
-                for e in entities]  # fmt: skip
+    entities = [
+        e if e.name != "Za" else Entity(e.id, e.name, e.type, e.description, (), frozenset({inside[1], outside[1]}))
+        for e in entities
+    ]
     relationships = [rel(a, b, chunk[g]) for g, names in groups.items() for a, b in zip(names, names[1:] + names[:1])]
     whole = detect_communities(entities, relationships, resolution=1.0)
     assert sorted(c.size for c in whole) == [3, 3, 3]

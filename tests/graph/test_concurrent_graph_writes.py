@@ -22,11 +22,15 @@ from ragtopics.topics.topics import create_topic
 from tests.graph.test_upload import CURIE, NLP
 
 FILES = {
-    "long names.txt": ("International Business Machines opened a research laboratory in Zurich in 1956.\n\n"
-                       "The European Central Bank met in Frankfurt with International Business Machines."),
-    "short names.txt": ("IBM opened a research laboratory in Zurich, where the ECB later held a meeting.\n\n"
-                        "IBM and the ECB met again in Frankfurt in 1999."),
-}  # fmt: skip
+    "long names.txt": (
+        "International Business Machines opened a research laboratory in Zurich in 1956.\n\n"
+        "The European Central Bank met in Frankfurt with International Business Machines."
+    ),
+    "short names.txt": (
+        "IBM opened a research laboratory in Zurich, where the ECB later held a meeting.\n\n"
+        "IBM and the ECB met again in Frankfurt in 1999."
+    ),
+}
 
 
 def graph_of(rt, topic) -> tuple[frozenset[tuple[str, str]], int]:
@@ -41,7 +45,6 @@ def ingest_sequentially(rt, name: str, order: list[str]):
         doc = upload_file(rt, topic, file_name, FILES[file_name].encode())
         assert ingest_document(rt, doc.id).status == "indexed"
     return graph_of(rt, topic)
-
 
 
 def run_at_once(target, items: list) -> list[Exception]:
@@ -60,6 +63,7 @@ def run_at_once(target, items: list) -> list[Exception]:
     for thread in threads:
         thread.join(timeout=300)
     return errors
+
 
 def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_graph(rt):
     expected = {ingest_sequentially(rt, "In order", list(FILES)), ingest_sequentially(rt, "Reversed", list(FILES)[::-1])}
@@ -91,15 +95,21 @@ def test_concurrent_uploads_naming_the_same_entities_converge_to_a_sequential_gr
 
 
 IMPORTS = {
-    "long names.json": {"nodes": [
-        {"id": "a", "name": "International Business Machines", "type": "Organization", "description": "A computer maker."},
-        {"id": "b", "name": "Zurich Research Laboratory", "type": "Organization", "description": "A laboratory in Zurich."}],
-        "edges": [{"source": "a", "target": "b", "description": "Opened the laboratory in 1956."}]},
-    "short names.json": {"nodes": [
-        {"id": "a", "name": "IBM", "type": "Organization", "description": "A computer maker."},
-        {"id": "e", "name": "European Central Bank", "type": "Organization", "description": "A central bank."}],
-        "edges": [{"source": "e", "target": "a", "description": "Bought computers from IBM."}]},
-}  # fmt: skip
+    "long names.json": {
+        "nodes": [
+            {"id": "a", "name": "International Business Machines", "type": "Organization", "description": "A computer maker."},
+            {"id": "b", "name": "Zurich Research Laboratory", "type": "Organization", "description": "A laboratory in Zurich."},
+        ],
+        "edges": [{"source": "a", "target": "b", "description": "Opened the laboratory in 1956."}],
+    },
+    "short names.json": {
+        "nodes": [
+            {"id": "a", "name": "IBM", "type": "Organization", "description": "A computer maker."},
+            {"id": "e", "name": "European Central Bank", "type": "Organization", "description": "A central bank."},
+        ],
+        "edges": [{"source": "e", "target": "a", "description": "Bought computers from IBM."}],
+    },
+}
 
 
 def import_sequentially(rt, name: str, order: list[str]):

@@ -27,8 +27,16 @@ from ragtopics.tracing import reports
 LLM = {"graph_extraction_method": "LLM", "chunk_size": 100, "chunk_overlap": 0}
 
 #: What the scripted Graph Extraction model finds: each name written in a chunk, with its type.
-KNOWN = {"International Business Machines": "ORGANIZATION", "IBM": "ORGANIZATION", "United States": "PLACE",
-         "USA": "PLACE", "Pump P1": "PRODUCT", "Boiler": "PRODUCT", "Jaguar": "ANIMAL", "Gremlin": "PERSON"}  # fmt: skip
+KNOWN = {
+    "International Business Machines": "ORGANIZATION",
+    "IBM": "ORGANIZATION",
+    "United States": "PLACE",
+    "USA": "PLACE",
+    "Pump P1": "PRODUCT",
+    "Boiler": "PRODUCT",
+    "Jaguar": "ANIMAL",
+    "Gremlin": "PERSON",
+}
 #: One paragraph per chunk (each under 100 characters, two never fit one chunk).
 PARAGRAPHS = (
     "International Business Machines built the control system of the old plant in the valley here.",
@@ -47,8 +55,9 @@ def extraction(body: dict) -> str:
     text = body["messages"][-1]["content"].split("Text:")[-1]
     names = [n for n in KNOWN if re.search(rf"\b{re.escape(n)}\b", text)]
     entities = [{"name": n, "type": KNOWN[n], "description": "", "aliases": []} for n in names]
-    relationships = [{"source": a, "target": b, "description": f"{a} works with {b}.", "strength": 4}
-                     for a, b in itertools.pairwise(names)]  # fmt: skip
+    relationships = [
+        {"source": a, "target": b, "description": f"{a} works with {b}.", "strength": 4} for a, b in itertools.pairwise(names)
+    ]
     return json.dumps({"entities": entities, "relationships": relationships})
 
 
@@ -99,11 +108,13 @@ def test_each_correction_survives_a_re_upload_a_community_rebuild_and_a_graph_re
     assert store.entity_by_name("IBM").name == "International Business Machines"  # merged by abbreviation
     assert store.entity_by_name("USA").id != store.entity_by_name("United States").id  # "USA" is not "US"
 
-    made = [correct(rt, plant, "split", "IBM", "International Business Machines", by="otto"),
-            correct(rt, plant, "merge", "USA", "United States"),
-            correct(rt, plant, "rename", "Pump P1", "Feed Pump P-1"),
-            correct(rt, plant, "retype", "Jaguar", "concept"),
-            correct(rt, plant, "delete", "Gremlin")]  # fmt: skip
+    made = [
+        correct(rt, plant, "split", "IBM", "International Business Machines", by="otto"),
+        correct(rt, plant, "merge", "USA", "United States"),
+        correct(rt, plant, "rename", "Pump P1", "Feed Pump P-1"),
+        correct(rt, plant, "retype", "Jaguar", "concept"),
+        correct(rt, plant, "delete", "Gremlin"),
+    ]
     assert [c.kind for c in list_corrections(rt, plant.id)] == ["split", "merge", "rename", "retype", "delete"]
     assert made[0].created_by == "otto" and made[0].outcome["created"] and made[0].outcome["mentions_moved"] == 1
     assert made[1].outcome["removed"] == [entity_id_for("USA", "PLACE")] and made[4].outcome["removed"]
@@ -118,7 +129,12 @@ def test_each_correction_survives_a_re_upload_a_community_rebuild_and_a_graph_re
     (report,) = reports.list_reports(rt, kind="upload")
     steps = _steps(reports.load_report(rt, report.id))
     applied = {a["kind"]: a["mentions"] for a in steps["corrections"]["data"]["applied"]}
-    assert applied == {"merge": 1, "rename": 1, "retype": 1, "delete": 1}  # the split needed nothing: nothing named IBM as an alias
+    assert applied == {
+        "merge": 1,
+        "rename": 1,
+        "retype": 1,
+        "delete": 1,
+    }  # the split needed nothing: nothing named IBM as an alias
 
     assert run_rebuild(rt, plant.id)["status"] == "done"  # a community rebuild changes no entity
     assert_corrected(rt, plant)
@@ -127,9 +143,14 @@ def test_each_correction_survives_a_re_upload_a_community_rebuild_and_a_graph_re
     assert graph_store(rt, plant).stats()["entities"] == 0
     upload(rt, run_jobs, plant)  # the graph rebuilt from nothing: the rules alone keep the corrections
     assert_corrected(rt, plant)
-    kept_apart = _steps(reports.load_report(rt, reports.list_reports(rt, kind="upload")[0].id))["deduplicate"]["data"]["kept_apart"]
-    assert ["IBM", "International Business Machines", "operator split"] in kept_apart or \
-        ["International Business Machines", "IBM", "operator split"] in kept_apart  # fmt: skip
+    kept_apart = _steps(reports.load_report(rt, reports.list_reports(rt, kind="upload")[0].id))["deduplicate"]["data"][
+        "kept_apart"
+    ]
+    assert ["IBM", "International Business Machines", "operator split"] in kept_apart or [
+        "International Business Machines",
+        "IBM",
+        "operator split",
+    ] in kept_apart
 
 
 def _steps(report: dict) -> dict[str, dict]:
@@ -183,9 +204,15 @@ def test_rules_compile_in_order_a_later_rule_replaces_an_earlier_one():
     def rule(i, kind, name, type_, names, target=("", "")):
         return Correction(i, kind, name, type_, tuple(names), *target)
 
-    rules = compile_rules([rule(1, "merge", "A", "T", ["A", "A."], ("B", "T")), rule(2, "rename", "B", "T", ["B", "A"], ("C", "T")),
-                           rule(3, "delete", "D", "T", ["D"]), rule(4, "merge", "D", "T", ["D"], ("C", "T")),
-                           rule(5, "split", "A", "T", ["A"], ("C", "T"))])  # fmt: skip
+    rules = compile_rules(
+        [
+            rule(1, "merge", "A", "T", ["A", "A."], ("B", "T")),
+            rule(2, "rename", "B", "T", ["B", "A"], ("C", "T")),
+            rule(3, "delete", "D", "T", ["D"]),
+            rule(4, "merge", "D", "T", ["D"], ("C", "T")),
+            rule(5, "split", "A", "T", ["A"], ("C", "T")),
+        ]
+    )
     assert rules.redirect == {("b", "T"): ("C", "T", 2), ("d", "T"): ("C", "T", 4)}  # A follows B to C, then is split off
     assert rules.deleted == {} and rules.apart == {frozenset({("a", "T"), ("c", "T")}): 5}
     extracted = [Entity(entity_id_for(n, "T"), n, "T", "", (), frozenset({"c1"})) for n in ("A", "B", "D", "E")]
@@ -193,8 +220,10 @@ def test_rules_compile_in_order_a_later_rule_replaces_an_earlier_one():
     kept, ids, applied = rules.rewrite(extracted)
     assert [(e.name, e.aliases) for e in kept] == [("A", ()), ("C", ("B",)), ("C", ("D",)), ("E", ()), ("C", ())]
     assert ids[entity_id_for("B", "T")] == entity_id_for("C", "T") and applied == {2: 1, 4: 1, 5: 1}
-    rels = [Relationship(entity_id_for("B", "T"), entity_id_for("D", "T"), "", 1.0, frozenset({"c1"})),
-            Relationship(entity_id_for("A", "T"), entity_id_for("E", "T"), "", 1.0, frozenset({"c1"}))]
+    rels = [
+        Relationship(entity_id_for("B", "T"), entity_id_for("D", "T"), "", 1.0, frozenset({"c1"})),
+        Relationship(entity_id_for("A", "T"), entity_id_for("E", "T"), "", 1.0, frozenset({"c1"})),
+    ]
     gone = compile_rules([rule(1, "delete", "E", "T", ["E"])])
     assert gone.apply(extracted, rels)[1] == rels[:1]  # the relationship to a deleted entity goes with it
 
@@ -202,10 +231,18 @@ def test_rules_compile_in_order_a_later_rule_replaces_an_earlier_one():
 def test_a_graph_import_applies_the_rules_too(rt, plant):
     correct(rt, plant, "delete", "Gremlin")
     correct(rt, plant, "retype", "Jaguar", "CONCEPT")
-    imported = parse_nodes_edges_json(json.dumps({
-        "nodes": [{"id": "g", "name": "Gremlin", "type": "PERSON"}, {"id": "j", "name": "Jaguar", "type": "ANIMAL"},
-                  {"id": "b", "name": "Boiler", "type": "PRODUCT"}],
-        "edges": [{"source": "g", "target": "b"}, {"source": "j", "target": "b"}]}).encode())  # fmt: skip
+    imported = parse_nodes_edges_json(
+        json.dumps(
+            {
+                "nodes": [
+                    {"id": "g", "name": "Gremlin", "type": "PERSON"},
+                    {"id": "j", "name": "Jaguar", "type": "ANIMAL"},
+                    {"id": "b", "name": "Boiler", "type": "PRODUCT"},
+                ],
+                "edges": [{"source": "g", "target": "b"}, {"source": "j", "target": "b"}],
+            }
+        ).encode()
+    )
     result = ingest_graph(rt, plant, "extra.json", imported)
     store = graph_store(rt, plant)
     assert store.entity_by_name("Gremlin") is None and store.entity_by_name("Jaguar").type == "CONCEPT"
@@ -222,13 +259,20 @@ def test_a_correction_waits_for_the_graph_write_lock_and_changes_nothing_without
 
 
 def test_deduplication_never_merges_a_split_pair_by_any_rule():
-    names = {"International Business Machines": "ORGANIZATION", "IBM": "ORGANIZATION", "I.B.M.": "ORGANIZATION",
-             "J. R. R. Tolkien": "PERSON", "J. R. R. Tolkein": "PERSON"}  # an abbreviation, a swap of two letters
+    names = {
+        "International Business Machines": "ORGANIZATION",
+        "IBM": "ORGANIZATION",
+        "I.B.M.": "ORGANIZATION",
+        "J. R. R. Tolkien": "PERSON",
+        "J. R. R. Tolkein": "PERSON",
+    }  # an abbreviation, a swap of two letters
     incoming = [Entity(entity_id_for(n, t), n, t, "", (), frozenset({f"c{i}"})) for i, (n, t) in enumerate(names.items())]
     merged = deduplicate(incoming, [])
     assert len({merged.mapping[e.id] for e in incoming}) == 2  # without a rule: IBM and Tolkien, once each
-    split = [frozenset({("ibm", "ORGANIZATION"), ("internationalbusinessmachines", "ORGANIZATION")}),
-             frozenset({("jrrtolkien", "PERSON"), ("jrrtolkein", "PERSON")})]  # fmt: skip
+    split = [
+        frozenset({("ibm", "ORGANIZATION"), ("internationalbusinessmachines", "ORGANIZATION")}),
+        frozenset({("jrrtolkien", "PERSON"), ("jrrtolkein", "PERSON")}),
+    ]
     kept = deduplicate(incoming, [], apart=split)
     groups = {e.name: kept.mapping[e.id] for e in incoming}
     assert groups["IBM"] == groups["I.B.M."] != groups["International Business Machines"]  # one name, written twice

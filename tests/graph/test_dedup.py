@@ -27,7 +27,7 @@ from ragtopics.graph.dedup import (
     merge_descriptions,
     name_form,
     number_key,
-)  # fmt: skip
+)
 from ragtopics.graph.model import Entity, entity_id_for, normalize_name
 from ragtopics.llm.embedding import LocalEmbedder
 from ragtopics.llm.gateway import ModelGateway
@@ -94,9 +94,11 @@ def test_initials_of_a_multi_word_name_are_an_abbreviation():
     ibm = ent("International Business Machines", "ORGANIZATION")
     usa = ent("United States of America", "PLACE")
     result = deduplicate([ent("IBM", "ORGANIZATION"), ent("I.B.M.", "ORGANIZATION"), ent("USA", "PLACE")], [ibm, usa])
-    assert records(result) == {("International Business Machines", "IBM", "abbreviation"),
-                               ("International Business Machines", "I.B.M.", "abbreviation"),
-                               ("United States of America", "USA", "abbreviation")}  # fmt: skip
+    assert records(result) == {
+        ("International Business Machines", "IBM", "abbreviation"),
+        ("International Business Machines", "I.B.M.", "abbreviation"),
+        ("United States of America", "USA", "abbreviation"),
+    }
     ibm_out = next(e for e in result.entities if e.id == ibm.id)
     assert ibm_out.aliases == ("IBM", "I.B.M.")
 
@@ -125,10 +127,20 @@ def test_a_recorded_alias_merges_both_ways():
     assert records(result) == {("Kestrel Tools", "Kestrel Tools GmbH", "alias")}
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("IBM", True), ("I.B.M.", True), ("U. S. A.", True), ("AT&T", True),
-    ("Ibm", False), ("DEMON DICE", False), ("1984", False), ("A", False), ("ABCDEFGHIJK", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("IBM", True),
+        ("I.B.M.", True),
+        ("U. S. A.", True),
+        ("AT&T", True),
+        ("Ibm", False),
+        ("DEMON DICE", False),
+        ("1984", False),
+        ("A", False),
+        ("ABCDEFGHIJK", False),
+    ],
+)
 def test_what_looks_like_an_abbreviation(name, expected):
     assert is_abbreviation(name) is expected
 
@@ -158,17 +170,20 @@ def test_the_scorer_does_not_reward_a_name_inside_a_longer_one():
     assert fuzz.ratio(name_form("Paris"), name_form("Paris Hilton")) < FUZZY_GREY_MIN * 100
 
 
-@pytest.mark.parametrize(("name", "other", "expected"), [
-    ("Pump P-12", "Pump P-13", None),
-    ("World War I", "World War II", None),
-    ("Louis XIV", "Louis XVI", None),
-    ("Premier of South Australia", "Deputy Premier of South Australia", ("unclear", "adds words")),
-    ("Lee Roy Selmon", "Lee Roy Selmon's", ("unclear", "adds words")),
-    ("Jaguar", "Jaguars", ("unclear", "singular and plural")),
-    ("Gambia", "Zambia", ("unclear", "grey band")),
-    ("Flag to Flag", "Flag to Falg", ("merge", "fuzzy")),
-    ("Wamboin", "Wambion", ("merge", "swapped letters")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "other", "expected"),
+    [
+        ("Pump P-12", "Pump P-13", None),
+        ("World War I", "World War II", None),
+        ("Louis XIV", "Louis XVI", None),
+        ("Premier of South Australia", "Deputy Premier of South Australia", ("unclear", "adds words")),
+        ("Lee Roy Selmon", "Lee Roy Selmon's", ("unclear", "adds words")),
+        ("Jaguar", "Jaguars", ("unclear", "singular and plural")),
+        ("Gambia", "Zambia", ("unclear", "grey band")),
+        ("Flag to Flag", "Flag to Falg", ("merge", "fuzzy")),
+        ("Wamboin", "Wambion", ("merge", "swapped letters")),
+    ],
+)
 def test_fuzzy_verdicts_and_their_guards(name, other, expected):
     assert fuzzy_verdict(name, other, fuzz.ratio(name_form(name), name_form(other)) / 100) == expected
 
@@ -184,8 +199,12 @@ def test_number_key_reads_digits_and_roman_numerals_not_initials():
 
 def test_homonyms_of_different_types_stay_apart():
     existing = [ent("Jaguar", "ANIMAL"), ent("Paris", "PLACE"), ent("Washington", "PLACE")]
-    incoming = [ent("Jaguar", "ORGANIZATION"), ent("Paris Hilton", "PERSON"), ent("George Washington", "PERSON"),
-                ent("Jaguar", "ANIMAL", chunk="c2")]  # fmt: skip
+    incoming = [
+        ent("Jaguar", "ORGANIZATION"),
+        ent("Paris Hilton", "PERSON"),
+        ent("George Washington", "PERSON"),
+        ent("Jaguar", "ANIMAL", chunk="c2"),
+    ]
     result = deduplicate(incoming, existing)
     assert len({result.mapping[e.id] for e in incoming}) == 4
     assert result.mapping[incoming[3].id] == existing[0].id
@@ -228,12 +247,16 @@ def test_descriptions_that_disagree_make_an_abbreviation_unclear(minilm):
 
 
 def test_descriptions_that_agree_keep_true_matches(minilm):
-    existing = [ent("Tolkien", description="English writer and philologist."),
-                ent("International Business Machines", "ORGANIZATION", "The company that built the System/360 mainframe."),
-                ent("Apollo Theatre", "PLACE", "A music hall in Harlem, New York, opened in 1914.")]  # fmt: skip
-    incoming = [ent("Tolkein", description="Wrote The Hobbit."),
-                ent("IBM", "ORGANIZATION", "An American technology company based in Armonk."),
-                ent("Apollo Theater", "PLACE", "A theatre in Harlem where Ella Fitzgerald won an amateur night.")]  # fmt: skip
+    existing = [
+        ent("Tolkien", description="English writer and philologist."),
+        ent("International Business Machines", "ORGANIZATION", "The company that built the System/360 mainframe."),
+        ent("Apollo Theatre", "PLACE", "A music hall in Harlem, New York, opened in 1914."),
+    ]
+    incoming = [
+        ent("Tolkein", description="Wrote The Hobbit."),
+        ent("IBM", "ORGANIZATION", "An American technology company based in Armonk."),
+        ent("Apollo Theater", "PLACE", "A theatre in Harlem where Ella Fitzgerald won an amateur night."),
+    ]
     result = deduplicate(incoming, existing, embed=minilm)
     assert [result.mapping[e.id] for e in incoming] == [e.id for e in existing]
     assert {m.rule for m in result.merges} == {"fuzzy", "abbreviation"}
@@ -258,8 +281,9 @@ def scripted_decisions(body: dict) -> str:
 @pytest.fixture
 def gateway(scripted_llm, tmp_path) -> ModelGateway:
     scripted_llm.reset()
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted",
-                        LLM_TIMEOUT_S=10, _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted", LLM_TIMEOUT_S=10, _env_file=None
+    )
     return ModelGateway(settings, embedder=LocalEmbedder())
 
 
@@ -268,9 +292,11 @@ def test_without_a_model_grey_pairs_are_listed_and_not_merged():
     result = deduplicate(incoming, [])
     assert result.merges == [] and len(result.entities) == 8
     assert {(u.name, u.other, u.reason) for u in result.unclear} == {
-        ("Wangliang", "Wapgliang", "grey band"), ("Charmed", "Charmld", "grey band"),
-        ("Gambia", "Zambia", "grey band"), ("Kestrel Tool", "Kestrel Tools", "singular and plural"),
-    }  # fmt: skip
+        ("Wangliang", "Wapgliang", "grey band"),
+        ("Charmed", "Charmld", "grey band"),
+        ("Gambia", "Zambia", "grey band"),
+        ("Kestrel Tool", "Kestrel Tools", "singular and plural"),
+    }
     assert all(FUZZY_GREY_MIN <= u.score < 1 and u.type == "PLACE" for u in result.unclear)
 
 
@@ -322,7 +348,7 @@ def test_a_topics_deduplication_prompt_override_reaches_the_model(rt, scripted_l
     deduplicate_against_graph(rt, graph_store(rt, other), incoming, Trace("upload", "report.txt"))
 
     overridden, default = [r["messages"][-1]["content"] for r in scripted_llm.prompts(DEDUPLICATION.name)]
-    assert overridden.startswith("Our gazetteer's rule: a one-letter slip is the same place.\n[1] \"Wangliang\" (PLACE)")
+    assert overridden.startswith('Our gazetteer\'s rule: a one-letter slip is the same place.\n[1] "Wangliang" (PLACE)')
     assert default.startswith(DEDUPLICATION.text.split("$")[0])  # the other Topic keeps the default
     assert records(result) == {("Wangliang", "Wapgliang", "model")}
 
@@ -330,8 +356,9 @@ def test_a_topics_deduplication_prompt_override_reaches_the_model(rt, scripted_l
 def test_an_unusable_model_reply_leaves_the_pairs_unclear(gateway, scripted_llm):
     scripted_llm.replies[DEDUPLICATION.name] = "not JSON at all"
     trace = Trace("upload", "report.pdf")
-    result = deduplicate([ent("Gambia", "PLACE"), ent("Zambia", "PLACE")], [],
-                         model=lambda pairs: ask_model(gateway, pairs, trace), trace=trace)  # fmt: skip
+    result = deduplicate(
+        [ent("Gambia", "PLACE"), ent("Zambia", "PLACE")], [], model=lambda pairs: ask_model(gateway, pairs, trace), trace=trace
+    )
     assert result.merges == [] and [(u.name, u.other) for u in result.unclear] == [("Gambia", "Zambia")]
     event = next(e for e in trace.events if e.step == "deduplicate")
     assert event.data["model_failures"] == 1 and "deduplication reply did not match" in event.data["model_errors"][0]
@@ -341,8 +368,10 @@ def test_an_unusable_model_reply_leaves_the_pairs_unclear(gateway, scripted_llm)
 
 
 def test_merged_description_adds_only_new_sentences_and_is_bounded():
-    assert merge_descriptions(["Pump P-12 feeds line 3.", "pump p-12 feeds line 3. It was serviced in March."]) == \
-        "Pump P-12 feeds line 3. It was serviced in March."  # fmt: skip
+    assert (
+        merge_descriptions(["Pump P-12 feeds line 3.", "pump p-12 feeds line 3. It was serviced in March."])
+        == "Pump P-12 feeds line 3. It was serviced in March."
+    )
     long = [f"Sentence number {i} about the pump." for i in range(100)]
     merged = merge_descriptions([" ".join(long[:50]), " ".join(long[50:])])
     assert len(merged) <= MAX_DESCRIPTION_CHARS and merged.startswith(long[0]) and merged.endswith(".")
@@ -404,8 +433,10 @@ def test_hotpotqa_perturbed_titles_merge_back_and_the_originals_stay_distinct(pe
     assert len(set(group[:500])) == 500  # no two originals merged
     precision, recall = pairwise(group, list(range(500)) * 2)
     with capsys.disabled():
-        print(f"\nHotpotQA 500 titles + 500 perturbed copies: precision {precision:.3f}, recall {recall:.3f}, "
-              f"unclear {len(result.unclear)}")  # fmt: skip
+        print(
+            f"\nHotpotQA 500 titles + 500 perturbed copies: precision {precision:.3f}, recall {recall:.3f}, "
+            f"unclear {len(result.unclear)}"
+        )
     assert precision == 1.0 and recall >= 0.97
 
 
@@ -421,8 +452,12 @@ def test_blocking_finds_the_same_groups_as_all_pairs(perturbed_titles, hotpot_ti
     names = originals + copies + hotpot_titles[500:]
     forms = [name_form(n) for n in names]
     blocked = set(fuzzy_candidates(names))
-    every = {(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
-             if fuzz.ratio(forms[i], forms[j], score_cutoff=FUZZY_GREY_MIN * 100)}  # fmt: skip
+    every = {
+        (i, j)
+        for i in range(len(names))
+        for j in range(i + 1, len(names))
+        if fuzz.ratio(forms[i], forms[j], score_cutoff=FUZZY_GREY_MIN * 100)
+    }
     one_edit = {(i, j) for i, j in every if _edits(forms[i].replace(" ", ""), forms[j].replace(" ", "")) <= 1}
     assert one_edit <= blocked  # one edit apart: always found, however short the names
     verdicts = {(i, j): fuzzy_verdict(names[i], names[j], fuzz.ratio(forms[i], forms[j]) / 100) for i, j in every}

@@ -102,8 +102,10 @@ def test_codes_abbreviations_and_cooccurrence_strength():
 
 
 def test_a_markdown_heading_and_a_numbered_section_heading_are_entities():
-    text = ("# Maintenance schedule\n\nThe seal kit of the dosing pump is replaced every spring.\n\n"
-            "3.2 Safety instructions\n\nWear gloves.")
+    text = (
+        "# Maintenance schedule\n\nThe seal kit of the dosing pump is replaced every spring.\n\n"
+        "3.2 Safety instructions\n\nWear gloves."
+    )
     entities = by_name(extract_nlp(text))
     assert entities[normalize_name("Maintenance schedule")].type == "CONCEPT"
     assert normalize_name("Safety instructions") in entities  # without its section number
@@ -170,8 +172,9 @@ Figure 1.2 Impeller . . . . . 5
 Figure 2.1 Wiring diagram . . . . . 12"""
 
 
-@pytest.mark.parametrize("text", [TOC_WITH_LEADERS, TOC_OF_A_BOOK, TOC_AS_MARKDOWN_TABLE, TOC_WITHOUT_HEADING, INDEX,
-                                  INDEX_CONTINUED, LIST_OF_FIGURES])  # fmt: skip
+@pytest.mark.parametrize(
+    "text", [TOC_WITH_LEADERS, TOC_OF_A_BOOK, TOC_AS_MARKDOWN_TABLE, TOC_WITHOUT_HEADING, INDEX, INDEX_CONTINUED, LIST_OF_FIGURES]
+)
 def test_tables_of_contents_and_indexes_are_recognised(text):
     assert looks_like_toc_or_index(text)
 
@@ -209,8 +212,11 @@ def test_prose_and_tables_of_figures_are_not_taken_for_a_table_of_contents(text)
 
 def test_no_hotpotqa_passage_looks_like_a_table_of_contents(hotpot):
     corpus, _ = hotpot
-    flagged = [t for t, s in corpus.items() if looks_like_toc_or_index(f"{t}\n\n{''.join(s)}")
-               or looks_like_toc_or_index("\n".join(x.strip() for x in s))]  # fmt: skip
+    flagged = [
+        t
+        for t, s in corpus.items()
+        if looks_like_toc_or_index(f"{t}\n\n{''.join(s)}") or looks_like_toc_or_index("\n".join(x.strip() for x in s))
+    ]
     assert flagged == []
 
 
@@ -248,8 +254,9 @@ UNLISTED = {
 @pytest.fixture
 def gateway(tmp_path, scripted_llm) -> ModelGateway:
     scripted_llm.reset()
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted",
-                        LLM_TIMEOUT_S=10, _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted", LLM_TIMEOUT_S=10, _env_file=None
+    )
     yield ModelGateway(settings)
     scripted_llm.reset()
 
@@ -331,8 +338,7 @@ def test_auto_is_nlp_while_the_role_is_the_bundled_model_and_llm_with_an_endpoin
 
 def test_the_extraction_version_changes_with_the_model_and_the_prompt(tmp_path):
     def runtime(model: str):
-        settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL="http://10.0.0.5:8000/v1", LLM_MODEL=model,
-                            _env_file=None)  # fmt: skip
+        settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, LLM_BASE_URL="http://10.0.0.5:8000/v1", LLM_MODEL=model, _env_file=None)
         return type("Rt", (), {"gateway": ModelGateway(settings)})()
 
     first, other_model = runtime("qwen3-8b"), runtime("qwen3-32b")

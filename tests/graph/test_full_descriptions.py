@@ -35,8 +35,10 @@ def write_pairs(store: GraphStore) -> dict[tuple[str, str], list[tuple[str, str]
     said: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n, (cid, _) in enumerate(chunks):
         s, c = n % STATIONS, n // STATIONS % CREWS
-        entities += [Entity(station[s], f"Station {s}", "PLACE", "", (), frozenset({cid})),
-                     Entity(crew[c], f"Crew {c}", "ORGANIZATION", "", (), frozenset({cid}))]  # fmt: skip
+        entities += [
+            Entity(station[s], f"Station {s}", "PLACE", "", (), frozenset({cid})),
+            Entity(crew[c], f"Crew {c}", "ORGANIZATION", "", (), frozenset({cid})),
+        ]
         relationships.append(Relationship(station[s], crew[c], sentence(n), 1.0, frozenset({cid})))
         said.setdefault((station[s], crew[c]), []).append((cid, sentence(n)))
     store.upsert("doc-pumps", "pumps.txt", chunks, entities, relationships)
@@ -65,5 +67,6 @@ def test_removing_chunks_rebuilds_full_descriptions_from_the_chunks_left(store):
     report = store.remove_chunks(gone)
 
     assert report.relationships_kept == STATIONS * CREWS and report.relationships_removed == 0
-    assert stored_descriptions(store) == {pair: merged_sentences(text for cid, text in rows if cid not in gone)
-                                          for pair, rows in said.items()}  # fmt: skip
+    assert stored_descriptions(store) == {
+        pair: merged_sentences(text for cid, text in rows if cid not in gone) for pair, rows in said.items()
+    }

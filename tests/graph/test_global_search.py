@@ -21,8 +21,11 @@ QUESTION = "What are the main themes of these documents about physicists and the
 
 def built_topic(rt, run_jobs, scripted_llm, name="Themes"):
     scripted_llm.replies["community_report"] = lambda body: json.dumps(
-        {"title": "Nobel Prize physicists" if "Nobel" in body["messages"][-1]["content"] else "Other things",
-         "summary": "Marie Curie and Albert Einstein won the Nobel Prize in Physics. They worked in Paris and Berlin."})
+        {
+            "title": "Nobel Prize physicists" if "Nobel" in body["messages"][-1]["content"] else "Other things",
+            "summary": "Marie Curie and Albert Einstein won the Nobel Prize in Physics. They worked in Paris and Berlin.",
+        }
+    )
     topic = create_topic(rt, name, kind="graphrag", settings={**NLP, "min_similarity_score": 0.0})
     upload_file(rt, topic, "curie.txt", CURIE.encode())
     upload_file(rt, topic, "einstein.txt", EINSTEIN.encode())
@@ -99,9 +102,7 @@ def test_a_change_during_a_rebuild_keeps_the_recompute_due(rt, run_jobs, scripte
     assert recompute_due(rt, topic.id) == "bohr.txt was uploaded and 1 other change"
 
 
-
-def test_an_overview_question_reads_the_largest_communities_whatever_their_similarity(rt, reconfigure, run_jobs,
-                                                                                       scripted_llm):  # fmt: skip
+def test_an_overview_question_reads_the_largest_communities_whatever_their_similarity(rt, reconfigure, run_jobs, scripted_llm):
     from ragtopics.graph.community_index import CommunityIndex
 
     topic = built_topic(rt, run_jobs, scripted_llm, name="Overview")
@@ -113,7 +114,9 @@ def test_an_overview_question_reads_the_largest_communities_whatever_their_simil
     assert len(every) == index.count() >= 2 and sizes == sorted(sizes, reverse=True)
     strict = topic.settings.model_copy(update={"min_similarity_score": 0.99, "top_k_reports": 2})
     trace = Trace("chat", "q")
-    context = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(RetrievalQuery("What are the main themes of these documents?"), trace)
+    context = GlobalRetriever(rt, topic, strict, GLOBAL_MAP).retrieve(
+        RetrievalQuery("What are the main themes of these documents?"), trace
+    )
     select = next(e for e in trace.events if e.step == "global_select")
     assert select.data["overview"] is True
     assert [r["id"] for r in select.data["reports"]] == [h.community_id for h in every[:2]]  # the two largest, in size order
@@ -124,16 +127,19 @@ def test_an_overview_question_reads_the_largest_communities_whatever_their_simil
     assert subject.items == ()
 
 
-@pytest.mark.parametrize("question, overview", [
-    ("What are the main themes of these documents?", True),
-    ("Give me an overview", True),
-    ("What topics do the files cover?", True),
-    ("What is this collection about?", True),
-    ("What are the main themes of these documents about physicists and the Nobel Prize?", False),
-    ("Who won the Nobel Prize in 1921?", False),
-    ("What are the main themes?", True),
-    ("Where did Einstein lecture?", False),
-    ("", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "question, overview",
+    [
+        ("What are the main themes of these documents?", True),
+        ("Give me an overview", True),
+        ("What topics do the files cover?", True),
+        ("What is this collection about?", True),
+        ("What are the main themes of these documents about physicists and the Nobel Prize?", False),
+        ("Who won the Nobel Prize in 1921?", False),
+        ("What are the main themes?", True),
+        ("Where did Einstein lecture?", False),
+        ("", False),
+    ],
+)
 def test_which_questions_ask_for_an_overview(question, overview):
     assert is_overview(question) is overview

@@ -106,8 +106,12 @@ def test_graph_ingestion_from_a_registered_graph_database_by_name(rt, falkordb_s
 
     other = redis.Redis.from_url(falkordb_server.url)
     other.flushall()
-    other.execute_command("GRAPH.QUERY", "people", "CREATE (:Person {name: 'Ada Lovelace', description: 'A mathematician.'})"
-                          "-[:WORKED_WITH]->(:Person {name: 'Charles Babbage', description: 'An inventor.'})")  # fmt: skip
+    other.execute_command(
+        "GRAPH.QUERY",
+        "people",
+        "CREATE (:Person {name: 'Ada Lovelace', description: 'A mathematician.'})"
+        "-[:WORKED_WITH]->(:Person {name: 'Charles Babbage', description: 'An inventor.'})",
+    )
     register_graph_database(rt, "graphs", falkordb_server.url)
     topic = create_topic(rt, "Imported", kind="graphrag", settings=NLP)
     assert main(["graph", topic.name, "--from-falkordb", "graphs", "--graph", "people"]) == 0

@@ -32,8 +32,13 @@ LLM = {"graph_extraction_method": "LLM", "chunk_size": 200, "chunk_overlap": 0}
 
 PEOPLE = {
     "nodes": [
-        {"id": "mc", "name": "Marie Curie", "type": "Person", "description": "Physicist and chemist who discovered polonium.",
-         "aliases": ["Maria Sklodowska"]},
+        {
+            "id": "mc",
+            "name": "Marie Curie",
+            "type": "Person",
+            "description": "Physicist and chemist who discovered polonium.",
+            "aliases": ["Maria Sklodowska"],
+        },
         {"id": "pc", "name": "Pierre Curie", "type": "Person", "description": "French physicist."},
         {"id": "up", "name": "University of Paris", "type": "Organization", "description": "A university in Paris."},
     ],
@@ -42,7 +47,7 @@ PEOPLE = {
         {"source": "mc", "target": "University of Paris", "description": "Taught at the university."},
         {"source": "pc", "target": "Nobody", "description": "Unknown."},
     ],
-}  # fmt: skip
+}
 
 
 def people(**changes) -> bytes:
@@ -84,8 +89,11 @@ def test_a_json_import_writes_entities_relationships_and_searchable_node_chunks(
     married = rels[("Marie Curie", "Pierre Curie")]
     assert married.strength == pytest.approx(3.0) and married.description == "Married Pierre Curie in 1895."
     assert married.chunk_ids <= marie.chunk_ids  # provenance: Marie Curie's node chunk
-    assert store.chunks_about_names(["Maria Sklodowska", "Marie Curie"]) == [hit.chunk_id for hit in index.search_vector(
-        rt.gateway.embed(["Marie Curie"])[0], 3) if hit.text.startswith("Marie Curie:")]  # her node's chunk is about her
+    assert store.chunks_about_names(["Maria Sklodowska", "Marie Curie"]) == [
+        hit.chunk_id
+        for hit in index.search_vector(rt.gateway.embed(["Marie Curie"])[0], 3)
+        if hit.text.startswith("Marie Curie:")
+    ]  # her node's chunk is about her
 
     question = rt.gateway.embed(["Who discovered polonium?"])[0]
     hit = index.search_vector(question, k=1)[0]
@@ -98,11 +106,13 @@ def test_a_json_import_writes_entities_relationships_and_searchable_node_chunks(
 
 def test_a_csv_import_reads_nodes_and_edges_by_column(rt):
     topic = graph_topic(rt)
-    nodes = (b"id,name,type,description,aliases,extra\n"
-             b"p12,Pump P-12,part,Feeds the cooling loop.,P12;Pump 12,x\n"
-             b"v3,Valve V-3,part,Closes the loop.,,\n"
-             b"\n"
-             b"c1,Cooling loop,system,,,\n")  # fmt: skip
+    nodes = (
+        b"id,name,type,description,aliases,extra\n"
+        b"p12,Pump P-12,part,Feeds the cooling loop.,P12;Pump 12,x\n"
+        b"v3,Valve V-3,part,Closes the loop.,,\n"
+        b"\n"
+        b"c1,Cooling loop,system,,,\n"
+    )
     edges = b"source,target,description,strength\np12,c1,Feeds it.,2.5\nValve V-3,Cooling loop,,\nv3,v3,self,1\n"
     report = ingest_graph(rt, topic, "plant.csv", parse_nodes_edges_csv(nodes, edges))
 
@@ -120,14 +130,20 @@ def test_a_csv_import_reads_nodes_and_edges_by_column(rt):
 
 def curie_extraction(body: dict) -> str:
     """A scripted Graph Extraction model: Marie Curie and Paris, related, in every chunk."""
-    return json.dumps({"entities": [{"name": "Marie Curie", "type": "PERSON", "description": "Marie Curie was a physicist."},
-                                    {"name": "Paris", "type": "PLACE", "description": "Paris is a city."}],
-                       "relationships": [{"source": "Marie Curie", "target": "Paris", "description": "She worked in Paris.",
-                                          "strength": 5}]})  # fmt: skip
+    return json.dumps(
+        {
+            "entities": [
+                {"name": "Marie Curie", "type": "PERSON", "description": "Marie Curie was a physicist."},
+                {"name": "Paris", "type": "PLACE", "description": "Paris is a city."},
+            ],
+            "relationships": [{"source": "Marie Curie", "target": "Paris", "description": "She worked in Paris.", "strength": 5}],
+        }
+    )
 
 
-def test_an_imported_duplicate_of_an_uploaded_entity_merges_and_a_delete_removes_only_the_imports_orphans(rt, run_jobs,
-                                                                                                      scripted_llm):  # fmt: skip
+def test_an_imported_duplicate_of_an_uploaded_entity_merges_and_a_delete_removes_only_the_imports_orphans(
+    rt, run_jobs, scripted_llm
+):
     scripted_llm.replies["graph_extraction"] = curie_extraction
     scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
     topic = graph_topic(rt)
@@ -137,8 +153,9 @@ def test_an_imported_duplicate_of_an_uploaded_entity_merges_and_a_delete_removes
     store = graph_store(rt, topic)
     uploaded = store.entity_by_name("Marie Curie")
 
-    data = people(nodes=[{"id": "mc", "name": "marie curie", "type": "person", "description": "Discovered polonium."},
-                         *PEOPLE["nodes"][1:]])  # fmt: skip
+    data = people(
+        nodes=[{"id": "mc", "name": "marie curie", "type": "person", "description": "Discovered polonium."}, *PEOPLE["nodes"][1:]]
+    )
     report = ingest_graph(rt, topic, "people.json", parse_nodes_edges_json(data))
     assert {"kept": "Marie Curie", "merged": "marie curie", "rule": "normalized", "score": 1.0} in report["merges"]
     merged = store.entity_by_name("Marie Curie")
@@ -157,27 +174,35 @@ def test_an_imported_duplicate_of_an_uploaded_entity_merges_and_a_delete_removes
     assert recompute_due(rt, topic.id) == "people.json (graph ingestion) was deleted and 2 other changes"  # upload, import
 
 
-@pytest.mark.parametrize("data, message", [
-    (b'{"nodes": [{"name": "A"}, {"id": "b"}]}', "node #2 has no name"),
-    (b'{"nodes": [{"name": "A"}], "edges": [{"source": "A"}]}', "edge #1 has no target"),
-    (b'{"nodes": [{"name": "A"}, {"name": "B"}], "edges": [{"source": "A", "target": "B", "strength": -1}]}',
-     "edge #1: strength -1 is not a number >= 0"),
-    (b'{"nodes": [{"name": "A", "aliases": [1]}]}', "node #1: aliases must be a list"),
-    (b'[{"name": "A"}]', 'one JSON object with a list "nodes"'),
-    (b'{"nodes": [', "not valid JSON"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b'{"nodes": [{"name": "A"}, {"id": "b"}]}', "node #2 has no name"),
+        (b'{"nodes": [{"name": "A"}], "edges": [{"source": "A"}]}', "edge #1 has no target"),
+        (
+            b'{"nodes": [{"name": "A"}, {"name": "B"}], "edges": [{"source": "A", "target": "B", "strength": -1}]}',
+            "edge #1: strength -1 is not a number >= 0",
+        ),
+        (b'{"nodes": [{"name": "A", "aliases": [1]}]}', "node #1: aliases must be a list"),
+        (b'[{"name": "A"}]', 'one JSON object with a list "nodes"'),
+        (b'{"nodes": [', "not valid JSON"),
+    ],
+)
 def test_bad_json_is_refused_naming_the_row(data, message):
     with pytest.raises(RefusedFileError, match=message):
         parse_nodes_edges_json(data)
 
 
-@pytest.mark.parametrize("nodes, edges, message", [
-    (b"id,title\n1,A\n", None, "the nodes file has no column 'name'"),
-    (b"name,type\nA,x\n,y\n", None, "line 3 of the nodes file has no name"),
-    (b"name\nA\nB\n", b"source,to\nA,B\n", "the edges file has no column 'target'"),
-    (b"name\nA\nB\n", b"source,target,strength\nA,B,1\nB,A,lots\n", "line 3 of the edges file: strength 'lots'"),
-    (b"name\n\xff\n", None, "not UTF-8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "nodes, edges, message",
+    [
+        (b"id,title\n1,A\n", None, "the nodes file has no column 'name'"),
+        (b"name,type\nA,x\n,y\n", None, "line 3 of the nodes file has no name"),
+        (b"name\nA\nB\n", b"source,to\nA,B\n", "the edges file has no column 'target'"),
+        (b"name\nA\nB\n", b"source,target,strength\nA,B,1\nB,A,lots\n", "line 3 of the edges file: strength 'lots'"),
+        (b"name\n\xff\n", None, "not UTF-8"),
+    ],
+)
 def test_bad_csv_is_refused_naming_the_row_or_column(nodes, edges, message):
     with pytest.raises(RefusedFileError, match=message):
         parse_nodes_edges_csv(nodes, edges)
@@ -208,8 +233,11 @@ def test_a_re_import_replaces_the_previous_share(rt):
     store = graph_store(rt, topic)
     old_chunks = set(rt.chunk_index(topic.id).document_chunk_ids(first["document_id"]))
 
-    nodes = [{**PEOPLE["nodes"][0], "description": "Won two Nobel Prizes."}, PEOPLE["nodes"][1],
-             {"id": "so", "name": "Sorbonne", "type": "Organization"}]  # fmt: skip
+    nodes = [
+        {**PEOPLE["nodes"][0], "description": "Won two Nobel Prizes."},
+        PEOPLE["nodes"][1],
+        {"id": "so", "name": "Sorbonne", "type": "Organization"},
+    ]
     edges = [{"source": "mc", "target": "so", "description": "Studied at the Sorbonne."}, PEOPLE["edges"][0]]
     second = ingest_graph(rt, topic, "people.json", parse_nodes_edges_json(people(nodes=nodes, edges=edges)))
 
@@ -226,10 +254,12 @@ def test_a_re_import_replaces_the_previous_share(rt):
 
 def test_an_import_from_another_falkordb_graph_on_the_same_server(rt):
     source = falkordb_for(rt.redis).select_graph("inventors")
-    source.query("CREATE (a:Person {name: 'Ada Lovelace', born: 1815}), "
-                 "(b:Person {name: 'Charles Babbage', description: 'Mathematician and inventor.'}), "
-                 "(e:Machine {title: 'Analytical Engine'}), (x:Thing {weight: 3}), "
-                 "(a)-[:WORKED_WITH {strength: 2}]->(b), (b)-[:DESIGNED]->(e), (a)-[:TOUCHED]->(x)")  # fmt: skip
+    source.query(
+        "CREATE (a:Person {name: 'Ada Lovelace', born: 1815}), "
+        "(b:Person {name: 'Charles Babbage', description: 'Mathematician and inventor.'}), "
+        "(e:Machine {title: 'Analytical Engine'}), (x:Thing {weight: 3}), "
+        "(a)-[:WORKED_WITH {strength: 2}]->(b), (b)-[:DESIGNED]->(e), (a)-[:TOUCHED]->(x)"
+    )
     topic = graph_topic(rt)
     url = rt.settings.effective_redis_url
     imported = read_falkordb_graph(url, "inventors")

@@ -67,17 +67,20 @@ def cid(i: int) -> str:
 
 
 def write_hub(store: GraphStore) -> None:
-    """"Hub" in HUB_CHUNKS chunks (written in documents of 2,000), "Mid" in MID_CHUNKS, "One" in one; the same
+    """ "Hub" in HUB_CHUNKS chunks (written in documents of 2,000), "Mid" in MID_CHUNKS, "One" in one; the same
     description length for each; "One" and "Mid" tied to "Hub"."""
     per_doc = 2000
     for d in range(HUB_CHUNKS // per_doc):
         chunks = [(cid(i), i) for i in range(d * per_doc, (d + 1) * per_doc)]
         entities = [ent("Hub", *[c for c, _ in chunks], description=said("Hub"))]
         if d == 0:
-            entities += [ent("Mid", *[cid(i) for i in range(MID_CHUNKS)], description=said("Mid")),
-                         ent("One", cid(0), description=said("One"))]  # fmt: skip
-        store.upsert(f"doc-{d}", f"d{d}.txt", chunks, entities,
-                     [rel("One", "Hub", cid(0)), rel("Mid", "Hub", cid(1))] if d == 0 else [])  # fmt: skip
+            entities += [
+                ent("Mid", *[cid(i) for i in range(MID_CHUNKS)], description=said("Mid")),
+                ent("One", cid(0), description=said("One")),
+            ]
+        store.upsert(
+            f"doc-{d}", f"d{d}.txt", chunks, entities, [rel("One", "Hub", cid(0)), rel("Mid", "Hub", cid(1))] if d == 0 else []
+        )
 
 
 def test_reading_a_hub_entity_returns_as_much_as_reading_an_entity_of_one_chunk(store):
@@ -117,8 +120,15 @@ def test_writing_and_removing_mentions_of_a_hub_reads_no_more_than_for_a_small_e
 
     def props_size(name: str) -> int:
         rows = store.read("MATCH (e:Entity {id: $id}) RETURN properties(e)", {"id": eid(name)})
-        return len(repr({k: v for k, v in rows[0][0].items() if k not in ("chunk_count", "id", "name", "name_key",
-                                                                             "block_keys", "description")}))  # fmt: skip
+        return len(
+            repr(
+                {
+                    k: v
+                    for k, v in rows[0][0].items()
+                    if k not in ("chunk_count", "id", "name", "name_key", "block_keys", "description")
+                }
+            )
+        )
 
     assert props_size("Hub") == props_size("Mid")  # the node holds a sample, not the 20,000 ids
 

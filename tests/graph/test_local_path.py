@@ -17,39 +17,104 @@ from ragtopics.topics.topics import create_topic
 from ragtopics.tracing.trace import Trace
 from tests.redis_commands import CommandLog
 
-TYPES = {"Radium": "ELEMENT", "Polonium": "ELEMENT", "Sorbonne": "ORGANIZATION", "Paris": "PLACE", "Szeged": "PLACE",
-         "Hungary": "PLACE", "Zorblax Engine": "PRODUCT", "England": "PLACE", "Germany": "PLACE", "Britain": "PLACE",
-         "Patent Registry": "ORGANIZATION", "Steam Engine": "PRODUCT", "Eriskay": "PLACE", "Outer Hebrides": "PLACE"}  # fmt: skip
-DESCRIPTIONS = {"Marie Curie": "A physicist and chemist who discovered radium.", "Pierre Curie": "A physicist, husband of Marie Curie.",
-                "Radium": "A radioactive chemical element.", "Polonium": "A radioactive chemical element.",
-                "Sorbonne": "A university in Paris.", "Paris": "The capital of France.",
-                "Zorblax Engine": "A rotary engine.", "Hilda Varga": "An engineer.", "Szeged": "A city.",
-                "Hungary": "A country in Central Europe."}  # fmt: skip
+TYPES = {
+    "Radium": "ELEMENT",
+    "Polonium": "ELEMENT",
+    "Sorbonne": "ORGANIZATION",
+    "Paris": "PLACE",
+    "Szeged": "PLACE",
+    "Hungary": "PLACE",
+    "Zorblax Engine": "PRODUCT",
+    "England": "PLACE",
+    "Germany": "PLACE",
+    "Britain": "PLACE",
+    "Patent Registry": "ORGANIZATION",
+    "Steam Engine": "PRODUCT",
+    "Eriskay": "PLACE",
+    "Outer Hebrides": "PLACE",
+}
+DESCRIPTIONS = {
+    "Marie Curie": "A physicist and chemist who discovered radium.",
+    "Pierre Curie": "A physicist, husband of Marie Curie.",
+    "Radium": "A radioactive chemical element.",
+    "Polonium": "A radioactive chemical element.",
+    "Sorbonne": "A university in Paris.",
+    "Paris": "The capital of France.",
+    "Zorblax Engine": "A rotary engine.",
+    "Hilda Varga": "An engineer.",
+    "Szeged": "A city.",
+    "Hungary": "A country in Central Europe.",
+}
 
 #: chunk id → (file, text, entity names, relationships as (source, target, description)).
 CHUNKS = {
-    "chunk-k1": ("curie.txt", "Marie Curie discovered radium and polonium in Paris.", ["Marie Curie", "Radium", "Polonium", "Paris"],
-                 [("Marie Curie", "Radium", "She discovered radium."), ("Marie Curie", "Polonium", "She discovered polonium.")]),
-    "chunk-k2": ("curie.txt", "Marie Curie married Pierre Curie, a physicist, in 1895.", ["Marie Curie", "Pierre Curie"],
-                 [("Marie Curie", "Pierre Curie", "Married in 1895.")]),
-    "chunk-k3": ("sorbonne.txt", "Pierre Curie taught physics at the Sorbonne.", ["Pierre Curie", "Sorbonne"],
-                 [("Pierre Curie", "Sorbonne", "He taught physics there.")]),
-    "chunk-k4": ("sorbonne.txt", "The Sorbonne is a university in Paris.", ["Sorbonne", "Paris"],
-                 [("Sorbonne", "Paris", "It is in Paris.")]),
-    "chunk-k5": ("varga.txt", "The Zorblax engine was invented by Hilda Varga.", ["Zorblax Engine", "Hilda Varga"],
-                 [("Zorblax Engine", "Hilda Varga", "Invented by her.")]),
-    "chunk-k6": ("varga.txt", "Varga grew up on a farm near Szeged and later moved to Budapest.", ["Hilda Varga", "Szeged"],
-                 [("Hilda Varga", "Szeged", "Grew up near Szeged.")]),
-    "chunk-k7": ("varga.txt", "Szeged is a city in the south of Hungary.", ["Szeged", "Hungary"], [("Szeged", "Hungary", "A city in it.")]),
-    "chunk-k8": ("engines.txt", "The steam engine was invented in England, the country where its inventors were born.",
-                 ["Steam Engine", "England"], [("Steam Engine", "England", "Invented there.")]),
-    "chunk-k9": ("engines.txt", "Which country an engine inventor was born in is listed in the Patent Registry.",
-                 ["Patent Registry"], []),
-    "chunk-k10": ("engines.txt", "Jet engine inventors were born in Britain and Germany.", ["Britain", "Germany"],
-                  [("Britain", "Germany", "Both had jet engine inventors.")]),
-    "chunk-k11": ("island.txt", "Eriskay is an island in the Outer Hebrides.", ["Eriskay", "Outer Hebrides"],
-                  [("Eriskay", "Outer Hebrides", "An island of them.")]),
-}  # fmt: skip
+    "chunk-k1": (
+        "curie.txt",
+        "Marie Curie discovered radium and polonium in Paris.",
+        ["Marie Curie", "Radium", "Polonium", "Paris"],
+        [("Marie Curie", "Radium", "She discovered radium."), ("Marie Curie", "Polonium", "She discovered polonium.")],
+    ),
+    "chunk-k2": (
+        "curie.txt",
+        "Marie Curie married Pierre Curie, a physicist, in 1895.",
+        ["Marie Curie", "Pierre Curie"],
+        [("Marie Curie", "Pierre Curie", "Married in 1895.")],
+    ),
+    "chunk-k3": (
+        "sorbonne.txt",
+        "Pierre Curie taught physics at the Sorbonne.",
+        ["Pierre Curie", "Sorbonne"],
+        [("Pierre Curie", "Sorbonne", "He taught physics there.")],
+    ),
+    "chunk-k4": (
+        "sorbonne.txt",
+        "The Sorbonne is a university in Paris.",
+        ["Sorbonne", "Paris"],
+        [("Sorbonne", "Paris", "It is in Paris.")],
+    ),
+    "chunk-k5": (
+        "varga.txt",
+        "The Zorblax engine was invented by Hilda Varga.",
+        ["Zorblax Engine", "Hilda Varga"],
+        [("Zorblax Engine", "Hilda Varga", "Invented by her.")],
+    ),
+    "chunk-k6": (
+        "varga.txt",
+        "Varga grew up on a farm near Szeged and later moved to Budapest.",
+        ["Hilda Varga", "Szeged"],
+        [("Hilda Varga", "Szeged", "Grew up near Szeged.")],
+    ),
+    "chunk-k7": (
+        "varga.txt",
+        "Szeged is a city in the south of Hungary.",
+        ["Szeged", "Hungary"],
+        [("Szeged", "Hungary", "A city in it.")],
+    ),
+    "chunk-k8": (
+        "engines.txt",
+        "The steam engine was invented in England, the country where its inventors were born.",
+        ["Steam Engine", "England"],
+        [("Steam Engine", "England", "Invented there.")],
+    ),
+    "chunk-k9": (
+        "engines.txt",
+        "Which country an engine inventor was born in is listed in the Patent Registry.",
+        ["Patent Registry"],
+        [],
+    ),
+    "chunk-k10": (
+        "engines.txt",
+        "Jet engine inventors were born in Britain and Germany.",
+        ["Britain", "Germany"],
+        [("Britain", "Germany", "Both had jet engine inventors.")],
+    ),
+    "chunk-k11": (
+        "island.txt",
+        "Eriskay is an island in the Outer Hebrides.",
+        ["Eriskay", "Outer Hebrides"],
+        [("Eriskay", "Outer Hebrides", "An island of them.")],
+    ),
+}
 
 
 def eid(name: str) -> str:
@@ -67,10 +132,20 @@ def topic(rt):
         by_file.setdefault(file_name, []).append(cid)
     for file_name, ids in by_file.items():
         doc = f"doc-{file_name.split('.')[0]}"
-        index.replace_document(doc, [ChunkRecord(cid, doc, file_name, n, CHUNKS[cid][1], vectors[list(CHUNKS).index(cid)],
-                                                 keywords=CHUNKS[cid][1].lower()) for n, cid in enumerate(ids)])  # fmt: skip
-        entities = [Entity(eid(name), name, TYPES.get(name, "PERSON"), DESCRIPTIONS.get(name, ""), (), frozenset({cid}))
-                    for cid in ids for name in CHUNKS[cid][2]]  # fmt: skip
+        index.replace_document(
+            doc,
+            [
+                ChunkRecord(
+                    cid, doc, file_name, n, CHUNKS[cid][1], vectors[list(CHUNKS).index(cid)], keywords=CHUNKS[cid][1].lower()
+                )
+                for n, cid in enumerate(ids)
+            ],
+        )
+        entities = [
+            Entity(eid(name), name, TYPES.get(name, "PERSON"), DESCRIPTIONS.get(name, ""), (), frozenset({cid}))
+            for cid in ids
+            for name in CHUNKS[cid][2]
+        ]
         rels = [Relationship(eid(a), eid(b), desc, 1.0, frozenset({cid})) for cid in ids for a, b, desc in CHUNKS[cid][3]]
         store.upsert(doc, file_name, [(cid, n) for n, cid in enumerate(ids)], entities, rels)
     names = sorted({name for _, _, found, _ in CHUNKS.values() for name in found})
@@ -124,8 +199,13 @@ def test_a_named_entity_is_always_a_seed(rt, topic):
 
 
 def test_hop_depth_decides_which_chunks_are_collected(rt, topic):
-    only = {"seed_strategy": "NODES", "top_k_nodes": 1, "top_k_unlinked_chunks": 0, "max_cited_chunks": 10,
-                "local_keyword_search": False}  # keyword hits are found without the graph
+    only = {
+        "seed_strategy": "NODES",
+        "top_k_nodes": 1,
+        "top_k_unlinked_chunks": 0,
+        "max_cited_chunks": 10,
+        "local_keyword_search": False,
+    }  # keyword hits are found without the graph
     seed_only, trace0 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=0, **only)
     one_hop, trace1 = local(rt, topic, "Tell me about Pierre Curie, the husband", hop_depth=1, **only)
 
@@ -137,8 +217,16 @@ def test_hop_depth_decides_which_chunks_are_collected(rt, topic):
 
 
 def test_max_subgraph_nodes_and_max_cited_chunks_are_honoured(rt, topic):
-    context, trace = local(rt, topic, "Who discovered radium?", seed_strategy="NODES", top_k_nodes=1, hop_depth=3,
-                           max_subgraph_nodes=2, max_cited_chunks=2)  # fmt: skip
+    context, trace = local(
+        rt,
+        topic,
+        "Who discovered radium?",
+        seed_strategy="NODES",
+        top_k_nodes=1,
+        hop_depth=3,
+        max_subgraph_nodes=2,
+        max_cited_chunks=2,
+    )
     expanded = step(trace, "expand")
     assert expanded["entities"] == 2 and expanded["names"][0] == step(trace, "seeds")["seeds"][0]
     assert step(trace, "collect_chunks")["fetched"] > 2
@@ -146,8 +234,9 @@ def test_max_subgraph_nodes_and_max_cited_chunks_are_honoured(rt, topic):
     entities = [i for i in context.items if i.kind == "entity"]
     assert {i.text.split(" (")[0] for i in entities} == set(expanded["names"])
     for item in entities:  # provenance: the documents of the entity's chunks, each naming those chunks
-        assert item.provenance and all(CHUNKS[c][0] == p.file_name and item.text.split(" (")[0] in CHUNKS[c][2]
-                                       for p in item.provenance for c in p.chunk_ids)  # fmt: skip
+        assert item.provenance and all(
+            CHUNKS[c][0] == p.file_name and item.text.split(" (")[0] in CHUNKS[c][2] for p in item.provenance for c in p.chunk_ids
+        )
     relationships = [i for i in context.items if i.kind == "relationship"]
     assert len(relationships) == 1 and relationships[0].text.split(" —[")[0] in expanded["names"]
 
@@ -162,8 +251,9 @@ def test_nothing_above_the_min_similarity_score_gives_an_empty_context_with_a_no
 
 def test_personalized_pagerank_keeps_the_bridging_chunk_that_cosine_alone_would_drop(rt, topic):
     question = "In which country was the inventor of the Zorblax engine born?"
-    context, trace = local(rt, topic, question, seed_strategy="NODES", top_k_nodes=1, hop_depth=2, max_cited_chunks=3,
-                           local_keyword_search=False)  # keyword hits ("inventor", "born") are not the graph's
+    context, trace = local(
+        rt, topic, question, seed_strategy="NODES", top_k_nodes=1, hop_depth=2, max_cited_chunks=3, local_keyword_search=False
+    )  # keyword hits ("inventor", "born") are not the graph's
     ranked = {r["chunk_id"]: r for r in step(trace, "rank_chunks")["top"]}
     by_cosine = sorted(ranked, key=lambda cid: -ranked[cid]["cosine"])
 
@@ -188,8 +278,9 @@ def test_path_answers_from_the_chain_and_the_chunks_behind_it(rt, topic):
     assert context.route == "PATH" and context.note == ""
     chain = context.items[0]
     assert chain.kind == "path"
-    assert chain.text == ("Radium —[She discovered radium.]— Marie Curie —[Married in 1895.]— Pierre Curie "
-                          "—[He taught physics there.]— Sorbonne")  # fmt: skip
+    assert chain.text == (
+        "Radium —[She discovered radium.]— Marie Curie —[Married in 1895.]— Pierre Curie —[He taught physics there.]— Sorbonne"
+    )
     assert {p.file_name for p in chain.provenance} == {"curie.txt", "sorbonne.txt"}
     assert chunk_ids(context)[:3] == ["chunk-k1", "chunk-k2", "chunk-k3"]  # one per relationship, in chain order
     assert set(chunk_ids(context)) == {"chunk-k1", "chunk-k2", "chunk-k3", "chunk-k4"}  # also the entities' chunks
@@ -200,8 +291,12 @@ def test_path_answers_from_the_chain_and_the_chunks_behind_it(rt, topic):
 def test_path_resolves_a_misspelt_name_by_fuzzy_matching(rt, topic):
     context, trace = path(rt, topic, "How is Marie Curei connected to the Sorbonne?")
     assert context.route == "PATH"
-    assert step(trace, "path")["entities"][0] | {"score": 0} == {"entity": "Marie Curie", "name": "Marie Curei",
-                                                                "how": "fuzzy", "score": 0}  # fmt: skip
+    assert step(trace, "path")["entities"][0] | {"score": 0} == {
+        "entity": "Marie Curie",
+        "name": "Marie Curei",
+        "how": "fuzzy",
+        "score": 0,
+    }
     assert step(trace, "path")["chain"] == ["Marie Curie", "Pierre Curie", "Sorbonne"]
 
 
@@ -222,8 +317,10 @@ def test_path_without_a_chain_falls_back_to_local_with_a_note(rt, topic):
     assert too_long.note == "no chain of at most 2 hops between Radium and Sorbonne; LOCAL instead"
 
 
-LONG_QUESTION = ("Did Marie Curie of the Royal Swedish Academy of Sciences and Hilda Varga of the Budapest Technical "
-                 "University ever meet Pierre Curie at the Sorbonne in Paris or Szeged in Hungary?")
+LONG_QUESTION = (
+    "Did Marie Curie of the Royal Swedish Academy of Sciences and Hilda Varga of the Budapest Technical "
+    "University ever meet Pierre Curie at the Sorbonne in Paris or Szeged in Hungary?"
+)
 
 
 def test_the_names_of_a_question_are_looked_up_in_one_graph_query(rt, topic):
@@ -235,8 +332,11 @@ def test_the_names_of_a_question_are_looked_up_in_one_graph_query(rt, topic):
     one_by_one: dict[str, str] = {}  # what a look-up per name finds (as before), skipping names inside found ones
     tried: list[str] = []
     for name in list(dict.fromkeys(["Radium", *candidate_names(LONG_QUESTION)]))[:MAX_NAME_LOOKUPS]:
-        if (len(one_by_one) < 5 and not any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", t) for t in tried)
-                and (entity := store.entity_by_name(name)) is not None):
+        if (
+            len(one_by_one) < 5
+            and not any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", t) for t in tried)
+            and (entity := store.entity_by_name(name)) is not None
+        ):
             one_by_one.setdefault(entity.id, entity.name)
             tried.append(name)
     assert found == tuple(one_by_one.values()) and {"Radium", "Marie Curie", "Pierre Curie"} <= set(found)

@@ -54,14 +54,24 @@ def relationships_by_pair(store: GraphStore) -> dict[tuple[str, str], Relationsh
 
 def write_two_documents(store: GraphStore) -> None:
     """doc-2 (chunk c3) first, then doc-1 (c1, c2), which also ties Marie Curie to doc-2's Sorbonne."""
-    store.upsert("doc-2", "sorbonne.txt", [("c3", 0)],
-                 [ent("Marie Curie", "c3", description="A physicist."), ent("Sorbonne", "c3")],
-                 [rel("Marie Curie", "Sorbonne", "c3", strength=2.0, description="She taught there.")])  # fmt: skip
-    store.upsert("doc-1", "curie.txt", [("c1", 0), ("c2", 1)],
-                 [ent("Marie Curie", "c1", "c2", description="A chemist."), ent("Pierre Curie", "c1"), ent("Radium", "c2")],
-                 [rel("Marie Curie", "Pierre Curie", "c1", description="Married."),
-                  rel("Marie Curie", "Radium", "c2", strength=4.0, description="She discovered it."),
-                  rel("Marie Curie", "Sorbonne", "c2", strength=3.0, description="First woman professor there.")])  # fmt: skip
+    store.upsert(
+        "doc-2",
+        "sorbonne.txt",
+        [("c3", 0)],
+        [ent("Marie Curie", "c3", description="A physicist."), ent("Sorbonne", "c3")],
+        [rel("Marie Curie", "Sorbonne", "c3", strength=2.0, description="She taught there.")],
+    )
+    store.upsert(
+        "doc-1",
+        "curie.txt",
+        [("c1", 0), ("c2", 1)],
+        [ent("Marie Curie", "c1", "c2", description="A chemist."), ent("Pierre Curie", "c1"), ent("Radium", "c2")],
+        [
+            rel("Marie Curie", "Pierre Curie", "c1", description="Married."),
+            rel("Marie Curie", "Radium", "c2", strength=4.0, description="She discovered it."),
+            rel("Marie Curie", "Sorbonne", "c2", strength=3.0, description="First woman professor there."),
+        ],
+    )
 
 
 def test_upsert_merges_provenance_and_descriptions(store):
@@ -89,11 +99,17 @@ def test_upsert_twice_changes_nothing(store):
 
 
 def test_strength_adds_per_new_chunk_only(store):
-    store.upsert("doc-1", "a.txt", [("c1", 0), ("c2", 1)], [ent("A", "c1", "c2"), ent("B", "c1", "c2")],
-                 [rel("A", "B", "c1", "c2", strength=4.0)])  # fmt: skip
+    store.upsert(
+        "doc-1",
+        "a.txt",
+        [("c1", 0), ("c2", 1)],
+        [ent("A", "c1", "c2"), ent("B", "c1", "c2")],
+        [rel("A", "B", "c1", "c2", strength=4.0)],
+    )
     # c2 is known, so only c3 adds its share of 6.0 (3.0)
-    store.upsert("doc-1", "a.txt", [("c2", 1), ("c3", 2)], [ent("A", "c3"), ent("B", "c3")],
-                 [rel("A", "B", "c2", "c3", strength=6.0)])  # fmt: skip
+    store.upsert(
+        "doc-1", "a.txt", [("c2", 1), ("c3", 2)], [ent("A", "c3"), ent("B", "c3")], [rel("A", "B", "c2", "c3", strength=6.0)]
+    )
 
     tie = relationships_by_pair(store)[(eid("A"), eid("B"))]
     assert tie.chunk_ids == {"c1", "c2", "c3"} and tie.strength == 7.0
@@ -117,8 +133,9 @@ def test_remove_document_keeps_shared_entities(store):
 
     report = store.remove_document("doc-1")
 
-    assert report == RemovalReport(entities_removed=2, entities_kept=2, relationships_removed=2, relationships_kept=1,
-                                   chunks_removed=2, documents_removed=1)  # fmt: skip
+    assert report == RemovalReport(
+        entities_removed=2, entities_kept=2, relationships_removed=2, relationships_kept=1, chunks_removed=2, documents_removed=1
+    )
     assert report.images_removed == 0
     assert report.rebuilt == (eid("Marie Curie"),)  # "A chemist." came from doc-1 only
     marie, sorbonne = store.entities([eid("Marie Curie"), eid("Sorbonne")])
@@ -141,8 +158,9 @@ def test_remove_changed_chunks_keeps_the_document(store):
 
     report = store.remove_chunks(["c2", "never-stored"])
 
-    assert report == RemovalReport(entities_removed=1, entities_kept=2, relationships_removed=1, relationships_kept=1,
-                                   chunks_removed=1, documents_removed=0)  # fmt: skip
+    assert report == RemovalReport(
+        entities_removed=1, entities_kept=2, relationships_removed=1, relationships_kept=1, chunks_removed=1, documents_removed=0
+    )
     assert store.stats() == {"entities": 3, "relationships": 2, "chunks": 2, "documents": 2, "images": 0}
     (marie,) = store.entities([eid("Marie Curie")])
     assert marie.chunk_ids == {"c1", "c3"}
@@ -159,8 +177,11 @@ def random_document(rng: random.Random, doc: str, names: list[str]) -> tuple:
 
 
 def snapshot(store: GraphStore) -> tuple:
-    return ({e.id: e.chunk_ids for e in store.all_entities()},
-            {k: (r.chunk_ids, r.strength) for k, r in relationships_by_pair(store).items()}, store.stats())  # fmt: skip
+    return (
+        {e.id: e.chunk_ids for e in store.all_entities()},
+        {k: (r.chunk_ids, r.strength) for k, r in relationships_by_pair(store).items()},
+        store.stats(),
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -210,19 +231,30 @@ def test_entity_by_name_matches_names_and_aliases(store):
 
 
 def test_entities_by_names_looks_every_name_up_at_once_through_the_indexes(store, client):
-    store.upsert("doc-1", "a.txt", [("c1", 0), ("c2", 1), ("c3", 2)],
-                 [ent("Marie Curie", "c1", "c2", "c3", aliases=("Curie", "Madame Curie")),
-                  ent("Pierre Curie", "c1", aliases=("Curie",)), ent("European Central Bank", "c1", aliases=("ECB",)),
-                  ent("ECB", "c2")], [])  # fmt: skip
+    store.upsert(
+        "doc-1",
+        "a.txt",
+        [("c1", 0), ("c2", 1), ("c3", 2)],
+        [
+            ent("Marie Curie", "c1", "c2", "c3", aliases=("Curie", "Madame Curie")),
+            ent("Pierre Curie", "c1", aliases=("Curie",)),
+            ent("European Central Bank", "c1", aliases=("ECB",)),
+            ent("ECB", "c2"),
+        ],
+        [],
+    )
     names = ["curie", "ECB", "European Central Bank", "Madame Curie", "Federal Reserve", "--", "Curie"]
 
     with CommandLog(client) as log:
         found = store.entities_by_names(names)
     assert log.count("GRAPH.RO_QUERY", "GRAPH.QUERY") == 1
     assert {name: e.name for name, e in found.items()} == {
-        "curie": "Marie Curie", "Curie": "Marie Curie",  # an alias of both: the one with more chunks
+        "curie": "Marie Curie",
+        "Curie": "Marie Curie",  # an alias of both: the one with more chunks
         "ECB": "ECB",  # a name match before an alias match
-        "European Central Bank": "European Central Bank", "Madame Curie": "Marie Curie"}  # fmt: skip
+        "European Central Bank": "European Central Bank",
+        "Madame Curie": "Marie Curie",
+    }
     assert {name: store.entity_by_name(name) for name in found} == found
 
     plan = str(store.graph.explain(_BY_NAME_KEYS, {"keys": ["curie"]}))
@@ -232,9 +264,13 @@ def test_entities_by_names_looks_every_name_up_at_once_through_the_indexes(store
 def test_hostile_text_travels_as_parameters(store):
     name = 'O\'Brien "Bob" \\ })-[:X]->() MATCH (n) DETACH DELETE n //'
     other = "Ann`s }) RETURN 1 \\\\"
-    store.upsert("doc-'\"}", "it's \"a\" \\file}).txt", [("chunk-'\\\"})", 0)],
-                 [ent(name, "chunk-'\\\"})", description='Said "hi" \\ then })'), ent(other, "chunk-'\\\"})")],
-                 [rel(name, other, "chunk-'\\\"})", description="It's })")])  # fmt: skip
+    store.upsert(
+        "doc-'\"}",
+        'it\'s "a" \\file}).txt',
+        [("chunk-'\\\"})", 0)],
+        [ent(name, "chunk-'\\\"})", description='Said "hi" \\ then })'), ent(other, "chunk-'\\\"})")],
+        [rel(name, other, "chunk-'\\\"})", description="It's })")],
+    )
 
     found = store.entity_by_name(name)
     assert found is not None and found.name == name and found.description == 'Said "hi" \\ then })'
@@ -247,8 +283,9 @@ def chain(store: GraphStore, names: str, directions: str) -> None:
     """Entities named by the letters, tied in a row; direction ``>`` writes left→right, ``<`` right→left."""
     chunks = [(f"c{i}", i) for i in range(len(names))]
     entities = [ent(n, f"c{i}") for i, n in enumerate(names)]
-    rels = [rel(a, b, f"c{i}") if d == ">" else rel(b, a, f"c{i}")
-            for i, (a, b, d) in enumerate(zip(names, names[1:], directions))]  # fmt: skip
+    rels = [
+        rel(a, b, f"c{i}") if d == ">" else rel(b, a, f"c{i}") for i, (a, b, d) in enumerate(zip(names, names[1:], directions))
+    ]
     store.upsert("doc-1", "chain.txt", chunks, entities, rels)
 
 
@@ -295,12 +332,33 @@ def test_all_entities_and_relationships_page(store):
 
 
 #: Stored names a deduplication rule pairs with one of INCOMING (typo, word order, alias, abbreviation both ways).
-PARTNERS = ["J. R. R. Tolkien", "Curie, Marie", "International Business Machines", "ECB", "British Columbia",
-            "Boston College", "Hewlett-Packard Company", "Leland Stanford University", "Pump P-12", "Wamboin",
-            "NRA", "Nordic Research Alliance"]
-INCOMING = ["J. R. R. Tolkein", "Marie Curie", "IBM", "European Central Bank", "BC", "Hewlett Packard Company",
-            "Leland Stanfrod Universty", "Pump P-13", "Wambion", "Nobody Anywhere",
-            "National Recovery Administration"]
+PARTNERS = [
+    "J. R. R. Tolkien",
+    "Curie, Marie",
+    "International Business Machines",
+    "ECB",
+    "British Columbia",
+    "Boston College",
+    "Hewlett-Packard Company",
+    "Leland Stanford University",
+    "Pump P-12",
+    "Wamboin",
+    "NRA",
+    "Nordic Research Alliance",
+]
+INCOMING = [
+    "J. R. R. Tolkein",
+    "Marie Curie",
+    "IBM",
+    "European Central Bank",
+    "BC",
+    "Hewlett Packard Company",
+    "Leland Stanfrod Universty",
+    "Pump P-13",
+    "Wambion",
+    "Nobody Anywhere",
+    "National Recovery Administration",
+]
 
 
 def _word(rng: random.Random) -> str:
@@ -310,8 +368,10 @@ def _word(rng: random.Random) -> str:
 def test_dedup_partners_decide_as_the_whole_graph_would(store):
     rng = random.Random(5)
     others = sorted({f"{_word(rng)} {_word(rng)}" for _ in range(400)} - set(PARTNERS))
-    stored = [Entity(entity_id_for(n, "PERSON"), n, "PERSON", "", ("HP",) if n.startswith("Hewlett") else (),
-                     frozenset({f"c{i % 20}"})) for i, n in enumerate(PARTNERS + others)]  # fmt: skip
+    stored = [
+        Entity(entity_id_for(n, "PERSON"), n, "PERSON", "", ("HP",) if n.startswith("Hewlett") else (), frozenset({f"c{i % 20}"}))
+        for i, n in enumerate(PARTNERS + others)
+    ]
     store.upsert("doc-1", "a.txt", [(f"c{i}", i) for i in range(20)], stored, [])
     incoming = [Entity(entity_id_for(n, "PERSON"), n, "PERSON", "", (), frozenset({"c99"})) for n in INCOMING]
     incoming.append(Entity(entity_id_for("H.P.", "PERSON"), "H.P.", "PERSON", "", ("HP",), frozenset({"c99"})))
@@ -323,9 +383,15 @@ def test_dedup_partners_decide_as_the_whole_graph_would(store):
     assert len(partners.entities) < len(PARTNERS) + 40  # ... and the look-up is by key, not the whole graph (410 entities)
     whole, _part = same_decisions(store, incoming, partners)
     merged = {(m.kept, m.merged) for m in whole.merges}
-    assert {("J. R. R. Tolkien", "J. R. R. Tolkein"), ("Curie, Marie", "Marie Curie"), ("International Business Machines", "IBM"),
-            ("ECB", "European Central Bank"), ("Wamboin", "Wambion"), ("Hewlett-Packard Company", "H.P."),
-            ("Leland Stanford University", "Leland Stanfrod Universty")} <= merged  # fmt: skip
+    assert {
+        ("J. R. R. Tolkien", "J. R. R. Tolkein"),
+        ("Curie, Marie", "Marie Curie"),
+        ("International Business Machines", "IBM"),
+        ("ECB", "European Central Bank"),
+        ("Wamboin", "Wambion"),
+        ("Hewlett-Packard Company", "H.P."),
+        ("Leland Stanford University", "Leland Stanfrod Universty"),
+    } <= merged
     unclear = {u[:3] for u in whole.unclear}
     assert ("British Columbia", "BC", "PERSON") in unclear  # several stored long forms: unclear
     assert ("NRA", "National Recovery Administration", "PERSON") in unclear  # a stored abbreviation's other long form counts
@@ -347,8 +413,13 @@ def person(name: str, *chunks: str, aliases: tuple[str, ...] = ()) -> Entity:
 
 
 def test_aliases_find_partners_both_ways(store):
-    store.upsert("doc-1", "a.txt", [("c1", 0)], [person("International Business Machines", "c1", aliases=("Big Blue",)),
-                                                 person("Eleanor Roosevelt", "c1")], [])  # fmt: skip
+    store.upsert(
+        "doc-1",
+        "a.txt",
+        [("c1", 0)],
+        [person("International Business Machines", "c1", aliases=("Big Blue",)), person("Eleanor Roosevelt", "c1")],
+        [],
+    )
     stored_alias = person("Big Blue", "c2")  # shares no word or near spelling with the stored name
     incoming_alias = person("E. R.", "c2", aliases=("Eleanor Roosevelt",))
 
@@ -385,8 +456,16 @@ def test_block_keys_are_the_same_in_every_process():
 
     names = ["Marie Curie", "Curie, Marie", "IBM", "Zürich Hauptbahnhof", "x" * 70 + " Tower"]
     script = f"from ragtopics.graph.dedup import block_keys; print(block_keys({names!r}))"
-    runs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                           env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}  # fmt: skip
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert runs == {f"{block_keys(names)}\n"}
     # Stored in graphs: a change of these values needs every graph's keys written again.
     assert _stable_key("w", "curie") == 1689670823433204326
@@ -446,11 +525,20 @@ def test_a_vector_set_again_is_found_by_its_new_value(store):
 
 
 def test_upsert_keeps_what_each_chunk_says_and_a_removal_rebuilds_from_the_chunks_left(store):
-    store.upsert("doc-1", "a.txt", [("c1", 0)], [ent("Pump", "c1", description="It was recalled.", aliases=("PX",)),
-                                                 ent("Acme", "c1", description="A maker.")],
-                 [rel("Pump", "Acme", "c1", strength=2.0, description="Recalled by Acme.")])  # fmt: skip
-    store.upsert("doc-2", "b.txt", [("c2", 0)], [ent("Pump", "c2", description="It is in service."), ent("Acme", "c2")],
-                 [rel("Pump", "Acme", "c2", strength=3.0, description="Serviced by Acme.")])  # fmt: skip
+    store.upsert(
+        "doc-1",
+        "a.txt",
+        [("c1", 0)],
+        [ent("Pump", "c1", description="It was recalled.", aliases=("PX",)), ent("Acme", "c1", description="A maker.")],
+        [rel("Pump", "Acme", "c1", strength=2.0, description="Recalled by Acme.")],
+    )
+    store.upsert(
+        "doc-2",
+        "b.txt",
+        [("c2", 0)],
+        [ent("Pump", "c2", description="It is in service."), ent("Acme", "c2")],
+        [rel("Pump", "Acme", "c2", strength=3.0, description="Serviced by Acme.")],
+    )
     pump = store.entity_by_name("PX")
     assert pump.description == "It was recalled. It is in service." and pump.aliases == ("PX",)
 
@@ -487,7 +575,12 @@ def test_drop_leaves_no_key(store, client):
     assert store.stats()["entities"] == 4
     store.set_embeddings([eid("Marie Curie")], np.ones((1, 8)))
     assert [e.name for e, _ in store.search_entities(np.ones(8), k=3)] == ["Marie Curie"]
-    assert {label for label, *_ in store.graph.ro_query("CALL db.indexes()").result_set} == {"Entity", "EntityVector", "Chunk", "Document"}
+    assert {label for label, *_ in store.graph.ro_query("CALL db.indexes()").result_set} == {
+        "Entity",
+        "EntityVector",
+        "Chunk",
+        "Document",
+    }
 
 
 def test_graph_name_setting_names_the_graph(client):
@@ -508,12 +601,26 @@ def test_vector_index_measurement(store, client):
     ids = [f"ent-{i:05d}" for i in range(n)]
     store.upsert("doc-1", "a.txt", [("c1", 0)], [Entity(i, i, "CONCEPT", chunk_ids=frozenset({"c1"})) for i in ids], [])
     store.set_embeddings(ids, vectors)
-    index = SearchIndex.from_dict({
-        "index": {"name": "measure-entities", "prefix": "measure:entity", "storage_type": "hash"},
-        "fields": [{"name": "entity_id", "type": "tag"}, {"name": "embedding", "type": "vector",
-                   "attrs": {"dims": dims, "distance_metric": "cosine", "algorithm": "hnsw", "datatype": "float32",
-                             "ef_runtime": 100}}],
-    }, redis_client=client)  # fmt: skip
+    index = SearchIndex.from_dict(
+        {
+            "index": {"name": "measure-entities", "prefix": "measure:entity", "storage_type": "hash"},
+            "fields": [
+                {"name": "entity_id", "type": "tag"},
+                {
+                    "name": "embedding",
+                    "type": "vector",
+                    "attrs": {
+                        "dims": dims,
+                        "distance_metric": "cosine",
+                        "algorithm": "hnsw",
+                        "datatype": "float32",
+                        "ef_runtime": 100,
+                    },
+                },
+            ],
+        },
+        redis_client=client,
+    )
     index.create(overwrite=True)
     index.load([{"entity_id": i, "embedding": v.tobytes()} for i, v in zip(ids, vectors)], id_field="entity_id")
 
@@ -529,6 +636,8 @@ def test_vector_index_measurement(store, client):
         started = time.perf_counter()
         recall = np.mean([len(set(search(q)) & truth[i]) / k for i, q in enumerate(queries)])
         figures[name] = ((time.perf_counter() - started) / len(queries) * 1000, recall)
-    print("\nKNN-10 over 2,000 clustered 384-dim vectors, ef runtime 100: "
-          + ", ".join(f"{name} {ms:.2f} ms/query recall {recall:.3f}" for name, (ms, recall) in figures.items()))  # fmt: skip
+    print(
+        "\nKNN-10 over 2,000 clustered 384-dim vectors, ef runtime 100: "
+        + ", ".join(f"{name} {ms:.2f} ms/query recall {recall:.3f}" for name, (ms, recall) in figures.items())
+    )
     assert figures["falkordb (KNN + entity fetch)"][1] >= 0.9

@@ -30,14 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
 LLM = {"graph_extraction_method": "LLM", "chunk_size": 100, "chunk_overlap": 0}
 
-CURIE = ("Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
-         "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
-EINSTEIN = ("Albert Einstein visited Paris in 1922 and lectured at the Collège de France.\n\n"
-            "Albert Einstein received the Nobel Prize in Physics in 1921 while living in Berlin.")  # fmt: skip
+CURIE = (
+    "Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
+    "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel."
+)
+EINSTEIN = (
+    "Albert Einstein visited Paris in 1922 and lectured at the Collège de France.\n\n"
+    "Albert Einstein received the Nobel Prize in Physics in 1921 while living in Berlin."
+)
 
 
 def paragraphs(words: list[str]) -> bytes:
-    return "\n\n".join(f"Paragraph {i} is about {w} and how {w} relates to nothing else at all." for i, w in enumerate(words)).encode()
+    return "\n\n".join(
+        f"Paragraph {i} is about {w} and how {w} relates to nothing else at all." for i, w in enumerate(words)
+    ).encode()
 
 
 WORDS = ["Alderney", "Brecqhou", "Caldey", "Dursey", "Eriskay", "Fetlar"]
@@ -101,8 +107,9 @@ def test_an_edited_re_upload_extracts_only_the_changed_chunk(rt, run_jobs, scrip
 
 
 def test_a_failed_extraction_stores_the_chunk_without_entities(rt, run_jobs, scripted_llm):
-    scripted_llm.replies["graph_extraction"] = lambda body: ("not JSON" if "Caldey" in body["messages"][-1]["content"]
-                                                             else capitalised_entities(body))  # fmt: skip
+    scripted_llm.replies["graph_extraction"] = lambda body: (
+        "not JSON" if "Caldey" in body["messages"][-1]["content"] else capitalised_entities(body)
+    )
     topic = create_topic(rt, "Failing", kind="graphrag", settings=LLM)
     doc = upload_file(rt, topic, "islands.txt", paragraphs(WORDS))
     run_jobs()
@@ -124,9 +131,16 @@ def test_a_killed_worker_does_not_extract_finished_chunks_again(rt, settings, re
     reconfigure(EXTRACTION_BATCH_CHUNKS=3)
     topic = create_topic(rt, "Killed", kind="graphrag", settings=LLM)
     doc = upload_file(rt, topic, "islands.txt", paragraphs(WORDS))
-    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
-           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING", "LLM_BASE_URL": scripted_llm.base_url,
-           "LLM_MODEL": "scripted", "EXTRACTION_BATCH_CHUNKS": "3"}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.effective_redis_url,
+        "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+        "RQ_QUEUE": settings.queue_name,
+        "LOG_LEVEL": "WARNING",
+        "LLM_BASE_URL": scripted_llm.base_url,
+        "LLM_MODEL": "scripted",
+        "EXTRACTION_BATCH_CHUNKS": "3",
+    }
     # Its own session: the kill takes rq's scheduler process with it, as a container stop would.
     worker = subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env, start_new_session=True)
     try:
@@ -233,8 +247,12 @@ def test_picture_in_the_graph_links_an_image_node_to_the_entities_its_caption_na
 
 
 def test_picture_handling_ignore_stores_no_picture_and_no_image_node(rt, run_jobs):
-    topic = create_topic(rt, "Unpictured", kind="graphrag",
-                         settings={**NLP, "chunk_size": 1000, "file_types": "docx", "picture_handling": "IGNORE"})  # fmt: skip
+    topic = create_topic(
+        rt,
+        "Unpictured",
+        kind="graphrag",
+        settings={**NLP, "chunk_size": 1000, "file_types": "docx", "picture_handling": "IGNORE"},
+    )
     doc = upload_file(rt, topic, "curie.docx", curie_docx())
     run_jobs()
     row = get_document(rt, doc.id)
@@ -268,8 +286,10 @@ def test_a_stopped_upload_stops_between_batches_of_entity_embeddings(rt, monkeyp
     from ragtopics.tracing.trace import Trace
 
     topic = create_topic(rt, "Stopped", kind="graphrag", settings=NLP)
-    records = [ChunkRecord(f"chunk-s{n}", "doc-s", "curie.txt", n, text, np.zeros(384, dtype=np.float32))
-               for n, text in enumerate(CURIE.split("\n\n"))]  # fmt: skip
+    records = [
+        ChunkRecord(f"chunk-s{n}", "doc-s", "curie.txt", n, text, np.zeros(384, dtype=np.float32))
+        for n, text in enumerate(CURIE.split("\n\n"))
+    ]
     monkeypatch.setattr(ingest, "ENTITY_EMBED_BATCH", 2)
     embedded: list[int] = []
     real_embed = rt.gateway.embed

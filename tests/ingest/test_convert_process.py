@@ -107,8 +107,11 @@ def test_a_child_killed_while_converting_is_named_as_such(converter):
     pid = converter.run(os.getpid, timeout_s=10, file_name="warm.pdf")
     killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
     killer.start()
-    with pytest.raises(ReadError, match=r"the converter process died \(signal 9, SIGKILL: killed, often by the kernel "
-                                        r"when memory runs out\) while converting big\.pdf"):  # fmt: skip
+    with pytest.raises(
+        ReadError,
+        match=r"the converter process died \(signal 9, SIGKILL: killed, often by the kernel "
+        r"when memory runs out\) while converting big\.pdf",
+    ):
         converter.run(time.sleep, 30, timeout_s=20, file_name="big.pdf")
     killer.join()
     assert converter.run(int, "3", timeout_s=10, file_name="next.pdf") == 3
@@ -138,13 +141,15 @@ def test_records_logged_in_the_child_are_logged_again_in_the_calling_thread(conv
 def test_a_script_without_a_main_guard_can_convert(tmp_path):
     """multiprocessing's spawn would re-run such a script in the child; this child never imports __main__."""
     script = tmp_path / "convert_once.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import functools, os, time
         from ragtopics.ingest.convert_process import ConverterProcess
         converter = ConverterProcess(name="c", label="Conversion", warm_up=functools.partial(time.sleep, 0))
         child = converter.run(os.getpid, timeout_s=10, file_name="a.pdf")
         print("child", child != os.getpid())
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "child True"

@@ -34,10 +34,17 @@ from tests.scripted_llm import capitalised_entities
 #: How far the estimated calls of a kind may be from the real ones.
 TOLERANCE = 0.25
 
-MANUAL = "\n\n".join(f"Section {i}. Valve V-{i} of Pump Station {chr(65 + i % 26)} is serviced every {i + 2} months "
-                     f"by the Northern Maintenance Crew, who log it in Ledger {i}." for i in range(30)).encode()  # fmt: skip
-NOTES = ("# Field notes\n\n" + "\n\n".join(f"## Day {i}\n\nThe Harbour Master of Kirkwall checked Buoy {i} "
-                                           f"and wrote to Lerwick about Beacon {i}." for i in range(20))).encode()  # fmt: skip
+MANUAL = "\n\n".join(
+    f"Section {i}. Valve V-{i} of Pump Station {chr(65 + i % 26)} is serviced every {i + 2} months "
+    f"by the Northern Maintenance Crew, who log it in Ledger {i}."
+    for i in range(30)
+).encode()
+NOTES = (
+    "# Field notes\n\n"
+    + "\n\n".join(
+        f"## Day {i}\n\nThe Harbour Master of Kirkwall checked Buoy {i} and wrote to Lerwick about Beacon {i}." for i in range(20)
+    )
+).encode()
 
 
 def upload_all(rt, topic, files):
@@ -62,7 +69,8 @@ def test_the_chunks_of_text_files_are_estimated_exactly_and_kept_beside_the_real
     assert estimate.chunks == sum(real.values()) + by_name["scan.pdf"].chunks
     kept = comparison(rt, [r.job_id for r in rows])
     assert {e["file_name"]: (e["estimate"]["chunks"], e["actual"]["chunks"]) for e in kept.values()} == {
-        n: (float(c), c) for n, c in real.items()}  # fmt: skip
+        n: (float(c), c) for n, c in real.items()
+    }
     bars = jobs_html(rt, [(r.job_id, r.file_name, r.id) for r in rows])  # the Upload tab's finished rows
     n = real["manual.txt"]
     assert f"indexed · {n} chunks</span>" in bars and f"estimated {n} chunks, 0 calls · actual {n} chunks, 0 calls</div>" in bars
@@ -82,8 +90,9 @@ def test_the_upload_tabs_preview_shows_the_estimate_of_the_chosen_files(rt, tmp_
 def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs, scripted_llm):
     scripted_llm.replies["graph_extraction"] = capitalised_entities
     scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
-    topic = create_topic(rt, "Harbours", kind="graphrag",
-                         settings={"graph_extraction_method": "LLM", "chunk_size": 250, "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt, "Harbours", kind="graphrag", settings={"graph_extraction_method": "LLM", "chunk_size": 250, "chunk_overlap": 0}
+    )
     files = [("manual.txt", MANUAL), ("notes.md", NOTES)]
     estimate = estimate_upload(rt, topic, files)
     assert set(estimate.calls) == {"graph_extraction", "deduplication", "community_report"}
@@ -111,11 +120,16 @@ def test_calls_by_kind_of_a_graphrag_llm_topic_match_a_real_upload(rt, run_jobs,
     assert len(seen) == 2 and min(o[1] for o in seen) == 0 and sum(o[3] for o in seen) == dedup.count
     again = estimate_upload(rt, topic, files)
     assert again.calls["graph_extraction"].measured
-    assert again.calls["graph_extraction"].tokens_in == pytest.approx(again.calls["graph_extraction"].calls * row.tokens_in / row.count)
+    assert again.calls["graph_extraction"].tokens_in == pytest.approx(
+        again.calls["graph_extraction"].calls * row.tokens_in / row.count
+    )
 
 
-LEDGER = "\n\n".join(f"Entry {i}. The Southern Ferry Company moved Cargo {i} from Stromness to Scrabster aboard "
-                      f"Vessel {chr(65 + i % 26)}, signed by Quartermaster Abernethy." for i in range(25)).encode()  # fmt: skip
+LEDGER = "\n\n".join(
+    f"Entry {i}. The Southern Ferry Company moved Cargo {i} from Stromness to Scrabster aboard "
+    f"Vessel {chr(65 + i % 26)}, signed by Quartermaster Abernethy."
+    for i in range(25)
+).encode()
 
 
 def test_the_graphs_figures_measured_by_one_upload_make_the_next_estimate_of_community_reports_exact(rt, run_jobs, scripted_llm):
@@ -160,16 +174,43 @@ def test_the_graphs_figures_measured_by_one_upload_make_the_next_estimate_of_com
 
 def test_reports_at_the_next_rebuild_follow_the_half_graphs_growth():
     """The formula of GraphOutlook.reports on a rebuild record: R(N) = R0·(N/N0)^β less the stored reports kept."""
-    run = RebuildReport(written=20, kept=0, deleted=0, communities=25, skipped_small=5, seconds=0.1, entities=100,
-                        half_entities=50, half_reportable=10, half_kept=5)  # fmt: skip
-    outlook = GraphOutlook(entities=100, mentions_per_char=0.02, new_per_char=0.02, hazard=(0.0, 0.001),
-                           pairs_per_hazard=1.0, reports_per_entity=0.1, last=run)  # fmt: skip
+    run = RebuildReport(
+        written=20,
+        kept=0,
+        deleted=0,
+        communities=25,
+        skipped_small=5,
+        seconds=0.1,
+        entities=100,
+        half_entities=50,
+        half_reportable=10,
+        half_kept=5,
+    )
+    outlook = GraphOutlook(
+        entities=100,
+        mentions_per_char=0.02,
+        new_per_char=0.02,
+        hazard=(0.0, 0.001),
+        pairs_per_hazard=1.0,
+        reports_per_entity=0.1,
+        last=run,
+    )
     # β = ln(20/10)/ln(100/50) = 1; a report survives a doubling with 5/10: at 200 entities 40 less 20 · 0.5 kept.
     assert outlook.reports(100) == 0.0
     assert outlook.reports(200) == pytest.approx(40 - 10)
     assert outlook.reports(400) == pytest.approx(80 - 5)
-    connected = RebuildReport(written=20, kept=0, deleted=0, communities=20, skipped_small=0, seconds=0.1, entities=100,
-                              half_entities=50, half_reportable=20, half_kept=0)  # fmt: skip
+    connected = RebuildReport(
+        written=20,
+        kept=0,
+        deleted=0,
+        communities=20,
+        skipped_small=0,
+        seconds=0.1,
+        entities=100,
+        half_entities=50,
+        half_reportable=20,
+        half_kept=0,
+    )
     outlook.last = connected  # as many communities at half the size, none kept: every report is written again
     assert outlook.reports(150) == pytest.approx(20)
     outlook.last = None  # no rebuild yet: communities per entity
@@ -199,8 +240,17 @@ def test_money_only_for_roles_with_a_price(rt):
     assert estimate.calls["context_line"].calls == estimate.chunks > 0
     assert estimate.calls["context_line"].tokens_out == estimate.chunks * DEFAULTS["context_line"].tokens_out
 
-    save_endpoint(rt, "language_model", base_url=rt.settings.llm_base_url, model="scripted", api_key=None,
-                  supports_tools=False, supports_images=False, price_in_per_mtok=2.0, price_out_per_mtok=8.0)  # fmt: skip
+    save_endpoint(
+        rt,
+        "language_model",
+        base_url=rt.settings.llm_base_url,
+        model="scripted",
+        api_key=None,
+        supports_tools=False,
+        supports_images=False,
+        price_in_per_mtok=2.0,
+        price_out_per_mtok=8.0,
+    )
     priced = estimate_upload(rt, topic, [("manual.txt", MANUAL)])
     line = priced.calls["context_line"]
     assert line.cost == pytest.approx((line.tokens_in * 2.0 + line.tokens_out * 8.0) / 1e6)

@@ -479,16 +479,24 @@ def test_docling_server_answer_gives_text_and_pictures(scripted_docling_serve, s
         assert f'name="{field}"'.encode() + b"\r\n\r\n" + value + b"\r\n" in request
 
 
-@pytest.mark.parametrize(("ocr_on", "reason"), [(False, "was not read (turn on OCR in Docling Settings to read it)"),
-                                                (True, "the Docling server's OCR found no text on it")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ocr_on", "reason"),
+    [
+        (False, "was not read (turn on OCR in Docling Settings to read it)"),
+        (True, "the Docling server's OCR found no text on it"),
+    ],
+)
 def test_docling_server_answer_without_text_on_a_page_names_the_page(scripted_docling_serve, caplog, ocr_on, reason):
     url, _requests = scripted_docling_serve
     scan = convert_document(scanned_invoice_pdf(), file_name="scan.pdf").document
     _ScriptedDoclingServe.answer = {
-        "document": {"md_content": "", "json_content": scan.export_to_dict()}, "status": "success", "errors": []
+        "document": {"md_content": "", "json_content": scan.export_to_dict()},
+        "status": "success",
+        "errors": [],
     }
     with caplog.at_level("WARNING", logger="ragtopics"):
-        result = convert_document(b"%PDF-1.4 stand-in", file_name="scan.pdf", options=DoclingOptions(ocr=ocr_on),
-                                  docling_server=url)
+        result = convert_document(
+            b"%PDF-1.4 stand-in", file_name="scan.pdf", options=DoclingOptions(ocr=ocr_on), docling_server=url
+        )
     assert result.text == "" and result.unreadable_pages == (1,) and result.ocr_pages == ()
     assert f"scan.pdf: page 1 has no text layer and {reason}" in caplog.messages

@@ -21,8 +21,11 @@ def three_page_pdf() -> bytes:
     """A PDF with a heading and a paragraph on each of its 3 pages; only page 2 names TANGO-4242."""
     fpdf = pytest.importorskip("fpdf")
     pdf = fpdf.FPDF()
-    paragraphs = {1: "The plant was opened in 1998 and runs three lines.", 2: PAGE_TWO_FACT,
-                  3: "Closing remarks about staffing and the canteen."}  # fmt: skip
+    paragraphs = {
+        1: "The plant was opened in 1998 and runs three lines.",
+        2: PAGE_TWO_FACT,
+        3: "Closing remarks about staffing and the canteen.",
+    }
     for page, text in paragraphs.items():
         pdf.add_page()
         pdf.set_font("helvetica", size=20)
@@ -60,8 +63,14 @@ def docx_bytes(build) -> bytes:
 
 def chunks_of(data: bytes, file_name: str, *, size: int = 1000, overlap: int = 0) -> tuple[list[Piece], object]:
     converted = convert_document(data, file_name=file_name)
-    pieces = chunk_document(converted.document, converted.text, size=size, overlap=overlap, pictures=converted.pictures,
-                            descriptions=[""] * len(converted.pictures))  # fmt: skip
+    pieces = chunk_document(
+        converted.document,
+        converted.text,
+        size=size,
+        overlap=overlap,
+        pictures=converted.pictures,
+        descriptions=[""] * len(converted.pictures),
+    )
     return pieces, converted
 
 
@@ -152,8 +161,9 @@ def test_a_described_picture_is_a_paragraph_where_it_sits():
         document.add_paragraph("Rinse with water.")
 
     converted = convert_document(docx_bytes(build), file_name="pump.docx")
-    pieces = chunk_document(converted.document, converted.text, size=1000, overlap=0, pictures=converted.pictures,
-                            descriptions=["A red square."])  # fmt: skip
+    pieces = chunk_document(
+        converted.document, converted.text, size=1000, overlap=0, pictures=converted.pictures, descriptions=["A red square."]
+    )
     assert pieces[0].text == "## Wiring\n\nThe pump is wired as shown.\n\nPicture 1: A red square."
     assert pieces[0].pictures == (converted.pictures[0].index,) and pieces[1].pictures == ()
 

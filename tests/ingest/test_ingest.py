@@ -123,8 +123,15 @@ def test_unreachable_embedding_model_fails_the_upload_and_changes_nothing(rt, ru
     assert get_document(rt, doc.id).chunk_count == 1
 
 
-@pytest.mark.parametrize("raw,expected", [("../../etc/passwd.txt", "passwd.txt"), ("a\x00b\x1f.txt", "ab.txt"),
-                                          ("dir\\sub\\file.md", "file.md"), (".hack.txt", ".hack.txt")])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("../../etc/passwd.txt", "passwd.txt"),
+        ("a\x00b\x1f.txt", "ab.txt"),
+        ("dir\\sub\\file.md", "file.md"),
+        (".hack.txt", ".hack.txt"),
+    ],
+)
 def test_file_names_are_cleaned(rt, raw, expected):
     topic = create_topic(rt, "Names")
     assert receive_upload(rt, topic, raw, b"text").file_name == expected

@@ -68,8 +68,12 @@ def test_a_broken_json_file_fails_with_the_line_and_keeps_nothing_half_written(r
 
 def test_semantic_chunks_get_a_context_line_that_is_stored_and_embedded(rt, run_jobs, scripted_llm):
     topic = create_topic(rt, "Semantic", settings={"chunking_strategy": "SEMANTIC", "chunk_size": 200, "chunk_overlap": 0})
-    scripted_llm.replies["context_line"] = lambda body: "Section on " + body["messages"][-1]["content"].split("passage of it:\n")[1].split()[0]
-    text = "\n\n".join(f"Paragraph{i} describes maintenance step {i} of the pump in detail, with tools and order." for i in range(4))
+    scripted_llm.replies["context_line"] = lambda body: (
+        "Section on " + body["messages"][-1]["content"].split("passage of it:\n")[1].split()[0]
+    )
+    text = "\n\n".join(
+        f"Paragraph{i} describes maintenance step {i} of the pump in detail, with tools and order." for i in range(4)
+    )
     doc, _ = upload(rt, topic, "steps.md", text.encode())
     run_jobs()
     chunks = stored_chunks(rt, topic, doc.id)
@@ -100,8 +104,10 @@ def test_reader_warnings_reach_the_document_list_not_only_the_log(rt, run_jobs):
     run_jobs()
     row = get_document(rt, doc.id)
     assert row.status == "indexed" and row.chunk_count == 1
-    assert row.warning == ("2 warning(s) while reading: releases.csv: line 3 has 2 fields but the header has 3; "
-                           "missing values left empty (and 1 more like it)")  # fmt: skip
+    assert row.warning == (
+        "2 warning(s) while reading: releases.csv: line 3 has 2 fields but the header has 3; "
+        "missing values left empty (and 1 more like it)"
+    )
     read = next(e for e in document_trace(rt, row.id) if e["step"] == "read")
     assert len(read["data"]["warnings"]) == 2
     assert "codename: Rex\neol: " in stored_chunks(rt, topic, doc.id)[0]["text"].decode()

@@ -20,8 +20,13 @@ OVERRIDES = {
     "narrate": "TOPIC-NARRATE: retell\n$record",
     "describe_picture": "TOPIC-DESCRIBE: caption $caption; near: $neighbour_text",
 }
-ENRICHING = {"chunking_strategy": "SEMANTIC", "retrieval_strategy": "HYBRID", "keyword_enrichment": "LLM",
-             "import_strategy": "NARRATE", "describe_pictures": True}  # fmt: skip
+ENRICHING = {
+    "chunking_strategy": "SEMANTIC",
+    "retrieval_strategy": "HYBRID",
+    "keyword_enrichment": "LLM",
+    "import_strategy": "NARRATE",
+    "describe_pictures": True,
+}
 
 
 def _png() -> bytes:
@@ -38,8 +43,14 @@ def _first_text(body: dict) -> str:
 @pytest.fixture
 def scripted(scripted_llm, reconfigure):
     reconfigure(LLM_SUPPORTS_IMAGES=True)
-    scripted_llm.replies.update({"context_line": "In the parts list.", "keywords": "bracket, Lyon",
-                                 "narrate": "A bracket made in Lyon.", "describe_picture": "A blue square."})  # fmt: skip
+    scripted_llm.replies.update(
+        {
+            "context_line": "In the parts list.",
+            "keywords": "bracket, Lyon",
+            "narrate": "A bracket made in Lyon.",
+            "describe_picture": "A blue square.",
+        }
+    )
     return scripted_llm
 
 

@@ -84,8 +84,11 @@ def test_the_engine_loads_its_models_from_the_wheel_without_network():
     import rapidocr_onnxruntime
 
     models = Path(rapidocr_onnxruntime.__file__).parent / "models"
-    paths = [Path(engine.text_det.infer.session._model_path), Path(engine.text_rec.session.session._model_path),
-             Path(engine.text_cls.infer.session._model_path)]  # fmt: skip
+    paths = [
+        Path(engine.text_det.infer.session._model_path),
+        Path(engine.text_rec.session.session._model_path),
+        Path(engine.text_cls.infer.session._model_path),
+    ]
     names = ["ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx"]
     assert [p.name for p in paths] == names
     assert all(p.parent == models and p.stat().st_size > 500_000 for p in paths)

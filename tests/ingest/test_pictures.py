@@ -118,7 +118,9 @@ def test_describing_without_a_vision_model_fails_and_keeps_the_old_version(rt, p
     _, job_id = upload(rt, topic, "pump.docx", pump_docx(intro="A second version of the pump notes."))
     run_jobs()
     progress = job_progress(rt, job_id)
-    assert progress.status == "failed" and "vision-capable model" in progress.error and "LLM_SUPPORTS_IMAGES=true" in progress.error
+    assert (
+        progress.status == "failed" and "vision-capable model" in progress.error and "LLM_SUPPORTS_IMAGES=true" in progress.error
+    )
     assert "previous version is still searchable" in get_document(rt, doc.id).error
     assert [c["text"] for c in stored_chunks(rt, topic, doc.id)] == old_chunks
     assert [p.id for p in pictures_of(rt, doc.id)] == [old_picture.id]

@@ -24,7 +24,9 @@ from tests.ingest.test_ingest import stored_chunks, upload
 HEADER = "| Item | Code | Unit price | Stock |"
 DELIMITER = "|------|------|-----------:|-------|"
 ROWS = [f"| Brass hinge, {10 + i} mm | BH-{1000 + i} | {1.5 + i * 0.37:.2f} EUR | {i * 7} pcs |" for i in range(40)]
-PRICE_MD = "# Price list 2024\n\nAll prices without VAT.\n\n" + "\n".join([HEADER, DELIMITER, *ROWS]) + "\n\nPrices change yearly.\n"
+PRICE_MD = (
+    "# Price list 2024\n\nAll prices without VAT.\n\n" + "\n".join([HEADER, DELIMITER, *ROWS]) + "\n\nPrices change yearly.\n"
+)
 
 
 def texts(rt, topic, doc_id) -> list[str]:
@@ -66,8 +68,10 @@ def test_tables_split_only_between_rows_at_any_size_and_text_around_is_kept(size
 
 def test_html_table_is_read_as_a_pipe_table_and_split_between_rows(rt, run_jobs):
     cells = "".join(f"<tr><td>Brass hinge, {10 + i} mm</td><td>BH-{1000 + i}</td><td>{i} EUR</td></tr>" for i in range(60))
-    page = (f"<html><head><script>var junk = 1;</script></head><body><h1>Prices</h1><table><tr><th>Item</th><th>Code</th>"
-            f"<th>Price</th></tr>{cells}</table></body></html>")
+    page = (
+        f"<html><head><script>var junk = 1;</script></head><body><h1>Prices</h1><table><tr><th>Item</th><th>Code</th>"
+        f"<th>Price</th></tr>{cells}</table></body></html>"
+    )
     topic = create_topic(rt, "Html", settings={"chunk_size": 500, "chunk_overlap": 50})
     doc, _ = upload(rt, topic, "prices.html", page.encode())
     run_jobs()
@@ -109,7 +113,7 @@ def inventory_csv(rows: int, notes_words: int) -> bytes:
     lines = ["sku,name,location,last_counted,notes"]
     for i in range(rows):
         notes = " ".join(f"note{i}w{j}" for j in range(notes_words))
-        lines.append(f"SK-{i:04d},Widget {i},Aisle {i % 9},2024-03-{i % 28 + 1:02d},\"{notes}\"")
+        lines.append(f'SK-{i:04d},Widget {i},Aisle {i % 9},2024-03-{i % 28 + 1:02d},"{notes}"')
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -179,14 +183,15 @@ def test_csv_row_the_parser_cannot_read_is_skipped(caplog):
     from ragtopics.ingest import structured
 
     # a strict dialect makes the stray quote a parse error, like a real malformed row
-    records = structured._read_rows(data.decode(), type("Strict", (structured.csv.excel,), {"strict": True}),
-                                    structured._Limits("stock.csv", 64, 100, 10_000))  # fmt: skip
+    records = structured._read_rows(
+        data.decode(), type("Strict", (structured.csv.excel,), {"strict": True}), structured._Limits("stock.csv", 64, 100, 10_000)
+    )
     assert [dict(r.fields)["sku"] for r in records] == ["A-1", "A-3"]
     assert any("stock.csv: line 3 is not valid CSV" in m for m in caplog.messages)
 
 
 def test_csv_row_over_the_field_limit_is_skipped_and_the_rest_indexed(caplog):
-    data = b"sku,notes\nA-1,fine\nA-2,\"" + b"x" * 140_000 + b"\"\nA-3,fine too\n"
+    data = b'sku,notes\nA-1,fine\nA-2,"' + b"x" * 140_000 + b'"\nA-3,fine too\n'
     records = read_records(data, file_name="stock.csv")
     assert [dict(r.fields)["sku"] for r in records] == ["A-1", "A-3"]
     assert any("line 3 is not valid CSV" in m for m in caplog.messages)
@@ -204,16 +209,21 @@ def test_yaml_multi_document_file_with_one_broken_document_keeps_the_others(capl
 
 
 def test_codes_inside_paths_urls_emails_and_dotted_names_are_indexed_by_segment():
-    keywords = extract_keywords("GET /v3/fleet/telemetry/ZETA-7781/export, see https://api.example.com/v2/orders/ORD-1234?x=1, "
-                                "mail ops.team42@example.com, class com.acme.billing.Invoice2Service")  # fmt: skip
+    keywords = extract_keywords(
+        "GET /v3/fleet/telemetry/ZETA-7781/export, see https://api.example.com/v2/orders/ORD-1234?x=1, "
+        "mail ops.team42@example.com, class com.acme.billing.Invoice2Service"
+    )
     assert {"v3fleettelemetryzeta7781export", "zeta7781", "ord1234", "team42"} <= set(keywords)
     assert {"opsteam42examplecom", "invoice2service", "comacmebillinginvoice2service"} <= set(keywords)
     assert "zeta7781" in query_keywords("Which endpoint exports ZETA-7781?")
 
 
 def test_a_code_inside_an_api_path_is_found_among_hundreds_of_paths(rt, run_jobs):
-    paths = [f"/v3/fleet/{area}/{code}/export" for area in ("telemetry", "billing", "routing") for code in
-             [f"ZETA-{n}" for n in range(7000, 7100)]]  # fmt: skip
+    paths = [
+        f"/v3/fleet/{area}/{code}/export"
+        for area in ("telemetry", "billing", "routing")
+        for code in [f"ZETA-{n}" for n in range(7000, 7100)]
+    ]
     topic = create_topic(rt, "Api", settings={"retrieval_strategy": "HYBRID", "chunk_size": 400, "chunk_overlap": 0})
     _doc, _ = upload(rt, topic, "paths.txt", "\n".join(paths).encode())
     run_jobs()
@@ -255,8 +265,9 @@ def test_a_question_with_nothing_searchable_retrieves_nothing(rt, run_jobs):
     run_jobs()
     assert not is_searchable("?!?! ... ***") and is_searchable("Ω?") and is_searchable("42?")
     vector = rt.gateway.embed(["?!?!"])[0]
-    found = retrieve(rt.chunk_index(topic.id), "?!?! ...", np.asarray(vector), strategy="HYBRID", top_k=5,
-                     min_score=-1.0, candidates=5)  # fmt: skip
+    found = retrieve(
+        rt.chunk_index(topic.id), "?!?! ...", np.asarray(vector), strategy="HYBRID", top_k=5, min_score=-1.0, candidates=5
+    )
     assert found.hits == [] and found.dense == []
 
 
@@ -267,9 +278,11 @@ def retry_module(functions: int) -> str:
     parts = []
     for i in range(functions):
         body = "".join(f"        delay_{j} = backoff(attempt, base={j})  # wait before try {j}\n" for j in range(6))
-        parts.append(f"@traced\ndef retry_{i}(fn, attempts={i + 2}):\n    \"\"\"Call fn until it succeeds.\"\"\"\n"
-                     f"    for attempt in range(attempts):\n{body}        try:\n            return fn()\n"
-                     f"        except TimeoutError:\n            time.sleep(delay_0)\n    raise RuntimeError('gave up')\n")  # fmt: skip
+        parts.append(
+            f'@traced\ndef retry_{i}(fn, attempts={i + 2}):\n    """Call fn until it succeeds."""\n'
+            f"    for attempt in range(attempts):\n{body}        try:\n            return fn()\n"
+            f"        except TimeoutError:\n            time.sleep(delay_0)\n    raise RuntimeError('gave up')\n"
+        )
     return "import time\n\n\n" + "\n\n".join(parts)
 
 
@@ -292,11 +305,21 @@ def test_a_large_fenced_block_keeps_heading_and_language_in_every_piece(rt, run_
     assert sum(c.count("def retry_") for c in chunks) == 12
 
 
-@pytest.mark.parametrize("name,make", [
-    ("retry.py", lambda: retry_module(8)),
-    ("retry.js", lambda: "\n\n".join(f"export function retry{i}(fn) {{\n" + "".join(
-        f"  const d{j} = backoff({j}); // wait {j}\n" for j in range(8)) + "  return fn();\n}\n" for i in range(10))),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,make",
+    [
+        ("retry.py", lambda: retry_module(8)),
+        (
+            "retry.js",
+            lambda: "\n\n".join(
+                f"export function retry{i}(fn) {{\n"
+                + "".join(f"  const d{j} = backoff({j}); // wait {j}\n" for j in range(8))
+                + "  return fn();\n}\n"
+                for i in range(10)
+            ),
+        ),
+    ],
+)
 def test_source_files_are_cut_at_top_level_definitions(rt, run_jobs, name, make):
     source = make()
     topic = create_topic(rt, "Source " + name, settings={"chunk_size": 800, "chunk_overlap": 0})

@@ -20,7 +20,7 @@ from ragtopics.ingest.structured import (
     pack_records,
     read_records,
     split_record,
-)  # fmt: skip
+)
 
 BOOKS_XML = b"""<?xml version="1.0" encoding="UTF-8"?>
 <catalog xmlns="urn:example:books" version="2">
@@ -387,7 +387,7 @@ def assert_split_keeps_identity_and_text(text: str, size: int) -> None:
     pieces = split_record(text, size=size)
     assert all(p.startswith(head.rstrip("\n")) for p in pieces)
     rest = [line for line in text.split("\n") if line not in ident]
-    held = "".join(p[len(head):] for p in pieces)
+    held = "".join(p[len(head) :] for p in pieces)
     for line in rest:  # a line is kept whole, or its value is spread over pieces under the same key
         _key, _sep, value = line.partition(": ")
         assert line in held or all(ch in held for ch in value if ch.isalnum())  # punctuation-only parts are dropped
@@ -413,7 +413,11 @@ def test_pack_groups_small_records_and_splits_a_large_one_at_lines():
     assert pack_records(small, size=10) == ["a: 1\n\nb: 2", "c: 3"]
     # the first field (x) identifies the record and starts every piece; a long value is cut, keeping its key
     assert pack_records(["a: 1", big, "b: 2"], size=40) == [
-        "a: 1", "x: 11111111\ny: 22222222", "x: 11111111\nz: " + "3" * 25, "x: 11111111\nz: " + "3" * 5, "b: 2",
+        "a: 1",
+        "x: 11111111\ny: 22222222",
+        "x: 11111111\nz: " + "3" * 25,
+        "x: 11111111\nz: " + "3" * 5,
+        "b: 2",
     ]
     assert pack_records([], size=10) == []
     with pytest.raises(InvalidSettingError):

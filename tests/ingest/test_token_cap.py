@@ -90,8 +90,7 @@ def test_the_tail_of_a_long_paragraph_is_found_by_dense_search(rt, run_jobs, emb
 
 def test_semantic_context_line_counts_against_the_window(rt, run_jobs, scripted_llm, embedder):
     scripted_llm.replies["context_line"] = "This passage " + "describes the harbour grain market " * 30
-    topic = create_topic(rt, "Semantic long", settings={"chunking_strategy": "SEMANTIC", "chunk_size": 4000,
-                                                         "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(rt, "Semantic long", settings={"chunking_strategy": "SEMANTIC", "chunk_size": 4000, "chunk_overlap": 0})
     doc, _ = upload(rt, topic, "harbour.txt", (FILLER * 8 + FACT).encode())
     run_jobs()
     assert get_document(rt, doc.id).status == "indexed"

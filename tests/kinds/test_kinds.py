@@ -22,8 +22,10 @@ from ragtopics.topics.topics import create_topic, get_topic, reembed_topic, upda
 from ragtopics.tracing.trace import Trace
 
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
-CURIE = ("Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
-         "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
+CURIE = (
+    "Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
+    "Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel."
+)
 EINSTEIN = "Albert Einstein visited Paris in 1922 and lectured at the Collège de France."
 
 
@@ -45,11 +47,19 @@ def test_every_kind_is_found_by_name_and_by_topic_with_its_own_settings_model_an
 
 def test_thresholds_and_direct_answers_come_from_the_kinds_typed_settings(rt):
     plain = create_topic(rt, "Plain", settings={"router_confidence_threshold": 0.3})
-    graph = create_topic(rt, "Graph", kind="graphrag", settings={"confidence_threshold": 0.4, "direct_confidence_threshold": 0.9,
-                                                                 "answer_without_searching": False})  # fmt: skip
+    graph = create_topic(
+        rt,
+        "Graph",
+        kind="graphrag",
+        settings={"confidence_threshold": 0.4, "direct_confidence_threshold": 0.9, "answer_without_searching": False},
+    )
     rag, graphrag = kind_of(plain), kind_of(graph)
 
-    assert (rag.router_threshold(plain.settings), rag.direct_threshold(plain.settings), rag.allows_direct(plain.settings)) == (0.3, None, True)
+    assert (rag.router_threshold(plain.settings), rag.direct_threshold(plain.settings), rag.allows_direct(plain.settings)) == (
+        0.3,
+        None,
+        True,
+    )
     assert rag.route_threshold(plain.settings, "DIRECT") == rag.route_threshold(plain.settings, "SEARCH") == 0.3
     assert graphrag.router_threshold(graph.settings) == 0.4 and graphrag.allows_direct(graph.settings) is False
     assert graphrag.route_threshold(graph.settings, "DIRECT") == 0.9 and graphrag.route_threshold(graph.settings, "LOCAL") == 0.4
@@ -66,11 +76,17 @@ def test_each_kind_makes_the_retriever_of_its_ways_and_says_which_answers_stream
     upload_file(rt, plain, "curie.txt", CURIE.encode())
     run_jobs()
 
-    found = kind_of(plain).retriever(rt, plain, "SEARCH", resolve_prompts(rt, plain.id)).retrieve(
-        RetrievalQuery("Where did Marie Curie work?"), Trace("chat", "q"))
+    found = (
+        kind_of(plain)
+        .retriever(rt, plain, "SEARCH", resolve_prompts(rt, plain.id))
+        .retrieve(RetrievalQuery("Where did Marie Curie work?"), Trace("chat", "q"))
+    )
     assert found.route == "SEARCH" and found.items and found.items[0].file_names == ["curie.txt"]
     prompts = resolve_prompts(rt, graph.id)
-    made = {route: type(kind_of(graph).retriever(rt, graph, route, prompts)).__name__ for route in ("PATH", "LOCAL", "GLOBAL", "HYBRID")}
+    made = {
+        route: type(kind_of(graph).retriever(rt, graph, route, prompts)).__name__
+        for route in ("PATH", "LOCAL", "GLOBAL", "HYBRID")
+    }
     assert made == {"PATH": "PathRetriever", "LOCAL": "LocalRetriever", "GLOBAL": "GlobalRetriever", "HYBRID": "HybridRetriever"}
     with pytest.raises(ConfigurationError, match="SEARCH is not a search way of a GraphRAG Topic"):
         kind_of(graph).retriever(rt, graph, "SEARCH", prompts)
@@ -112,7 +128,9 @@ def test_delete_steps_are_the_kinds_explicit_steps_not_an_import_side_effect(rt,
 
     assert [n for n, _ in DOCUMENT_DELETE_STEPS] == ["remove_chunks", "cancel_job", "remove_traces", "remove_files"]
     assert "drop_graph" not in [n for n, _ in TOPIC_DELETE_STEPS]
-    graph_steps = [n for n, _ in delete_steps(DOCUMENT_DELETE_STEPS, kind_of(create_topic(rt, "G", kind="graphrag")).document_delete_steps())]
+    graph_steps = [
+        n for n, _ in delete_steps(DOCUMENT_DELETE_STEPS, kind_of(create_topic(rt, "G", kind="graphrag")).document_delete_steps())
+    ]
     assert graph_steps == ["remove_chunks", "cancel_job", "remove_traces", "remove_graph_share", "remove_files"]
     assert delete_steps(DOCUMENT_DELETE_STEPS, RagKind().document_delete_steps()) == DOCUMENT_DELETE_STEPS
 

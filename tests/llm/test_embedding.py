@@ -9,9 +9,17 @@ from ragtopics.llm.embedding import PACK_TOKENS, _packs
 
 
 def test_packed_short_texts_get_the_vectors_of_one_text_per_sequence(embedder):
-    texts = ["Leland, North Carolina", "US", "Marie Curie", "the Royal Swedish Academy of Sciences", "x",
-             "Walt Disney Classics: a line of VHS releases of Disney's animated films, 1984 to 1994",
-             "Marie Curie", "Über uns", "A" * 3000]  # fmt: skip
+    texts = [
+        "Leland, North Carolina",
+        "US",
+        "Marie Curie",
+        "the Royal Swedish Academy of Sciences",
+        "x",
+        "Walt Disney Classics: a line of VHS releases of Disney's animated films, 1984 to 1994",
+        "Marie Curie",
+        "Über uns",
+        "A" * 3000,
+    ]
     threads = torch.get_num_threads()
     ordinary = embedder.embed(texts)
     packed = embedder.embed(texts, short=True)

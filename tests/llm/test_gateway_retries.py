@@ -100,7 +100,9 @@ def test_embeddings_over_http_use_the_same_policy(settings, llm):
 
     llm.requests.clear()
     llm.fail_next(FAST.attempts, 503)
-    with pytest.raises(ModelUnavailableError, match=rf"the embedding model at {llm.base_url} failed after {FAST.attempts} attempts"):
+    with pytest.raises(
+        ModelUnavailableError, match=rf"the embedding model at {llm.base_url} failed after {FAST.attempts} attempts"
+    ):
         gateway.embed(["alpha"])
     assert len(llm.prompts(llm.EMBEDDINGS)) == FAST.attempts
 
@@ -122,8 +124,10 @@ def _status_error(status: int, headers: dict[str, str] | None = None) -> openai.
     return openai.APIStatusError("failed", response=response, body=None)
 
 
-@pytest.mark.parametrize("status,transient", [(400, False), (401, False), (404, False), (408, True), (429, True),
-                                              (500, True), (502, True), (503, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "status,transient",
+    [(400, False), (401, False), (404, False), (408, True), (429, True), (500, True), (502, True), (503, True)],
+)
 def test_which_statuses_are_transient(status, transient):
     assert is_transient(_status_error(status)) is transient
 

@@ -34,8 +34,9 @@ def test_gguf_ships_inside_the_package():
 
 
 def test_real_model_answers_from_uploaded_passages(local_model, tmp_path, redis_server, embedder, hotpot):
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path, REDIS_URL=redis_server.url, LOCAL_LLM_PORT=local_model,
-                        RQ_QUEUE="slow-test", _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path, REDIS_URL=redis_server.url, LOCAL_LLM_PORT=local_model, RQ_QUEUE="slow-test", _env_file=None
+    )
     rt = Runtime(settings)
     rt.redis.flushall()
     rt._gateway = ModelGateway(settings, embedder=embedder)

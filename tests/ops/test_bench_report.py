@@ -51,6 +51,7 @@ def test_searches_are_timed_round_by_round_and_keep_the_first_rounds_results():
             if name == "slow":
                 time.sleep(0.002)
             return f"{name}-{i}-{len(calls) - 1}"
+
         return run
 
     timings = timed_rounds({"fast": search("fast"), "slow": search("slow")}, count=4, rounds=3, warm_up=range(4, 6))

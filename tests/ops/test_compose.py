@@ -18,8 +18,13 @@ from ragtopics.ui.cli import build_parser
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 #: What an operator puts in .env for the compose file.
-DOTENV = {"POSTGRES_PASSWORD": "pg-secret", "S3_SECRET_ACCESS_KEY": "s3-secret-key", "ADMIN_USERNAME": "ada",
-          "ADMIN_PASSWORD": "a long password", "LLM_BASE_URL": "http://models:8000/v1"}  # fmt: skip
+DOTENV = {
+    "POSTGRES_PASSWORD": "pg-secret",
+    "S3_SECRET_ACCESS_KEY": "s3-secret-key",
+    "ADMIN_USERNAME": "ada",
+    "ADMIN_PASSWORD": "a long password",
+    "LLM_BASE_URL": "http://models:8000/v1",
+}
 APP_SERVICES = ("app", "worker")
 _REFERENCE = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 
@@ -98,23 +103,36 @@ def test_console_and_workers_share_no_volume_and_workers_have_none(services):
 
 def test_workers_point_at_the_object_store_and_postgresql_of_the_file(services):
     worker, app = services["worker"]["environment"], services["app"]["environment"]
-    shared = ("REDIS_URL", "FALKORDB_URL", "DATABASE_URL", "FILE_STORE", "S3_ENDPOINT_URL", "S3_BUCKET", "S3_ACCESS_KEY_ID",
-              "S3_SECRET_ACCESS_KEY", "S3_REGION")  # fmt: skip
+    shared = (
+        "REDIS_URL",
+        "FALKORDB_URL",
+        "DATABASE_URL",
+        "FILE_STORE",
+        "S3_ENDPOINT_URL",
+        "S3_BUCKET",
+        "S3_ACCESS_KEY_ID",
+        "S3_SECRET_ACCESS_KEY",
+        "S3_REGION",
+    )
     assert {k: worker[k] for k in shared} == {k: app[k] for k in shared}
 
     database = urlsplit(worker["DATABASE_URL"])
     postgres = services["postgres"]
     assert database.scheme == "postgresql+psycopg" and database.hostname == "postgres" and database.port == 5432
     assert (database.username, database.password, database.path) == (
-        postgres["environment"]["POSTGRES_USER"], postgres["environment"]["POSTGRES_PASSWORD"],
-        "/" + postgres["environment"]["POSTGRES_DB"])  # fmt: skip
+        postgres["environment"]["POSTGRES_USER"],
+        postgres["environment"]["POSTGRES_PASSWORD"],
+        "/" + postgres["environment"]["POSTGRES_DB"],
+    )
 
     store = urlsplit(worker["S3_ENDPOINT_URL"])
     minio = services["minio"]
     assert worker["FILE_STORE"] == "s3" and store.hostname == "minio" and store.port == 9000
     assert "server" in minio["command"]
     assert (worker["S3_ACCESS_KEY_ID"], worker["S3_SECRET_ACCESS_KEY"]) == (
-        minio["environment"]["MINIO_ROOT_USER"], minio["environment"]["MINIO_ROOT_PASSWORD"])  # fmt: skip
+        minio["environment"]["MINIO_ROOT_USER"],
+        minio["environment"]["MINIO_ROOT_PASSWORD"],
+    )
 
     for variable, service in (("REDIS_URL", "redis"), ("FALKORDB_URL", "falkordb")):
         assert urlsplit(worker[variable]).hostname == service

@@ -23,10 +23,16 @@ CORPUS = {
     "doc 0012": ["Harbor Day\n\nHarbor Day is a festival in which towns show a drama film shot locally."],
 }
 QUESTIONS = [
-    {"question": "In which county is the town where the film Blue Harbor was shot?", "answer": "Brunswick County",
-     "supporting_facts": [["doc 0001", 0], ["doc 0002", 0]]},
-    {"question": "Where was the director of Red Harbor born?", "answer": "Bergen",
-     "supporting_facts": [["doc 0004", 0], ["doc 0006", 0]]},
+    {
+        "question": "In which county is the town where the film Blue Harbor was shot?",
+        "answer": "Brunswick County",
+        "supporting_facts": [["doc 0001", 0], ["doc 0002", 0]],
+    },
+    {
+        "question": "Where was the director of Red Harbor born?",
+        "answer": "Bergen",
+        "supporting_facts": [["doc 0004", 0], ["doc 0006", 0]],
+    },
 ]
 
 
@@ -42,7 +48,7 @@ def test_make_eval_measures_every_way_and_both_ingests(tmp_path, monkeypatch, ca
 
     assert "recall-rag: 12 passages ingested in" in out and "recall-graph: 12 passages ingested in" in out
     assert "GraphRAG (NLP) ingest / RAG ingest:" in out and "time in entity embedding" in out
-    rows = {line.split("  ")[1].strip(): line.split() for line in out.splitlines() if line.startswith(("  RAG ", "  GraphRAG "))}  # fmt: skip
+    rows = {line.split("  ")[1].strip(): line.split() for line in out.splitlines() if line.startswith(("  RAG ", "  GraphRAG "))}
     assert {"RAG DENSE", "RAG HYBRID", "GraphRAG LOCAL FUSED", "GraphRAG LOCAL NODES"} <= set(rows)
     local_fused = float(rows["GraphRAG LOCAL FUSED"][-5])  # recall@5: both passages of both questions
     assert local_fused == 1.0

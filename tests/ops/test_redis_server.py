@@ -78,8 +78,20 @@ def test_a_taken_port_is_refused_with_advice(redis_server, tmp_path):
 
 def test_a_server_without_the_modules_is_refused(tmp_path):
     port = free_port()
-    plain = subprocess.Popen([str(RedisServerPaths.from_wheels().server), "--port", str(port), "--bind", "127.0.0.1",
-                              "--save", "", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)  # fmt: skip
+    plain = subprocess.Popen(
+        [
+            str(RedisServerPaths.from_wheels().server),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         client = redis.Redis(port=port)
         for _ in range(100):
@@ -118,10 +130,13 @@ def test_vector_search_scores_are_cosine_similarities(redis_server):
     client = redis.Redis.from_url(redis_server.url)
     index = ChunkIndex(client, "topic-cosine", dims=2)
     try:
-        index.replace_document("doc-1", [
-            ChunkRecord("chunk-a", "doc-1", "a.txt", 0, "east", np.array([1.0, 0.0], dtype=np.float32)),
-            ChunkRecord("chunk-b", "doc-1", "a.txt", 1, "north-east", np.array([0.6, 0.8], dtype=np.float32)),
-        ])  # fmt: skip
+        index.replace_document(
+            "doc-1",
+            [
+                ChunkRecord("chunk-a", "doc-1", "a.txt", 0, "east", np.array([1.0, 0.0], dtype=np.float32)),
+                ChunkRecord("chunk-b", "doc-1", "a.txt", 1, "north-east", np.array([0.6, 0.8], dtype=np.float32)),
+            ],
+        )
         hits = index.search_vector(np.array([1.0, 0.0], dtype=np.float32), 2)
         assert [h.chunk_id for h in hits] == ["chunk-a", "chunk-b"]
         # half-precision vectors (VECTOR_DATATYPE): 0.6 is stored as 0.6001

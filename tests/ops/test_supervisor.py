@@ -19,7 +19,7 @@ from ragtopics.ops.supervisor import (
     ExternalRedisComponent,
     RestartPolicy,
     WorkerComponent,
-    supervise,  # fmt: skip
+    supervise,
     worker_environment,
 )
 from ragtopics.settings.env import Settings
@@ -106,8 +106,13 @@ def test_a_component_that_comes_back_is_supervised_on():
 def stack(tmp_path):
     """An embedded Redis and a real worker process started the way ``ragtopics up`` starts them."""
     server = EmbeddedRedis(tmp_path / "redis", free_port()).start()
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path / "var", EMBEDDED_REDIS_PORT=server.port, RQ_QUEUE="supervised",
-                        LOG_LEVEL="WARNING", _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path / "var",
+        EMBEDDED_REDIS_PORT=server.port,
+        RQ_QUEUE="supervised",
+        LOG_LEVEL="WARNING",
+        _env_file=None,
+    )
     worker = WorkerComponent(settings, cwd=tmp_path)
     worker.start()
     yield server, worker
@@ -119,8 +124,10 @@ def test_a_killed_embedded_redis_is_restarted_within_bounded_time(stack):
     server, worker = stack
     stop = threading.Event()
     result: list = []
-    thread = threading.Thread(target=lambda: result.append(
-        supervise([EmbeddedRedisComponent(server), worker], stop, policy=fast, poll_s=0.1)), daemon=True)  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: result.append(supervise([EmbeddedRedisComponent(server), worker], stop, policy=fast, poll_s=0.1)),
+        daemon=True,
+    )
     thread.start()
     client = redis.Redis(host="127.0.0.1", port=server.port, socket_connect_timeout=0.5)
     client.execute_command("CONFIG", "SET", "appendfsync", "always")
@@ -155,10 +162,13 @@ def test_the_worker_runs_this_code_on_this_data_whatever_its_directory(tmp_path,
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / ".env").write_text("RAGTOPICS_DATA_DIR=/nonexistent\nREDIS_URL=redis://10.0.0.1:1/0\n")
-    probe = ("import ragtopics; from ragtopics.settings.env import Settings; s = Settings(); "
-             "print(ragtopics.__file__); print(s.data_dir.resolve()); print(s.effective_redis_url)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, env=worker_environment(settings),
-                         capture_output=True, text=True, check=True).stdout.split("\n")  # fmt: skip
+    probe = (
+        "import ragtopics; from ragtopics.settings.env import Settings; s = Settings(); "
+        "print(ragtopics.__file__); print(s.data_dir.resolve()); print(s.effective_redis_url)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=elsewhere, env=worker_environment(settings), capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     import ragtopics
 
     assert out[:3] == [ragtopics.__file__, str((tmp_path / "var").resolve()), redis_server.url]

@@ -15,12 +15,19 @@ FILES = {
     "trucks.txt": b"Truck T-3 carries spare tyres and a jack.",
 }
 QUESTIONS = [
-    {"question": "How often is pump P-7 inspected?", "answer": "every 90 days", "gold_sources": ["pumps.txt"],
-     "expected_way": "SEARCH"},
-    {"question": "=HYPERLINK(\"x\") what does truck T-3 carry?", "answer": "spare tyres and a jack",
-     "gold_sources": ["trucks.txt"]},
+    {
+        "question": "How often is pump P-7 inspected?",
+        "answer": "every 90 days",
+        "gold_sources": ["pumps.txt"],
+        "expected_way": "SEARCH",
+    },
+    {
+        "question": '=HYPERLINK("x") what does truck T-3 carry?',
+        "answer": "spare tyres and a jack",
+        "gold_sources": ["trucks.txt"],
+    },
     {"question": "When is valve B serviced?", "gold_sources": ["Valves.TXT"]},
-]  # fmt: skip
+]
 
 
 @pytest.fixture

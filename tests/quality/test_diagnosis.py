@@ -26,7 +26,7 @@ def test_no_answer_shows_scores_against_the_threshold(rt, run_jobs, scripted_llm
     scripted_llm.replies["answer"] = "Nothing on that."
     final = asked(rt, topic, "When does kettle K-2 switch off?")
     found = diagnose_turn(rt, final.turn_id)
-    assert found.symptom == "no_answer" and found.title == "Answers say \"I don't know\" too often"
+    assert found.symptom == "no_answer" and found.title == 'Answers say "I don\'t know" too often'
     assert any("Min. Similarity Score 0.99" in f and "kept 0" in f for f in found.findings)
     assert any(f.startswith("Best similarity scores: 0.") for f in found.findings)
     assert found.settings == ["min_similarity_score = 0.99", "top_k_results = 5"]
@@ -92,8 +92,10 @@ def test_global_without_an_answer_shows_the_summaries_scores_and_with_one_says_s
     final = asked(rt, strict, QUESTION, route="GLOBAL")
     found = diagnose_turn(rt, final.turn_id)
     assert final.no_answer and found.symptom == "no_answer"
-    assert any("GLOBAL searched community summaries, not documents, and kept 0" in f and "Min. Similarity Score 0.99" in f
-               for f in found.findings), found.findings  # fmt: skip
+    assert any(
+        "GLOBAL searched community summaries, not documents, and kept 0" in f and "Min. Similarity Score 0.99" in f
+        for f in found.findings
+    ), found.findings
     assert any(f.startswith("Best similarity scores: 0.") for f in found.findings)
     assert "min_similarity_score = 0.99" in found.settings and "DIRECT" not in found.advice
     scripted_llm.replies["global_map"] = json.dumps({"helpful": True, "points": ["Curie won the Nobel Prize."], "score": 90})
@@ -104,4 +106,3 @@ def test_global_without_an_answer_shows_the_summaries_scores_and_with_one_says_s
     found = diagnose_turn(rt, answered.turn_id)
     assert found.symptom == "no_sources" and "GLOBAL answers from community summaries, which cite no file" in found.findings[0]
     assert not any("threshold" in f for f in found.findings[1:])  # a forced way had no router confidence
-

@@ -22,19 +22,22 @@ def test_retrieval_metrics_follow_their_definitions():
     assert retrieval_metrics(["c.txt", "c.txt", "a.txt"], ["a.txt"])["mrr"] == 0.5  # a file counts once, first place
 
 
-@pytest.mark.parametrize(("files", "gold", "found"), [
-    (["Report.pdf"], ["Report"], True),  # any file type the product reads, not only .txt
-    (["Lilu_mythology.md"], ["Lilu (mythology)"], True),
-    (["Zürich.txt"], ["Zurich"], True),  # accents
-    (["東京.txt"], ["東京"], True),  # letters of any script
-    (["東京.txt"], ["大阪.txt"], False),  # ... which are not all the same empty key
-    (["--.txt"], ["++.txt"], False),
-    (["Node.js.txt"], ["Node.js"], True),  # a dotted title keeps its dot part
-    (["Node.js.txt"], ["Node"], False),
-    (["Node.txt"], ["Node.js"], False),  # two names that differ in their endings are two files
-    (["Report.docx"], ["Report.pdf"], False),
-    (["St. Louis.txt"], ["St. Louis"], True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("files", "gold", "found"),
+    [
+        (["Report.pdf"], ["Report"], True),  # any file type the product reads, not only .txt
+        (["Lilu_mythology.md"], ["Lilu (mythology)"], True),
+        (["Zürich.txt"], ["Zurich"], True),  # accents
+        (["東京.txt"], ["東京"], True),  # letters of any script
+        (["東京.txt"], ["大阪.txt"], False),  # ... which are not all the same empty key
+        (["--.txt"], ["++.txt"], False),
+        (["Node.js.txt"], ["Node.js"], True),  # a dotted title keeps its dot part
+        (["Node.js.txt"], ["Node"], False),
+        (["Node.txt"], ["Node.js"], False),  # two names that differ in their endings are two files
+        (["Report.docx"], ["Report.pdf"], False),
+        (["St. Louis.txt"], ["St. Louis"], True),
+    ],
+)
 def test_gold_names_match_file_names_loosely_but_not_wrongly(files, gold, found):
     assert retrieval_metrics(files, gold)["recall@1"] == float(found)
 
@@ -51,8 +54,11 @@ def test_a_question_too_long_to_ask_is_refused_before_the_run():
 
 
 def test_answer_metrics_are_squad_exact_match_and_token_f1():
-    assert answer_metrics("The spare tyres, and a jack!", "spare tyres and a jack") == {"exact_match": 1.0, "f1": 1.0,
-                                                                                          "contains": 1.0}
+    assert answer_metrics("The spare tyres, and a jack!", "spare tyres and a jack") == {
+        "exact_match": 1.0,
+        "f1": 1.0,
+        "contains": 1.0,
+    }
     partial = answer_metrics("every 90 days at night", "every 90 days")
     assert partial["exact_match"] == 0.0 and partial["f1"] == pytest.approx(2 * 3 / (5 + 3))
     assert answer_metrics("anything", "") == {}
@@ -62,8 +68,10 @@ def test_answer_metrics_are_squad_exact_match_and_token_f1():
 
 
 def test_answer_containment_takes_whole_words_the_best_alias_and_leaves_the_products_notes_out():
-    long = answer_metrics("From [a.txt]:\n\n> The main airport is Stockholm Arlanda Airport, north of the city. [a.txt]",
-                          "Stockholm Arlanda Airport")  # fmt: skip
+    long = answer_metrics(
+        "From [a.txt]:\n\n> The main airport is Stockholm Arlanda Airport, north of the city. [a.txt]",
+        "Stockholm Arlanda Airport",
+    )
     assert long["contains"] == 1.0 and long["exact_match"] == 0.0 and 0 < long["f1"] < 1
     assert answer_metrics("It is in Parisian suburbs.", "Paris")["contains"] == 0.0  # whole words only
     assert answer_metrics("Flights land at Arlanda.", "Stockholm Arlanda Airport", ("Arlanda",))["contains"] == 1.0
@@ -97,8 +105,7 @@ def test_retrieval_only_eval_prints_the_summary_and_writes_each_question(rt, fle
 
 def test_a_setting_changed_for_the_run_and_the_comparison_of_two_runs(rt, fleet, tmp_path, capsys):
     assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--out", str(tmp_path / "a")]) == 0
-    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--set", "top_k_results=1",
-                 "--out", str(tmp_path / "b")]) == 0  # fmt: skip
+    assert main(["eval", "Fleet", str(fleet), "--retrieval-only", "--set", "top_k_results=1", "--out", str(tmp_path / "b")]) == 0
     capsys.readouterr()
     b = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert b["settings_changed"] == {"top_k_results": "1"}
@@ -115,8 +122,11 @@ def test_a_setting_changed_for_the_run_and_the_comparison_of_two_runs(rt, fleet,
 
 
 def test_with_answers_exact_match_and_f1_are_scored(rt, fleet, scripted_llm, capsys):
-    scripted_llm.replies["answer"] = lambda body: ("Every 90 days [S1]." if "P-7" in body["messages"][-1]["content"].split("Question:")[-1]
-                                                   else "Spare tyres and a jack [S1].")  # fmt: skip
+    scripted_llm.replies["answer"] = lambda body: (
+        "Every 90 days [S1]."
+        if "P-7" in body["messages"][-1]["content"].split("Question:")[-1]
+        else "Spare tyres and a jack [S1]."
+    )
     scripted_llm.replies["source_check"] = json.dumps({"used": True})
     assert main(["eval", "Fleet", str(fleet), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -144,11 +154,13 @@ def test_compare_lists_the_questions_whose_way_or_ranking_changed(rt, fleet, tmp
 
 
 def test_the_judge_grades_answers_against_the_expected_ones(rt, fleet, scripted_llm, tmp_path, capsys):
-    scripted_llm.replies["answer"] = lambda body: ("Every 90 days [S1]." if "P-7" in body["messages"][-1]["content"].split("Question:")[-1]
-                                                   else "I do not know.")  # fmt: skip
+    scripted_llm.replies["answer"] = lambda body: (
+        "Every 90 days [S1]." if "P-7" in body["messages"][-1]["content"].split("Question:")[-1] else "I do not know."
+    )
     scripted_llm.replies["source_check"] = json.dumps({"used": True})
     scripted_llm.replies["judge"] = lambda body: json.dumps(
-        {"correct": "Answer to grade: Every 90 days" in body["messages"][-1]["content"], "reason": "compared"})
+        {"correct": "Answer to grade: Every 90 days" in body["messages"][-1]["content"], "reason": "compared"}
+    )
     assert main(["eval", "Fleet", str(fleet), "--judge", "--json", "--out", str(tmp_path / "judged")]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["judged_correct"] == 0.5  # two questions have an expected answer; one was answered right
@@ -205,7 +217,9 @@ def test_compare_keeps_metrics_of_one_run_and_matches_repeated_questions_in_orde
     a = [{"question": "Who?", "way": "SEARCH"}, {"question": "Who?", "way": "DIRECT"}]
     assert changed_questions(a, a) == []
     assert changed_questions(a, a[:1]) == [{"question": "Who?", "only_in": "A"}]
-    assert changed_questions(a, [a[0], {**a[1], "way": "SEARCH"}]) == [{"question": "Who?", "changes": {"way": ["DIRECT", "SEARCH"]}}]
+    assert changed_questions(a, [a[0], {**a[1], "way": "SEARCH"}]) == [
+        {"question": "Who?", "changes": {"way": ["DIRECT", "SEARCH"]}}
+    ]
 
 
 def test_an_out_path_that_cannot_take_the_results_is_refused_before_the_run(rt, fleet, tmp_path, scripted_llm, capsys):
@@ -230,8 +244,10 @@ def test_compare_refuses_what_is_not_a_run_and_warns_when_runs_share_no_question
 
 def test_question_files_with_a_byte_order_mark_unknown_ways_and_gold_names_the_topic_lacks(rt, fleet, tmp_path, capsys):
     bom = tmp_path / "notepad.json"
-    bom.write_bytes("\ufeff".encode() + json.dumps([{"question": "How often is pump P-7 inspected?",
-                                                         "gold_sources": ["pumps.txt", "pump.txt"]}]).encode())  # fmt: skip
+    bom.write_bytes(
+        "\ufeff".encode()
+        + json.dumps([{"question": "How often is pump P-7 inspected?", "gold_sources": ["pumps.txt", "pump.txt"]}]).encode()
+    )
     assert main(["eval", "Fleet", str(bom), "--retrieval-only", "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out.splitlines()[-1])["missing_gold_files"] == ["pump.txt"]

@@ -54,13 +54,16 @@ def test_two_runs_compared_show_the_metric_changes_and_the_changed_questions(rt,
     assert re.search(r"<td>exact_match</td><td>—</td><td>[0-9.]+</td><td[^>]*>—</td>", page)
 
 
-@pytest.mark.parametrize(("kwargs", "text", "message"), [
-    ({}, "not json", "cannot read the questions as JSON"),
-    ({}, json.dumps([{"answer": "x"}]), "item 1 has no question"),
-    ({"assignments": ["top_k=3"]}, TEXT, "top_k: unknown setting"),
-    ({"assignments": ["top_k_results=0"]}, TEXT, "top_k_results"),
-    ({"route": "GLOBAL"}, TEXT, "a rag Topic has"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "text", "message"),
+    [
+        ({}, "not json", "cannot read the questions as JSON"),
+        ({}, json.dumps([{"answer": "x"}]), "item 1 has no question"),
+        ({"assignments": ["top_k=3"]}, TEXT, "top_k: unknown setting"),
+        ({"assignments": ["top_k_results=0"]}, TEXT, "top_k_results"),
+        ({"route": "GLOBAL"}, TEXT, "a rag Topic has"),
+    ],
+)
 def test_bad_runs_are_refused_before_anything_is_queued(rt, fleet, kwargs, text, message):
     with pytest.raises(RagTopicsError, match=message):
         start_run(rt, "Fleet", text, **kwargs)
@@ -78,8 +81,9 @@ def test_the_console_starts_a_run_and_shows_it(rt, fleet, run_jobs, tmp_path):
     app, _, _ = launch_console(rt, host="127.0.0.1", port=port)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        message = client.predict("Fleet", "routed (as in a chat)", True, None, TEXT, "retrieval_strategy=DENSE",
-                                 api_name="/start_evaluation")  # fmt: skip
+        message = client.predict(
+            "Fleet", "routed (as in a chat)", True, None, TEXT, "retrieval_strategy=DENSE", api_name="/start_evaluation"
+        )
         run_id = re.fullmatch(r"Queued run `(eval-[0-9a-f-]+)`\.", message).group(1)
         assert load_run(rt, run_id)[0].settings_changed == {"retrieval_strategy": "DENSE"}
         refused = client.predict("Fleet", "routed (as in a chat)", True, None, TEXT, "colour=blue", api_name="/start_evaluation")

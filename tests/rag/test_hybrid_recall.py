@@ -21,8 +21,18 @@ from tests.ingest.test_ingest import upload
 #: (thing named in the question, year, the answer's passage without the year, what the distractors are about)
 CASES = [
     ("Telmar bridge", "1911", "The Telmar bridge over the Ardent river was built by the Orsk ironworks.", "bridge"),
-    ("Vesk lighthouse", "1887", "The Vesk lighthouse on the northern cape was designed by the engineer Mira Halden.", "lighthouse"),
-    ("Quarn observatory", "1932", "The Quarn observatory houses a refracting telescope bought from a Dutch maker.", "observatory"),
+    (
+        "Vesk lighthouse",
+        "1887",
+        "The Vesk lighthouse on the northern cape was designed by the engineer Mira Halden.",
+        "lighthouse",
+    ),
+    (
+        "Quarn observatory",
+        "1932",
+        "The Quarn observatory houses a refracting telescope bought from a Dutch maker.",
+        "observatory",
+    ),
     ("Ilsby canal", "1854", "The Ilsby canal links the salt works to the harbour and was dug by hand.", "canal"),
     ("Brenmoor library", "1902", "The Brenmoor library keeps the county's oldest printed map in its east wing.", "library"),
     ("Oskel dam", "1968", "The Oskel dam holds back a reservoir that supplies three valley towns.", "dam"),
@@ -64,8 +74,11 @@ def _recall(rt, topic, k: int) -> float:
 def test_hybrid_recall_is_at_least_dense_recall(rt, run_jobs):
     topics = {}
     for strategy in ("DENSE", "HYBRID"):
-        topics[strategy] = create_topic(rt, f"Landmarks {strategy}", settings={
-            "retrieval_strategy": strategy, "top_k_results": 5, "min_similarity_score": 0.0})  # fmt: skip
+        topics[strategy] = create_topic(
+            rt,
+            f"Landmarks {strategy}",
+            settings={"retrieval_strategy": strategy, "top_k_results": 5, "min_similarity_score": 0.0},
+        )
         for name, text in _corpus().items():
             upload(rt, topics[strategy], name, text.encode())
     run_jobs()

@@ -24,22 +24,38 @@ from ragtopics.tracing.trace import Trace
 from tests.ingest.test_ingest import upload
 
 QUESTION = "Who directed the film that was shot in the town of Quillmoor in 1986?"
-TOWN = ("Quillmoor, North Vale.txt",
-        ("Quillmoor is a small town in North Vale. In 1986 the crew of The Ember Orchard spent a summer filming "
-        "on its main street, and the town still holds a festival in July."))  # fmt: skip
-FILM = ("The Ember Orchard.txt",
-        ("The Ember Orchard is a drama by Hanna Virtanen, adapted from her own stage play about three sisters "
-        "who inherit a failing orchard."))  # fmt: skip
+TOWN = (
+    "Quillmoor, North Vale.txt",
+    (
+        "Quillmoor is a small town in North Vale. In 1986 the crew of The Ember Orchard spent a summer filming "
+        "on its main street, and the town still holds a festival in July."
+    ),
+)
+FILM = (
+    "The Ember Orchard.txt",
+    (
+        "The Ember Orchard is a drama by Hanna Virtanen, adapted from her own stage play about three sisters "
+        "who inherit a failing orchard."
+    ),
+)
 DISTRACTORS = [
-    (f"Shot in {year}.txt", (f"A film shot in {year} in a small town; who directed the film was never made public. "
-                            f"The town where it was shot in {year} asked for the film to be shown there first."))
+    (
+        f"Shot in {year}.txt",
+        (
+            f"A film shot in {year} in a small town; who directed the film was never made public. "
+            f"The town where it was shot in {year} asked for the film to be shown there first."
+        ),
+    )
     for year in (1984, 1985, 1986, 1987, 1988)
 ]
 
 
 def _topic(rt, run_jobs, name: str, follow: bool, files: list[tuple[str, str]]):
-    topic = create_topic(rt, name, settings={"retrieval_strategy": "DENSE", "top_k_results": 3,
-                                             "min_similarity_score": 0.0, "follow_file_mentions": follow})  # fmt: skip
+    topic = create_topic(
+        rt,
+        name,
+        settings={"retrieval_strategy": "DENSE", "top_k_results": 3, "min_similarity_score": 0.0, "follow_file_mentions": follow},
+    )
     for file_name, text in files:
         upload(rt, topic, file_name, text.encode())
     run_jobs()
@@ -87,9 +103,11 @@ def test_a_hit_brought_in_by_a_link_still_has_its_links_followed(monkeypatch):
         def best_chunks(self, document_ids, vector):
             return {"dc": ChunkHit("c1", "dc", "Gamma Point.txt", 0, "gamma", 0.3)} if "dc" in document_ids else {}
 
-    hits = [ChunkHit("a1", "da", "Alpha.txt", 0, "Alpha mentions Beta Ridge.", 0.9),
-            ChunkHit("x1", "dx", "Other.txt", 0, "unrelated", 0.8),
-            ChunkHit("b1", "db", "Beta Ridge.txt", 0, "Beta Ridge lies next to Gamma Point.", 0.7)]  # fmt: skip
+    hits = [
+        ChunkHit("a1", "da", "Alpha.txt", 0, "Alpha mentions Beta Ridge.", 0.9),
+        ChunkHit("x1", "dx", "Other.txt", 0, "unrelated", 0.8),
+        ChunkHit("b1", "db", "Beta Ridge.txt", 0, "Beta Ridge lies next to Gamma Point.", 0.7),
+    ]
     names = FileNames.of({"da": "Alpha.txt", "db": "Beta Ridge.txt", "dc": "Gamma Point.txt", "dx": "Other.txt"})
     monkeypatch.setattr(mentions._NAMES, "get", lambda index: names)
     out, links = follow_mentions(Index(), hits, None)
@@ -132,7 +150,9 @@ def test_a_file_uploaded_later_is_followed_without_a_restart(rt, run_jobs):
 
 def test_a_name_its_own_long_file_repeats_is_still_a_reference(rt, run_jobs):
     # A 14-chunk manual that says "Ember Orchard" in every chunk is still what other files refer to.
-    manual = [("The Ember Orchard.txt", " ".join(f"Part {n}: The Ember Orchard grows apples of kind {n}." * 12 for n in range(14)))]
+    manual = [
+        ("The Ember Orchard.txt", " ".join(f"Part {n}: The Ember Orchard grows apples of kind {n}." * 12 for n in range(14)))
+    ]
     topic = create_topic(rt, "Own name", settings={"chunk_size": 300, "chunk_overlap": 0})
     for file_name, text in [*manual, TOWN]:
         upload(rt, topic, file_name, text.encode())
@@ -157,8 +177,12 @@ def test_a_name_that_many_chunks_contain_is_not_a_reference(rt, run_jobs):
 
 
 def test_local_search_of_a_graphrag_topic_follows_file_mentions_too(rt, run_jobs, monkeypatch):
-    topic = create_topic(rt, "Films graph", kind="graphrag", settings={"max_cited_chunks": 3, "min_similarity_score": 0.0,
-                                                                           "graph_extraction_method": "NLP"})
+    topic = create_topic(
+        rt,
+        "Films graph",
+        kind="graphrag",
+        settings={"max_cited_chunks": 3, "min_similarity_score": 0.0, "graph_extraction_method": "NLP"},
+    )
     for file_name, text in [TOWN, FILM, *DISTRACTORS]:
         upload(rt, topic, file_name, text.encode())
     run_jobs()

@@ -21,21 +21,34 @@ def workdir(tmp_path, monkeypatch):
 
 
 def test_role_overrides_in_dotenv_are_read(workdir):
-    (workdir / ".env").write_text("LLM_BASE_URL=http://llm:8000/v1\nLLM_MODEL=big\nLLM_API_KEY=k1\nLLM_SUPPORTS_TOOLS=true\n"
-                                  "ROUTER_BASE_URL=http://router:9000/v1\nROUTER_MODEL=small\nROUTER_API_KEY=k2\n"
-                                  "FOLLOW_UP_MODEL=medium\nDEDUPLICATION_BASE_URL=\n")  # fmt: skip
+    (workdir / ".env").write_text(
+        "LLM_BASE_URL=http://llm:8000/v1\nLLM_MODEL=big\nLLM_API_KEY=k1\nLLM_SUPPORTS_TOOLS=true\n"
+        "ROUTER_BASE_URL=http://router:9000/v1\nROUTER_MODEL=small\nROUTER_API_KEY=k2\n"
+        "FOLLOW_UP_MODEL=medium\nDEDUPLICATION_BASE_URL=\n"
+    )
     settings = Settings()
     router = settings.endpoint("router")
-    assert (router.base_url, router.model, router.api_key, router.supports_tools) == ("http://router:9000/v1", "small", "k2", False)
+    assert (router.base_url, router.model, router.api_key, router.supports_tools) == (
+        "http://router:9000/v1",
+        "small",
+        "k2",
+        False,
+    )
     follow_up = settings.endpoint("follow_up")  # a model name alone: another model on the Language Model's endpoint
-    assert (follow_up.base_url, follow_up.model, follow_up.api_key, follow_up.supports_tools) == ("http://llm:8000/v1", "medium", "k1", True)
+    assert (follow_up.base_url, follow_up.model, follow_up.api_key, follow_up.supports_tools) == (
+        "http://llm:8000/v1",
+        "medium",
+        "k1",
+        True,
+    )
     dedup = settings.endpoint("deduplication")  # an empty value is unset: inherits everything
     assert (dedup.base_url, dedup.model, dedup.supports_tools, dedup.is_local) == ("http://llm:8000/v1", "big", True, False)
 
 
 def test_image_describer_with_its_own_vision_endpoint(workdir):
-    (workdir / ".env").write_text("IMAGE_DESCRIBER_BASE_URL=http://vision:8000/v1\nIMAGE_DESCRIBER_MODEL=qwen-vl\n"
-                                  "IMAGE_DESCRIBER_SUPPORTS_IMAGES=true\n")  # fmt: skip
+    (workdir / ".env").write_text(
+        "IMAGE_DESCRIBER_BASE_URL=http://vision:8000/v1\nIMAGE_DESCRIBER_MODEL=qwen-vl\nIMAGE_DESCRIBER_SUPPORTS_IMAGES=true\n"
+    )
     settings = Settings()
     vision = settings.endpoint("image_describer")
     assert (vision.model, vision.supports_images, vision.supports_tools, vision.is_local) == ("qwen-vl", True, False, False)

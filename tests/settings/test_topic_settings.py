@@ -35,14 +35,23 @@ def test_every_field_has_a_one_line_description_and_a_phase(kind):
 def test_graphrag_defaults_and_ranges_follow_the_settings_table():
     s = GraphRagTopicSettings()
     assert (s.chunk_size, s.confidence_threshold, s.direct_confidence_threshold, s.path_max_hops) == (1200, 0.6, 0.9, 4)
-    assert (s.graph_extraction_method, s.picture_handling, s.seed_strategy, s.router_method) == ("AUTO", "PICTURE_IN_GRAPH", "FUSED", "AUTO")
+    assert (s.graph_extraction_method, s.picture_handling, s.seed_strategy, s.router_method) == (
+        "AUTO",
+        "PICTURE_IN_GRAPH",
+        "FUSED",
+        "AUTO",
+    )
     assert (s.top_k_nodes, s.hop_depth, s.max_subgraph_nodes, s.max_cited_chunks) == (10, 1, 60, 8)
     assert (s.top_k_seed_chunks, s.top_k_unlinked_chunks, s.top_k_reports) == (5, 3, 5)
     assert (s.max_follow_up_rounds, s.max_follow_up_questions, s.resolution, s.refresh_cycle) == (2, 3, 1.0, "1d")
     assert s.answer_without_searching and s.local_keyword_search and s.global_keyword_search and s.route_before_retrieval
     assert s.refresh_interval_s == 86400 and validate_settings("graphrag", {"refresh_cycle": "off"}).refresh_interval_s is None
-    for bad, key in [({"path_max_hops": 9}, "path_max_hops"), ({"seed_strategy": "ALL"}, "seed_strategy"),
-                     ({"refresh_cycle": "weekly"}, "refresh_cycle"), ({"top_k_rsults": 3}, "top_k_rsults")]:  # fmt: skip
+    for bad, key in [
+        ({"path_max_hops": 9}, "path_max_hops"),
+        ({"seed_strategy": "ALL"}, "seed_strategy"),
+        ({"refresh_cycle": "weekly"}, "refresh_cycle"),
+        ({"top_k_rsults": 3}, "top_k_rsults"),
+    ]:
         with pytest.raises(InvalidSettingError, match=key):
             validate_settings("graphrag", bad)
 
@@ -135,15 +144,20 @@ def test_ocr_can_be_switched_on_where_the_engine_runs_and_is_refused_with_the_re
     assert scans.settings.docling_settings.ocr is True
 
     # An installation where the engine does not import (e.g. no libGL for OpenCV) refuses it, saying why.
-    monkeypatch.setattr(ocr, "engine_unavailable_reason", lambda: "the OCR engine rapidocr-onnxruntime does not import (ImportError: libGL.so.1)")
+    monkeypatch.setattr(
+        ocr, "engine_unavailable_reason", lambda: "the OCR engine rapidocr-onnxruntime does not import (ImportError: libGL.so.1)"
+    )
     with pytest.raises(InvalidSettingError, match=r"OCR cannot be switched on here: the OCR engine .* libGL\.so\.1"):
         create_topic(rt, "Faxes", settings={"docling_settings": {"ocr": True}})
     topic = create_topic(rt, "Faxes")
     with pytest.raises(InvalidSettingError, match="docling-serve URL"):
-        update_settings(rt, topic.name, {"docling_settings": {"ocr": True, "table_structure": True, "page_range": "", "timeout_s": 300}})
+        update_settings(
+            rt, topic.name, {"docling_settings": {"ocr": True, "table_structure": True, "page_range": "", "timeout_s": 300}}
+        )
     assert get_topic_ocr(rt, topic.name) is False
-    served = update_settings(rt, topic.name, {"docling_server": "http://docling.example:5001",
-                                              "docling_settings": {"ocr": True}})  # a docling-serve decides itself
+    served = update_settings(
+        rt, topic.name, {"docling_server": "http://docling.example:5001", "docling_settings": {"ocr": True}}
+    )  # a docling-serve decides itself
     assert served.settings.docling_settings.ocr is True
 
 

@@ -14,7 +14,9 @@ from ragtopics.topics.topics import create_topic, reembed_topic
 def _chunk(dims: int, n: int = 0) -> ChunkRecord:
     vector = np.zeros(dims, dtype=np.float32)
     vector[n] = 1.0
-    return ChunkRecord(chunk_id=f"chunk-{n}", document_id="doc-1", file_name="a.txt", position=n, text=f"text {n}", embedding=vector)
+    return ChunkRecord(
+        chunk_id=f"chunk-{n}", document_id="doc-1", file_name="a.txt", position=n, text=f"text {n}", embedding=vector
+    )
 
 
 def test_index_records_the_model_and_refuses_another(rt):
@@ -22,8 +24,10 @@ def test_index_records_the_model_and_refuses_another(rt):
     built.replace_document("doc-1", [_chunk(8)])
     assert built.built_with() == ("model-a", 8)
 
-    for other in (ChunkIndex(rt.redis, "topic-x", dims=8, embedding_model="model-b"),
-                  ChunkIndex(rt.redis, "topic-x", dims=16, embedding_model="model-a")):  # fmt: skip
+    for other in (
+        ChunkIndex(rt.redis, "topic-x", dims=8, embedding_model="model-b"),
+        ChunkIndex(rt.redis, "topic-x", dims=16, embedding_model="model-a"),
+    ):
         with pytest.raises(EmbeddingMismatchError, match=r"built with the embedding model model-a \(8 dims\).*re-embed") as err:
             other.search_vector(np.ones(other.dims, dtype=np.float32), 3)
         assert f"configured embedding model is {other.embedding_model} ({other.dims} dims)" in str(err.value)
@@ -85,5 +89,16 @@ def test_files_can_be_deleted_after_the_embedding_model_changed(rt, run_jobs):
     assert index.document_chunk_ids(gone.id) == [] and len(index.document_chunk_ids(kept.id)) == 1
     assert index.built_with() == ("text-embedding-3-small", index.dims)  # the record is not rewritten by a delete
     with pytest.raises(EmbeddingMismatchError):  # adding chunks is still refused
-        index.replace_document(kept.id, [ChunkRecord(chunk_id="c", document_id=kept.id, file_name="pumps.md", position=0,
-                                                     text="x", embedding=np.ones(index.dims, dtype=np.float32))])  # fmt: skip
+        index.replace_document(
+            kept.id,
+            [
+                ChunkRecord(
+                    chunk_id="c",
+                    document_id=kept.id,
+                    file_name="pumps.md",
+                    position=0,
+                    text="x",
+                    embedding=np.ones(index.dims, dtype=np.float32),
+                )
+            ],
+        )

@@ -9,8 +9,14 @@ from ragtopics.storage.chunk_index import ChunkIndex, ChunkRecord
 
 
 def chunk(document_id: str, file_name: str, n: int = 0) -> ChunkRecord:
-    return ChunkRecord(chunk_id=f"chunk-{document_id}-{n}", document_id=document_id, file_name=file_name, position=n,
-                       text=f"text {n} of {file_name}", embedding=np.array([1, 0, 0, n], dtype=np.float32))  # fmt: skip
+    return ChunkRecord(
+        chunk_id=f"chunk-{document_id}-{n}",
+        document_id=document_id,
+        file_name=file_name,
+        position=n,
+        text=f"text {n} of {file_name}",
+        embedding=np.array([1, 0, 0, n], dtype=np.float32),
+    )
 
 
 def test_swaps_keep_the_names_renames_and_deletes_included(rt):
@@ -22,8 +28,16 @@ def test_swaps_keep_the_names_renames_and_deletes_included(rt):
     index.replace_document("doc-c", [chunk("doc-c", "c.txt")])
     assert index.file_names() == {"doc-a": "renamed.txt", "doc-c": "c.txt"}
     # read from the hash, not from the chunks: a chunk written behind the index's back is not a file of it
-    rt.redis.hset(index.key("stray"), mapping={"chunk_id": "stray", "document_id": "doc-x", "file_name": "x.txt",
-                                               "text": "t", "embedding": np.ones(4, dtype=np.float32).tobytes()})  # fmt: skip
+    rt.redis.hset(
+        index.key("stray"),
+        mapping={
+            "chunk_id": "stray",
+            "document_id": "doc-x",
+            "file_name": "x.txt",
+            "text": "t",
+            "embedding": np.ones(4, dtype=np.float32).tobytes(),
+        },
+    )
     assert "doc-x" not in index.file_names()
     index.drop()
     assert not rt.redis.exists(index.names_key)

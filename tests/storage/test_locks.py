@@ -100,8 +100,17 @@ def _records(document_id: str, n: int):
 
     from ragtopics.storage.chunk_index import ChunkRecord
 
-    return [ChunkRecord(chunk_id=f"chunk-{document_id}-{i}", document_id=document_id, file_name="a.txt", position=i,
-                        text=f"text {i}", embedding=np.array([1, 0, 0, i], dtype=np.float32)) for i in range(n)]  # fmt: skip
+    return [
+        ChunkRecord(
+            chunk_id=f"chunk-{document_id}-{i}",
+            document_id=document_id,
+            file_name="a.txt",
+            position=i,
+            text=f"text {i}",
+            embedding=np.array([1, 0, 0, i], dtype=np.float32),
+        )
+        for i in range(n)
+    ]
 
 
 def test_a_holder_that_lost_its_lock_cannot_swap_chunks(rt):

@@ -29,7 +29,7 @@ from ragtopics.storage.metadata import (
     MigrationError,
     PictureRow,
     TopicRow,
-    TopicSettingsVersion,  # fmt: skip
+    TopicSettingsVersion,
     TraceRow,
     schema_revision,
 )
@@ -40,9 +40,12 @@ FIXTURE = Path(__file__).parent / "fixtures" / "metadata-before-migrations.db"
 TOPIC_ID = "topic-5a1e5b2c3d4e"
 SESSION_ID = "chat-0123456789abcdef"
 #: table → {old text column: new JSON column}, as revision 0002 renames them
-RENAMED = {"topic": {"settings_json": "settings"}, "topic_settings_version": {"settings_json": "settings"},
-           "document": {"indexed_with_json": "indexed_with"},
-           "chat_turn": {"sources_json": "sources", "timings_json": "timings"}}  # fmt: skip
+RENAMED = {
+    "topic": {"settings_json": "settings"},
+    "topic_settings_version": {"settings_json": "settings"},
+    "document": {"indexed_with_json": "indexed_with"},
+    "chat_turn": {"sources_json": "sources", "timings_json": "timings"},
+}
 DROPPED = {"document": {"trace_json"}, "chat_turn": {"trace_json"}}
 
 
@@ -87,15 +90,36 @@ def test_database_from_before_migrations_keeps_every_row_and_value(tmp_path):
 
     assert schema_revision(store.engine) == head_revision() == "0013"
     after = dump(tmp_path / "ragtopics.db")
-    assert {t: len(r) for t, r in after.items()} == {**{t: len(r) for t, r in before.items()}, "graph_database": 0, "user": 0, "api_token": 0, "dev_report": 0,
-                                                                 "role_endpoint": 0, "demo_link": 0, "demo_turn": 0,
-                                                                 "upload_cost": 0, "usage_figure": 0, "graph_correction": 0}
-    assert {t: len(r) for t, r in before.items()} == {"topic": 1, "topic_settings_version": 2, "document": 2, "picture": 1,
-                                                      "chat_session": 1, "chat_turn": 2, "prompt_override": 1, "trace": 1}
+    assert {t: len(r) for t, r in after.items()} == {
+        **{t: len(r) for t, r in before.items()},
+        "graph_database": 0,
+        "user": 0,
+        "api_token": 0,
+        "dev_report": 0,
+        "role_endpoint": 0,
+        "demo_link": 0,
+        "demo_turn": 0,
+        "upload_cost": 0,
+        "usage_figure": 0,
+        "graph_correction": 0,
+    }
+    assert {t: len(r) for t, r in before.items()} == {
+        "topic": 1,
+        "topic_settings_version": 2,
+        "document": 2,
+        "picture": 1,
+        "chat_session": 1,
+        "chat_turn": 2,
+        "prompt_override": 1,
+        "trace": 1,
+    }
     for table, rows in before.items():
         renamed, dropped = RENAMED.get(table, {}), DROPPED.get(table, set())
-        expected = [{renamed.get(k, k): json.loads(v) if k in renamed else v for k, v in row.items() if k not in dropped}
-                    | ADDED.get(table, {}) for row in rows]  # fmt: skip
+        expected = [
+            {renamed.get(k, k): json.loads(v) if k in renamed else v for k, v in row.items() if k not in dropped}
+            | ADDED.get(table, {})
+            for row in rows
+        ]
         stored = [{k: json.loads(v) if k in renamed.values() else v for k, v in row.items()} for row in after[table]]
         assert stored == expected, table
 
@@ -147,12 +171,18 @@ def test_product_reads_the_upgraded_database(settings):
     assert (topic.id, topic.settings.top_k_results, topic.settings.chunk_size, topic.settings_version) == (TOPIC_ID, 8, 800, 2)
     assert [t.name for t in list_topics(rt)] == ["Manuals"]
     docs = {d.file_name: d for d in list_documents(rt, topic)}
-    assert (docs["manual.pdf"].status, docs["manual.pdf"].chunk_count, docs["manual.pdf"].indexed_with["chunk_size"]) == ("indexed", 42, 800)
+    assert (docs["manual.pdf"].status, docs["manual.pdf"].chunk_count, docs["manual.pdf"].indexed_with["chunk_size"]) == (
+        "indexed",
+        42,
+        800,
+    )
     assert docs["broken.docx"].error.startswith("broken.docx could not be read") and docs["broken.docx"].indexed_with == {}
     assert [s.id for s in list_sessions(rt, topic)] == [SESSION_ID]
     first, second = saved_turns(rt, SESSION_ID)
-    assert [(s.file, s.code, s.score, s.status) for s in first.sources] == [("manual.pdf", "S1", 0.83, "current"),
-                                                                           ("manual.pdf", "S2", 0.71, "current")]
+    assert [(s.file, s.code, s.score, s.status) for s in first.sources] == [
+        ("manual.pdf", "S1", 0.83, "current"),
+        ("manual.pdf", "S2", 0.71, "current"),
+    ]
     assert all(s.link for s in first.sources)
     assert (first.route, first.route_confidence, first.route_reason) == ("SEARCH", 0.92, "asks about the manual")
     assert first.timings_ms["total"] == 955.125 and second.timings_ms == {"total": 5.0} and second.sources == []
@@ -192,13 +222,21 @@ def test_each_applied_migration_logs_one_line(tmp_path, caplog):
     with caplog.at_level("INFO"):
         MetadataStore(copy_fixture(tmp_path / "ragtopics.db"))
 
-    assert [m.split(":")[0] for m in caplog.messages] == ["metadata database from before schema migrations",
-                                                          "applied schema migration 0002",
-                                                          "applied schema migration 0003", "applied schema migration 0004",
-                                                          "applied schema migration 0005", "applied schema migration 0006",
-                                                          "applied schema migration 0007", "applied schema migration 0008",
-                                                          "applied schema migration 0009", "applied schema migration 0010", "applied schema migration 0011", "applied schema migration 0012",
-                                                          "applied schema migration 0013"]  # fmt: skip
+    assert [m.split(":")[0] for m in caplog.messages] == [
+        "metadata database from before schema migrations",
+        "applied schema migration 0002",
+        "applied schema migration 0003",
+        "applied schema migration 0004",
+        "applied schema migration 0005",
+        "applied schema migration 0006",
+        "applied schema migration 0007",
+        "applied schema migration 0008",
+        "applied schema migration 0009",
+        "applied schema migration 0010",
+        "applied schema migration 0011",
+        "applied schema migration 0012",
+        "applied schema migration 0013",
+    ]
 
 
 def test_a_failed_migration_leaves_the_database_as_it_was(tmp_path):

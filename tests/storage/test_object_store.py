@@ -47,12 +47,22 @@ def machines(tmp_path, redis_server, scripted_llm, embedder, s3_server):
     """``(console, worker)``: runtimes with their own data folders, one bucket prefix per test."""
 
     def runtime(name: str) -> Runtime:
-        settings = Settings(RAGTOPICS_DATA_DIR=tmp_path / name, REDIS_URL=redis_server.url,
-                            DATABASE_URL=f"sqlite:///{tmp_path / 'shared' / 'ragtopics.db'}",
-                            LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted", LLM_TIMEOUT_S=10,
-                            RQ_QUEUE=f"test-{tmp_path.name}", FILE_STORE="s3", S3_ENDPOINT_URL=s3_server.endpoint_url,
-                            S3_BUCKET=BUCKET, S3_PREFIX=tmp_path.name, S3_ACCESS_KEY_ID=S3_ACCESS_KEY,
-                            S3_SECRET_ACCESS_KEY=S3_SECRET_KEY, _env_file=None)  # fmt: skip
+        settings = Settings(
+            RAGTOPICS_DATA_DIR=tmp_path / name,
+            REDIS_URL=redis_server.url,
+            DATABASE_URL=f"sqlite:///{tmp_path / 'shared' / 'ragtopics.db'}",
+            LLM_BASE_URL=scripted_llm.base_url,
+            LLM_MODEL="scripted",
+            LLM_TIMEOUT_S=10,
+            RQ_QUEUE=f"test-{tmp_path.name}",
+            FILE_STORE="s3",
+            S3_ENDPOINT_URL=s3_server.endpoint_url,
+            S3_BUCKET=BUCKET,
+            S3_PREFIX=tmp_path.name,
+            S3_ACCESS_KEY_ID=S3_ACCESS_KEY,
+            S3_SECRET_ACCESS_KEY=S3_SECRET_KEY,
+            _env_file=None,
+        )
         rt = Runtime(settings)
         rt._gateway = ModelGateway(settings, embedder=embedder)
         return rt
@@ -184,15 +194,21 @@ def test_readiness_checks_the_object_store(machines):
     assert ready and checks["files"]["ok"] and checks["files"]["detail"].startswith("answers")
     console.blobs.bucket = "no-such-store-bucket"
     assert console.blobs.ping() == "answers; the bucket is created by the first upload"
-    console.blobs.client = S3FileStore(BUCKET, endpoint_url=console.blobs.endpoint_url, access_key_id=S3_ACCESS_KEY,
-                                       secret_access_key="wrong").client  # fmt: skip
+    console.blobs.client = S3FileStore(
+        BUCKET, endpoint_url=console.blobs.endpoint_url, access_key_id=S3_ACCESS_KEY, secret_access_key="wrong"
+    ).client
     ready, checks = readiness(console)
-    assert not ready and not checks["files"]["ok"] and "check S3_ENDPOINT_URL, S3_BUCKET and the S3 keys" in checks["files"]["detail"]
+    assert (
+        not ready
+        and not checks["files"]["ok"]
+        and "check S3_ENDPOINT_URL, S3_BUCKET and the S3 keys" in checks["files"]["detail"]
+    )
 
 
 def test_paths_outside_the_store_and_missing_objects_are_refused(s3_server):
-    store = S3FileStore(BUCKET, endpoint_url=s3_server.endpoint_url, access_key_id=S3_ACCESS_KEY,
-                        secret_access_key=S3_SECRET_KEY, prefix="checks")  # fmt: skip
+    store = S3FileStore(
+        BUCKET, endpoint_url=s3_server.endpoint_url, access_key_id=S3_ACCESS_KEY, secret_access_key=S3_SECRET_KEY, prefix="checks"
+    )
     rel, digest = store.put("topic", "doc", "a.txt", b"alpha")
     assert store.read(rel) == b"alpha" and store.exists(rel) and len(digest) == 64
     for bad in ("../a.txt", "/topic/doc/a.txt", "topic//a.txt", "topic/./a.txt", ""):
@@ -249,8 +265,11 @@ def test_an_evaluation_run_and_a_dev_report_reach_the_console_from_a_worker_on_a
     from ragtopics.tracing import reports
 
     console, worker = machines
-    topic = create_topic(console, "Boilers", settings={"chunk_size": 200, "chunk_overlap": 0, "min_similarity_score": 0.0,
-                                                       "route_before_retrieval": False})  # fmt: skip
+    topic = create_topic(
+        console,
+        "Boilers",
+        settings={"chunk_size": 200, "chunk_overlap": 0, "min_similarity_score": 0.0, "route_before_retrieval": False},
+    )
     reports.set_switch(console, "upload", True)
     upload_file(console, topic, "boilers.txt", b"Boiler B-12 must be descaled every spring.")
     questions = [{"question": "When is boiler B-12 descaled?", "answer": "every spring", "gold_sources": ["boilers.txt"]}]

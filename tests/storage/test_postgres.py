@@ -73,9 +73,16 @@ def test_migrations_build_an_empty_database_that_matches_the_models(pg_url, post
 
 
 def test_topics_documents_chats_and_users_on_postgresql(pg_url, tmp_path, redis_server, scripted_llm, embedder):
-    settings = Settings(RAGTOPICS_DATA_DIR=tmp_path / "var", REDIS_URL=redis_server.url, DATABASE_URL=pg_url,
-                        LLM_BASE_URL=scripted_llm.base_url, LLM_MODEL="scripted", LLM_TIMEOUT_S=10,
-                        RQ_QUEUE=f"test-{tmp_path.name}", _env_file=None)  # fmt: skip
+    settings = Settings(
+        RAGTOPICS_DATA_DIR=tmp_path / "var",
+        REDIS_URL=redis_server.url,
+        DATABASE_URL=pg_url,
+        LLM_BASE_URL=scripted_llm.base_url,
+        LLM_MODEL="scripted",
+        LLM_TIMEOUT_S=10,
+        RQ_QUEUE=f"test-{tmp_path.name}",
+        _env_file=None,
+    )
     rt = Runtime(settings)
     rt.redis.flushall()
     rt._gateway = ModelGateway(settings, embedder=embedder)

@@ -13,9 +13,15 @@ from ragtopics.text.keywords import index_keywords
 
 
 def chunk(document_id: str, file_name: str, text: str, n: int = 0) -> ChunkRecord:
-    return ChunkRecord(chunk_id=f"chunk-{document_id}-{n}", document_id=document_id, file_name=file_name, position=n,
-                       text=text, embedding=np.array([1, 0, 0, n + 1], dtype=np.float32) / np.sqrt(1 + (n + 1) ** 2),
-                       keywords=index_keywords(file_name, text))  # fmt: skip
+    return ChunkRecord(
+        chunk_id=f"chunk-{document_id}-{n}",
+        document_id=document_id,
+        file_name=file_name,
+        position=n,
+        text=text,
+        embedding=np.array([1, 0, 0, n + 1], dtype=np.float32) / np.sqrt(1 + (n + 1) ** 2),
+        keywords=index_keywords(file_name, text),
+    )
 
 
 def counted_by_queries(index: ChunkIndex, terms: list[str]) -> tuple[list[int], int]:
@@ -27,10 +33,12 @@ TERMS = ["pump", "pumps", "valve", "recalled", "recall", "service", "alpha", "be
 
 def test_swaps_keep_the_counts_equal_to_count_queries(rt):
     index = ChunkIndex(rt.redis, "topic-terms", dims=4, embedding_model="m")
-    index.replace_documents({
-        "doc-a": [chunk("doc-a", "alpha.txt", "The pump was recalled."), chunk("doc-a", "alpha.txt", "The valve.", 1)],
-        "doc-b": [chunk("doc-b", "beta.txt", "Pumps and valve service manual.")],  # counted by stem, as RediSearch matches
-    })  # fmt: skip
+    index.replace_documents(
+        {
+            "doc-a": [chunk("doc-a", "alpha.txt", "The pump was recalled."), chunk("doc-a", "alpha.txt", "The valve.", 1)],
+            "doc-b": [chunk("doc-b", "beta.txt", "Pumps and valve service manual.")],  # counted by stem, as RediSearch matches
+        }
+    )
     assert index.term_frequencies(TERMS) == counted_by_queries(index, TERMS)
     assert index.term_frequencies(["pump", "valve", "alpha"]) == ([2, 2, 2], 3)
     # a re-upload with other text, a rename (same chunk id, new file-name keyword), a delete, a new file
@@ -45,10 +53,12 @@ def test_swaps_keep_the_counts_equal_to_count_queries(rt):
 
 def test_an_index_from_before_the_counts_gets_them_from_its_chunks(rt):
     index = ChunkIndex(rt.redis, "topic-terms-old", dims=4, embedding_model="m")
-    index.replace_documents({
-        "doc-a": [chunk("doc-a", "a.txt", f"pump number {n}", n) for n in range(7)],
-        "doc-b": [chunk("doc-b", "b.txt", "valve")],
-    })  # fmt: skip
+    index.replace_documents(
+        {
+            "doc-a": [chunk("doc-a", "a.txt", f"pump number {n}", n) for n in range(7)],
+            "doc-b": [chunk("doc-b", "b.txt", "valve")],
+        }
+    )
     rt.redis.delete(index.terms_key)  # as an older release left it
     index.replace_document("doc-c", [chunk("doc-c", "c.txt", "pump valve")])  # partial counts: not used
     assert index.term_frequencies(["pump", "valve"]) == ([8, 2], 9)
@@ -78,7 +88,11 @@ def test_common_terms_are_scored_but_not_searched(monkeypatch):
     monkeypatch.setattr(chunk_index, "CANDIDATE_POSTINGS", 4_000)
     frequencies = {"film": 19_750, "directed": 9_973, "leland": 637, "1986": 2_000, "shot": 1_350}
     terms = ["1986", "directed", "film", "shot", "leland"]
-    assert candidate_terms(frequencies, terms) == ["1986", "shot", "leland"]  # 637 + 1,350 + 2,000 <= 4,000; then directed would pass it
+    assert candidate_terms(frequencies, terms) == [
+        "1986",
+        "shot",
+        "leland",
+    ]  # 637 + 1,350 + 2,000 <= 4,000; then directed would pass it
     assert candidate_terms(dict.fromkeys(terms, 40), terms) == terms  # a small index: every term
     # the two rarest are searched whatever their postings
     assert candidate_terms({"film": 90_000, "state": 80_000, "war": 70_000}, ["film", "state", "war"]) == ["state", "war"]

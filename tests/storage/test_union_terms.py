@@ -20,8 +20,9 @@ QUESTION = "At the 2011 census, what was he population of the city where Kerry S
 def own_redis(tmp_path):
     server = EmbeddedRedis(tmp_path / "redis", free_port()).start()
     client = redis.Redis.from_url(server.url)
-    client.execute_command("FT.CREATE", "reports", "ON", "HASH", "PREFIX", "1", "r:", "SCHEMA",
-                           "title", "TEXT", "WEIGHT", "2", "summary", "TEXT")  # fmt: skip
+    client.execute_command(
+        "FT.CREATE", "reports", "ON", "HASH", "PREFIX", "1", "r:", "SCHEMA", "title", "TEXT", "WEIGHT", "2", "summary", "TEXT"
+    )
     client.hset("r:1", mapping={"title": "Census figures", "summary": "The 2011 census counted the city's population."})
     yield client
     server.stop()

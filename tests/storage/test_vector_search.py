@@ -20,9 +20,20 @@ def test_hnsw_search_finds_the_exact_nearest_chunks(rt):
     vectors, queries = _unit_rows(rng, 3_000, 32), _unit_rows(rng, 50, 32)
     index = ChunkIndex(rt.redis, "topic-knn", dims=32, embedding_model="random")
     for start in range(0, len(vectors), 1_000):
-        index.replace_document(f"doc-{start}", [
-            ChunkRecord(chunk_id=f"chunk-{n:05d}", document_id=f"doc-{start}", file_name=f"f{start}.txt", position=n,
-                        text=f"row {n}", embedding=vectors[n]) for n in range(start, start + 1_000)])  # fmt: skip
+        index.replace_document(
+            f"doc-{start}",
+            [
+                ChunkRecord(
+                    chunk_id=f"chunk-{n:05d}",
+                    document_id=f"doc-{start}",
+                    file_name=f"f{start}.txt",
+                    position=n,
+                    text=f"row {n}",
+                    embedding=vectors[n],
+                )
+                for n in range(start, start + 1_000)
+            ],
+        )
     assert index.count() == 3_000
     exact = [[f"chunk-{i:05d}" for i in exact_top_k(vectors, q, 10)] for q in queries]
     found = [[h.chunk_id for h in index.search_vector(q, 10)] for q in queries]
@@ -35,8 +46,10 @@ def test_hnsw_search_finds_the_exact_nearest_chunks(rt):
 
 
 def _records(vectors: np.ndarray, document_id: str = "doc-1") -> list[ChunkRecord]:
-    return [ChunkRecord(chunk_id=f"chunk-{n}", document_id=document_id, file_name="a.txt", position=n, text=f"row {n}",
-                        embedding=v) for n, v in enumerate(vectors)]  # fmt: skip
+    return [
+        ChunkRecord(chunk_id=f"chunk-{n}", document_id=document_id, file_name="a.txt", position=n, text=f"row {n}", embedding=v)
+        for n, v in enumerate(vectors)
+    ]
 
 
 def _field_type(rt, index: ChunkIndex) -> str:
@@ -97,9 +110,20 @@ def test_an_index_made_with_float32_vectors_keeps_them_and_a_rebuilt_one_gets_ha
 
 def test_an_index_dropped_behind_its_record_answers_empty(rt):
     index = ChunkIndex(rt.redis, "topic-gone", dims=4, embedding_model="m")
-    index.replace_document("doc-1", [ChunkRecord(chunk_id="chunk-1", document_id="doc-1", file_name="a.txt", position=0,
-                                                 text="pump seal", embedding=np.array([1, 0, 0, 0], dtype=np.float32),
-                                                 keywords="pump seal")])  # fmt: skip
+    index.replace_document(
+        "doc-1",
+        [
+            ChunkRecord(
+                chunk_id="chunk-1",
+                document_id="doc-1",
+                file_name="a.txt",
+                position=0,
+                text="pump seal",
+                embedding=np.array([1, 0, 0, 0], dtype=np.float32),
+                keywords="pump seal",
+            )
+        ],
+    )
     assert index.count() == 1 and index.search_keywords(["pump"], 3)[0].chunk_id == "chunk-1"
     index.index.delete(drop=False)  # the record hash stays
     assert index.built_with() == ("m", 4)
@@ -152,10 +176,21 @@ def test_both_redis_protocols_read_the_same_hits_nearest_first(rt):
     import redis
 
     vectors = _unit_rows(np.random.default_rng(13), 40, 16)
-    records = [ChunkRecord(chunk_id=f"chunk-{n}", document_id="doc-1", file_name="pumps.txt", position=n,
-                           text=f"row {n} ünïcode", embedding=v, context=f"ctx {n}" if n % 2 else "",
-                           pictures="pic-1" if n == 3 else "", pages=(2, 3) if n % 3 == 0 else (), version="v1")
-               for n, v in enumerate(vectors)]  # fmt: skip
+    records = [
+        ChunkRecord(
+            chunk_id=f"chunk-{n}",
+            document_id="doc-1",
+            file_name="pumps.txt",
+            position=n,
+            text=f"row {n} ünïcode",
+            embedding=v,
+            context=f"ctx {n}" if n % 2 else "",
+            pictures="pic-1" if n == 3 else "",
+            pages=(2, 3) if n % 3 == 0 else (),
+            version="v1",
+        )
+        for n, v in enumerate(vectors)
+    ]
     ChunkIndex(rt.redis, "topic-resp", dims=16, embedding_model="m").replace_document("doc-1", records)
     kwargs = rt.redis.connection_pool.connection_kwargs
     assert kwargs["protocol"] == 2
@@ -169,7 +204,14 @@ def test_both_redis_protocols_read_the_same_hits_nearest_first(rt):
     assert [h.chunk_id for h in hits2] == exact  # nearest first, though the server no longer sorts
     top = hits2[0]
     assert (top.chunk_id, top.text, top.context, top.pictures, top.pages, top.version, top.file_name) == (
-        "chunk-3", "row 3 ünïcode", "ctx 3", "pic-1", (2, 3), "v1", "pumps.txt")
+        "chunk-3",
+        "row 3 ünïcode",
+        "ctx 3",
+        "pic-1",
+        (2, 3),
+        "v1",
+        "pumps.txt",
+    )
 
 
 def test_knn_hits_are_ordered_by_distance_then_id_whatever_the_reply_order():
@@ -178,11 +220,32 @@ def test_knn_hits_are_ordered_by_distance_then_id_whatever_the_reply_order():
     from ragtopics.storage.chunk_index import _vector_hits
 
     def row(distance: str) -> list[bytes]:
-        return [b"document_id", b"doc-1", b"file_name", b"a.txt", b"position", b"0", b"text", b"t", b"vector_distance",
-                distance.encode()]  # fmt: skip
+        return [
+            b"document_id",
+            b"doc-1",
+            b"file_name",
+            b"a.txt",
+            b"position",
+            b"0",
+            b"text",
+            b"t",
+            b"vector_distance",
+            distance.encode(),
+        ]
 
-    reply = [5, b"rt:t:chunk:chunk-c", row("0.25"), b"rt:t:chunk:chunk-z", row("-0.0004"), b"rt:t:chunk:chunk-b", row("0.25"),
-             b"rt:t:chunk:chunk-y", row("-0.0009"), b"rt:t:chunk:chunk-a", row("0.5")]  # fmt: skip
+    reply = [
+        5,
+        b"rt:t:chunk:chunk-c",
+        row("0.25"),
+        b"rt:t:chunk:chunk-z",
+        row("-0.0004"),
+        b"rt:t:chunk:chunk-b",
+        row("0.25"),
+        b"rt:t:chunk:chunk-y",
+        row("-0.0009"),
+        b"rt:t:chunk:chunk-a",
+        row("0.5"),
+    ]
     hits = _vector_hits(reply, "rt:t:chunk")
     assert [h.chunk_id for h in hits] == ["chunk-y", "chunk-z", "chunk-b", "chunk-c", "chunk-a"]
     assert [h.score for h in hits] == [1.0, 1.0, 0.75, 0.75, 0.5]

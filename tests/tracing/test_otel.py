@@ -85,8 +85,7 @@ def test_a_chat_turn_is_a_root_span_with_retrieval_and_the_model_call_under_it_a
         assert secret not in text
 
 
-def test_with_content_recording_on_the_question_answer_and_messages_are_in_the_spans(rt, zebra, scripted_llm, spans,
-                                                                                     reconfigure):  # fmt: skip
+def test_with_content_recording_on_the_question_answer_and_messages_are_in_the_spans(rt, zebra, scripted_llm, spans, reconfigure):
     reconfigure(OTEL_RECORD_CONTENT=True)
     spans.clear()
     scripted_llm.replies["answer"] = ANSWER
@@ -95,7 +94,10 @@ def test_with_content_recording_on_the_question_answer_and_messages_are_in_the_s
     [root] = [s for s in got if s.parent is None]
     assert root.attributes["ragtopics.subject"] == QUESTION and root.attributes["ragtopics.owner"] == ""
     [answer_call] = [s for s in got if s.name == "model_call" and s.attributes["ragtopics.prompt_name"] == "answer"]
-    assert QUESTION in answer_call.attributes["ragtopics.messages"] and "Descale it every month" in answer_call.attributes["ragtopics.messages"]
+    assert (
+        QUESTION in answer_call.attributes["ragtopics.messages"]
+        and "Descale it every month" in answer_call.attributes["ragtopics.messages"]
+    )
     assert answer_call.attributes["ragtopics.response"] == ANSWER
     [finish] = [s for s in got if s.name == "finish"]
     assert finish.attributes["ragtopics.answer"] == "It switches off at 100 degrees [zebra.txt]."
@@ -173,8 +175,12 @@ def test_spans_reach_an_otlp_http_receiver_with_their_parent_links(rt, zebra, sc
     assert root.parent_span_id == b""
     by_id = {s.span_id: s for s in spans if s.trace_id == root.trace_id}
     assert by_id[next(s.parent_span_id for s in by_id.values() if s.name == "retrieve")].name == "ragtopics.chat"
-    [answer_call] = [s for s in by_id.values() if s.name == "model_call"
-                     and any(a.key == "ragtopics.prompt_name" and a.value.string_value == "answer" for a in s.attributes)]  # fmt: skip
+    [answer_call] = [
+        s
+        for s in by_id.values()
+        if s.name == "model_call"
+        and any(a.key == "ragtopics.prompt_name" and a.value.string_value == "answer" for a in s.attributes)
+    ]
     assert by_id[answer_call.parent_span_id].name == "answer"
     assert by_id[by_id[answer_call.parent_span_id].parent_span_id] is root
     assert not any(QUESTION in str(a.value) for s in by_id.values() for a in s.attributes)
@@ -189,12 +195,28 @@ def test_nothing_is_exported_without_an_endpoint(settings):
 
 
 def test_without_content_only_numbers_ids_and_fixed_words_stay():
-    data = {"query": QUESTION, "top_k": 5, "route": "SEARCH", "chunk_id": "chunk-1", "candidates": ["chunk-1", "chunk-2"],
-            "scores": [0.5, 0.25], "sources": [{"file": "zebra.txt"}], "stopped": True, "note": None}
+    data = {
+        "query": QUESTION,
+        "top_k": 5,
+        "route": "SEARCH",
+        "chunk_id": "chunk-1",
+        "candidates": ["chunk-1", "chunk-2"],
+        "scores": [0.5, 0.25],
+        "sources": [{"file": "zebra.txt"}],
+        "stopped": True,
+        "note": None,
+    }
     assert otel.span_attributes(data, record_content=False) == {
-        "ragtopics.query.chars": len(QUESTION), "ragtopics.top_k": 5, "ragtopics.route": "SEARCH",
-        "ragtopics.chunk_id": "chunk-1", "ragtopics.candidates.count": 2, "ragtopics.scores.count": 2,
-        "ragtopics.scores": [0.5, 0.25], "ragtopics.sources.count": 1, "ragtopics.stopped": True}
+        "ragtopics.query.chars": len(QUESTION),
+        "ragtopics.top_k": 5,
+        "ragtopics.route": "SEARCH",
+        "ragtopics.chunk_id": "chunk-1",
+        "ragtopics.candidates.count": 2,
+        "ragtopics.scores.count": 2,
+        "ragtopics.scores": [0.5, 0.25],
+        "ragtopics.sources.count": 1,
+        "ragtopics.stopped": True,
+    }
     shown = otel.span_attributes(data, record_content=True)
     assert shown["ragtopics.query"] == QUESTION and shown["ragtopics.sources"] == '[{"file": "zebra.txt"}]'
 

@@ -33,8 +33,10 @@ def test_many_large_model_calls_keep_a_bounded_text_and_save_whole(rt, scripted_
     scripted_llm.replies["graph_extraction"] = "x" * 2_000
     trace = Trace("upload", "big.txt")
     for n in range(CALLS):
-        messages = [{"role": "system", "content": "Extract entities."},
-                    {"role": "user", "content": f"Chunk {n}: " + "word " * (PROMPT_CHARS // 5)}]  # fmt: skip
+        messages = [
+            {"role": "system", "content": "Extract entities."},
+            {"role": "user", "content": f"Chunk {n}: " + "word " * (PROMPT_CHARS // 5)},
+        ]
         assert rt.gateway.chat("graph_extraction", messages, prompt_name="graph_extraction", trace=trace).text
 
     calls = [e for e in trace.events if e.step == "model_call"]
@@ -58,8 +60,9 @@ def test_many_large_model_calls_keep_a_bounded_text_and_save_whole(rt, scripted_
 
 def test_an_upload_with_more_extraction_calls_than_the_bound_saves_their_figures_and_bounded_text(rt, run_jobs, scripted_llm):
     scripted_llm.replies["graph_extraction"] = capitalised_entities
-    topic = create_topic(rt, "Islands", kind="graphrag", settings={"graph_extraction_method": "LLM", "chunk_size": 100,
-                                                                  "chunk_overlap": 0})  # fmt: skip
+    topic = create_topic(
+        rt, "Islands", kind="graphrag", settings={"graph_extraction_method": "LLM", "chunk_size": 100, "chunk_overlap": 0}
+    )
     words = [f"isle-{n}" for n in range(MAX_CALLS_WITH_TEXT + 20)]  # one entity (Paragraph): nothing to deduplicate
     text = "\n\n".join(f"Paragraph {n} is about {w} and how {w} relates to nothing else at all." for n, w in enumerate(words))
     doc = upload_file(rt, topic, "islands.txt", text.encode())
@@ -67,8 +70,9 @@ def test_an_upload_with_more_extraction_calls_than_the_bound_saves_their_figures
         run_jobs()
     assert get_document(rt, doc.id).status == "indexed"
 
-    calls = [e["data"] for e in document_trace(rt, doc.id)
-             if e["step"] == "model_call" and e["data"]["role"] == "graph_extraction"]  # fmt: skip
+    calls = [
+        e["data"] for e in document_trace(rt, doc.id) if e["step"] == "model_call" and e["data"]["role"] == "graph_extraction"
+    ]
     assert len(calls) == len(words) == len(scripted_llm.prompts("graph_extraction"))  # every call, with its figures
     with_text = [c for c in calls if "messages" in c]
     assert len(with_text) <= MAX_CALLS_WITH_TEXT and all(c["text_chars_left_out"] > 0 for c in calls if "messages" not in c)

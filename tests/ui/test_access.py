@@ -174,7 +174,10 @@ def test_every_event_refuses_a_caller_below_its_role(secured, rt):
         if need == "viewer":
             continue
         args = [None] * len(block_fn.inputs)
-        with pytest.raises(gr.Error, match=r"Not allowed: vic \(viewer\) may not do this: it needs (the (operator|admin) role|the DEV_REPORTING permission)"):
+        with pytest.raises(
+            gr.Error,
+            match=r"Not allowed: vic \(viewer\) may not do this: it needs (the (operator|admin) role|the DEV_REPORTING permission)",
+        ):
             result = block_fn.fn(viewer, *args)
             if hasattr(result, "__next__"):
                 next(result)
@@ -223,8 +226,11 @@ def test_mcp_clients_need_a_token(secured, rt):
     token = users.make_token(rt, "vic", "agent")
     assert [t["name"] for t in asyncio.run(topics({"Authorization": f"Bearer {token}"}))] == ["Manuals"]
     with httpx.Client(timeout=30) as client:
-        refused = client.post(url + "gradio_api/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                              headers={"accept": "application/json, text/event-stream"})  # fmt: skip
+        refused = client.post(
+            url + "gradio_api/mcp/",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"accept": "application/json, text/event-stream"},
+        )
     assert refused.status_code == 401
 
 
@@ -258,7 +264,9 @@ def test_a_share_link_that_cannot_be_made_is_said_once_and_the_console_serves(pe
     monkeypatch.setattr(networking, "GRADIO_SHARE_SERVER_ADDRESS", f"127.0.0.1:{free_port()}")  # a share server that is down
     server, url, share_url = launch_console(people, host="127.0.0.1", port=free_port(), share=True)
     try:
-        assert share_url is None and len(server.notices) == 1 and server.notices[0].startswith("No share link: it could not be made")
+        assert (
+            share_url is None and len(server.notices) == 1 and server.notices[0].startswith("No share link: it could not be made")
+        )
         assert httpx.get(url + "config", timeout=30).status_code == 401 and login(url, "vic").get("/config").status_code == 200
     finally:
         server.close()
@@ -288,8 +296,10 @@ def test_an_event_input_cannot_name_a_file_on_the_server(secured, rt):
     _, url = secured
     token = users.make_token(rt, "vic")
     with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
-        started = client.post("/gradio_api/call/ask", json={"data": ["", "hi", [], None,
-                                                                    {"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}]})
+        started = client.post(
+            "/gradio_api/call/ask",
+            json={"data": ["", "hi", [], None, {"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}]},
+        )
         assert started.status_code == 200
         stream = client.get(f"/gradio_api/call/ask/{started.json()['event_id']}").text
     assert "event: error" in stream and "/gradio_api/file=" not in stream
@@ -386,16 +396,28 @@ def test_names_are_one_account_in_any_case_and_an_account_can_be_unlocked(secure
 def test_a_stored_file_cannot_run_anything_in_the_consoles_origin(secured, rt):
     _, url = secured
     vic = login(url, "vic")
-    files = {"page.html": b"<script>fetch('/logout', {method: 'POST'})</script>", "shape.svg": b"<svg><script>alert(1)</script></svg>",
-             "data.xml": b"<x/>", "app.js": b"alert(1)", "deck.pptx": b"PK", "notes.txt": b"<script>alert(1)</script>",
-             "Makefile": b"all:", "plant.pdf": b"%PDF-1.4", "pump.png": b"\x89PNG\r\n", "photo.JPG": b"\xff\xd8\xff"}  # fmt: skip
+    files = {
+        "page.html": b"<script>fetch('/logout', {method: 'POST'})</script>",
+        "shape.svg": b"<svg><script>alert(1)</script></svg>",
+        "data.xml": b"<x/>",
+        "app.js": b"alert(1)",
+        "deck.pptx": b"PK",
+        "notes.txt": b"<script>alert(1)</script>",
+        "Makefile": b"all:",
+        "plant.pdf": b"%PDF-1.4",
+        "pump.png": b"\x89PNG\r\n",
+        "photo.JPG": b"\xff\xd8\xff",
+    }
     served = {}
     for name, data in files.items():
         response = vic.get(rt.signer.sign(rt.blobs.put("topic", "doc", name, data)[0], user="vic"))
         assert response.status_code == 200 and response.content == data, name
         assert response.headers["x-content-type-options"] == "nosniff", name
-        served[name] = (response.headers["content-type"], response.headers["content-disposition"].split(";")[0],
-                        response.headers.get("content-security-policy"))  # fmt: skip
+        served[name] = (
+            response.headers["content-type"],
+            response.headers["content-disposition"].split(";")[0],
+            response.headers.get("content-security-policy"),
+        )
     for active in ("page.html", "shape.svg", "data.xml", "app.js", "deck.pptx"):  # downloaded, never shown
         assert served[active] == ("application/octet-stream", "attachment", "sandbox"), active
     for text in ("notes.txt", "Makefile"):  # shown as text: markup in it is not parsed
@@ -460,8 +482,19 @@ def test_an_event_on_no_pages_role_list_needs_an_admin(people):
 def _chat(rt, topic, session_id: str, owner: str = "") -> None:
     from ragtopics.storage.chats import add_turn
 
-    add_turn(rt.metadata, session_id=session_id, topic_id=topic.id, title="Q", question="Q", answer="A", sources=[],
-             route="SEARCH", route_confidence=None, timings_ms={}, owner=owner)  # fmt: skip
+    add_turn(
+        rt.metadata,
+        session_id=session_id,
+        topic_id=topic.id,
+        title="Q",
+        question="Q",
+        answer="A",
+        sources=[],
+        route="SEARCH",
+        route_confidence=None,
+        timings_ms={},
+        owner=owner,
+    )
 
 
 def _owners(rt) -> dict[str, str]:
@@ -525,9 +558,16 @@ def test_a_gradio_session_hash_and_event_id_serve_only_the_user_who_first_used_t
     assert stolen.status_code == 403 and "belongs to another user" in stolen.text and "secret" not in stolen.text
     assert otto.get(f"/gradio_api/call/list_topics/{event_id}").status_code == 403
     assert otto.get(f"/gradio_api/heartbeat/{mine}").status_code == 403
-    assert otto.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine}).status_code == 403
-    assert otto.post("/gradio_api/cancel", json={"session_hash": "ottohash123", "fn_index": list_topics_fn,
-                                                 "event_id": event_id}).status_code == 403  # fmt: skip
+    assert (
+        otto.post("/gradio_api/queue/join", json={"fn_index": list_topics_fn, "data": [], "session_hash": mine}).status_code
+        == 403
+    )
+    assert (
+        otto.post(
+            "/gradio_api/cancel", json={"session_hash": "ottohash123", "fn_index": list_topics_fn, "event_id": event_id}
+        ).status_code
+        == 403
+    )
     # Its owner reads the result; the other user's own session and calls work as before.
     result = vic.get("/gradio_api/queue/data", params={"session_hash": mine})
     assert result.status_code == 200 and "process_completed" in result.text and "secret Topic" in result.text
@@ -576,8 +616,13 @@ def test_a_session_whose_set_expired_under_an_older_version_still_ends_with_a_pa
 def test_files_gradio_serves_from_its_upload_folder_cannot_run_anything_in_the_consoles_origin(secured):
     _, url = secured
     vic = login(url, "vic")
-    uploaded = vic.post("/gradio_api/upload", files=[("files", ("page.html", b"<script>alert(1)</script>", "text/html")),
-                                                      ("files", ("pump.png", b"\x89PNG\r\n", "image/png"))])  # fmt: skip
+    uploaded = vic.post(
+        "/gradio_api/upload",
+        files=[
+            ("files", ("page.html", b"<script>alert(1)</script>", "text/html")),
+            ("files", ("pump.png", b"\x89PNG\r\n", "image/png")),
+        ],
+    )
     assert uploaded.status_code == 200, uploaded.text
     page, picture = uploaded.json()
     served = {}
@@ -585,10 +630,16 @@ def test_files_gradio_serves_from_its_upload_folder_cannot_run_anything_in_the_c
         response = vic.get(f"/gradio_api/file={path}")
         assert response.status_code == 200, response.text
         headers = response.headers
-        served[path.rsplit(".", 1)[-1]] = (headers["content-type"], headers["content-disposition"].split(";")[0],
-                                           headers["x-content-type-options"], headers["content-security-policy"])  # fmt: skip
-    assert served == {"html": ("application/octet-stream", "attachment", "nosniff", "sandbox"),
-                      "png": ("image/png", "inline", "nosniff", "sandbox")}  # fmt: skip
+        served[path.rsplit(".", 1)[-1]] = (
+            headers["content-type"],
+            headers["content-disposition"].split(";")[0],
+            headers["x-content-type-options"],
+            headers["content-security-policy"],
+        )
+    assert served == {
+        "html": ("application/octet-stream", "attachment", "nosniff", "sandbox"),
+        "png": ("image/png", "inline", "nosniff", "sandbox"),
+    }
 
 
 def test_an_event_added_after_the_console_is_built_needs_an_admin(people, monkeypatch):

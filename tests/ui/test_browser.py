@@ -26,8 +26,15 @@ from tests.ui.test_access import PASSWORD
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 def shot(page, tmp_path, name: str) -> None:
@@ -156,8 +163,10 @@ def kettle_chat(page, rt, run_jobs, scripted_llm, name: str):
     run_jobs()
     page.reload()
     scripted_llm.replies["answer"] = lambda body: (
-        "It holds 1.7 litres [S1]." if "K-3 hold?" in body["messages"][-1]["content"] else "It switches off at one hundred degrees, as the manual says [S1]."
-    )  # fmt: skip
+        "It holds 1.7 litres [S1]."
+        if "K-3 hold?" in body["messages"][-1]["content"]
+        else "It switches off at one hundred degrees, as the manual says [S1]."
+    )
     page.get_by_role("tab", name="Chat").click()
     page.locator("#chat-topic input").click()
     page.get_by_role("option", name=name).click()
@@ -257,11 +266,21 @@ def test_deleting_a_cited_document_in_the_console(page, rt, run_jobs, scripted_l
 
 
 def test_a_qa_run_is_started_shown_and_compared(page, rt, run_jobs, tmp_path):
-    open_qa(page, rt, run_jobs, "Fleet QA", {"pumps.txt": b"Pump P-7 is inspected every 90 days by the night shift.",
-                                             "trucks.txt": b"Truck T-3 carries spare tyres and a jack."},
-            settings={"min_similarity_score": 0.0, "route_before_retrieval": False})  # fmt: skip
-    questions = [{"question": "How often is pump P-7 inspected?", "gold_sources": ["pumps.txt"], "expected_way": "SEARCH"},
-                 {"question": "What does truck T-3 carry?", "gold_sources": ["trucks.txt"]}]  # fmt: skip
+    open_qa(
+        page,
+        rt,
+        run_jobs,
+        "Fleet QA",
+        {
+            "pumps.txt": b"Pump P-7 is inspected every 90 days by the night shift.",
+            "trucks.txt": b"Truck T-3 carries spare tyres and a jack.",
+        },
+        settings={"min_similarity_score": 0.0, "route_before_retrieval": False},
+    )
+    questions = [
+        {"question": "How often is pump P-7 inspected?", "gold_sources": ["pumps.txt"], "expected_way": "SEARCH"},
+        {"question": "What does truck T-3 carry?", "gold_sources": ["trucks.txt"]},
+    ]
     page.locator("#qa-text textarea").fill(json.dumps(questions))
     page.get_by_role("button", name="Run evaluation").click()
     page.get_by_text("Queued run").wait_for()
@@ -393,16 +412,28 @@ def test_why_explains_an_answer_without_sources(page, rt, run_jobs, scripted_llm
     page.locator("#chatbot").get_by_text(topic.settings.no_answer_response).wait_for(timeout=20000)
     page.locator("#why-answer").click()
     panel = page.locator("#answer-diagnosis")
-    panel.get_by_text("Why? Answers say \"I don't know\" too often").wait_for(timeout=15000)
+    panel.get_by_text('Why? Answers say "I don\'t know" too often').wait_for(timeout=15000)
     assert "Min. Similarity Score 0.99" in panel.inner_text() and "min_similarity_score = 0.99" in panel.inner_text()
     shot(page, tmp_path, "diagnosis.png")
 
 
 def test_the_qa_tab_runs_two_settings_and_compares_them(page, rt, run_jobs, tmp_path):
-    open_qa(page, rt, run_jobs, "QA kettles", {"kettles.txt": b"Kettle K-2 switches itself off at 100 degrees.",
-                                              "toasters.txt": b"Toaster T-1 browns bread in two minutes."})  # fmt: skip
-    questions = json.dumps([{"question": "When does kettle K-2 switch off?", "gold_sources": ["kettles.txt"]},
-                            {"question": "How long does toaster T-1 take?", "gold_sources": ["toasters.txt"]}])  # fmt: skip
+    open_qa(
+        page,
+        rt,
+        run_jobs,
+        "QA kettles",
+        {
+            "kettles.txt": b"Kettle K-2 switches itself off at 100 degrees.",
+            "toasters.txt": b"Toaster T-1 browns bread in two minutes.",
+        },
+    )
+    questions = json.dumps(
+        [
+            {"question": "When does kettle K-2 switch off?", "gold_sources": ["kettles.txt"]},
+            {"question": "How long does toaster T-1 take?", "gold_sources": ["toasters.txt"]},
+        ]
+    )
     page.locator("#qa-text textarea").fill(questions)
     runs = []
     for settings in ("", "retrieval_strategy=DENSE"):
@@ -410,7 +441,9 @@ def test_the_qa_tab_runs_two_settings_and_compares_them(page, rt, run_jobs, tmp_
         page.locator("#qa-run").click()
         message = page.locator("#qa-message").get_by_text(re.compile(r"Queued run"))
         deadline = time.monotonic() + 30
-        while not (message.count() and (found := re.search(r"eval-[0-9a-f-]+", message.inner_text())) and found.group(0) not in runs):
+        while not (
+            message.count() and (found := re.search(r"eval-[0-9a-f-]+", message.inner_text())) and found.group(0) not in runs
+        ):
             assert time.monotonic() < deadline, "no new run was queued"
             page.wait_for_timeout(100)
         runs.append(found.group(0))
@@ -475,7 +508,7 @@ def test_graph_corrections_made_in_the_console_survive_a_re_upload_from_the_cons
     apply("merge", "USA", "United States", 'merged "USA" (PLACE) into "United States"')
     apply("split", "IBM", "International Business Machines", '"IBM"')
     apply("rename", "Pump P1", "Feed Pump P-1", "Feed Pump P-1")
-    panel.locator("#graph-corrections-table").get_by_text("into \"United States\"").first.wait_for()
+    panel.locator("#graph-corrections-table").get_by_text('into "United States"').first.wait_for()
     made = list_corrections(rt, plant.id)
     assert [c.kind for c in made] == ["merge", "split", "rename"] and {c.created_by for c in made} == {"local"}
 

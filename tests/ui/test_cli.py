@@ -21,8 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def worker_process(settings):
     """A real `ragtopics worker` process on the test Redis, queue and data dir."""
-    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
-           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.effective_redis_url,
+        "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+        "RQ_QUEUE": settings.queue_name,
+        "LOG_LEVEL": "WARNING",
+    }
     process = subprocess.Popen([sys.executable, "-m", "ragtopics.ui.cli", "worker"], cwd=ROOT, env=env)
     yield process
     process.terminate()
@@ -30,8 +35,24 @@ def worker_process(settings):
 
 
 def test_topic_create_with_settings_then_show_and_set(rt, capsys):
-    assert main(["topic", "create", "Manuals", "--kind", "rag", "--set", "top_k_results=8",
-                 "--set", "retrieval_strategy=DENSE", "--set", "chunk_size=600"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "topic",
+                "create",
+                "Manuals",
+                "--kind",
+                "rag",
+                "--set",
+                "top_k_results=8",
+                "--set",
+                "retrieval_strategy=DENSE",
+                "--set",
+                "chunk_size=600",
+            ]
+        )
+        == 0
+    )
     topic = get_topic(rt, "Manuals")
     assert (topic.settings.top_k_results, topic.settings.retrieval_strategy, topic.settings.chunk_size) == (8, "DENSE", 600)
     assert main(["topic", "set", "Manuals", "min_similarity_score=0.4"]) == 0
@@ -41,12 +62,15 @@ def test_topic_create_with_settings_then_show_and_set(rt, capsys):
     assert shown["settings_version"] == 2 and shown["settings"]["min_similarity_score"] == 0.4
 
 
-@pytest.mark.parametrize("assignment,message", [
-    ("top_k=5", "top_k: unknown setting"),
-    ("chunk_size=50", "chunk_size: 50 is outside the allowed range 100–8000"),
-    ("retrieval_strategy=SPARSE", "retrieval_strategy: Input should be 'DENSE' or 'HYBRID'"),
-    ("chunk_overlap=2000", "chunk_overlap (2000) must be smaller than chunk_size (1000)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "assignment,message",
+    [
+        ("top_k=5", "top_k: unknown setting"),
+        ("chunk_size=50", "chunk_size: 50 is outside the allowed range 100–8000"),
+        ("retrieval_strategy=SPARSE", "retrieval_strategy: Input should be 'DENSE' or 'HYBRID'"),
+        ("chunk_overlap=2000", "chunk_overlap (2000) must be smaller than chunk_size (1000)"),
+    ],
+)
 def test_bad_settings_exit_2_with_the_key_named(rt, capsys, assignment, message):
     assert main(["topic", "create", "Bad", "--set", assignment]) == 2
     assert message in capsys.readouterr().err
@@ -69,8 +93,18 @@ def test_ingest_waits_for_the_worker_then_ask_prints_json(rt, worker_process, sc
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] == "Every 90 days [pumps.txt]." and out["route"] == "SEARCH"
     assert out["sources"][0]["file"] == "pumps.txt"
-    assert set(out["sources"][0]) == {"file", "chunk_id", "score", "topic", "kind", "reason", "link", "status", "pages",
-                                      "location"}  # fmt: skip
+    assert set(out["sources"][0]) == {
+        "file",
+        "chunk_id",
+        "score",
+        "topic",
+        "kind",
+        "reason",
+        "link",
+        "status",
+        "pages",
+        "location",
+    }
     assert (out["sources"][0]["pages"], out["sources"][0]["location"]) == ([], "")  # a text file has no pages
     assert out["sources"][0]["reason"] == "cited" and out["sources"][0]["link"].startswith("/files/")
     assert {"retrieve", "answer", "total"} <= set(out["timings_ms"]) and out["route_reason"] == ""
@@ -86,7 +120,9 @@ def test_ingest_of_a_bad_file_exits_non_zero(rt, worker_process, tmp_path, capsy
     (tmp_path / "blob.txt").write_bytes(b"\x00\x01\x02binary")
     assert main(["ingest", "Strict", str(tmp_path / "blob.txt")]) == 1
     err = capsys.readouterr().err
-    assert "blob.txt: FAILED: blob.txt looks like a binary file" in err and "[1/1] files done: 0 indexed, 1 failed; 0 chunks" in err
+    assert (
+        "blob.txt: FAILED: blob.txt looks like a binary file" in err and "[1/1] files done: 0 indexed, 1 failed; 0 chunks" in err
+    )
 
 
 def test_ingest_of_many_small_files_shares_jobs_and_reports_each_file(rt, worker_process, tmp_path, capsys):
@@ -108,8 +144,13 @@ def test_ingest_of_many_small_files_shares_jobs_and_reports_each_file(rt, worker
 
 def test_output_piped_into_a_reader_that_stops_early_ends_quietly(rt, settings):
     main(["topic", "create", "Piped"])
-    env = {**os.environ, "REDIS_URL": settings.effective_redis_url, "RAGTOPICS_DATA_DIR": str(settings.data_dir),
-           "RQ_QUEUE": settings.queue_name, "LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.effective_redis_url,
+        "RAGTOPICS_DATA_DIR": str(settings.data_dir),
+        "RQ_QUEUE": settings.queue_name,
+        "LOG_LEVEL": "WARNING",
+    }
     # `head -c 0` has exited before the command writes: its first write meets a closed pipe
     command = f"{sys.executable} -m ragtopics.ui.cli topic show Piped | head -c 0; exit ${{PIPESTATUS[0]}}"
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -146,7 +187,9 @@ def test_json_lists_and_an_empty_no_answer_response(rt, capsys):
     assert main(["topic", "create", "Blank", "--set", "no_answer_response="]) == 2
     assert "no_answer_response: String should have at least 1 character" in capsys.readouterr().err
     assert main(["topic", "create", "Long", "--set", "no_answer_response=" + "Not found. " * 300]) == 2
-    assert "no_answer_response: 3,299 characters long; at most 2,000 are allowed" in capsys.readouterr().err  # the trailing space is trimmed
+    assert (
+        "no_answer_response: 3,299 characters long; at most 2,000 are allowed" in capsys.readouterr().err
+    )  # the trailing space is trimmed
     with pytest.raises(NotFoundError):
         get_topic(rt, "Long")  # nothing stored
 

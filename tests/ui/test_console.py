@@ -23,16 +23,26 @@ def console(rt):
 
 def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, scripted_llm, tmp_path):
     _, client = console
-    settings = {"custom_system_prompt": "Be brief.", "file_types": ["txt", "md"], "chunk_size": 500, "chunk_overlap": 50,
-                "top_k_results": 3, "min_similarity_score": 0.2, "no_answer_response": "Not in the documents."}
+    settings = {
+        "custom_system_prompt": "Be brief.",
+        "file_types": ["txt", "md"],
+        "chunk_size": 500,
+        "chunk_overlap": 50,
+        "top_k_results": 3,
+        "min_similarity_score": 0.2,
+        "no_answer_response": "Not in the documents.",
+    }
     status = client.predict("Console Topic", "rag", "", json.dumps(settings), api_name="/create_topic")
     assert status == "Created Topic **Console Topic** (rag)."
     assert get_topic(rt, "Console Topic").settings.chunk_size == 500
 
     (tmp_path / "boilers.md").write_text("# Boilers\n\nBoiler B-12 must be descaled every spring.")
     (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff")
-    message, _ = client.predict("Console Topic", [handle_file(str(tmp_path / "boilers.md")), handle_file(str(tmp_path / "photo.jpg"))],
-                                api_name="/upload_files")  # fmt: skip
+    message, _ = client.predict(
+        "Console Topic",
+        [handle_file(str(tmp_path / "boilers.md")), handle_file(str(tmp_path / "photo.jpg"))],
+        api_name="/upload_files",
+    )
     assert "Enqueued 1 file(s)." in message and "photo.jpg was refused" in message and "md, txt" in message
     run_jobs()
     rows = client.predict("Console Topic", api_name="/documents")["data"]
@@ -51,5 +61,9 @@ def test_create_upload_and_ask_through_the_console(rt, console, run_jobs, script
 def test_creating_a_topic_with_a_bad_setting_shows_why(rt, console):
     _, client = console
     status = client.predict("Bad Topic", "rag", "", '{"chunk_size": 500, "chunk_overlap": 600}', api_name="/create_topic")
-    assert status.startswith("Not created") and "chunk_overlap (600) must be smaller than chunk_size (500)" in status.replace("\\", "")
-    assert client.predict("Bad Topic", "rag", "", "{oops", api_name="/create_topic").startswith("Not created: settings_json is not valid JSON")
+    assert status.startswith("Not created") and "chunk_overlap (600) must be smaller than chunk_size (500)" in status.replace(
+        "\\", ""
+    )
+    assert client.predict("Bad Topic", "rag", "", "{oops", api_name="/create_topic").startswith(
+        "Not created: settings_json is not valid JSON"
+    )

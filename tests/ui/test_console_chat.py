@@ -68,7 +68,8 @@ def test_a_prompt_edited_for_a_topic_reaches_the_model(rt, console, manuals, scr
     assert resolve_prompts(rt, manuals.id)["system"].text.startswith("Captain of $topic_name here.")
     long_reply = "Not in these manuals. " * 100
     assert save_no_answer(rt, "Manuals", long_reply) == (
-        "**Not saved:** invalid Topic settings: no_answer_response: 2,200 characters long; at most 2,000 are allowed")
+        "**Not saved:** invalid Topic settings: no_answer_response: 2,200 characters long; at most 2,000 are allowed"
+    )
     assert save_no_answer(rt, "Manuals", "Not in these manuals.") == "Saved the no-answer response."
     assert get_topic(rt, "Manuals").settings.no_answer_response == "Not in these manuals."
     assert "reset for Topic" in save_prompt(rt, "Manuals", "system", "", reset=True)
@@ -88,7 +89,9 @@ def test_a_text_attachment_is_sent_with_the_question_and_a_refused_one_explains(
     scripted_llm.replies["answer"] = "The note mentions a noisy pump [S1]."
     note = tmp_path / "note.txt"
     note.write_text("Night shift: the pump was noisy.")
-    history, *_ = client.predict("Manuals", "What does the note say about the boiler?", [], handle_file(str(note)), api_name="/ask")
+    history, *_ = client.predict(
+        "Manuals", "What does the note say about the boiler?", [], handle_file(str(note)), api_name="/ask"
+    )
     assert history[-1]["content"][0]["text"].startswith("The note mentions a noisy pump [boiler.txt].\n\n<sub>Sources: "), history
     assert "Night shift: the pump was noisy." in scripted_llm.prompts("answer")[-1]["messages"][-1]["content"]
     archive = tmp_path / "__data__.zip"  # a name Markdown would make bold: shown as typed
@@ -119,7 +122,11 @@ def test_every_topic_is_a_tool_over_mcp(rt, console, manuals, scripted_llm):
     assert sorted(names) == ["ask_topic", "list_topics"]  # the console's own callbacks are not offered as tools
     assert answer["answer"] == "Every spring [boiler.txt]." and answer["sources"][0]["file"] == "boiler.txt"
     assert {k: answer[k] for k in ("route", "route_method", "route_planned", "rerank")} == {  # a RAG Topic: no router
-        "route": "SEARCH", "route_method": "", "route_planned": "", "rerank": ""}
+        "route": "SEARCH",
+        "route_method": "",
+        "route_planned": "",
+        "rerank": "",
+    }
 
 
 def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scripted_llm):
@@ -128,7 +135,9 @@ def test_a_reopened_chat_shows_source_badges_with_fresh_links(rt, manuals, scrip
     scripted_llm.replies["answer"] = "Every spring [S1]."
     *_, final = ask(rt, manuals, "When is boiler B-12 descaled?")
     messages, badges = load_session(rt, final.session_id)
-    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"].startswith("Every spring [boiler.txt].\n\n<sub>Sources: <a href=\"/files/")
+    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"].startswith(
+        'Every spring [boiler.txt].\n\n<sub>Sources: <a href="/files/'
+    )
     link = badges.split('href="')[1].split('"')[0]
     assert rt.blobs.read(rt.signer.verify(link.removeprefix("/files/"))) == b"Boiler B-12 must be descaled every spring."
 
@@ -138,7 +147,9 @@ def test_a_long_refusal_lists_a_few_types_and_a_count(rt):
     from ragtopics.errors import RefusedFileError
 
     topic = create_topic(rt, "All types")
-    with pytest.raises(RefusedFileError, match=r"pdf, docx, xlsx, pptx, txt, md, csv, json, xml, yaml, html, py, .* and \d+ more"):
+    with pytest.raises(
+        RefusedFileError, match=r"pdf, docx, xlsx, pptx, txt, md, csv, json, xml, yaml, html, py, .* and \d+ more"
+    ):
         receive_upload(rt, topic, "movie.mp4", b"\x00")
 
 
@@ -146,8 +157,14 @@ def test_every_answer_says_its_way_confidence_and_which_router_decided():
     from ragtopics.answer.turn import ChatUpdate
     from ragtopics.ui.chat_tab import route_note
 
-    summary = ChatUpdate("Themes…", done=True, route="GLOBAL", route_confidence=0.98, route_method="embedding",
-                         route_reason="nearest exemplars GLOBAL 0.51, then HYBRID 0.31")  # fmt: skip
+    summary = ChatUpdate(
+        "Themes…",
+        done=True,
+        route="GLOBAL",
+        route_confidence=0.98,
+        route_method="embedding",
+        route_reason="nearest exemplars GLOBAL 0.51, then HYBRID 0.31",
+    )
     note = route_note(summary)
     assert "answered from community summaries, which have no source files:" in note
     assert "route GLOBAL · confidence 0.98 · embedding router (bundled model)" in note
@@ -156,6 +173,14 @@ def test_every_answer_says_its_way_confidence_and_which_router_decided():
     assert "answered without searching:" in direct and "route DIRECT · confidence 0.99 · Router Model" in direct
     nothing = route_note(ChatUpdate("No.", done=True, route="LOCAL", no_answer=True, route_method="forced"))
     assert "nothing found:" in nothing and "route LOCAL · forced way" in nothing
-    unbuilt = route_note(ChatUpdate("No.", done=True, route="GLOBAL", no_answer=True, route_method="embedding",
-                                    note="no community summaries yet: run Recompute Communities Now"))  # fmt: skip
+    unbuilt = route_note(
+        ChatUpdate(
+            "No.",
+            done=True,
+            route="GLOBAL",
+            no_answer=True,
+            route_method="embedding",
+            note="no community summaries yet: run Recompute Communities Now",
+        )
+    )
     assert "nothing found (no community summaries yet: run Recompute Communities Now):" in unbuilt

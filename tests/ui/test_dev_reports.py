@@ -54,7 +54,10 @@ def test_reports_hold_every_step_unclipped(rt, run_jobs, scripted_llm):
     answered = reports.load_report(rt, chat_row.id)
     steps = {e["step"]: e for e in answered["events"]}
     assert steps["retrieve"]["data"]["fused_ranks"] and steps["retrieve"]["data"]["kept"][0]["score"] > 0
-    assert steps["source_check"]["data"]["answer_before"] == "At 100 degrees [S1]." and steps["finish"]["data"]["answer"] == "At 100 degrees [kettles.txt]."
+    assert (
+        steps["source_check"]["data"]["answer_before"] == "At 100 degrees [S1]."
+        and steps["finish"]["data"]["answer"] == "At 100 degrees [kettles.txt]."
+    )
     call = next(e for e in answered["events"] if e["step"] == "model_call" and e["data"]["role"] == "language_model")
     assert call["data"]["prompt_tokens"] > 0 and call["data"]["messages"][0]["role"] == "system"  # the exact prompt
     assert answered["summary"]["tokens"] == chat_row.tokens > 0 and chat_row.model_calls >= 2

@@ -43,9 +43,13 @@ def test_an_operator_corrects_the_graph_in_the_console_and_a_viewer_is_refused(r
     assert list_corrections(rt, plant.id) == []
     assert graph_store(rt, plant).entity_by_name("USA").name == "USA"
 
-    status, table, shown, picture, details = client(rt, url, "otto").predict("Plant", "merge", "USA", "United States", 1,
-                                                                              api_name="/correct_graph")  # fmt: skip
-    assert status.startswith('Correction **#1**: merged "USA" \\(PLACE\\) into "United States"') and "Later uploads apply it" in status
+    status, table, shown, picture, details = client(rt, url, "otto").predict(
+        "Plant", "merge", "USA", "United States", 1, api_name="/correct_graph"
+    )
+    assert (
+        status.startswith('Correction **#1**: merged "USA" \\(PLACE\\) into "United States"')
+        and "Later uploads apply it" in status
+    )
     assert shown == "United States" and "data-entity='United States'" in picture
     assert "**History** (corrections, applied again at every upload):" in details and "by otto" in details
     assert [row[1:3] for row in table["data"]] == [['merged "USA" (PLACE) into "United States" (PLACE)', "otto"]]
@@ -59,7 +63,9 @@ def test_an_operator_corrects_the_graph_in_the_console_and_a_viewer_is_refused(r
 def test_the_cli_corrects_the_graph_and_lists_the_corrections(rt, plant, capsys):
     assert main(["graph", "Plant", "--retype", "Jaguar", "--type", "concept"]) == 0
     made = json.loads(capsys.readouterr().out)
-    assert made["kind"] == "retype" and made["summary"] == 'changed the type of "Jaguar" from ANIMAL to CONCEPT' and made["by"] == ""
+    assert (
+        made["kind"] == "retype" and made["summary"] == 'changed the type of "Jaguar" from ANIMAL to CONCEPT' and made["by"] == ""
+    )
     assert main(["graph", "Plant", "--delete-entity", "Gremlin"]) == 0
     capsys.readouterr()
     assert main(["graph", "Plant", "--corrections"]) == 0

@@ -19,8 +19,10 @@ from ragtopics.ui.upload_tab import documents_table, jobs_html
 from tests.ui.test_browser import page  # noqa: F401 - the console in headless Chromium (skipped without Chromium)
 
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 120, "chunk_overlap": 0}
-CURIE = (b"Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
-         b"Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel.")  # fmt: skip
+CURIE = (
+    b"Marie Curie was a physicist who worked in Paris at the University of Paris.\n\n"
+    b"Pierre Curie shared the Nobel Prize in Physics with Marie Curie and Henri Becquerel."
+)
 REPORT = json.dumps({"title": "Physicists in Paris", "summary": "Marie and Pierre Curie worked in Paris."})
 
 
@@ -44,8 +46,10 @@ def test_the_panel_shows_counts_and_the_due_notice_after_an_upload(rt, run_jobs)
     stats = graph_stats(rt, topic)
     visible, text = render(rt, "Physicists")
     assert visible and stats["entities"] > 3
-    assert (f"**1 document · {stats['chunks']} chunks · {stats['entities']} entities · "
-            f"{stats['relationships']} relationships · 0 communities · 0 summaries**") in text  # fmt: skip
+    assert (
+        f"**1 document · {stats['chunks']} chunks · {stats['entities']} entities · "
+        f"{stats['relationships']} relationships · 0 communities · 0 summaries**"
+    ) in text
     assert "⚠️ <b>Recompute due:</b> curie.txt was uploaded: run Recompute Communities Now</div>" in text
     assert "**Last community run:** none yet." in text
     next_run = r"\*\*Next Refresh Cycle run:\*\* \d{4}-\d\d-\d\d \d\d:\d\d, in 23 h \d+ min \(Refresh Cycle every 1d\)"
@@ -67,8 +71,11 @@ def test_recompute_communities_now_shows_progress_then_the_last_run(rt, run_jobs
     _, text = render(rt, "Physicists")
     assert "Recompute due" not in text
     assert f"{run['communities']} communities · {run['written']} summaries**" in text and run["written"] >= 1
-    assert ("**Last community run:** " in text and f"· {run['written']} written, 0 kept, 0 deleted · "
-            f"{run['written']} model call" in text and "reports written by the Community Report model" in text)  # fmt: skip
+    assert (
+        "**Last community run:** " in text
+        and f"· {run['written']} written, 0 kept, 0 deleted · {run['written']} model call" in text
+        and "reports written by the Community Report model" in text
+    )
     assert re.search(r"\*\*Last community run:\*\* \d{4}-\d\d-\d\d \d\d:\d\d, under a minute ago · ", text), text
 
     delete_document(rt, get_topic(rt, "Physicists"), "curie.txt")
@@ -101,8 +108,10 @@ def test_the_documents_list_summarises_what_a_graphrag_document_added(rt, run_jo
     [row] = documents_table(rt, "Physicists")
     [doc] = list_documents(rt, topic)
     graph = doc.indexed_with["graph"]
-    assert row[4].endswith(f" · graph: NLP, {graph['entities']} entities, {graph['relationships']} relationships, "
-                           f"{graph['chunks_extracted']} extracted / 0 cached")  # fmt: skip
+    assert row[4].endswith(
+        f" · graph: NLP, {graph['entities']} entities, {graph['relationships']} relationships, "
+        f"{graph['chunks_extracted']} extracted / 0 cached"
+    )
     assert graph["chunks_extracted"] == row[2] >= 2
 
 
@@ -143,7 +152,6 @@ def test_a_user_recomputes_communities_in_the_console(page, rt, run_jobs, script
     page.locator("#graph-panel").wait_for(state="hidden", timeout=10000)
 
 
-
 def test_an_upload_waiting_for_its_graph_extraction_reads_extracting_graph(rt, run_jobs):
     topic = create_topic(rt, "Extracting", kind="graphrag", settings=NLP)
     doc = upload_file(rt, topic, "curie.txt", CURIE)
@@ -166,8 +174,10 @@ def test_the_documents_list_shows_a_graph_import_next_to_an_upload(rt, run_jobs)
     from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 
     topic = graph_topic(rt, run_jobs)
-    data = {"nodes": [{"id": "a", "name": "Pump P-12"}, {"id": "b", "name": "Cooling Loop"}],
-            "edges": [{"source": "a", "target": "b", "description": "feeds"}]}  # fmt: skip
+    data = {
+        "nodes": [{"id": "a", "name": "Pump P-12"}, {"id": "b", "name": "Cooling Loop"}],
+        "edges": [{"source": "a", "target": "b", "description": "feeds"}],
+    }
     ingest_graph(rt, topic, "plant.json", parse_nodes_edges_json(json.dumps(data).encode()))
     rows = {row[0]: row for row in documents_table(rt, "Physicists")}
     assert len(rows) == 2 and rows["plant.json (graph ingestion)"][1] == "indexed"

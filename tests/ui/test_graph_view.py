@@ -14,7 +14,9 @@ from tests.graph.test_graph_ingestion import LLM, people
 
 
 def entity(name: str, description: str = "") -> Entity:
-    return Entity(id=name.lower(), name=name, type="THING", description=description, aliases=frozenset(), chunk_ids=frozenset({"c1"}))
+    return Entity(
+        id=name.lower(), name=name, type="THING", description=description, aliases=frozenset(), chunk_ids=frozenset({"c1"})
+    )
 
 
 def test_the_picture_draws_every_entity_and_labels_every_relationship():

@@ -23,15 +23,26 @@ def test_file_type_groups_cover_every_supported_type():
 
 
 def test_wizard_values_become_settings_and_errors_name_the_field(rt):
-    values = {"chunk_size": 900.0, "top_k_results": 7.0, "retrieval_strategy": "DENSE", "chat_attachment_types": "txt, md",
-              "docling_settings": '{"ocr": true}', "min_similarity_score": 0.25}  # fmt: skip
-    status = wizard.create_from_wizard(rt, "RAG", "Manuals", "Pump manuals", "Be brief.", [["pdf"], ["md", "txt"], [], []], values)
+    values = {
+        "chunk_size": 900.0,
+        "top_k_results": 7.0,
+        "retrieval_strategy": "DENSE",
+        "chat_attachment_types": "txt, md",
+        "docling_settings": '{"ocr": true}',
+        "min_similarity_score": 0.25,
+    }
+    status = wizard.create_from_wizard(
+        rt, "RAG", "Manuals", "Pump manuals", "Be brief.", [["pdf"], ["md", "txt"], [], []], values
+    )
     assert status.startswith("Created RAG Topic **Manuals** (3 file types)")
     s = get_topic(rt, "Manuals").settings
     assert (s.chunk_size, s.top_k_results, s.chat_attachment_types, s.docling_settings.ocr) == (900, 7, ["md", "txt"], True)
     assert s.file_types == ["md", "pdf", "txt"] and s.custom_system_prompt == "Be brief."
     refused = wizard.create_from_wizard(rt, "RAG", "Other", "", "", [["pdf"], [], [], []], {"top_k_results": 99})
-    assert refused.replace("\\", "") == "**Not created:** invalid Topic settings: top_k_results: 99 is outside the allowed range 1–50"
+    assert (
+        refused.replace("\\", "")
+        == "**Not created:** invalid Topic settings: top_k_results: 99 is outside the allowed range 1–50"
+    )
     bad_json = wizard.create_from_wizard(rt, "GraphRAG", "Graph", "", "", [["pdf"], [], [], []], {"docling_settings": "{ocr"})
     assert bad_json.replace("\\", "").startswith("**Not created:** Docling Settings (JSON) (docling_settings): not valid JSON")
     assert wizard.create_from_wizard(rt, "Other", "X", "", "", [], {}) == "**Not created:** Kind must be one of RAG, GraphRAG."

@@ -15,16 +15,19 @@ from tests.redis_commands import CommandLog
 SMALL = {"chunk_size": 200, "chunk_overlap": 0}
 NLP = {"graph_extraction_method": "NLP", "chunk_size": 100, "chunk_overlap": 0}
 FINISHED = 12
-ISLANDS = "\n\n".join(f"Paragraph {i} is about {w} and how {w} relates to nothing else at all."
-                      for i, w in enumerate(["Alderney", "Brecqhou", "Caldey", "Dursey"]))  # fmt: skip
+ISLANDS = "\n\n".join(
+    f"Paragraph {i} is about {w} and how {w} relates to nothing else at all."
+    for i, w in enumerate(["Alderney", "Brecqhou", "Caldey", "Dursey"])
+)
 
 
 def tracked_uploads(rt, run_jobs) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """Finished uploads, one GraphRAG upload whose extraction waits (its version parked), queued single
     uploads and a queued shared job: the tracked ``(job_id, file_name)`` and the job ids of each kind."""
     plain = create_topic(rt, "Plant", settings=SMALL)
-    done = [upload_file(rt, plain, f"done{i:02d}.txt", f"Pump P-{i} is inspected every {i} days.".encode())
-            for i in range(FINISHED)]  # fmt: skip
+    done = [
+        upload_file(rt, plain, f"done{i:02d}.txt", f"Pump P-{i} is inspected every {i} days.".encode()) for i in range(FINISHED)
+    ]
     run_jobs()
     graph = create_topic(rt, "Islands", kind="graphrag", settings=NLP)
     parked = upload_file(rt, graph, "islands.txt", ISLANDS.encode())
@@ -34,8 +37,14 @@ def tracked_uploads(rt, run_jobs) -> tuple[list[tuple[str, str]], dict[str, list
     with BatchedUploads(rt, plain) as uploads:
         batched = [uploads.add(f"small{i}.txt", f"Fan F-{i} is cleaned weekly.".encode()) for i in range(3)]
     rows = [*done, parked, *queued, *batched]
-    kinds = {"finished": [r.job_id for r in done], "parked": [parked.job_id], "queued": [r.job_id for r in queued],
-             "batched": [r.job_id for r in batched], "graph topic": [graph.id], "plain topic": [plain.id]}  # fmt: skip
+    kinds = {
+        "finished": [r.job_id for r in done],
+        "parked": [parked.job_id],
+        "queued": [r.job_id for r in queued],
+        "batched": [r.job_id for r in batched],
+        "graph topic": [graph.id],
+        "plain topic": [plain.id],
+    }
     return [(r.job_id, r.file_name) for r in rows], kinds
 
 
@@ -57,7 +66,8 @@ def test_a_poll_reads_only_the_unfinished_jobs_and_never_a_parked_version(rt, ru
     # version (+ its result, its finishing job and the count of chunks extracted), and the 3 queued ones shown
     assert log.count("MULTI") == 3  # the three Job.fetch_many, each one transaction (one round trip)
     assert sorted(c[0] for c in log.commands if c[0] not in ("MULTI", "EXEC")) == sorted(
-        ["HGET"] * 7 + ["HGETALL", "GET"] * 3 + ["HGETALL"] + ["HGETALL", "XREVRANGE", "HGETALL", "SCARD"] + ["HGETALL"] * 3)
+        ["HGET"] * 7 + ["HGETALL", "GET"] * 3 + ["HGETALL"] + ["HGETALL", "XREVRANGE", "HGETALL", "SCARD"] + ["HGETALL"] * 3
+    )
     assert log.on_key(extracted_key(graph_id, version), "SCARD") and log.on_key(f"rq:job:{finish_job_id(version)}")
 
     counts = []  # the same poll with 12, 6 and no finished jobs tracked

@@ -30,8 +30,9 @@ def log_applied(*, ctx, step, heads, run_args) -> None:
 
 
 def run_migrations(connection) -> None:
-    context.configure(connection=connection, target_metadata=SQLModel.metadata, render_as_batch=True,
-                      on_version_apply=[log_applied])  # type: ignore[arg-type]  # alembic calls it with keywords  # fmt: skip
+    context.configure(
+        connection=connection, target_metadata=SQLModel.metadata, render_as_batch=True, on_version_apply=[log_applied]
+    )  # type: ignore[arg-type]  # alembic calls it with keywords
     with context.begin_transaction():
         context.run_migrations()
 

@@ -73,7 +73,7 @@ def _tables() -> dict[str, tuple[list[sa.SchemaItem], list[tuple[str, list[str],
                        sa.ForeignKeyConstraint(["session_id"], ["chat_session.id"]), topic_fk(),
                        sa.PrimaryKeyConstraint("id")],
                       [("ix_chat_turn_session_id", ["session_id"], False), ("ix_chat_turn_topic_id", ["topic_id"], False)]),
-    }  # fmt: skip
+    }
 
 
 def upgrade() -> None:

@@ -40,7 +40,7 @@ def upgrade() -> None:
         for _old, new, _empty in columns:
             op.add_column(table, sa.Column(new, sa.JSON(), nullable=True))
         _copy(table, [(old, sa.String(), new, sa.JSON(), lambda text, empty=empty: _parsed(text, empty))
-                      for old, new, empty in columns])  # fmt: skip
+                      for old, new, empty in columns])
         with op.batch_alter_table(table) as batch:
             for old, new, _empty in columns:
                 batch.alter_column(new, existing_type=sa.JSON(), nullable=False)
@@ -73,7 +73,7 @@ def _copy(table: str, moves: list[tuple[str, sa.types.TypeEngine, str, sa.types.
     """
     bind = op.get_bind()
     t = sa.table(table, sa.column("id"), *(sa.column(src, src_type) for src, src_type, *_ in moves),
-                 *(sa.column(dst, dst_type) for _s, _st, dst, dst_type, _c in moves))  # fmt: skip
+                 *(sa.column(dst, dst_type) for _s, _st, dst, dst_type, _c in moves))
     rows = bind.execute(sa.select(t.c.id, *(t.c[src] for src, *_ in moves))).all()
     if not rows:
         return
@@ -81,7 +81,7 @@ def _copy(table: str, moves: list[tuple[str, sa.types.TypeEngine, str, sa.types.
     for row in rows:
         try:  # bound names differ from the column names: SQLAlchemy reserves those for the SET clause
             params.append({"row_id": row[0], **{f"new_{dst}": convert(row[i + 1])
-                                                for i, (_s, _st, dst, _dt, convert) in enumerate(moves)}})  # fmt: skip
+                                                for i, (_s, _st, dst, _dt, convert) in enumerate(moves)}})
         except ValueError as exc:
             raise ValueError(f"{table} row {row[0]!r}: {exc}") from None
     update = t.update().where(t.c.id == sa.bindparam("row_id")).values(
