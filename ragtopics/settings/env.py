@@ -121,7 +121,10 @@ class Settings(BaseSettings):
         json_schema_extra={"default_text": "var/ in the checkout"},
     )
     redis_url: str | None = Field(
-        None, alias="REDIS_URL", description="An existing Redis with RediSearch and FalkorDB; unset: the embedded server."
+        None,
+        alias="REDIS_URL",
+        description="An existing Redis (7.4 or later: the extraction cache expires its entries with `HEXPIRE`) "
+        "with RediSearch and FalkorDB; unset: the embedded server.",
     )
     embedded_redis_port: int = Field(16379, alias="EMBEDDED_REDIS_PORT", description="Port of the embedded Redis on 127.0.0.1.")
     redis_query_timeout_ms: int = Field(
