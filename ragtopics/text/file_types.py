@@ -6,87 +6,9 @@ file types a Topic accepts), upload checks and the console, none of which need t
 
 from __future__ import annotations
 
-#: Plain text, markup and source code: read as text, no model calls.
-TEXT_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        "txt",
-        "text",
-        "md",
-        "markdown",
-        "rst",
-        "adoc",
-        "log",
-        "ini",
-        "cfg",
-        "conf",
-        "env",
-        "py",
-        "pyi",
-        "ipynb",
-        "js",
-        "mjs",
-        "cjs",
-        "jsx",
-        "ts",
-        "tsx",
-        "java",
-        "kt",
-        "kts",
-        "scala",
-        "go",
-        "rs",
-        "c",
-        "h",
-        "cc",
-        "cpp",
-        "cxx",
-        "hpp",
-        "hh",
-        "cs",
-        "fs",
-        "swift",
-        "m",
-        "mm",
-        "rb",
-        "php",
-        "pl",
-        "pm",
-        "lua",
-        "r",
-        "jl",
-        "dart",
-        "ex",
-        "exs",
-        "erl",
-        "hs",
-        "clj",
-        "sh",
-        "bash",
-        "zsh",
-        "fish",
-        "ps1",
-        "bat",
-        "sql",
-        "html",
-        "htm",
-        "css",
-        "scss",
-        "less",
-        "vue",
-        "svelte",
-        "tex",
-        "proto",
-        "graphql",
-        "gradle",
-        "dockerfile",
-        "makefile",
-        "cmake",
-    }
-)
-
 #: Source code: chunked at top-level definitions first (see ragtopics.ingest.chunking).
 SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
-    {
+    [
         "py",
         "pyi",
         "js",
@@ -144,7 +66,13 @@ SOURCE_CODE_EXTENSIONS: frozenset[str] = frozenset(
         "dockerfile",
         "makefile",
         "cmake",
-    }
+    ]
+)
+
+#: Plain text, markup and source code: read as text, no model calls.
+TEXT_EXTENSIONS: frozenset[str] = (
+    frozenset(["txt", "text", "md", "markdown", "rst", "adoc", "log", "ini", "cfg", "conf", "env", "ipynb", "html", "htm", "tex"])
+    | SOURCE_CODE_EXTENSIONS
 )
 #: HTML pages: read as text, then converted to Markdown.
 HTML_EXTENSIONS: frozenset[str] = frozenset({"html", "htm"})
