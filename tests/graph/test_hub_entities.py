@@ -9,23 +9,15 @@ from __future__ import annotations
 import random
 
 import pytest
-import redis
 
 from ragtopics.graph.dedup import partner_keys
 from ragtopics.graph.model import Entity, entity_id_for
 from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore
-from tests.graph.test_store import eid, ent, rel
+from tests.graph.test_store import client, eid, ent, rel  # noqa: F401 - client: the flushed RESP2 client fixture
 from tests.redis_commands import CommandLog
 
 HUB_CHUNKS = 20_000
 MID_CHUNKS = 2 * ENTITY_CHUNK_SAMPLE
-
-
-@pytest.fixture
-def client(redis_server) -> redis.Redis:
-    client = redis.Redis.from_url(redis_server.url, socket_connect_timeout=3, protocol=2)
-    client.flushall()
-    return client
 
 
 @pytest.fixture
