@@ -15,7 +15,7 @@ import redis
 
 from ragtopics.documents.sniff import check_content, check_zip_archive
 from ragtopics.errors import NotFoundError, ReadError, RefusedFileError, StoreUnavailableError, SupersededError
-from ragtopics.jobs.queue import enqueue_ingest, enqueue_ingest_batch
+from ragtopics.jobs.queue import enqueue_ingest, enqueue_ingest_batch, mark_awaiting_queue
 from ragtopics.kinds import kind_of
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import RagTopicSettings
@@ -122,7 +122,8 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
     limit and, for Office files (zip archives), the archive itself (zip bombs). A file
     with a name already stored keeps its searchable version until the new one has been
     indexed; a job still indexing an older upload of it is superseded. The caller then
-    enqueues the returned row's job (:func:`upload_file` does both).
+    enqueues the returned row's job (:func:`upload_file` does both); until then the crash recovery leaves
+    the version alone (:func:`~ragtopics.jobs.queue.mark_awaiting_queue`, for 10 minutes at most).
 
     Raises:
         RefusedFileError: for an unusable name, a type the Topic does not accept, a file
@@ -172,6 +173,8 @@ def receive_upload(rt: Runtime, topic: Topic, file_name: str, data: bytes) -> Do
             if rel not in ((current.blob_path, current.pending_blob_path) if current else ()):
                 rt.blobs.remove(rel)
             raise
+        # under the lock, where the crash recovery reads the row again: its job is not queued yet, and not lost
+        mark_awaiting_queue(rt, row.job_id)
         if obsolete:
             rt.blobs.remove(obsolete)
     log.info("received %s (%d bytes) for Topic %s", name, len(data), topic.name)

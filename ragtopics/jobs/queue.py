@@ -120,7 +120,29 @@ def enqueue_ingest(rt: Runtime, topic_id: str, document_id: str, *, job_id: str,
         failure_ttl=FAILURE_TTL_S,
         meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic_id, "document_id": document_id},
     )
+    rt.redis.delete(AWAITING_QUEUE.format(job_id))
     return job.id
+
+
+#: Redis key of a version received but whose job is not enqueued yet (``rt:jobs:awaiting-queue:<job id>``).
+#: :class:`~ragtopics.documents.uploads.BatchedUploads` holds small files until a shared job is full, and each
+#: file's cost estimate is made before its job is queued: meanwhile the crash recovery must not take the version
+#: for one whose job was lost (:func:`~ragtopics.worker.recovery.stranded_reason`).
+AWAITING_QUEUE = "rt:jobs:awaiting-queue:{}"
+#: How long a received version may wait for its job before the crash recovery takes it for lost (seconds): an
+#: uploader that died between receiving a file and enqueuing its job leaves it that long.
+AWAITING_QUEUE_TTL_S = 600
+
+
+def mark_awaiting_queue(rt: Runtime, job_id: str) -> None:
+    """Note that version ``job_id`` was received and its job is about to be enqueued (for :data:`AWAITING_QUEUE_TTL_S`
+    seconds at most; enqueuing it clears the note)."""
+    rt.redis.set(AWAITING_QUEUE.format(job_id), 1, ex=AWAITING_QUEUE_TTL_S)
+
+
+def awaiting_queue(rt: Runtime, job_id: str) -> bool:
+    """Whether version ``job_id`` was received and its job is still to be enqueued (see :func:`mark_awaiting_queue`)."""
+    return bool(job_id) and bool(rt.redis.exists(AWAITING_QUEUE.format(job_id)))
 
 
 #: Redis key naming the shared job that indexes a version (``rt:jobs:batch-of:<job id>`` → batch job id).
@@ -161,6 +183,7 @@ def enqueue_ingest_batch(rt: Runtime, topic_id: str, rows: list) -> str:
         failure_ttl=FAILURE_TTL_S,
         meta={"phase": "queued", "done": 0, "total": 0, "topic_id": topic_id},
     )
+    rt.redis.delete(*(AWAITING_QUEUE.format(row.job_id) for row in rows))
     return job.id
 
 

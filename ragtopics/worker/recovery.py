@@ -42,7 +42,7 @@ from sqlmodel import col, select
 from ragtopics.documents.uploads import enqueue_document
 from ragtopics.errors import StoreUnavailableError
 from ragtopics.graph.refresh import rebuild_job_id
-from ragtopics.jobs.queue import batch_of, enqueue_ingest, queue_for
+from ragtopics.jobs.queue import awaiting_queue, batch_of, enqueue_ingest, queue_for
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, document_lock, release_dead_holders
@@ -292,7 +292,8 @@ def release_locks_of_dead_workers(rt: Runtime) -> list[str]:
 def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
     """Why the chain of jobs from ``job_id`` can no longer finish, or None while it can.
 
-    A job is alive when it is queued or scheduled and rq holds it (in its queue, in the list a worker
+    A version whose job rq has never seen is alive while its upload is still to enqueue it
+    (:func:`~ragtopics.jobs.queue.awaiting_queue`). A job is alive when it is queued or scheduled and rq holds it (in its queue, in the list a worker
     moves it to while taking it, or started); started and still in rq's started registry (rq's clean-up
     decides when its worker is dead) or by a worker whose key is still in Redis; deferred behind a
     dependency that is alive; or finished with a ``continued_in`` job that is alive.
@@ -305,7 +306,11 @@ def stranded_reason(rt: Runtime, job_id: str, depth: int = 0) -> str | None:
         job = Job.fetch(job_id, connection=rt.redis)
     except NoSuchJobError:
         batch = batch_of(rt, job_id)  # a version indexed by a shared job: that job's chain decides
-        return stranded_reason(rt, batch, depth + 1) if batch else f"job {job_id} is gone"
+        if batch:
+            return stranded_reason(rt, batch, depth + 1)
+        if awaiting_queue(rt, job_id):
+            return None  # received a moment ago, its job not queued yet (a batch still filling, its estimate)
+        return f"job {job_id} is gone"
     status = getattr(job.get_status(refresh=True), "value", None) or "missing"
     if status == "queued" and not _held_by_rq(rt, job):
         return f"job {job_id} says queued but rq holds it nowhere"

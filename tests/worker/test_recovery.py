@@ -13,9 +13,9 @@ import time
 from rq import SimpleWorker
 from rq.job import Job
 
-from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.documents.uploads import BatchedUploads, get_document, receive_upload, upload_file
 from ragtopics.graph.ingest import graph_store
-from ragtopics.jobs.queue import queue_for
+from ragtopics.jobs.queue import AWAITING_QUEUE, job_progress, queue_for
 from ragtopics.topics.topics import create_topic
 from ragtopics.worker.recovery import recover_stranded, stranded_reason
 from tests.graph.test_upload import CURIE, NLP
@@ -37,6 +37,33 @@ def test_a_queued_job_is_alive_and_a_lost_one_is_queued_again(rt, run_jobs):
     row = get_document(rt, doc.id)
     assert (row.status, row.chunk_count) == ("indexed", 1)
     assert recover_stranded(rt) == []
+
+
+def test_a_received_file_whose_job_waits_for_its_batch_is_left_alone_and_indexed_once(rt, run_jobs):
+    """An upload holds small files until their shared job is full, and estimates each before: a worker's recovery
+    pass meanwhile (one every heartbeat) must not queue them on their own, or each is indexed twice and the
+    second run fails the file's job."""
+    topic = create_topic(rt, "Waiting")
+    with BatchedUploads(rt, topic) as uploads:
+        row = uploads.add("pumps.txt", TEXT)
+        assert queue_for(rt).get_job_ids() == []  # the batch is not full: no job yet
+        assert stranded_reason(rt, row.job_id) is None and recover_stranded(rt) == []
+    assert queue_for(rt).get_job_ids() == [row.job_id] and not rt.redis.exists(AWAITING_QUEUE.format(row.job_id))
+    run_jobs()
+    doc = get_document(rt, row.id)
+    assert (doc.status, doc.chunk_count, doc.error) == ("indexed", 1, "")
+    assert job_progress(rt, row.job_id).status == "finished"
+
+
+def test_a_received_file_whose_uploader_died_before_queuing_it_is_queued_after_the_wait(rt, run_jobs):
+    topic = create_topic(rt, "Died")
+    row = receive_upload(rt, topic, "pumps.txt", TEXT)  # and no enqueue: the uploading process died here
+    assert recover_stranded(rt) == [] and get_document(rt, row.id).status == "queued"
+    rt.redis.delete(AWAITING_QUEUE.format(row.job_id))  # its wait ran out (the key's time to live)
+    [recovered] = recover_stranded(rt)
+    assert (recovered.why, recovered.action) == (f"job {row.job_id} is gone", "requeued")
+    run_jobs()
+    assert get_document(rt, row.id).status == "indexed"
 
 
 def test_a_job_started_by_a_worker_that_no_longer_runs_is_queued_again(rt, run_jobs):
