@@ -19,7 +19,8 @@ by kind (actual = requests the scripted server got), and the error in percent; t
 ±25 % for chunks and calls. Nothing is asserted.
 
 ``python -m bench.estimate`` runs this section alone (``--passages N`` per round); ``python -m bench.run``
-runs it as section 14.
+runs it as section 14. ``python -m bench.estimate --fit-defaults`` instead measures the NLP graph defaults
+(:data:`~ragtopics.ingest.cost.GRAPH_DEFAULTS`) on :data:`FIT_SAMPLES`, passages the rounds above do not use.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 from bench.graph import scripted_model
 from ragtopics.documents.uploads import receive_upload
 from ragtopics.graph.refresh import run_rebuild
-from ragtopics.ingest.cost import KINDS, clear_figures, error_percent, estimate_upload
+from ragtopics.ingest.cost import KINDS, clear_figures, error_percent, estimate_upload, graph_outlook, load_figures, observations
 from ragtopics.ingest.pipeline import ingest_document, ingest_documents
 from ragtopics.runtime import Runtime
 from ragtopics.topics.topics import create_topic
@@ -49,6 +50,18 @@ TOPICS = {
 }
 #: The scripted server's replies for the RAG Topic's calls (the graph's come from ``bench.graph.scripted_model``).
 RAG_REPLIES = {"context_line": "Where this passage sits in the collection.", "keywords": "passage, title, subject"}
+
+
+#: Samples the NLP graph defaults are fitted on (``--fit-defaults``): (eval folder, first passage), :data:`PASSAGES`
+#: each, in ``corpus.json`` order. None overlaps the rounds above (HotpotQA passages 0 to ``6·PASSAGES - 1``).
+FIT_SAMPLES = (
+    ("hotpotqa", 300),
+    ("hotpotqa", 400),
+    ("hotpotqa", 500),
+    ("hotpotqa", 600),
+    ("musique-dev", 0),
+    ("musique-dev", 400),
+)
 
 
 def _files(data, start: int, count: int) -> list[tuple[str, bytes]]:
@@ -113,12 +126,83 @@ def bench_estimate(rt: Runtime, data, figure, section, *, passages: int = PASSAG
     return results
 
 
+def _ratio_since(rows: dict, before: dict[str, tuple[float, float]], key: str) -> float:
+    """count/units of a figure row added since ``before`` (its ``(count, units)`` then); 0 when none was added."""
+    row, (count, units) = rows.get(key), before.get(key, (0.0, 0.0))
+    if row is None or row.units - units <= 0:
+        return 0.0
+    return (row.count - count) / (row.units - units)
+
+
+def fit_graph_defaults(rt: Runtime, samples: dict[str, object], figure, *, passages: int = PASSAGES) -> dict[str, float]:
+    """Measure the NLP extraction's graph figures on several samples, as an installation measures them.
+
+    Each sample (:data:`FIT_SAMPLES`) goes one passage a file into its own empty GraphRAG NLP Topic (resolution
+    1.0), followed by a community rebuild, all against the scripted model server; the figures and observations
+    the uploads and rebuilds record are pooled over the samples (nothing is cleared between them), and the
+    :class:`~ragtopics.ingest.cost.GraphOutlook` an empty Topic then gets holds the fitted values. Printed per
+    sample: its mentions and new entities per character, its uploads that asked the Deduplication model, its
+    unclear pairs and its communities per entity; then the pooled figures.
+
+    Args:
+        samples: eval folder name → its loaded eval data (``corpus``).
+        passages: passages per sample.
+
+    Returns:
+        The pooled figures: ``mentions_per_char``, ``new_per_char``, ``a``, ``b``, ``pairs_per_hazard``,
+        ``reports_per_entity``.
+    """
+    work = "graphrag-nlp"
+    clear_figures(rt)
+    with scripted_model(rt):
+        for n, (folder, start) in enumerate(FIT_SAMPLES):
+            topic = create_topic(rt, f"fit-defaults-{n}", kind="graphrag", settings={"graph_extraction_method": "NLP"})
+            before = {k: (r.count, r.units) for k, r in load_figures(rt).rows.items()}
+            seen = len(observations(rt, f"dedup:{work}"))
+            t0 = time.perf_counter()
+            for name, data in _files(samples[folder], start, passages):
+                ingest_document(rt, receive_upload(rt, topic, name, data).id)
+            run_rebuild(rt, topic.id, reason="fit defaults")
+            rows = load_figures(rt).rows
+            delta = {
+                key: _ratio_since(rows, before, key)
+                for key in (f"graph:mentions:{work}", f"graph:new:{work}", f"communities:{work}:1")
+            }
+            obs = observations(rt, f"dedup:{work}")[seen:]
+            figure(
+                f"{folder} {start}-{start + passages - 1}",
+                f"mentions/char {delta[f'graph:mentions:{work}']:.4f}, new/char {delta[f'graph:new:{work}']:.4f}, "
+                f"asking uploads {sum(1 for o in obs if o[2] > 0)} of {len(obs)}, unclear pairs {sum(o[2] for o in obs):.0f}, "
+                f"communities/entity {delta[f'communities:{work}:1']:.4f} ({time.perf_counter() - t0:.0f} s)",
+            )
+        empty = create_topic(rt, "fit-defaults-empty", kind="graphrag", settings={"graph_extraction_method": "NLP"})
+        outlook = graph_outlook(rt, empty, work, load_figures(rt))
+    fitted = {
+        "mentions_per_char": outlook.mentions_per_char,
+        "new_per_char": outlook.new_per_char,
+        "a": outlook.hazard[0],
+        "b": outlook.hazard[1],
+        "pairs_per_hazard": outlook.pairs_per_hazard,
+        "reports_per_entity": outlook.reports_per_entity,
+    }
+    figure("pooled NLP graph figures", ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()))
+    return fitted
+
+
 def main(argv: list[str]) -> int:
-    """Run section 14 alone, on a throwaway Redis as ``bench.run`` does (``--passages N`` per round)."""
+    """Run section 14 alone, on a throwaway Redis as ``bench.run`` does (``--passages N`` per round);
+    ``--fit-defaults``: :func:`fit_graph_defaults` instead."""
     from bench.run import eval_dir, figure, load_eval_data, section, throwaway_runtime
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     passages = int(argv[argv.index("--passages") + 1]) if "--passages" in argv else PASSAGES
+    if "--fit-defaults" in argv:
+        base = eval_dir().parent
+        samples = {folder: load_eval_data(base / folder) for folder in {f for f, _ in FIT_SAMPLES}}
+        with throwaway_runtime(prefix="ragtopics-estimate-") as rt:
+            section(f"NLP graph defaults fitted on {len(FIT_SAMPLES)} samples of {passages} passages (scripted model)")
+            fit_graph_defaults(rt, samples, figure, passages=passages)
+        return 0
     data = load_eval_data(eval_dir())
     with throwaway_runtime(prefix="ragtopics-estimate-") as rt:
         bench_estimate(rt, data, figure, section, passages=passages)
