@@ -313,6 +313,8 @@ class BatchedUploads:
     ):
         self.rt, self.topic = rt, topic
         self._figures: Figures | None = None
+        #: Characters of chunk text of the files estimated so far, for a GraphRAG Topic's next estimate.
+        self._graph_chars = 0.0
         #: Whether each file's cost estimate is kept with its job (:func:`~ragtopics.ingest.cost.estimate_and_store`).
         self.estimate = estimate
         self._groups = JobGroups(batch_files=batch_files, batch_bytes=batch_bytes)
@@ -335,7 +337,10 @@ class BatchedUploads:
             from ragtopics.ingest.cost import estimate_and_store, load_figures
 
             self._figures = self._figures or load_figures(self.rt)
-            estimate_and_store(self.rt, self.topic, row, data, self._figures)
+            # each file as the next into the graph the earlier ones of this upload will have grown, as the preview
+            self._graph_chars += estimate_and_store(
+                self.rt, self.topic, row, data, self._figures, pending_chars=self._graph_chars
+            )
         if not batchable(self.topic, row.file_name, len(data)):
             enqueue_document(self.rt, row)
             return row

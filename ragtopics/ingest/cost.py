@@ -480,7 +480,9 @@ def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlo
     return outlook
 
 
-def graph_calls(rt: Runtime, topic, kinds: set[str], figures: Figures, files: list[tuple[FileEstimate, float]]) -> GraphOutlook:
+def graph_calls(
+    rt: Runtime, topic, kinds: set[str], figures: Figures, files: list[tuple[FileEstimate, float]], *, pending_chars: float = 0.0
+) -> GraphOutlook:
     """Fill in the deduplication calls and community reports of a GraphRAG Topic's files, one after another.
 
     Files are stored one at a time (each deduplicates against the graph the earlier ones left): file ``i``
@@ -490,12 +492,14 @@ def graph_calls(rt: Runtime, topic, kinds: set[str], figures: Figures, files: li
 
     Args:
         files: each file's estimate (not refused) with the characters of its chunks the extraction reads.
+        pending_chars: characters of chunk text of files received before these and not in the graph yet (the
+            same upload's earlier files, estimated one at a time): the graph is taken as grown by them first.
 
     Returns:
         The outlook used.
     """
     outlook = graph_outlook(rt, topic, work_name(topic, kinds), figures)
-    n = outlook.entities
+    n = outlook.entities + outlook.new_per_char * max(0.0, pending_chars)
     for f, chars in files:
         mentions, added = outlook.mentions_per_char * chars, outlook.new_per_char * chars
         if "deduplication" in kinds:
@@ -994,19 +998,34 @@ def store_estimate(rt: Runtime, row, estimate: FileEstimate, topic) -> None:
         )
 
 
-def estimate_and_store(rt: Runtime, topic, row, data: bytes, figures: Figures | None = None) -> None:
+def estimate_and_store(
+    rt: Runtime, topic, row, data: bytes, figures: Figures | None = None, *, pending_chars: float = 0.0
+) -> float:
     """Estimate one received file and keep the estimate with its job; a failure is logged, never raised
-    (the upload itself must not fail for its estimate)."""
+    (the upload itself must not fail for its estimate).
+
+    A GraphRAG file is estimated as the next upload into the graph as it will be once the files received before
+    it are stored: ``pending_chars`` are their characters of chunk text (what this function returned for each),
+    so the estimates kept for the files of one upload add up to its preview (:func:`estimate_upload`).
+
+    Returns:
+        The file's characters of chunk text the graph extraction reads (0.0 for a RAG Topic, a refused file or a
+        failed estimate), to add to ``pending_chars`` for the next file.
+    """
     try:
         cfg = ingest_settings(topic.settings, rt)
         kinds, figures = active_kinds(rt, topic), figures or load_figures(rt)
         f, chars = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
-        if not f.refused:
-            if kind_of(topic).has_graph:  # as if it were the next upload into the graph as it is now
-                graph_calls(rt, topic, kinds, figures, [(f, chars.get("graph", 0.0))])
-            store_estimate(rt, row, f, topic)
+        if f.refused:
+            return 0.0
+        graph_chars = chars.get("graph", 0.0) if kind_of(topic).has_graph else 0.0
+        if kind_of(topic).has_graph:
+            graph_calls(rt, topic, kinds, figures, [(f, graph_chars)], pending_chars=pending_chars)
+        store_estimate(rt, row, f, topic)
+        return graph_chars
     except Exception as exc:
         log.warning("no cost estimate kept for %s: %s", row.file_name, exc)
+        return 0.0
 
 
 def actual_from_trace(trace: Trace) -> dict[str, Any]:

@@ -132,6 +132,29 @@ LEDGER = "\n\n".join(
 ).encode()
 
 
+def test_the_estimates_kept_for_an_uploads_files_add_up_to_its_preview(rt, run_jobs, scripted_llm):
+    """Each file of an upload is estimated as the next into the graph the earlier ones will have grown: with the
+    LLM defaults (the chance of an unclear pair grows with the graph, none in an empty one) the files estimated
+    each against the empty graph kept 0 deduplication calls where the preview had shown several."""
+    scripted_llm.replies["graph_extraction"] = capitalised_entities
+    scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
+    topic = create_topic(
+        rt, "Ledgers", kind="graphrag", settings={"graph_extraction_method": "LLM", "chunk_size": 250, "chunk_overlap": 0}
+    )
+    files = [("manual.txt", MANUAL), ("notes.md", NOTES), ("ledger.txt", LEDGER)]
+    preview = estimate_upload(rt, topic, files)
+    assert preview.calls["deduplication"].calls > 0.5 and preview.calls["community_report"].calls > 0.5
+
+    rows = upload_all(rt, topic, files)
+    kept = [e["estimate"] for e in comparison(rt, [r.job_id for r in rows]).values()]
+    assert len(kept) == len(files)
+    for kind in ("graph_extraction", "deduplication", "community_report"):
+        assert sum(e["calls"][kind] for e in kept) == pytest.approx(preview.calls[kind].calls, abs=0.01 * len(files))
+    assert sum(e["chunks"] for e in kept) == preview.chunks
+    run_jobs()
+    assert all(get_document(rt, r.id).status == "indexed" for r in rows)
+
+
 def test_the_graphs_figures_measured_by_one_upload_make_the_next_estimate_of_community_reports_exact(rt, run_jobs, scripted_llm):
     """Topic A measures entity mentions, new entities and communities per entity; the same files into an empty Topic B
     then make the same graph (the scripted extraction is deterministic), so B's estimate of community reports is
