@@ -30,7 +30,17 @@ from ragtopics.storage.chunk_index import union_terms
 log = logging.getLogger(__name__)
 
 _SCAN_COUNT = 1000
-_RETURN_FIELDS = ["community_id", "title", "summary", "entity_ids", "content_hash", "method", "key_entities", "key_relationships"]
+_RETURN_FIELDS = [
+    "community_id",
+    "title",
+    "summary",
+    "entity_ids",
+    "content_hash",
+    "method",
+    "key_entities",
+    "key_relationships",
+    "sources",
+]
 #: RediSearch's scorer for :meth:`CommunityIndex.search_text`: Okapi BM25 as Robertson & Zaragoza write it.
 TEXT_SCORER = "BM25STD"
 
@@ -49,6 +59,8 @@ class CommunityRecord:
         key_entities: names of the most connected members, strongest first.
         key_relationships: ``"A - B: description"`` of the strongest internal relationships.
         method: ``"model"`` (the Community Report model wrote title and summary) or ``"graph"``.
+        sources: ``(sentence, chunk id)`` of each summary sentence taken from the documents, in order (stored,
+            not indexed); empty for a model's summary.
     """
 
     community_id: str
@@ -60,6 +72,7 @@ class CommunityRecord:
     key_entities: tuple[str, ...] = ()
     key_relationships: tuple[str, ...] = ()
     method: str = "graph"
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,7 @@ class CommunityHit:
     Attributes:
         community_id, title, summary, entity_ids, content_hash, key_entities, key_relationships, method: as stored.
         score: cosine similarity in [-1, 1] for vector search; BM25 score (> 0) for text search.
+        sources: summary sentence → the chunk id it is cited to, in the summary's order (empty when none stored).
     """
 
     community_id: str
@@ -80,6 +94,7 @@ class CommunityHit:
     key_relationships: tuple[str, ...]
     method: str
     score: float
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 class CommunityIndex:
@@ -190,6 +205,7 @@ class CommunityIndex:
             "method": record.method,
             "key_entities": json.dumps(list(record.key_entities)),
             "key_relationships": json.dumps(list(record.key_relationships)),
+            "sources": json.dumps([list(pair) for pair in record.sources]),
             "embedding": vector.tobytes(),
         }
 
@@ -326,6 +342,7 @@ def _hit(row: dict, score: float) -> CommunityHit:
         key_relationships=tuple(json.loads(row.get("key_relationships") or "[]")),
         method=row.get("method", "") or "",
         score=score,
+        sources={str(pair[0]): str(pair[1]) for pair in json.loads(row.get("sources") or "[]")},
     )
 
 
