@@ -61,6 +61,7 @@ from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.store import GraphStore
 from ragtopics.llm.gateway import MAX_CONCURRENT_CALLS, ModelGateway
 from ragtopics.prompts.templates import COMMUNITY_REPORT, PromptTemplate
+from ragtopics.storage.chunk_index import ChunkIndex
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -100,12 +101,15 @@ REPORT_FORMAT_VERSION = "1"
 GRAPH_REPORT_FORMAT = "2"
 #: Members whose ties and descriptions a graph-built summary states (the strongest, by weighted degree).
 SUMMARY_TOP_ENTITIES = 8
-#: Most summary sentences taken from one chunk, so one passage does not stand for the whole community.
+#: Most summary sentences taken from one chunk before every other chunk has had its turn, so one passage does not
+#: stand for the whole community (what is left of the summary's length is filled without the limit).
 SUMMARY_SENTENCES_PER_CHUNK = 2
 #: Two sentences whose content words overlap this much (Jaccard) say the same thing; the second is left out.
-NEAR_DUPLICATE_JACCARD = 0.6
+NEAR_DUPLICATE_JACCARD = 0.8
 #: Chunks of a community read for its distinctive terms (its strongest members' first): bounds the cost per report.
 TERM_CHUNKS_PER_COMMUNITY = 300
+#: Candidate chunks read per summary sentence to find the one that holds it (:func:`cite_chunks`).
+CITE_CANDIDATES = 20
 #: Distinctive terms a graph-built title leads with, and member names it lists after them.
 TITLE_TERMS = 2
 TITLE_NAMES = 3
@@ -173,6 +177,11 @@ class CommunityReport(BaseModel):
         default_factory=dict,
         description="Each summary sentence taken from the documents, in the summary's order, with the id of a chunk "
         "that holds it (a chunk of the relationship or member it was read from); empty for a model's summary.",
+    )
+    candidates: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="Each summary sentence's candidate chunks (not stored; :func:`cite_chunks` picks among them).",
     )
 
 
@@ -581,15 +590,47 @@ def graph_report(content: CommunityContent, terms: TopicTerms | None = None) -> 
     ranked = [e for e in content.entities if e.type != "CONCEPT"] + [e for e in content.entities if e.type == "CONCEPT"]
     distinctive = distinctive_terms(content, terms) if terms is not None else []
     title = theme_title(content, distinctive)
-    sources = summary_sentences(content)
+    candidates = summary_sentences(content)
     return CommunityReport(
         title=_clip(title, MAX_TITLE_CHARS),
-        summary=" ".join(sources) or title,
+        summary=" ".join(candidates) or title,
         key_entities=[e.name for e in ranked[:KEY_ENTITIES]],
         key_relationships=[_relationship_line(r, names) for r in content.relationships[:KEY_RELATIONSHIPS]],
         method="graph",
-        sources=sources,
+        sources={sentence: chunks[0] if chunks else "" for sentence, chunks in candidates.items()},
+        candidates=candidates,
     )
+
+
+def cite_chunks(reports: list[CommunityReport], texts: Callable[[list[str]], dict[str, str]]) -> list[CommunityReport]:
+    """Graph-built reports with each summary sentence cited to the candidate chunk whose text holds it.
+
+    A relationship of several chunks has a description merged from all of them, so its first chunk need not be
+    the one a sentence was read from. The candidates of every sentence (at most :data:`CITE_CANDIDATES` each) are
+    read at once; a sentence keeps its first candidate when none holds it (whitespace collapsed on both sides).
+
+    Args:
+        reports: reports of :func:`graph_report` (others are returned unchanged).
+        texts: chunk ids → their texts (ids not stored are left out).
+
+    Returns:
+        The reports, in order, with ``sources`` corrected.
+    """
+    wanted = list(
+        dict.fromkeys(c for r in reports for chunks in r.candidates.values() if len(chunks) > 1 for c in chunks[:CITE_CANDIDATES])
+    )
+    if not wanted:
+        return reports
+    found = {cid: " ".join(text.split()) for cid, text in texts(wanted).items()}
+    out = []
+    for report in reports:
+        sources = dict(report.sources)
+        for sentence, chunks in report.candidates.items():
+            holder = next((c for c in chunks[:CITE_CANDIDATES] if sentence in found.get(c, "")), None)
+            if holder is not None:
+                sources[sentence] = holder
+        out.append(report.model_copy(update={"sources": sources}))
+    return out
 
 
 def theme_title(content: CommunityContent, distinctive: list[Term]) -> str:
@@ -637,14 +678,16 @@ def theme_title(content: CommunityContent, distinctive: list[Term]) -> str:
     return title
 
 
-def summary_sentences(content: CommunityContent) -> dict[str, str]:
-    """The sentences of a graph-built summary, in order, each with the id of a chunk it comes from (see
-    :func:`graph_report`).
+def summary_sentences(content: CommunityContent) -> dict[str, tuple[str, ...]]:
+    """The sentences of a graph-built summary, in order, each with the chunks it may come from (see
+    :func:`graph_report`): a relationship's chunks (each names both ends) or a member's (its chunk sample), sorted;
+    :func:`cite_chunks` finds the one that holds it.
 
-    A relationship's sentence is cited to the first of its chunks by id (each of them names both ends); a
-    member's description sentence to the first of the member's chunks. Sentences cut short (``…``), under five
-    words, already said (same words, or :data:`NEAR_DUPLICATE_JACCARD` of the same content words) or a
-    heading followed by a sentence (``Title: The first sentence``, kept as the sentence) are handled as said.
+    Sentences cut short (``…``), fragments, sentences under five words and those already said (same words, or
+    :data:`NEAR_DUPLICATE_JACCARD` of the same content words) are left out; a heading run into a sentence
+    (``Title: The first sentence``) is kept as the sentence. At most :data:`SUMMARY_SENTENCES_PER_CHUNK` come
+    from one chunk until every candidate has been seen; what is left of :data:`GRAPH_SUMMARY_CHARS` is then filled
+    in the same order.
     """
     rank = {e.id: n for n, e in enumerate(content.entities)}
     top = set(list(rank)[:SUMMARY_TOP_ENTITIES])
@@ -652,25 +695,31 @@ def summary_sentences(content: CommunityContent) -> dict[str, str]:
     inner.sort(key=lambda r: (-r.strength, rank[r.source_id] + rank[r.target_id], r.source_id, r.target_id))
     outer = [r for r in content.relationships if not (r.source_id in top and r.target_id in top)]
     named = [e for e in content.entities if e.id in top and e.type != "CONCEPT"] or [e for e in content.entities if e.id in top]
-    texts = [(r.description, min(r.chunk_ids, default="")) for r in inner + outer]
-    texts += [(e.description, min(e.chunk_ids, default="")) for e in named]
-    kept: dict[str, str] = {}
+    texts = [(r.description, tuple(sorted(r.chunk_ids))) for r in inner + outer]
+    texts += [(e.description, tuple(sorted(e.chunk_ids))) for e in named]
+    candidates = [
+        (sentence, chunk)
+        for text, chunk in texts
+        for sentence in map(_without_heading, document_sentences(text))
+        if _SENTENCE.match(sentence) and len(sentence.split()) >= 5
+    ]
+    kept: dict[str, tuple[str, ...]] = {}
     words: list[set[str]] = []
     per_chunk: dict[str, int] = {}
     budget = GRAPH_SUMMARY_CHARS
-    for text, chunk in texts:
-        for raw in document_sentences(text):
-            sentence = _without_heading(raw)
-            if not _SENTENCE.match(sentence) or len(sentence.split()) < 5 or len(sentence) > budget:
+    for capped in (True, False):  # a second pass fills what is left when few chunks say much
+        for sentence, chunks in candidates:
+            first = chunks[0] if len(chunks) == 1 else ""  # a sentence of several chunks counts for none of them
+            if sentence in kept or len(sentence) > budget:
+                continue
+            if capped and first and per_chunk.get(first, 0) >= SUMMARY_SENTENCES_PER_CHUNK:
                 continue
             own = _content_words(sentence)
-            if sentence in kept or any(_jaccard(own, w) >= NEAR_DUPLICATE_JACCARD for w in words):
+            if any(_jaccard(own, w) >= NEAR_DUPLICATE_JACCARD for w in words):
                 continue
-            if chunk and per_chunk.get(chunk, 0) >= SUMMARY_SENTENCES_PER_CHUNK:
-                continue
-            kept[sentence] = chunk
+            kept[sentence] = chunks
             words.append(own)
-            per_chunk[chunk] = per_chunk.get(chunk, 0) + 1
+            per_chunk[first] = per_chunk.get(first, 0) + 1
             budget -= len(sentence) + 1
             if budget < 40:
                 return kept
@@ -750,6 +799,7 @@ def model_report(
             "title": _clip(" ".join(draft.title.split()), MAX_TITLE_CHARS) or fallback.title,
             "summary": _clip(draft.summary.strip(), MAX_SUMMARY_CHARS) or fallback.summary,
             "method": "model",
+            "sources": {} if draft.summary.strip() else fallback.sources,
         }
     )
 
@@ -922,6 +972,8 @@ def rebuild(
             lambda done: report("reports", kept + done, len(reportable)),
         )
         ev.data.update(model_calls=breaker.calls, model_failures=breaker.failures)
+        chunk_index = ChunkIndex(index.client, topic_id, dims=index.dims)
+        reports = cite_chunks(reports, lambda ids: {cid: hit.text for cid, hit in chunk_index.read_hits(ids)[0].items()})
     report("write", 0, 1)
     stale = sorted(set(stored) - {c.id for c in reportable})
     with trace.step("write_reports", written=len(changed), deleted=len(stale)):
