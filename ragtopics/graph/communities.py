@@ -30,9 +30,13 @@ members' names, types and descriptions and the internal relationships' descripti
 
 Reports: with a real Community Report endpoint, one typed model call per changed
 community writes title and summary; with the bundled model (too small to summarise)
-or when the call fails the report is built from the graph alone. Either way the key
+or when the call fails the report is built from the graph alone (:func:`graph_report`: a
+title from the community's distinctive names and kinds of things, a summary of the documents'
+sentences that state its strongest relationships, each cited to a chunk). Either way the key
 entities and relationships come from the graph (strongest first), so a report is
-useful even when the model is small. Its ``method`` says which it was.
+useful even when the model is small. Its ``method`` says which it was. A graph-built report's
+stored hash also carries :data:`GRAPH_REPORT_FORMAT`, so a new offline format rewrites those
+reports once and leaves the model's alone (:func:`stored_hash`).
 """
 
 from __future__ import annotations
@@ -571,17 +575,16 @@ def graph_report(content: CommunityContent, terms: TopicTerms | None = None) -> 
     """A report built from the graph alone: a title that says what the community is about, and a summary in the
     documents' own sentences, each with a chunk to cite.
 
-    * **Title** (:func:`theme_title`): the community's most distinctive terms against the whole Topic
-      (:func:`distinctive_terms`, c-TF-IDF), noun phrases and groups first; the kinds of its named members
-      ("people and works"); then its most connected named members: ``Hindi films and Bollywood: people and works
-      (Shabana Azmi, Amitabh Bachchan …)``. Without ``terms``, or when no term is named in two of its chunks, the
-      title leads with its strongest named members.
+    * **Title** (:func:`theme_title`): the community's most distinctive names and kinds of things against the
+      whole Topic (:func:`distinctive_terms`, log-likelihood keyness), then its strongest named members:
+      ``Indian and Shabana Azmi: films and actresses (India, Bollywood, West Bengal …)``. Without ``terms``, or
+      when no term is counted twice in it, the title lists its strongest members, named ones first.
     * **Summary** (:func:`summary_sentences`): the sentences that state the relationships among its
       :data:`SUMMARY_TOP_ENTITIES` strongest members (strongest relationship first), then its other internal
-      relationships, then what the documents say of its strongest named members; each sentence once (near
-      duplicates and a heading line run into a sentence left out), at most :data:`SUMMARY_SENTENCES_PER_CHUNK` per
-      chunk, up to :data:`GRAPH_SUMMARY_CHARS`. Offline, GLOBAL quotes the summary sentences closest to the
-      question (:mod:`ragtopics.graph.global_search`) and cites the chunk each came from (``sources``).
+      relationships, then what the documents say of its strongest named members; whole sentences, each once,
+      up to :data:`GRAPH_SUMMARY_CHARS`. ``sources`` cites each to the first of its candidate chunks
+      (``candidates``; :func:`cite_chunks` then picks the one whose text holds it). Offline, GLOBAL quotes the
+      summary sentences (:mod:`ragtopics.graph.global_search`) and cites the document of each.
 
     Returns:
         A report with ``method="graph"``.

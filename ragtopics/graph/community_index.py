@@ -2,7 +2,8 @@
 
 Each community report is a Redis hash under ``rt:{topic_id}:community:{community_id}``
 holding its title, summary, member entity ids, content hash, how it was written
-(``model`` or ``graph``), the key entities and relationships (stored, not indexed) and a
+(``model`` or ``graph``), the key entities and relationships and, for a report built from the
+graph, the chunk each summary sentence is cited to (stored, not indexed) and a
 float32 embedding of title and summary. The index serves vector KNN (cosine) and BM25
 full-text search over title and summary; GLOBAL search reads it.
 

@@ -17,9 +17,12 @@ the community reports written in Phase B, as Microsoft GraphRAG's global search 
    summary's sentences and key relationships are ranked by cosine similarity to the
    question with the bundled embedding model and the best :data:`POINTS_PER_REPORT` kept;
    for an overview question, by similarity to the summary's own centroid (its most
-   representative sentences), in the communities' size order.
+   representative sentences), in the communities' size order. A report built from the graph
+   offers its documents' sentences, each cited to a chunk, and its evidence item then carries
+   the document of each kept point (:func:`point_provenance`), so an offline answer cites them.
 3. **Reduce**: the answer stage writes one answer from the kept points (the evidence
-   items returned here, kind ``community_report``, without source files) and streams it.
+   items returned here, kind ``community_report``; without source files when a model read
+   the summaries) and streams it.
 
 None of the summaries above the threshold, or no community run yet: an empty context
 whose note says why (the answer stage gives the no-results message).
