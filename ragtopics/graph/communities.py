@@ -112,6 +112,9 @@ SUMMARY_SENTENCES_PER_CHUNK = 2
 NEAR_DUPLICATE_JACCARD = 0.8
 #: Chunks of a community read for its distinctive terms (its strongest members' first): bounds the cost per report.
 TERM_CHUNKS_PER_COMMUNITY = 300
+#: Description text read for a graph-built summary, in multiples of its length (the strongest ties' first): bounds
+#: the sentence splitting of a community with thousands of relationships.
+CANDIDATE_CHARS_FACTOR = 6
 #: Candidate chunks read per summary sentence to find the one that holds it (:func:`cite_chunks`).
 CITE_CANDIDATES = 20
 #: Distinctive terms a graph-built title leads with, and member names it lists after them.
@@ -700,12 +703,15 @@ def summary_sentences(content: CommunityContent) -> dict[str, tuple[str, ...]]:
     named = [e for e in content.entities if e.id in top and e.type != "CONCEPT"] or [e for e in content.entities if e.id in top]
     texts = [(r.description, tuple(sorted(r.chunk_ids))) for r in inner + outer]
     texts += [(e.description, tuple(sorted(e.chunk_ids))) for e in named]
-    candidates = [
-        (sentence, chunk)
-        for text, chunk in texts
-        for sentence in map(_without_heading, document_sentences(text))
-        if _SENTENCE.match(sentence) and len(sentence.split()) >= 5
-    ]
+    candidates: list[tuple[str, tuple[str, ...]]] = []
+    read = 0
+    for text, chunks in texts:  # in order, until there is CANDIDATE_CHARS_FACTOR times the summary's length to pick from
+        if read >= CANDIDATE_CHARS_FACTOR * GRAPH_SUMMARY_CHARS:
+            break
+        read += len(text)
+        for sentence in map(_without_heading, document_sentences(text)):
+            if _SENTENCE.match(sentence) and len(sentence.split()) >= 5:
+                candidates.append((sentence, chunks))
     kept: dict[str, tuple[str, ...]] = {}
     words: list[set[str]] = []
     per_chunk: dict[str, int] = {}
