@@ -426,6 +426,23 @@ def theme_quotes(
     return out
 
 
+def point_index(text: str, sentence: str) -> int | None:
+    """Which point of a community report text (``Community: <title>`` then ``- <point>`` lines) a quoted sentence
+    comes from: its 0-based index among the point lines, or None when no point holds it.
+
+    Args:
+        text: the report text as GLOBAL renders it.
+        sentence: a quote's text (a sentence of one point, possibly clipped with ``…``).
+    """
+    wanted = " ".join(sentence.removesuffix("…").split())
+    points = [line[2:] for line in text.splitlines() if line.startswith("- ")]
+    for n, point in enumerate(points):
+        said = " ".join(_RELATIONSHIP_HEAD.sub("", point).split())
+        if wanted and (wanted in said or said in wanted):
+            return n
+    return None
+
+
 def _central_sentences(passage: Passage, embed: Callable[[list[str]], np.ndarray]) -> list[Quote]:
     """A passage's sentences by cosine to the mean of their vectors (the most representative first)."""
     sentences = split_sentences(passage.text)[:MAX_CANDIDATES]

@@ -26,11 +26,13 @@ from ragtopics.answer.connected import ToolResult, parse_question, tool_message,
 from ragtopics.answer.context import Context, Evidence, RetrievalQuery, Retriever, SearchProgress, Source, assign_codes
 from ragtopics.answer.extractive import (
     Passage,
+    Quote,
     choose_quotes,
     compose_answer,
     compose_themes,
     is_overview,
     lead_line,
+    point_index,
     rank_sentences,
     theme_quotes,
 )
@@ -566,7 +568,7 @@ class _Turn:
         quotable = [code for code, item in coded.items() if item.kind in QUOTABLE_KINDS] or list(coded)
         passages = [Passage(code, coded[code].text, rank) for rank, code in enumerate(quotable)]
         if passages and all(coded[code].kind == "community_report" for code in quotable):
-            return (yield from self.quote_themes(passages, files))
+            return (yield from self.quote_themes(passages, files, coded))
         with self.trace.step("answer", route=self.route, method="extractive") as ev:
             quotes = self.select_quotes(passages)
             lead = lead_line([(q.code, coded[q.code].file_names) for q in quotes], fallback=SUMMARIES_LEAD)
@@ -581,9 +583,14 @@ class _Turn:
         yield from self.show_words(raw, files)
         return raw
 
-    def quote_themes(self, passages: list[Passage], files: dict[str, list[str]]) -> Generator[ChatUpdate, None, str]:
+    def quote_themes(
+        self, passages: list[Passage], files: dict[str, list[str]], coded: dict[str, Evidence]
+    ) -> Generator[ChatUpdate, None, str]:
         """An overview answer from community summaries alone: one titled line per community (see
-        :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none)."""
+        :func:`~ragtopics.answer.extractive.theme_quotes`), shown word by word; returns it ("" when none).
+
+        A line whose quoted point has a document of its own cites that document alone: ``files`` (code → file
+        names, as the final answer renders its citations) is updated in place (:func:`theme_files`)."""
         with self.trace.step("answer", route=self.route, method="extractive", form="themes") as ev:
             themes = theme_quotes(
                 self.question,
@@ -592,6 +599,7 @@ class _Turn:
                 overview=is_overview(self.question),
             )
             raw = compose_themes(themes, lead=SUMMARIES_LEAD, note=self.extractive_note())
+            files.update(theme_files(themes, coded))
             ev.data.update(
                 quotes=[{"code": q.code, "title": title, "sentence": q.text, "score": round(q.score, 4)} for title, q in themes],
                 raw_answer=raw,
@@ -798,6 +806,29 @@ class _Candidate:
     code: str
     file: str
     text: str
+
+
+def theme_files(themes: list[tuple[str, Quote]], coded: dict[str, Evidence]) -> dict[str, list[str]]:
+    """The file each theme line cites: the document of the point it quotes, when its summary's provenance is given
+    point by point (:func:`~ragtopics.graph.global_search.point_provenance`); other codes are left out.
+
+    Args:
+        themes: ``(title, quote)`` per line (:func:`~ragtopics.answer.extractive.theme_quotes`).
+        coded: citation code → the community report evidence.
+
+    Returns:
+        Code → ``[file name]`` for the lines whose point has a document.
+    """
+    out: dict[str, list[str]] = {}
+    for _, quote in themes:
+        item = coded.get(quote.code)
+        if item is None or not item.provenance:
+            continue
+        n = point_index(item.text, quote.text)
+        points = sum(1 for line in item.text.splitlines() if line.startswith("- "))
+        if n is not None and len(item.provenance) == points:
+            out[quote.code] = [item.provenance[n].file_name]
+    return out
 
 
 def _linked(rt: Runtime, sources: list[Source]) -> list[Source]:

@@ -30,9 +30,13 @@ members' names, types and descriptions and the internal relationships' descripti
 
 Reports: with a real Community Report endpoint, one typed model call per changed
 community writes title and summary; with the bundled model (too small to summarise)
-or when the call fails the report is built from the graph alone. Either way the key
+or when the call fails the report is built from the graph alone (:func:`graph_report`: a
+title from the community's distinctive names and kinds of things, a summary of the documents'
+sentences that state its strongest relationships, each cited to a chunk). Either way the key
 entities and relationships come from the graph (strongest first), so a report is
-useful even when the model is small. Its ``method`` says which it was.
+useful even when the model is small. Its ``method`` says which it was. A graph-built report's
+stored hash also carries :data:`GRAPH_REPORT_FORMAT`, so a new offline format rewrites those
+reports once and leaves the model's alone (:func:`stored_hash`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -52,12 +58,14 @@ import igraph
 import redis
 from pydantic import BaseModel, Field
 
+from ragtopics.answer.extractive import split_sentences as extractive_sentences
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship
-from ragtopics.graph.store import GraphStore, split_sentences
+from ragtopics.graph.store import GraphStore
 from ragtopics.llm.gateway import MAX_CONCURRENT_CALLS, ModelGateway
 from ragtopics.prompts.templates import COMMUNITY_REPORT, PromptTemplate
+from ragtopics.storage.chunk_index import ChunkIndex
 from ragtopics.tracing.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -91,6 +99,45 @@ REPORT_MAX_TOKENS = 600
 MAX_CONSECUTIVE_MODEL_FAILURES = 3
 #: Part of every content hash: raising it rewrites every report at the next run.
 REPORT_FORMAT_VERSION = "1"
+#: Version of the report built from the graph alone (:func:`graph_report`). It is part of the hash stored with such
+#: a report (:func:`stored_hash`), so raising it rewrites the graph-built reports once at the next run and leaves
+#: the reports a model wrote (and their model calls) alone.
+GRAPH_REPORT_FORMAT = "2"
+#: Members whose ties and descriptions a graph-built summary states (the strongest, by weighted degree).
+SUMMARY_TOP_ENTITIES = 8
+#: Most summary sentences taken from one chunk before every other chunk has had its turn, so one passage does not
+#: stand for the whole community (what is left of the summary's length is filled without the limit).
+SUMMARY_SENTENCES_PER_CHUNK = 2
+#: Two sentences whose content words overlap this much (Jaccard) say the same thing; the second is left out.
+NEAR_DUPLICATE_JACCARD = 0.8
+#: Chunks of a community read for its distinctive terms (its strongest members' first): bounds the cost per report.
+TERM_CHUNKS_PER_COMMUNITY = 300
+#: Description text read for a graph-built summary, in multiples of its length (the strongest ties' first): bounds
+#: the sentence splitting of a community with thousands of relationships.
+CANDIDATE_CHARS_FACTOR = 6
+#: Candidate chunks read per summary sentence to find the one that holds it (:func:`cite_chunks`).
+CITE_CANDIDATES = 20
+#: Distinctive terms a graph-built title leads with, and member names it lists after them.
+TITLE_TERMS = 2
+TITLE_NAMES = 3
+#: Entity types that say what a community is about rather than who is in it: noun phrases (CONCEPT), groups
+#: and nationalities, languages, events and laws. A title leads with such terms when the community has any.
+DESCRIPTIVE_TYPES = frozenset({"CONCEPT", "GROUP", "LANGUAGE", "EVENT", "LAW"})
+#: Plural nouns for the member types a title names ("people and works"); other types are lower-cased with an "s".
+TYPE_NOUNS = {
+    "PERSON": "people",
+    "PLACE": "places",
+    "ORGANIZATION": "organizations",
+    "WORK": "works",
+    "PRODUCT": "products",
+    "EVENT": "events",
+    "GROUP": "groups",
+    "LANGUAGE": "languages",
+    "LAW": "laws",
+    "CODE": "codes",
+}
+#: A member type is named in the title when at least this share of the named members has it.
+TITLE_TYPE_SHARE = 0.25
 
 #: ``progress(phase, done, total)``, as in the upload pipeline; phases ``detect``, ``reports``, ``write``.
 ProgressFn = Callable[[str, int, int], None]
@@ -132,6 +179,16 @@ class CommunityReport(BaseModel):
     )
     method: Literal["model", "graph"] = Field(
         "graph", description="model: written by the Community Report model; graph: built from the graph alone."
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each summary sentence taken from the documents, in the summary's order, with the id of a chunk "
+        "that holds it (a chunk of the relationship or member it was read from); empty for a model's summary.",
+    )
+    candidates: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="Each summary sentence's candidate chunks (not stored; :func:`cite_chunks` picks among them).",
     )
 
 
@@ -347,50 +404,366 @@ def community_content(
     return CommunityContent(community, tuple(members), tuple(rels))
 
 
-def graph_report(content: CommunityContent) -> CommunityReport:
-    """A report built from the graph alone, in the documents' own sentences.
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A term of a community's chunks, weighed against the whole Topic (:func:`distinctive_terms`).
 
-    * **Title**: the three members with the strongest ties inside the community, named entities
-      (people, places, works...) before noun phrases (CONCEPT), which make poor titles ("liner
-      notes", "the film").
-    * **Summary**: the sentences behind the community's strongest relationships (the text that ties
-      its members together), each once, then the description sentences of its top named members,
-      up to :data:`GRAPH_SUMMARY_CHARS`. Offline, GLOBAL quotes the summary sentences most similar to
-      the question (:mod:`ragtopics.graph.global_search`), so they are kept as the documents wrote them.
+    Attributes:
+        text: an entity's name, or the head noun of noun phrases in the plural ("airports").
+        kind: ``"name"`` (a named entity: person, place, group…) or ``"head"`` (what noun phrases name).
+        tf: how many of the community's chunks name it.
+        weight: its keyness in the community (:func:`keyness`, G²).
+        entity: the entity, for a name; None for a head noun.
+    """
+
+    text: str
+    kind: Literal["name", "head"]
+    tf: int
+    weight: float
+    entity: Entity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTerms:
+    """What the distinctive terms of a community are weighed against: the whole Topic's entities and sentences.
+
+    Attributes:
+        entities: every entity of the Topic by id.
+        by_chunk: chunk id → ids of the named entities (not noun phrases) that name it (each entity's chunk sample).
+        nouns: the head nouns of the Topic's noun phrases (CONCEPT names: "public use airport" → ``airport``), singular.
+        noun_sentences: noun → how many distinct sentences of the Topic's entity descriptions hold it.
+        chunks: chunks of the Topic that name an entity.
+        sentences: distinct sentences of the Topic's entity descriptions.
+    """
+
+    entities: dict[str, Entity]
+    by_chunk: dict[str, tuple[str, ...]]
+    nouns: frozenset[str]
+    noun_sentences: dict[str, int]
+    chunks: int
+    sentences: int
+
+    @classmethod
+    def of(cls, entities: Iterable[Entity]) -> TopicTerms:
+        """The statistics of a Topic's entities (one pass over their names, chunk samples and descriptions)."""
+        by_id = {e.id: e for e in entities}
+        by_chunk: dict[str, list[str]] = {}
+        for e in by_id.values():
+            if e.type != "CONCEPT":
+                for cid in e.chunk_ids:
+                    by_chunk.setdefault(cid, []).append(e.id)
+        nouns = frozenset(n for e in by_id.values() if e.type == "CONCEPT" for n in [head_noun(e.name)] if n)
+        counts: dict[str, int] = {}
+        sentences = _distinct_sentences(by_id.values())
+        for noun in (n for sentence in sentences for n in _nouns_in(sentence, nouns)):
+            counts[noun] = counts.get(noun, 0) + 1
+        every_chunk = {c for e in by_id.values() for c in e.chunk_ids}
+        return cls(by_id, {c: tuple(ids) for c, ids in by_chunk.items()}, nouns, counts, len(every_chunk), len(sentences))
+
+
+#: Head nouns that name no kind of thing ("the vast majority", "a number of", "part").
+_EMPTY_HEADS = frozenset(
+    {"majority", "number", "part", "lot", "kind", "type", "sort", "member", "one", "time", "way", "year", "day", "end", "use"}
+    | {"north", "south", "east", "west", "side", "top", "bottom", "beginning", "rest", "name", "word", "thing"}
+)
+_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+def head_noun(phrase: str) -> str:
+    """The head noun of an English noun phrase, lower-cased and singular: its last word
+    ("public use airport" → ``airport``, "Bollywood actresses" → ``actress``, "the cities" → ``city``).
+
+    Returns:
+        "" when the last word is not a lower-case word of at least three letters (a name, a number, a code) or
+        names no kind of thing (:data:`_EMPTY_HEADS`).
+    """
+    words = _WORD.findall(phrase)
+    if not words or not words[-1].islower() or not words[-1].isascii() or len(words[-1]) < 3:
+        return ""
+    word = _singular(words[-1])
+    return "" if word in _EMPTY_HEADS else word
+
+
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "oes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def plural(noun: str) -> str:
+    """An English noun in the plural by the regular rules (``city`` → ``cities``, ``actress`` → ``actresses``)."""
+    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + ("es" if noun.endswith(("s", "x", "z", "ch", "sh")) else "s")
+
+
+def _distinct_sentences(entities: Iterable[Entity]) -> set[str]:
+    return {s for e in entities for s in re.split(r"(?<=[.!?])\s+", e.description) if s}
+
+
+def _nouns_in(sentence: str, nouns: frozenset[str]) -> set[str]:
+    return {n for w in _WORD.findall(sentence) if w.islower() and w.isascii() for n in [_singular(w)] if n in nouns}
+
+
+def keyness(a: int, inside: int, f: int, total: int) -> float:
+    """Log-likelihood keyness (G²) of a term counted ``a`` times in ``inside`` units of a community and ``f`` times
+    in ``total`` units of the whole Topic (Dunning 1993, "Accurate methods for the statistics of surprise and
+    coincidence"; as corpus linguistics ranks the key words of a text against a reference corpus, Rayson & Garside
+    2000): ``2 · Σ O · ln(O / E)`` over the community and the rest, 0 when the term is not more frequent inside.
+
+    Unlike TF-IDF's ``tf · log(1 + A / f)`` (BERTopic's class-based c-TF-IDF, tried first), which ranked words met
+    twice in the whole Topic above a community's main subject ("phones" above "films"), G² grows with the evidence,
+    so a term must be both over-represented and frequent in the community to rank high.
+    """
+    f = max(f, a)
+    total = max(total, inside, 1)
+    expected = inside * f / total
+    if a <= expected or inside >= total:
+        return 0.0
+    rest, rest_expected = f - a, (total - inside) * f / total
+    return 2.0 * (a * math.log(a / expected) + (rest * math.log(rest / rest_expected) if rest else 0.0))
+
+
+def distinctive_terms(content: CommunityContent, terms: TopicTerms) -> list[Term]:
+    """The terms frequent in a community's text and rare in the rest of the Topic, best first, by :func:`keyness`.
+
+    Two kinds of terms, each weighed against its own counts in the whole Topic:
+
+    * **names**, the graph's named entities (not noun phrases), counted in chunks: how many of the community's
+      chunks name one (its members' chunks, at most :data:`TERM_CHUNKS_PER_COMMUNITY`, strongest members first)
+      against its mentions among all the Topic's chunks;
+    * **nouns**, the head nouns of the Topic's noun phrases (``airport``, ``film``), counted in sentences: how many
+      distinct sentences of the members' descriptions (the documents' sentences that name them) hold one, against
+      the same over every entity of the Topic. They say what kind of things a community is about.
+
+    Returns:
+        Every term counted at least twice in the community (once is no theme) and over-represented in it, by
+        weight, then by text.
+    """
+    chunks: dict[str, None] = {}
+    for member in content.entities:
+        for cid in sorted(member.chunk_ids):
+            chunks.setdefault(cid)
+        if len(chunks) >= TERM_CHUNKS_PER_COMMUNITY:
+            break
+    read = list(chunks)[:TERM_CHUNKS_PER_COMMUNITY]
+    names: dict[str, int] = {}
+    for cid in read:
+        for eid in terms.by_chunk.get(cid, ()):
+            names[eid] = names.get(eid, 0) + 1
+    sentences = _distinct_sentences(content.entities)
+    nouns: dict[str, int] = {}
+    for sentence in sentences:
+        for noun in _nouns_in(sentence, terms.nouns):
+            nouns[noun] = nouns.get(noun, 0) + 1
+    out = [
+        Term(e.name, "name", n, keyness(n, len(read), e.mentions, terms.chunks), e)
+        for eid, n in names.items()
+        if n >= 2
+        for e in [terms.entities[eid]]
+    ]
+    out += [
+        Term(plural(noun), "head", n, keyness(n, len(sentences), terms.noun_sentences.get(noun, 0), terms.sentences))
+        for noun, n in nouns.items()
+        if n >= 2
+    ]
+    return sorted((t for t in out if t.weight > 0), key=lambda t: (-t.weight, t.text.casefold()))
+
+
+def graph_report(content: CommunityContent, terms: TopicTerms | None = None) -> CommunityReport:
+    """A report built from the graph alone: a title that says what the community is about, and a summary in the
+    documents' own sentences, each with a chunk to cite.
+
+    * **Title** (:func:`theme_title`): the community's most distinctive names and kinds of things against the
+      whole Topic (:func:`distinctive_terms`, log-likelihood keyness), then its strongest named members:
+      ``Indian and Shabana Azmi: films and actresses (India, Bollywood, West Bengal …)``. Without ``terms``, or
+      when no term is counted twice in it, the title lists its strongest members, named ones first.
+    * **Summary** (:func:`summary_sentences`): the sentences that state the relationships among its
+      :data:`SUMMARY_TOP_ENTITIES` strongest members (strongest relationship first), then its other internal
+      relationships, then what the documents say of its strongest named members; whole sentences, each once,
+      up to :data:`GRAPH_SUMMARY_CHARS`. ``sources`` cites each to the first of its candidate chunks
+      (``candidates``; :func:`cite_chunks` then picks the one whose text holds it). Offline, GLOBAL quotes the
+      summary sentences (:mod:`ragtopics.graph.global_search`) and cites the document of each.
 
     Returns:
         A report with ``method="graph"``.
     """
     names = {e.id: e.name for e in content.entities}
-    named = [e for e in content.entities if e.type != "CONCEPT"]
-    ranked = named + [e for e in content.entities if e.type == "CONCEPT"]
-    top = [e.name for e in ranked[:3]]
-    title = top[0] if len(top) == 1 else f"{', '.join(top[:-1])} and {top[-1]}"
-    more = len(content.entities) - len(top)
-    title = f"{title} (+{more} more)" if more > 0 else title
-    sentences: list[str] = []
-    seen: set[str] = set()
-    budget = GRAPH_SUMMARY_CHARS
-    texts = [r.description for r in content.relationships] + [e.description for e in (named or ranked)]
-    for sentence in (s for text in texts for s in split_sentences(text)):
-        key = " ".join(sentence.casefold().split())
-        if key in seen or len(sentence) > budget:
-            continue
-        seen.add(key)
-        sentences.append(sentence)
-        budget -= len(sentence) + 1
-        if budget < 40:
-            break
-    unnamed = [e.name for e in ranked if not e.description][:10]
-    if unnamed and budget > 20:
-        sentences.append(_clip(f"Also: {', '.join(unnamed)}.", budget))
+    ranked = [e for e in content.entities if e.type != "CONCEPT"] + [e for e in content.entities if e.type == "CONCEPT"]
+    distinctive = distinctive_terms(content, terms) if terms is not None else []
+    title = theme_title(content, distinctive)
+    candidates = summary_sentences(content)
     return CommunityReport(
         title=_clip(title, MAX_TITLE_CHARS),
-        summary=" ".join(sentences) or title,
+        summary=" ".join(candidates) or title,
         key_entities=[e.name for e in ranked[:KEY_ENTITIES]],
         key_relationships=[_relationship_line(r, names) for r in content.relationships[:KEY_RELATIONSHIPS]],
         method="graph",
+        sources={sentence: chunks[0] if chunks else "" for sentence, chunks in candidates.items()},
+        candidates=candidates,
     )
+
+
+def cite_chunks(reports: list[CommunityReport], texts: Callable[[list[str]], dict[str, str]]) -> list[CommunityReport]:
+    """Graph-built reports with each summary sentence cited to the candidate chunk whose text holds it.
+
+    A relationship of several chunks has a description merged from all of them, so its first chunk need not be
+    the one a sentence was read from. The candidates of every sentence (at most :data:`CITE_CANDIDATES` each) are
+    read at once; a sentence keeps its first candidate when none holds it (whitespace collapsed on both sides).
+
+    Args:
+        reports: reports of :func:`graph_report` (others are returned unchanged).
+        texts: chunk ids → their texts (ids not stored are left out).
+
+    Returns:
+        The reports, in order, with ``sources`` corrected.
+    """
+    wanted = list(
+        dict.fromkeys(c for r in reports for chunks in r.candidates.values() if len(chunks) > 1 for c in chunks[:CITE_CANDIDATES])
+    )
+    if not wanted:
+        return reports
+    found = {cid: " ".join(text.split()) for cid, text in texts(wanted).items()}
+    out = []
+    for report in reports:
+        sources = dict(report.sources)
+        for sentence, chunks in report.candidates.items():
+            holder = next((c for c in chunks[:CITE_CANDIDATES] if sentence in found.get(c, "")), None)
+            if holder is not None:
+                sources[sentence] = holder
+        out.append(report.model_copy(update={"sources": sources}))
+    return out
+
+
+def theme_title(content: CommunityContent, distinctive: list[Term]) -> str:
+    """``<names>: <kinds> (<members> …)``: what a community is about, then who is in it.
+
+    Args:
+        content: the community, members strongest first.
+        distinctive: its :func:`distinctive_terms`, best first.
+
+    Returns:
+        The title: its :data:`TITLE_TERMS` most distinctive names (its strongest named members when none is
+        named in two of its chunks), then its two most distinctive kinds of things (head nouns; else the member
+        types held by at least :data:`TITLE_TYPE_SHARE` of its named members: "people and works"), then up to
+        :data:`TITLE_NAMES` of its strongest named members not already named (``…`` when there are more members).
+        A community whose chunks give no distinctive term is titled by its strongest members, named ones first.
+    """
+    named = [e for e in content.entities if e.type != "CONCEPT"]
+    lead: list[str] = []
+    for term in (t for t in distinctive if t.kind == "name"):
+        key = term.text.casefold()
+        if len(lead) < TITLE_TERMS and not any(key in k.casefold() or k.casefold() in key for k in lead):
+            lead.append(term.text)
+    kinds = [t.text for t in distinctive if t.kind == "head"][:2]
+    if not lead and not kinds:
+        ranked = named + [e for e in content.entities if e.type == "CONCEPT"]
+        top = [e.name for e in ranked[:3]]
+        title = top[0] if len(top) == 1 else f"{', '.join(top[:-1])} and {top[-1]}"
+        more = len(content.entities) - len(top)
+        return f"{title} (+{more} more)" if more > 0 else title
+    lead = lead or [e.name for e in named[:TITLE_TERMS]]
+    if not kinds:
+        counts: dict[str, int] = {}
+        for e in named:
+            counts[e.type] = counts.get(e.type, 0) + 1
+        types = [t for t, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])) if n >= TITLE_TYPE_SHARE * len(named)]
+        kinds = [TYPE_NOUNS.get(t, t.lower().replace("_", " ") + "s") for t in types[:2]]
+    head = " and ".join(lead) if lead else ""
+    title = ": ".join(part for part in (head, " and ".join(kinds)) if part)
+    title = title[:1].upper() + title[1:]
+    shown = {n.casefold() for n in lead}
+    people = [e.name for e in named if e.name.casefold() not in shown][:TITLE_NAMES]
+    if people:
+        rest = " …" if len(content.entities) > len(lead) + len(people) else ""
+        title += f" ({', '.join(people)}{rest})"
+    return title
+
+
+def summary_sentences(content: CommunityContent) -> dict[str, tuple[str, ...]]:
+    """The sentences of a graph-built summary, in order, each with the chunks it may come from (see
+    :func:`graph_report`): a relationship's chunks (each names both ends) or a member's (its chunk sample), sorted;
+    :func:`cite_chunks` finds the one that holds it.
+
+    Sentences cut short (``…``), fragments, sentences under five words and those already said (same words, or
+    :data:`NEAR_DUPLICATE_JACCARD` of the same content words) are left out; a heading run into a sentence
+    (``Title: The first sentence``) is kept as the sentence. At most :data:`SUMMARY_SENTENCES_PER_CHUNK` come
+    from one chunk until every candidate has been seen; what is left of :data:`GRAPH_SUMMARY_CHARS` is then filled
+    in the same order.
+    """
+    rank = {e.id: n for n, e in enumerate(content.entities)}
+    top = set(list(rank)[:SUMMARY_TOP_ENTITIES])
+    inner = [r for r in content.relationships if r.source_id in top and r.target_id in top]
+    inner.sort(key=lambda r: (-r.strength, rank[r.source_id] + rank[r.target_id], r.source_id, r.target_id))
+    outer = [r for r in content.relationships if not (r.source_id in top and r.target_id in top)]
+    named = [e for e in content.entities if e.id in top and e.type != "CONCEPT"] or [e for e in content.entities if e.id in top]
+    texts = [(r.description, tuple(sorted(r.chunk_ids))) for r in inner + outer]
+    texts += [(e.description, tuple(sorted(e.chunk_ids))) for e in named]
+    candidates: list[tuple[str, tuple[str, ...]]] = []
+    read = 0
+    for text, chunks in texts:  # in order, until there is CANDIDATE_CHARS_FACTOR times the summary's length to pick from
+        if read >= CANDIDATE_CHARS_FACTOR * GRAPH_SUMMARY_CHARS:
+            break
+        read += len(text)
+        for sentence in map(_without_heading, document_sentences(text)):
+            if _SENTENCE.match(sentence) and len(sentence.split()) >= 5:
+                candidates.append((sentence, chunks))
+    kept: dict[str, tuple[str, ...]] = {}
+    words: list[set[str]] = []
+    per_chunk: dict[str, int] = {}
+    budget = GRAPH_SUMMARY_CHARS
+    for capped in (True, False):  # a second pass fills what is left when few chunks say much
+        for sentence, chunks in candidates:
+            first = chunks[0] if len(chunks) == 1 else ""  # a sentence of several chunks counts for none of them
+            if sentence in kept or len(sentence) > budget:
+                continue
+            if capped and first and per_chunk.get(first, 0) >= SUMMARY_SENTENCES_PER_CHUNK:
+                continue
+            own = _content_words(sentence)
+            if any(_jaccard(own, w) >= NEAR_DUPLICATE_JACCARD for w in words):
+                continue
+            kept[sentence] = chunks
+            words.append(own)
+            per_chunk[first] = per_chunk.get(first, 0) + 1
+            budget -= len(sentence) + 1
+            if budget < 40:
+                return kept
+    return kept
+
+
+#: A whole sentence: it starts with a capital letter, a digit or an opening quote and ends with a full stop, a
+#: question or exclamation mark (a closing quote or bracket after it allowed); a clipped one (``…``) or a fragment
+#: ("of authorized translations is …", "(IATA: ALY) is …") is not.
+_SENTENCE = re.compile(r"""^["'“‘]?[A-Z0-9À-Ý].*[.!?]["'”’)]?$""", re.DOTALL)
+#: ``Heading: Sentence``: a heading line that NLP extraction joined to the sentence after it (up to eight words,
+#: no sentence end inside), followed by a capitalised sentence.
+_HEADING = re.compile(r"^(?:[^.!?:]{1,80}?): (?=[A-Z0-9\"'(])")
+_CONTENT_WORD = re.compile(r"[^\W_]+")
+
+
+def document_sentences(text: str) -> list[str]:
+    """A description's sentences as spaCy's rule-based sentencizer cuts them (it keeps "J. K. Rowling" and "U.S."
+    whole, where a split at every full stop does not; :func:`~ragtopics.answer.extractive.split_sentences`)."""
+    return extractive_sentences(text)
+
+
+def _without_heading(sentence: str) -> str:
+    match = _HEADING.match(sentence)
+    if match and len(match.group(0).split()) <= 8 and len(sentence[match.end() :].split()) >= 5:
+        return sentence[match.end() :]
+    return sentence
+
+
+def _content_words(sentence: str) -> set[str]:
+    return {w for w in _CONTENT_WORD.findall(sentence.casefold()) if len(w) > 3}
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
 
 
 def report_prompt(content: CommunityContent, template: PromptTemplate = COMMUNITY_REPORT) -> str:
@@ -435,6 +808,7 @@ def model_report(
             "title": _clip(" ".join(draft.title.split()), MAX_TITLE_CHARS) or fallback.title,
             "summary": _clip(draft.summary.strip(), MAX_SUMMARY_CHARS) or fallback.summary,
             "method": "model",
+            "sources": {} if draft.summary.strip() else fallback.sources,
         }
     )
 
@@ -495,11 +869,12 @@ def _write_report(
     breaker: _ModelBreaker,
     template: PromptTemplate,
     overrides: dict[str, str],
+    terms: TopicTerms | None = None,
 ) -> tuple[CommunityReport, Trace]:
     """One community's report and a private trace of its model call (merged into the run's trace in order)."""
     trace = Trace("communities", content.community.id, overrides)
     if not use_model or breaker.is_open():
-        return graph_report(content), trace
+        return graph_report(content, terms), trace
     try:
         report = model_report(content, gateway, template=template, trace=trace)
         breaker.record(called=True, failed=False, unreachable=False)
@@ -508,16 +883,23 @@ def _write_report(
         breaker.record(called=True, failed=True, unreachable=not isinstance(exc, StructuredOutputError))
         log.warning("community %s: report model failed (%s); building the report from the graph", content.community.id, exc)
         trace.add("community_report_failed", community_id=content.community.id, error=str(exc)[:500])
-        return graph_report(content), trace
+        return graph_report(content, terms), trace
+
+
+def stored_hash(community: Community, method: str) -> str:
+    """The hash stored with a report: the community's content hash for a model's report; for one built from the
+    graph, that hash followed by ``/graph-`` and :data:`GRAPH_REPORT_FORMAT` (a new offline format is not current)."""
+    return community.content_hash if method == "model" else f"{community.content_hash}/graph-{GRAPH_REPORT_FORMAT}"
 
 
 def is_current(stored: tuple[str, str] | None, community: Community, *, use_model: bool) -> bool:
-    """Whether a stored report (``(content_hash, method)``) still serves ``community``.
+    """Whether a stored report (``(stored hash, method)``) still serves ``community``.
 
-    Same content is enough, except that a report built from the graph is written again
+    Same content is enough (:func:`stored_hash`: for a report built from the graph, also the same
+    :data:`GRAPH_REPORT_FORMAT`), except that a report built from the graph is written again
     when a real model is available now (after a failed call, or a newly configured endpoint).
     """
-    if stored is None or stored[0] != community.content_hash:
+    if stored is None or stored[0] != stored_hash(community, stored[1]):
         return False
     return stored[1] == "model" or not use_model
 
@@ -599,6 +981,8 @@ def rebuild(
             lambda done: report("reports", kept + done, len(reportable)),
         )
         ev.data.update(model_calls=breaker.calls, model_failures=breaker.failures)
+        chunk_index = ChunkIndex(index.client, topic_id, dims=index.dims)
+        reports = cite_chunks(reports, lambda ids: {cid: hit.text for cid, hit in chunk_index.read_hits(ids)[0].items()})
     report("write", 0, 1)
     stale = sorted(set(stored) - {c.id for c in reportable})
     with trace.step("write_reports", written=len(changed), deleted=len(stale)):
@@ -644,10 +1028,11 @@ def _write_reports(
     by_key = {(r.source_id, r.target_id): r for r in relationships}
     breaker = _ModelBreaker()
     contents = (community_content(c, by_id, by_key) for c in changed)
+    terms = TopicTerms.of(entities) if changed else None
     reports: list[CommunityReport] = []
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_CALLS if use_model else 1) as pool:
         for report, private in pool.map(
-            lambda c: _write_report(c, gateway, use_model, breaker, template, trace.model_overrides), contents
+            lambda c: _write_report(c, gateway, use_model, breaker, template, trace.model_overrides, terms), contents
         ):
             for event in private.events:  # Trace is not thread-safe: each call kept its own, merged here in order
                 trace.add(event.step, **event.data)
@@ -662,11 +1047,12 @@ def _record(community: Community, report: CommunityReport, vector) -> CommunityR
         title=report.title,
         summary=report.summary,
         entity_ids=community.entity_ids,
-        content_hash=community.content_hash,
+        content_hash=stored_hash(community, report.method),
         embedding=vector,
         key_entities=tuple(report.key_entities),
         key_relationships=tuple(report.key_relationships),
         method=report.method,
+        sources=tuple(report.sources.items()),
     )
 
 

@@ -2,7 +2,8 @@
 
 Each community report is a Redis hash under ``rt:{topic_id}:community:{community_id}``
 holding its title, summary, member entity ids, content hash, how it was written
-(``model`` or ``graph``), the key entities and relationships (stored, not indexed) and a
+(``model`` or ``graph``), the key entities and relationships and, for a report built from the
+graph, the chunk each summary sentence is cited to (stored, not indexed) and a
 float32 embedding of title and summary. The index serves vector KNN (cosine) and BM25
 full-text search over title and summary; GLOBAL search reads it.
 
@@ -30,7 +31,17 @@ from ragtopics.storage.chunk_index import union_terms
 log = logging.getLogger(__name__)
 
 _SCAN_COUNT = 1000
-_RETURN_FIELDS = ["community_id", "title", "summary", "entity_ids", "content_hash", "method", "key_entities", "key_relationships"]
+_RETURN_FIELDS = [
+    "community_id",
+    "title",
+    "summary",
+    "entity_ids",
+    "content_hash",
+    "method",
+    "key_entities",
+    "key_relationships",
+    "sources",
+]
 #: RediSearch's scorer for :meth:`CommunityIndex.search_text`: Okapi BM25 as Robertson & Zaragoza write it.
 TEXT_SCORER = "BM25STD"
 
@@ -49,6 +60,8 @@ class CommunityRecord:
         key_entities: names of the most connected members, strongest first.
         key_relationships: ``"A - B: description"`` of the strongest internal relationships.
         method: ``"model"`` (the Community Report model wrote title and summary) or ``"graph"``.
+        sources: ``(sentence, chunk id)`` of each summary sentence taken from the documents, in order (stored,
+            not indexed); empty for a model's summary.
     """
 
     community_id: str
@@ -60,6 +73,7 @@ class CommunityRecord:
     key_entities: tuple[str, ...] = ()
     key_relationships: tuple[str, ...] = ()
     method: str = "graph"
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +83,7 @@ class CommunityHit:
     Attributes:
         community_id, title, summary, entity_ids, content_hash, key_entities, key_relationships, method: as stored.
         score: cosine similarity in [-1, 1] for vector search; BM25 score (> 0) for text search.
+        sources: summary sentence → the chunk id it is cited to, in the summary's order (empty when none stored).
     """
 
     community_id: str
@@ -80,6 +95,7 @@ class CommunityHit:
     key_relationships: tuple[str, ...]
     method: str
     score: float
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 class CommunityIndex:
@@ -190,6 +206,7 @@ class CommunityIndex:
             "method": record.method,
             "key_entities": json.dumps(list(record.key_entities)),
             "key_relationships": json.dumps(list(record.key_relationships)),
+            "sources": json.dumps([list(pair) for pair in record.sources]),
             "embedding": vector.tobytes(),
         }
 
@@ -326,6 +343,7 @@ def _hit(row: dict, score: float) -> CommunityHit:
         key_relationships=tuple(json.loads(row.get("key_relationships") or "[]")),
         method=row.get("method", "") or "",
         score=score,
+        sources={str(pair[0]): str(pair[1]) for pair in json.loads(row.get("sources") or "[]")},
     )
 
 

@@ -17,9 +17,12 @@ the community reports written in Phase B, as Microsoft GraphRAG's global search 
    summary's sentences and key relationships are ranked by cosine similarity to the
    question with the bundled embedding model and the best :data:`POINTS_PER_REPORT` kept;
    for an overview question, by similarity to the summary's own centroid (its most
-   representative sentences), in the communities' size order.
+   representative sentences), in the communities' size order. A report built from the graph
+   offers its documents' sentences, each cited to a chunk, and its evidence item then carries
+   the document of each kept point (:func:`point_provenance`), so an offline answer cites them.
 3. **Reduce**: the answer stage writes one answer from the kept points (the evidence
-   items returned here, kind ``community_report``, without source files) and streams it.
+   items returned here, kind ``community_report``; without source files when a model read
+   the summaries) and streams it.
 
 None of the summaries above the threshold, or no community run yet: an empty context
 whose note says why (the answer stage gives the no-results message).
@@ -37,14 +40,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragtopics.answer.context import Context, Evidence, RetrievalQuery, SearchProgress
+from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQuery, SearchProgress
 from ragtopics.answer.extractive import is_overview
 from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.errors import ModelUnavailableError, StructuredOutputError
 from ragtopics.graph.community_index import CommunityHit, CommunityIndex
+from ragtopics.graph.local import graph_chunk_evidence
 from ragtopics.prompts.templates import PromptTemplate
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
+from ragtopics.storage.chunk_index import ChunkHit
 from ragtopics.tracing.trace import Trace
 
 if TYPE_CHECKING:
@@ -128,11 +133,23 @@ class GlobalRetriever:
             ev.data.update(kept=len(kept), dropped=[h.title for h, points, _ in mapped if not points])
             if self.progress is not None and self.progress.stopped:
                 ev.data["stopped"] = True
+        cited = self._cited_chunks(kept) if self.bundled else {}
         items = tuple(
-            Evidence(kind="community_report", id=h.community_id, text=_report_text(h, points), score=score, provenance=())
+            Evidence(
+                kind="community_report",
+                id=h.community_id,
+                text=_report_text(h, points),
+                score=score,
+                provenance=point_provenance(h, points, cited),
+            )
             for h, points, score in kept
         )
         return Context(items, self.route, "" if items else "no community summary helps answer the question")
+
+    def _cited_chunks(self, kept: list[tuple[CommunityHit, list[str], float]]) -> dict[str, ChunkHit]:
+        """The stored chunks the kept points are cited to (one pipelined read; chunks gone since are left out)."""
+        ids = list(dict.fromkeys(h.sources[p] for h, points, _ in kept for p in points if h.sources.get(p)))
+        return self.rt.chunk_index(self.topic.id).read_hits(ids)[0] if ids else {}
 
     def _similar(self, query: RetrievalQuery, index: CommunityIndex, vector: np.ndarray, data: dict) -> list[CommunityHit]:
         """The summaries most similar to the question (with a small preference for large communities), at least
@@ -207,9 +224,10 @@ class GlobalRetriever:
 
         With ``vector`` None (an overview question): each summary's most representative sentences, by cosine
         to the mean of its sentences' vectors, and as score the community's size relative to the largest
-        selected (the answer keeps the size order).
+        selected (the answer keeps the size order). A report built from the graph offers the sentences it took from
+        the documents (its ``sources``, each cited to a chunk); another, its summary's sentences and key relationships.
         """
-        candidates = [(h, list(_sentences(h.summary)) + list(h.key_relationships)) for h in hits]
+        candidates = [(h, list(h.sources) or list(_sentences(h.summary)) + list(h.key_relationships)) for h in hits]
         texts = [t for _, ts in candidates for t in ts]
         dims = self.rt.gateway.embedder.dims
         vectors = self.rt.gateway.embed(texts, purpose="global map") if texts else np.zeros((0, dims), dtype=np.float32)
@@ -243,6 +261,24 @@ def prefer_large(hits: list[CommunityHit], weight: float = SIZE_PRIOR) -> list[C
         return []
     most = max(math.log1p(len(h.entity_ids)) for h in hits) or 1.0
     return sorted(hits, key=lambda h: -(h.score + weight * math.log1p(len(h.entity_ids)) / most))
+
+
+def point_provenance(hit: CommunityHit, points: list[str], chunks: dict[str, ChunkHit]) -> tuple[Provenance, ...]:
+    """The documents behind a summary's kept points: one provenance per point, in the points' order.
+
+    Only when every point is a sentence of the report's ``sources`` whose chunk is still stored, so that the
+    i-th provenance is the i-th point's (an answer quoting one point cites its document alone); otherwise none
+    (a model's summary, or a point that is not a documents' sentence: the summary is cited as a whole, no file).
+
+    Args:
+        hit: the report (``sources``: sentence → chunk id).
+        points: the kept points, in the order the evidence text lists them.
+        chunks: chunk id → stored chunk (:meth:`~ragtopics.storage.chunk_index.ChunkIndex.read_hits`).
+    """
+    found = [chunks.get(hit.sources.get(p, "")) for p in points]
+    if not points or any(c is None for c in found):
+        return ()
+    return tuple(graph_chunk_evidence(c).provenance[0] for c in found if c is not None)
 
 
 def _sentences(text: str) -> list[str]:

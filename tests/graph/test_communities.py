@@ -14,11 +14,14 @@ from ragtopics.graph.communities import (
     MAX_CONSECUTIVE_MODEL_FAILURES,
     PROMPT_MAX_CHARS,
     Community,
+    TopicTerms,
     community_content,
     detect_communities,
     graph_report,
     half_graph_growth,
+    head_noun,
     in_half,
+    keyness,
     last_run,
     rebuild,
     report_prompt,
@@ -408,3 +411,50 @@ def test_the_half_graph_counts_the_communities_that_half_the_chunks_make_and_tho
     assert sorted(c.size for c in whole) == [3, 3, 3]
     assert half_graph_growth(entities, relationships, whole, resolution=1.0) == (6, 2, 1)
     assert half_graph_growth([], [], [], resolution=1.0) == (0, 0, 0)
+
+
+def test_distinctive_terms_rank_what_is_frequent_inside_and_rare_outside():
+    assert [head_noun(p) for p in ("public use airport", "Bollywood actresses", "the cities", "Oahu", "a majority")] == [
+        "airport",
+        "actress",
+        "city",
+        "",
+        "",
+    ]
+    assert keyness(10, 20, 10, 200) > keyness(2, 20, 2, 200) > 0  # more evidence, more key
+    assert keyness(2, 20, 20, 200) == 0.0  # as frequent inside as outside: not key
+    # Three airports in Canada against four films in Hollywood: "Canada" is whom the airport community names in
+    # most of its chunks and nowhere else, "airports" the kind of thing its sentences are about.
+    towns = ["Alder", "Birch", "Cedar", "Dogwood"]
+    chunks = {f"a{i}": f"{towns[i]} Airport is a public use airport in Canada." for i in range(3)}
+    chunks |= {f"f{i}": f"{towns[i]} Film is a drama film made in Hollywood." for i in range(4)}
+    entities = [
+        Entity(
+            entity_id_for(f"{towns[i]} {kind}", "PLACE"),
+            f"{towns[i]} {kind}",
+            "PLACE",
+            chunks[f"{kind[0].lower()}{i}"],
+            (),
+            frozenset({f"{kind[0].lower()}{i}"}),
+        )
+        for kind, n in (("Airport", 3), ("Film", 4))
+        for i in range(n)
+    ]
+    for name, prefix, kind in (("Canada", "a", "PLACE"), ("Hollywood", "f", "PLACE"), ("public use airport", "a", "CONCEPT")):
+        own = [c for c in chunks if c.startswith(prefix)]
+        entities.append(Entity(entity_id_for(name, kind), name, kind, " ".join(chunks[c] for c in own), (), frozenset(own)))
+    entities.append(
+        Entity(
+            entity_id_for("drama film", "CONCEPT"), "drama film", "CONCEPT", "", (), frozenset(c for c in chunks if c[0] == "f")
+        )
+    )
+    airports = [e for e in entities if e.name.endswith("Airport") or e.name == "Canada"]
+    rels = [Relationship(a.id, airports[-1].id, a.description, 2.0, a.chunk_ids) for a in airports[:-1]]
+    community = detect_communities(airports, rels, resolution=0.01)[0]
+    content = community_content(community, {e.id: e for e in entities}, {(r.source_id, r.target_id): r for r in rels})
+
+    report = graph_report(content, TopicTerms.of(entities))
+
+    assert report.title.startswith("Canada: airports (Alder Airport, Birch Airport")  # names, kinds, then members
+    assert list(report.sources) == [chunks["a0"], chunks["a1"], chunks["a2"]]  # each sentence once, from its chunk
+    assert report.sources[chunks["a1"]] == "a1"
