@@ -8,13 +8,15 @@ files), a re-embed (which indexes the stored files again) and a graph import. Th
 2. the SQL row, written into an open transaction (any SQL or state error surfaces here), then
 3. the chunk swap (one MULTI/EXEC) inside that transaction, right before it commits.
 
-A failure at step 1 or 2, or a chunk swap that fails, rolls the SQL transaction back, leaves the chunk
-index untouched, and puts the graph share back as it was (:func:`~ragtopics.graph.share.restore_share`):
-the previous version stays whole in all three stores (its row is then marked ``failed`` by the caller,
-saying the previous version is still searchable). Only a failing commit itself, after the swap, is not
-rolled back: the new chunks and graph share are then searchable and agree with each other, the row still
-names the pending version, and the worker's next start indexes it again (:class:`StoreUnavailableError`),
-as before.
+A failure at any step leaves the previous version whole in all three stores: a failure at step 1 or 2,
+or a chunk swap that fails, rolls the SQL transaction back and leaves the chunk index untouched; a commit
+that fails after the swap puts the previous chunks back (the swap parks them instead of deleting them:
+:meth:`~ragtopics.storage.chunk_index.ChunkIndex.swap_documents`, deleted once the commit succeeds). In
+every case the graph share is then put back as it was (:func:`~ragtopics.graph.share.restore_share`), and
+the caller marks the row ``failed``, saying the previous version is still searchable. Only when the
+previous chunks cannot be put back (Redis went away meanwhile) is the new version kept: its chunks and
+graph share agree with each other, the row still names the pending version, and the worker's next start
+indexes it again (:class:`StoreUnavailableError`).
 
 Callers hold the document's lock (and, for a graph share, the Topic's graph write lock) around the call
 and pass the locks' joined fence: every Redis and FalkorDB write is fenced, so a holder that lost a lock
@@ -30,10 +32,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtopics.errors import StoreUnavailableError
+from ragtopics.errors import RagTopicsError, StoreUnavailableError
 from ragtopics.runtime import Runtime
 from ragtopics.storage import documents
-from ragtopics.storage.chunk_index import ChunkRecord
+from ragtopics.storage.chunk_index import ChunkRecord, ChunkSwap
 from ragtopics.storage.locks import Fence, LockLostError
 from ragtopics.storage.metadata import DocumentRow, PictureRow
 
@@ -102,8 +104,10 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
 
     Raises:
         SupersededError: the job's version was replaced or the document is being deleted (nothing changed).
-        StoreUnavailableError: the commit failed after the swap (see the module docstring), or a store
-            went away (whatever was written is put back when the store allows).
+        RowNotCommittedError: the SQL commit failed after the chunk swap (the previous version is put back
+            whole in all three stores).
+        StoreUnavailableError: a store went away (whatever was written is put back when the store allows;
+            see the module docstring for a commit that failed and a swap that could not be put back).
         Whatever a step raised; the previous version is then whole in all three stores.
     """
     documents.check_current(rt.metadata, version.document_id, version.job_id)
@@ -147,8 +151,9 @@ def store_versions(
     """Store the rows and chunks of versions (RAG, or GraphRAG once the graph share is written): all or none.
 
     One SQL transaction writes every row; right before it commits, one chunk swap (one MULTI/EXEC)
-    replaces every document's chunks. If the swap fails the transaction rolls back; if the commit
-    fails after the swap, :class:`StoreUnavailableError` says so (see the module docstring).
+    replaces every document's chunks, parking the previous ones. If the swap fails the transaction rolls
+    back; if the commit fails after the swap, the parked chunks are put back (one more MULTI/EXEC), so
+    the index and the rows again name the previous versions; once the commit succeeds they are deleted.
 
     Args:
         versions: the versions, each of another document.
@@ -160,58 +165,74 @@ def store_versions(
 
     Raises:
         SupersededError: one of the versions was replaced or its document deleted (nothing changes).
-        StoreUnavailableError: the commit failed after the swap.
+        RowNotCommittedError: the commit (or ``on_swap``) failed after the swap; the previous chunks are back.
+        StoreUnavailableError: the commit failed after the swap and the previous chunks could not be put
+            back (the new versions stay searchable; see the module docstring).
+        LockLostError: a lock was lost before the swap, or before the swap could be put back.
         Whatever the row write or the swap raised (nothing changes).
     """
     index = rt.chunk_index(topic.id)
-    replaced: dict[str, int] = {}
+    swapped: list[ChunkSwap] = []
 
     def swap() -> None:  # inside the rows' transaction: the chunks and the rows change together
         t0 = time.perf_counter()
-        replaced.update(index.replace_documents({v.document_id: v.records for v in versions}, fence=fence))
+        swapped.append(index.swap_documents({v.document_id: v.records for v in versions}, fence=fence))
         if on_swap is not None:
-            on_swap(replaced, round((time.perf_counter() - t0) * 1000, 3))
+            on_swap(swapped[0].removed, round((time.perf_counter() - t0) * 1000, 3))
 
     outcomes = [
         documents.Outcome(v.document_id, v.job_id, v.status, len(v.records), v.warning, v.indexed_with, v.pictures)
         for v in versions
     ]
-    with _swap_then_commit(lambda: bool(replaced)):
+    try:
         finished = documents.finish_many(rt.metadata, outcomes, before_commit=swap)
+    except Exception as exc:
+        if swapped:  # the swap is made, but the rows are not: the previous chunks go back
+            _put_back(swapped[0], fence, exc)
+        raise
+    swapped[0].settle()
+    replaced = swapped[0].removed
     return [Stored(row, obsolete, replaced[v.document_id]) for v, (row, obsolete) in zip(versions, finished, strict=True)]
 
 
-@contextlib.contextmanager
-def _swap_then_commit(swapped: Callable[[], bool]) -> Iterator[None]:
-    """Around a finish whose ``before_commit`` swaps the chunks: an error after the swap (the commit itself
-    failed) becomes :class:`StoreUnavailableError`.
+class RowNotCommittedError(RagTopicsError):
+    """The rows of new versions were not committed after their chunks were swapped in; the previous versions
+    were put back in the chunk index (and, by :func:`store_version`, in the graph)."""
 
-    The new chunks are then searchable while the rows still name the previous version; failing the files
-    would drop the new files those chunks come from. As after a store outage, the files stay
-    ``processing`` with everything kept, and the worker's next start indexes them again, which swaps in
-    the same chunks and writes the rows.
+
+def _put_back(swap: ChunkSwap, fence: Fence, exc: Exception) -> None:
+    """Undo a chunk swap whose rows failed to commit (``exc``), and raise what the caller should see.
+
+    Raises:
+        RowNotCommittedError: the previous chunks are back.
+        LockLostError: a lock was lost (its new holder owns the chunks, and replaces them).
+        StoreUnavailableError: the previous chunks could not be put back; the new ones stay (see the module docstring).
     """
     try:
-        yield
-    except Exception as exc:
-        if swapped() and not isinstance(exc, StoreUnavailableError):
-            raise _CommitFailed(
-                f"the new version is searchable but its row could not be written ({exc}); "
-                "it is indexed again when the worker restarts"
-            ) from exc
+        swap.put_back(fence)
+    except LockLostError:
+        log.warning("a chunk swap whose rows failed to commit (%s) was not put back: the lock was lost", exc)
         raise
+    except Exception as undo:
+        log.error("a chunk swap whose rows failed to commit (%s) could not be put back: %s", exc, undo)
+        raise _CommitFailed(
+            f"the new version is searchable but its row could not be written ({exc}), and the previous version "
+            f"could not be put back ({undo}); it is indexed again when the worker restarts"
+        ) from exc
+    raise RowNotCommittedError(f"the row of the new version could not be written: {exc}") from exc
 
 
 class _CommitFailed(StoreUnavailableError):
-    """The SQL commit failed after the chunk swap: the new version is searchable, and is kept (rolled forward)."""
+    """The SQL commit failed after the chunk swap, and the swap could not be put back: the new version is
+    searchable, and is kept (rolled forward)."""
 
 
 @contextlib.contextmanager
 def _restored_on_failure(store, share) -> Iterator[None]:
-    """Put the graph share back when the block fails before the new version was swapped in.
+    """Put the graph share back when the block fails, the chunk swap not made or put back.
 
-    Not after a failed commit (the new chunks are searchable then: the new graph share agrees with them),
-    nor when a lock was lost (the lock's new holder owns the graph now; whatever this holder wrote of the
+    Not when a commit failed and the swap could not be put back (the new chunks are searchable then: the
+    new graph share agrees with them), nor when a lock was lost (the lock's new holder owns the graph now; whatever this holder wrote of the
     share is replaced by the next version stored).
     """
     try:

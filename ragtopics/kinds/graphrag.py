@@ -21,7 +21,7 @@ import redis
 from ragtopics.errors import ConfigurationError, InvalidSettingError
 from ragtopics.kinds.base import GraphShare, KindDeleteStep, ProgressFn, StoreFn, TopicKind
 from ragtopics.settings.topic import GraphRagTopicSettings, TopicSettings
-from ragtopics.storage.locks import WORKER_LOCK_WAIT_S, graph_write_lock
+from ragtopics.storage.locks import LOCK_WAIT_S, WORKER_LOCK_WAIT_S, graph_write_lock
 
 if TYPE_CHECKING:
     from ragtopics.answer.context import Retriever, SearchProgress
@@ -250,15 +250,26 @@ def _remove_graph_share(d: Deletion) -> None:
     left (an entity keeps its vector, made of its name); then marks a community recompute as due.
     Counts ``entities`` and ``relationships`` removed, ``entities_kept`` and ``relationships_kept`` (rebuilt
     from the chunks left), and ``descriptions_changed`` (kept entities whose description lost text).
+
+    Runs under the Topic's graph write lock, its writes fenced with it, as an upload's graph write does:
+    the removal reads what the entities' remaining chunks say and writes it back, so an upload writing
+    the same entities in between would lose its text, or plan against entities the removal deletes
+    (and put back, if it then failed, what the removal took out).
+
+    Raises:
+        StoreUnavailableError: the graph write lock stayed busy for :data:`~ragtopics.storage.locks.LOCK_WAIT_S`
+            (the document stays ``deleting``; deleting it again finishes the delete).
     """
     from ragtopics.graph.ingest import graph_store  # see the module docstring
     from ragtopics.graph.lifecycle import mark_recompute_due  # see the module docstring
     from ragtopics.topics.topics import get_topic  # topics/ looks kinds up: a module-level import would be a cycle
 
-    store = graph_store(d.rt, get_topic(d.rt, d.topic_id))
-    if not store.exists():
+    topic = get_topic(d.rt, d.topic_id)
+    if not graph_store(d.rt, topic).exists():
         return
-    report = store.remove_document(d.document.id)  # entities that stay keep their vectors (made of their names)
+    with graph_write_lock(d.rt.redis, d.topic_id, wait_s=LOCK_WAIT_S) as fence:
+        store = graph_store(d.rt, topic).fence_writes(fence)
+        report = store.remove_document(d.document.id)  # entities that stay keep their vectors (made of their names)
     d.count("entities", report.entities_removed)
     d.count("relationships", report.relationships_removed)
     d.count("entities_kept", report.entities_kept)

@@ -142,8 +142,9 @@ class EmbeddedRedis:
         Raises:
             RedisStartError: when the port is taken by another server, the process
                 exits, it does not answer within ``wait_s`` seconds, or a module is missing.
-                A server that is reading its data back (it answers ``LOADING``) is waited for
-                as long as it loads, with its progress logged every 5 seconds.
+                A server that is reading its data back (it answers ``LOADING``, or accepts the
+                connection but does not answer in time) is waited for as long as it loads, with its
+                progress logged every 5 seconds.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # no retries of its own: a refused connection or a LOADING reply is seen at once, and waited for here
@@ -166,7 +167,9 @@ class EmbeddedRedis:
                 if client.ping():
                     check_modules(client)
                     return self
-            except redis.BusyLoadingError:  # reading a large data set back: it answers once loaded
+            except (redis.BusyLoadingError, redis.TimeoutError):
+                # reading a large data set back: it answers LOADING, or not at all while the graph module
+                # rebuilds a large graph's indexes (seconds); it answers once loaded
                 deadline = time.monotonic() + wait_s
                 if time.monotonic() - shown >= 5.0:
                     shown = time.monotonic()

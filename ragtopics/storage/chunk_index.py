@@ -223,6 +223,81 @@ _RANKING_FIELDS = ["document_id", "file_name"]
 TERM_COUNTS_FIELD = "term_counts"
 
 
+#: How long the chunks a swap parked (:meth:`ChunkIndex.swap_documents`) outlive it when it is neither settled nor
+#: put back (its process died in between), in seconds; a commit after a swap takes milliseconds.
+PARKED_TTL_S = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSwap:
+    """A chunk swap whose previous chunks are parked (:meth:`ChunkIndex.swap_documents`): settle it or put it back.
+
+    Attributes:
+        index: the chunk index swapped.
+        removed: ``{document id: old chunks removed}`` (those not written again under their id).
+        parked: ``{chunk key: parked key}`` of every previous chunk of the swapped documents.
+        written: keys of the chunks the swap wrote.
+        names: ``{document id: its file name before the swap}`` ("" for a document that had no chunks).
+        old_keywords, new_keywords: the keyword fields of the chunks taken out and written (for the term counts).
+        files_changed: whether the swap changed the set of searchable files (it then renewed ``files_key``).
+    """
+
+    index: ChunkIndex
+    removed: dict[str, int]
+    parked: dict[str, str] = field(repr=False)
+    written: list[str] = field(repr=False)
+    names: dict[str, str]
+    old_keywords: list[str] = field(repr=False)
+    new_keywords: list[str] = field(repr=False)
+    files_changed: bool = False
+
+    def settle(self) -> None:
+        """Delete the parked chunks: the swap stays. A failure is logged (the parked keys expire by themselves)."""
+        keys = list(self.parked.values())
+        try:
+            for start in range(0, len(keys), _PAGE):
+                self.index.client.unlink(*keys[start : start + _PAGE])
+        except redis.RedisError as exc:
+            log.warning(
+                "%d parked chunks of Topic %s not deleted (they expire in an hour): %s", len(keys), self.index.topic_id, exc
+            )
+
+    def put_back(self, fence: Fence | None = None) -> None:
+        """Undo the swap in one MULTI/EXEC: the written chunks go, the parked ones come back under their keys
+        (searchable again, with no time to live), and the file names, the files generation and the keyword
+        counts are as before the swap.
+
+        Args:
+            fence: the locks the caller holds (as for the swap); nothing is written once one is lost.
+
+        Raises:
+            LockLostError: with ``fence``, when a lock was lost (nothing is written: its new holder owns the chunks).
+            redis.RedisError: when Redis fails (a parked chunk that expired meanwhile is named in the error).
+        """
+        index = self.index
+        pipe = index.client.pipeline(transaction=True)
+        if fence is not None:
+            fence.watch(pipe)
+            pipe.multi()
+        if self.written:
+            pipe.delete(*self.written)
+        for key, parked_key in self.parked.items():
+            pipe.rename(parked_key, key)
+            pipe.persist(key)
+        for document_id, file_name in self.names.items():
+            if file_name:
+                pipe.hset(index.names_key, document_id, file_name)
+            else:
+                pipe.hdel(index.names_key, document_id)
+        if self.files_changed:
+            pipe.set(index.files_key, uuid.uuid4().hex)
+        index._count_terms(pipe, self.new_keywords, self.old_keywords)
+        index._execute(pipe, fence)
+        log.info(
+            "chunk swap of Topic %s put back: %d chunks restored, %d removed", index.topic_id, len(self.parked), len(self.written)
+        )
+
+
 class ChunkIndex:
     """The RediSearch chunk index of one Topic.
 
@@ -247,6 +322,7 @@ class ChunkIndex:
         self.files_key = f"rt:{topic_id}:index:files"  # changes whenever a file appears or goes
         self.names_key = f"rt:{topic_id}:index:names"  # {document id: file name}, written with each chunk swap
         self.terms_key = f"rt:{topic_id}:index:terms"  # {keyword: chunks holding it}, written with each chunk swap
+        self.parked_prefix = f"rt:{topic_id}:parked"  # chunks a swap replaced, kept until it settles; never indexed
         self.index = SearchIndex.from_dict(self.schema(topic_id, dims), redis_client=client)
 
     @staticmethod
@@ -447,32 +523,75 @@ class ChunkIndex:
             EmbeddingMismatchError: when new chunks would join an index built with another embedder.
             LockLostError: with ``fence``, when a lock was lost before the swap or during it (nothing is written).
         """
+        return self._swap(swaps, fence, park=False).removed
+
+    def swap_documents(self, swaps: dict[str, list[ChunkRecord]], *, fence: Fence | None = None) -> ChunkSwap:
+        """:meth:`replace_documents`, keeping the previous chunks parked until the caller settles or undoes the swap.
+
+        The same single MULTI/EXEC makes the new chunks searchable; each previous chunk is renamed out of
+        the index's prefix (to :attr:`parked_prefix`, with a time to live of :data:`PARKED_TTL_S`) instead of
+        deleted. The caller then calls :meth:`ChunkSwap.settle` once what depends on the swap is committed
+        (the SQL rows of the versions), or :meth:`ChunkSwap.put_back` when it failed: the previous chunks
+        come back whole, embeddings included, without being read or sent again.
+
+        Args:
+            swaps, fence: as in :meth:`replace_documents`.
+
+        Returns:
+            The swap, to settle or to put back.
+
+        Raises:
+            As :meth:`replace_documents`.
+        """
+        return self._swap(swaps, fence, park=True)
+
+    def _swap(self, swaps: dict[str, list[ChunkRecord]], fence: Fence | None, *, park: bool) -> ChunkSwap:
+        """The one chunk swap of :meth:`replace_documents` and :meth:`swap_documents` (``park``: rename, not delete)."""
         if any(swaps.values()):
             self.ensure()
         mappings = [(self.key(c.chunk_id), self._mapping(c)) for chunks in swaps.values() for c in chunks]
         old, old_keywords = self._stored_chunks(list(swaps))
+        parked: dict[str, str] = {}
+        if park:
+            token = uuid.uuid4().hex
+            parked = {self.key(cid): f"{self.parked_prefix}:{token}:{cid}" for before in old.values() for cid in before}
         pipe = self.client.pipeline(transaction=True)
         if fence is not None:
             fence.watch(pipe)
             pipe.multi()
+        for key, parked_key in parked.items():  # first: a chunk kept under its id is written again below
+            pipe.rename(key, parked_key)
+            pipe.expire(parked_key, PARKED_TTL_S)
         for key, mapping in mappings:
             pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]  # redis-py types the mapping's key invariantly
-        removed, files_changed = {}, False
+        removed, names, files_changed = {}, {}, False
         for document_id, chunks in swaps.items():
             before = old.get(document_id, {})
             stale = [self.key(cid) for cid in set(before) - {c.chunk_id for c in chunks}]
-            if stale:
+            if stale and not park:
                 pipe.delete(*stale)
             removed[document_id] = len(stale)
+            names[document_id] = next(iter(before.values()), "")
             if chunks:
                 pipe.hset(self.names_key, document_id, chunks[0].file_name)
             else:
                 pipe.hdel(self.names_key, document_id)
-            renamed = bool(before and chunks) and next(iter(before.values())) != chunks[0].file_name
+            renamed = bool(before and chunks) and names[document_id] != chunks[0].file_name
             files_changed |= not before or not chunks or renamed
         if files_changed:  # the set of searchable files changed
             pipe.set(self.files_key, uuid.uuid4().hex)
-        self._count_terms(pipe, old_keywords, [c for chunks in swaps.values() for c in chunks])
+        new_keywords = [c.keywords for chunks in swaps.values() for c in chunks]
+        self._count_terms(pipe, old_keywords, new_keywords)
+        self._execute(pipe, fence)
+        return ChunkSwap(self, removed, parked, [key for key, _ in mappings], names, old_keywords, new_keywords, files_changed)
+
+    @staticmethod
+    def _execute(pipe, fence: Fence | None) -> None:
+        """Run a transaction queued on ``pipe`` (watching ``fence``'s keys when given).
+
+        Raises:
+            LockLostError: with ``fence``, when a lock was lost (nothing is written).
+        """
         try:
             pipe.execute()
         except redis.WatchError:
@@ -481,26 +600,28 @@ class ChunkIndex:
             raise fence.lost_at_exec() from None
         finally:
             pipe.reset()
-        return removed
 
-    def _count_terms(self, pipe, old_keywords: list[str], new: list[ChunkRecord]) -> None:
+    def _count_terms(self, pipe, removed: list[str], added: list[str]) -> None:
         """Queue on ``pipe`` the change of the keyword document frequencies (:attr:`terms_key`) that a swap makes.
 
-        Every old chunk of the swapped documents is counted out and every new one in (a chunk kept
-        under its id may have new keywords: its file was renamed, or the Topic's strategy changed).
+        Args:
+            removed: the keyword fields of the chunks the swap takes out (every old chunk of the swapped documents).
+            added: those of the chunks it writes (a chunk kept under its id may have new keywords: its file
+                was renamed, or the Topic's strategy changed).
+
         Always written, so a rebuild of the counts that runs meanwhile fails its ``WATCH``; on an
         index whose counts were never complete the partial counts stay unused until a rebuild
         (:meth:`term_frequencies`).
         """
         delta: Counter[str] = Counter()
-        for keywords in old_keywords:
+        for keywords in removed:
             delta.subtract(term_stems(keywords.split()))
-        for chunk in new:
-            delta.update(term_stems(chunk.keywords.split()))
+        for keywords in added:
+            delta.update(term_stems(keywords.split()))
         for term, change in delta.items():
             if change:
                 pipe.hincrby(self.terms_key, term, change)
-        pipe.hincrby(self.terms_key, _TERMS_TOTAL, len(new) - len(old_keywords))
+        pipe.hincrby(self.terms_key, _TERMS_TOTAL, len(added) - len(removed))
 
     def term_frequencies(self, terms: list[str]) -> tuple[list[int], int] | None:
         """For each term, how many chunks' keywords hold it, and how many chunks the index holds; one ``HMGET``.

@@ -290,7 +290,8 @@ def finish_many(
         before_commit: called once the rows are written to the open transaction (and any SQL error
             has surfaced), right before it commits: the chunk swap that makes these versions
             searchable. If it raises, the transaction rolls back, so the rows and the index change
-            together or not at all (only a failing commit itself, after the swap, can split them).
+            together or not at all (a commit that fails after the swap is undone by the caller, which
+            parked the previous chunks: :func:`ragtopics.documents.versions.store_versions`).
 
     Returns:
         Per outcome, in order: the row and the blob paths no longer used.

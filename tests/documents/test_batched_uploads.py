@@ -417,18 +417,16 @@ def test_an_upload_whose_trace_cannot_be_stored_is_still_indexed(rt, run_jobs, c
     assert "upload traces of 4 file(s) not stored: " in caplog.text and "trace table full" in caplog.text
 
 
-def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_worker_start_finishes_them(
-    rt, run_jobs, monkeypatch
-):
-    """The new chunks are searchable once swapped; failing the files would drop the files they come from."""
+def test_a_commit_that_fails_after_the_swap_puts_the_previous_files_back_and_fails_each_file(rt, run_jobs, monkeypatch):
+    """The batch's chunk swap is undone: every file's previous chunks are searchable again, and its row names them."""
     import sqlalchemy.exc
 
-    from ragtopics.errors import StoreUnavailableError
     from ragtopics.ingest import pipeline
 
     topic = create_topic(rt, "Plant", settings=SMALL)
-    upload_all(rt, topic, FACTS)
+    first = upload_all(rt, topic, FACTS)
     run_jobs()
+    before = {name: (stored(rt, topic.id, row.id), get_document(rt, row.id).blob_path) for name, row in first.items()}
     edited = {name: text + " Revised." for name, text in FACTS.items()}
     rows = upload_all(rt, topic, edited)
     [batch] = queue_for(rt).get_job_ids()
@@ -444,14 +442,22 @@ def test_a_commit_that_fails_after_the_swap_keeps_the_new_files_and_the_next_wor
 
     monkeypatch.setattr(pipeline.documents, "finish_many", swap_then_fail)
     items = [(row.id, row.job_id, get_document(rt, row.id).pending_blob_path) for row in rows.values()]
-    with pytest.raises(StoreUnavailableError, match="searchable but its row could not be written"):
-        ingest_documents(rt, topic.id, items)
+    results = ingest_documents(rt, topic.id, items)
     for name, row in rows.items():
         doc = get_document(rt, row.id)
-        assert doc.status == "processing" and rt.blobs.path(doc.pending_blob_path).read_bytes() == edited[name].encode()
-        assert "Revised" in "".join(c["text"].decode() for c in stored(rt, topic.id, row.id))
+        assert (
+            results[row.job_id].status == "failed" and "row of the new version could not be written" in results[row.job_id].reason
+        )
+        assert doc.status == "failed" and "disk I/O error" in doc.error
+        assert doc.error.endswith("(the previous version is still searchable)")
+        assert (stored(rt, topic.id, row.id), doc.blob_path) == before[name]  # every field, embedding included
+        assert rt.blobs.path(doc.blob_path).read_bytes() == FACTS[name].encode() and not doc.pending_blob_path
+    hits = rt.chunk_index(topic.id).search_vector(rt.gateway.embed(["Valve V-12 was replaced in March"])[0], 1)
+    assert hits[0].document_id == rows["valves.md"].id and "Revised" not in hits[0].text
+    assert not list(rt.redis.scan_iter(f"rt:{topic.id}:parked:*"))
     monkeypatch.undo()
-    assert {r.action for r in recover_stranded(rt)} == {"requeued"}  # as the next worker start does
+    assert not recover_stranded(rt)  # nothing is left half-stored for the next worker start
+    upload_all(rt, topic, edited)
     run_jobs()
     for name, row in rows.items():
         doc = get_document(rt, row.id)

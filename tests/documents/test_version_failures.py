@@ -2,9 +2,10 @@
 
 A version is stored across the chunk index, the graph (GraphRAG) and the SQL row. Each test indexes a
 first version, then injects a failure into one step of storing the next one (the chunk swap, a graph
-write, the row write) and compares every store with what it held before: the chunk hashes of the
-document, every node and edge of the Topic's graph with all their properties, and the row's version
-fields. The row then says ``failed``, naming the failure and that the previous version is still
+write, the row write, the commit of the row after the chunk swap) and compares every store with what it
+held before: the chunk hashes of the document, the index's file names and keyword counts, every node and
+edge of the Topic's graph with all their properties, and the row's version fields; the previous chunks
+are found by a search. The row then says ``failed``, naming the failure and that the previous version is still
 searchable. Uploads of a RAG and of a GraphRAG Topic (with pictures in the graph too), and graph imports,
 are covered; a clean retry afterwards stores the new version.
 """
@@ -16,8 +17,10 @@ import itertools
 import json
 
 import pytest
+import sqlalchemy.exc
 
 from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.documents.versions import RowNotCommittedError
 from ragtopics.errors import StateTransitionError
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
@@ -48,12 +51,26 @@ def fail_row(*_args, **_kwargs):
     raise StateTransitionError("injected failure: the row could not be written")
 
 
+_finish_many = document_store.finish_many
+
+
+def fail_commit(store, outcomes, before_commit=None):
+    """The rows are written and the chunks swapped, then the transaction fails to commit (a full disk)."""
+
+    def swap_then_fail() -> None:
+        before_commit()
+        raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("injected failure: disk I/O error"))
+
+    return _finish_many(store, outcomes, swap_then_fail)
+
+
 #: Where a failure is injected: ``(object, attribute, replacement)``.
 STEPS = {
-    "chunk index": (ChunkIndex, "replace_documents", fail),  # the one swap of single and batched uploads
+    "chunk index": (ChunkIndex, "swap_documents", fail),  # the one swap of single and batched uploads
     "graph upsert": (GraphStore, "upsert", fail),  # after the dropped chunks were taken out of the graph
     "graph images": (GraphStore, "set_images", fail),  # the graph's last write: everything else is written
     "sql row": (document_store, "finish_many", fail_row),
+    "sql commit": (document_store, "finish_many", fail_commit),  # after the chunk swap: it is undone
 }
 
 
@@ -92,21 +109,35 @@ def row_version(rt, document_id: str) -> dict:
     }
 
 
+def index_dump(rt, topic) -> tuple[dict, dict]:
+    """The chunk index's file names and keyword counts (a count at 0 is as good as none)."""
+    index = rt.chunk_index(topic.id)
+    terms = {k: v for k, v in rt.redis.hgetall(index.terms_key).items() if v != b"0"}
+    return rt.redis.hgetall(index.names_key), terms
+
+
 def state(rt, topic, document_id: str) -> tuple:
-    return chunk_dump(rt, topic, document_id), graph_dump(rt, topic), row_version(rt, document_id)
+    return chunk_dump(rt, topic, document_id), graph_dump(rt, topic), row_version(rt, document_id), index_dump(rt, topic)
 
 
 def assert_failed_keeping_the_previous_version(rt, topic, document_id: str, before: tuple) -> None:
-    chunks, graph, row = state(rt, topic, document_id)
+    chunks, graph, row, _ = state(rt, topic, document_id)
     assert chunks == before[0]  # the previous chunks, still searchable
     # The previous graph share, every description and provenance list as it was (nodes, then edges).
     assert (sorted(set(graph[0]) - set(before[1][0])), sorted(set(before[1][0]) - set(graph[0]))) == ([], [])
     assert (sorted(set(graph[1]) - set(before[1][1])), sorted(set(before[1][1]) - set(graph[1]))) == ([], [])
     assert graph == before[1]
     assert row == before[2]
+    assert index_dump(rt, topic) == before[3]
+    assert not list(rt.redis.scan_iter(f"rt:{topic.id}:parked:*"))  # nothing of the failed swap is left
     doc = get_document(rt, document_id)
     assert doc.status == "failed" and "injected failure" in doc.error
     assert doc.error.endswith("(the previous version is still searchable)")
+
+
+def assert_previous_version_found(rt, topic, document_id: str) -> None:
+    hits = rt.chunk_index(topic.id).search_vector(rt.gateway.embed(["Caldey repairs the pumps"])[0], 3)
+    assert hits and hits[0].document_id == document_id and "Caldey" in hits[0].text
 
 
 def uploaded(rt, topic, name: str, data: bytes, run_jobs) -> str:
@@ -131,8 +162,7 @@ def test_a_failed_graphrag_re_upload_leaves_the_previous_version_whole(rt, run_j
     run_jobs()
     assert job_progress(rt, doc.job_id).status == "failed"
     assert_failed_keeping_the_previous_version(rt, topic, doc_id, before)
-    hits = rt.chunk_index(topic.id).search_vector(rt.gateway.embed(["Caldey repairs the pumps"])[0], 3)
-    assert hits and hits[0].document_id == doc_id and "Caldey" in hits[0].text
+    assert_previous_version_found(rt, topic, doc_id)
 
     monkeypatch.undo()  # a clean retry stores the new version
     upload_file(rt, topic, "pumps.txt", SECOND.encode())
@@ -143,7 +173,7 @@ def test_a_failed_graphrag_re_upload_leaves_the_previous_version_whole(rt, run_j
     assert set(store.document_chunk_ids(doc_id)) == set(rt.chunk_index(topic.id).document_chunk_ids(doc_id))
 
 
-@pytest.mark.parametrize("step", ["chunk index", "sql row"])
+@pytest.mark.parametrize("step", ["chunk index", "sql row", "sql commit"])
 def test_a_failed_rag_re_upload_leaves_the_previous_version_whole(rt, run_jobs, monkeypatch, step):
     topic = create_topic(rt, f"Manuals {step}", settings=RAG)
     uploaded(rt, topic, "other.txt", OTHER.encode(), run_jobs)
@@ -155,12 +185,14 @@ def test_a_failed_rag_re_upload_leaves_the_previous_version_whole(rt, run_jobs, 
     run_jobs()
     assert job_progress(rt, doc.job_id).status == "failed"
     assert_failed_keeping_the_previous_version(rt, topic, doc_id, before)
+    assert_previous_version_found(rt, topic, doc_id)
 
     monkeypatch.undo()
     upload_file(rt, topic, "pumps.txt", SECOND.encode())
     run_jobs()
     assert get_document(rt, doc_id).status == "indexed"
     assert "Eriskay" in "".join(c["text"].decode() for c in chunk_dump(rt, topic, doc_id))
+    assert not list(rt.redis.scan_iter(f"rt:{topic.id}:parked:*"))  # the swap that stayed deleted what it parked
 
 
 def people(*names: str) -> bytes:
@@ -178,7 +210,7 @@ def test_a_failed_graph_re_import_leaves_the_previous_import_whole(rt, monkeypat
     before = state(rt, topic, doc_id)
 
     monkeypatch.setattr(*STEPS[step])
-    with pytest.raises((Injected, StateTransitionError)):
+    with pytest.raises((Injected, StateTransitionError, RowNotCommittedError)):
         ingest_graph(rt, topic, "staff.json", parse_nodes_edges_json(people("Alderney", "Eriskay", "Fetlar")))
     assert_failed_keeping_the_previous_version(rt, topic, doc_id, before)
 
@@ -201,13 +233,14 @@ def pictured_docx(person: str, colour: tuple[int, int, int]) -> bytes:
     return docx_bytes(build)
 
 
-def test_a_failed_re_upload_with_pictures_in_the_graph_keeps_the_previous_image_nodes(rt, run_jobs, monkeypatch):
-    topic = create_topic(rt, "Pictured", kind="graphrag", settings={**NLP, "chunk_size": 1000, "file_types": "docx"})
+@pytest.mark.parametrize("step", ["sql row", "sql commit"])
+def test_a_failed_re_upload_with_pictures_in_the_graph_keeps_the_previous_image_nodes(rt, run_jobs, monkeypatch, step):
+    topic = create_topic(rt, f"Pictured {step}", kind="graphrag", settings={**NLP, "chunk_size": 1000, "file_types": "docx"})
     doc_id = uploaded(rt, topic, "lab.docx", pictured_docx("Marie Curie", (200, 30, 30)), run_jobs)
     before = state(rt, topic, doc_id)
     assert graph_store(rt, topic).stats()["images"] == 1
 
-    monkeypatch.setattr(*STEPS["sql row"])  # the graph share (its Image node and SHOWS edges too) is written by then
+    monkeypatch.setattr(*STEPS[step])  # the graph share (its Image node and SHOWS edges too) is written by then
     upload_file(rt, topic, "lab.docx", pictured_docx("Pierre Curie", (30, 30, 200)))
     run_jobs()
     assert_failed_keeping_the_previous_version(rt, topic, doc_id, before)

@@ -13,10 +13,13 @@ import threading
 
 import pytest
 
+from ragtopics.documents.delete import delete_document
 from ragtopics.documents.uploads import get_document, upload_file
+from ragtopics.errors import StoreUnavailableError
 from ragtopics.graph.graph_ingestion import ingest_graph, parse_nodes_edges_json
 from ragtopics.graph.ingest import graph_store
 from ragtopics.ingest.pipeline import ingest_document
+from ragtopics.storage import documents as document_store
 from ragtopics.storage.locks import LockLostError, document_lock, graph_lock_key, graph_write_lock, lock_key
 from ragtopics.topics.topics import create_topic
 from tests.graph.test_upload import CURIE, NLP
@@ -191,3 +194,61 @@ def test_a_holder_whose_graph_lock_was_taken_over_writes_nothing(rt, curie):
         with pytest.raises(LockLostError):
             store.remove_document(doc.id)
     assert stored_state(rt, topic, doc) == before
+
+
+SHARED = {
+    "old.txt": "Marie Curie worked in Paris with Henri Becquerel.\n\nPierre Curie met Marie Curie at the Sorbonne.",
+    "new.txt": "Marie Curie lectured in Warsaw with Henri Becquerel.\n\nIrene Curie studied in Warsaw with Marie Curie.",
+}
+
+
+def graph_agrees_with_index(rt, topic) -> None:
+    """The graph's chunks are the chunk index's, and every entity is mentioned by one of them."""
+    store = graph_store(rt, topic)
+    index = rt.chunk_index(topic.id)
+    graph_chunks = {row[0] for row in store.read("MATCH (c:Chunk) RETURN c.id")}
+    indexed = {cid for row in document_store.topic_documents(rt.metadata, topic.id) for cid in index.document_chunk_ids(row.id)}
+    assert graph_chunks == indexed
+    unmentioned = store.read("MATCH (e:Entity) WHERE NOT (e)-[:MENTIONED_IN]->(:Chunk) RETURN e.name")
+    assert not unmentioned
+    for entity in store.all_entities():
+        assert set(entity.chunk_ids) <= indexed, entity.name
+
+
+def test_a_delete_waits_for_an_upload_writing_the_graph_and_never_interleaves_with_it(rt, monkeypatch):
+    """A delete's provenance rebuild runs under the graph write lock: inside an upload's graph write it is refused
+    as busy (the document stays ``deleting``), and deleting again afterwards leaves a graph true to the index."""
+    from ragtopics.graph import ingest as graph_ingest
+    from ragtopics.kinds import graphrag
+
+    topic = create_topic(rt, "Interleaved", kind="graphrag", settings=NLP)
+    old = upload_file(rt, topic, "old.txt", SHARED["old.txt"].encode())
+    assert ingest_document(rt, old.id).status == "indexed"
+    new = upload_file(rt, topic, "new.txt", SHARED["new.txt"].encode())
+
+    monkeypatch.setattr(graphrag, "LOCK_WAIT_S", 0.2)  # the upload below holds the lock until it has written
+    complete_plan = graph_ingest.complete_plan
+    refused: list[Exception] = []
+
+    def plan_then_delete(*args, **kwargs):  # the upload holds the graph write lock here, its plan read from the graph
+        plan = complete_plan(*args, **kwargs)
+        try:
+            delete_document(rt, topic, "old.txt")
+        except StoreUnavailableError as exc:
+            refused.append(exc)
+        return plan
+
+    monkeypatch.setattr(graph_ingest, "complete_plan", plan_then_delete)
+    assert ingest_document(rt, new.id).status == "indexed"
+    assert len(refused) == 1 and "busy" in str(refused[0])
+    assert get_document(rt, old.id).status == "deleting"
+    assert not rt.chunk_index(topic.id).document_chunk_ids(old.id)  # its chunks went first
+    monkeypatch.undo()
+
+    removed = delete_document(rt, topic, "old.txt")  # deleting again finishes the delete
+    assert removed["rows"] == 1 and document_store.get_document(rt.metadata, old.id) is None
+    graph_agrees_with_index(rt, topic)
+    store = graph_store(rt, topic)
+    assert store.entity_by_name("Pierre Curie") is None and store.entity_by_name("Irene Curie") is not None
+    marie = store.entity_by_name("Marie Curie")
+    assert "Warsaw" in marie.description and "Sorbonne" not in marie.description
