@@ -21,7 +21,7 @@ Sizes come from the environment, with defaults sized for CI:
 - ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
 - ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills;
 - ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
-- ``FAULT_COLD_EVERY`` (default 5): every this many kills, one is cold;
+- ``FAULT_COLD_EVERY`` (default 5): every this many kills, one is cold (0: none);
 - ``FAULT_WORKERS`` (default 3): workers (launchers);
 - ``FAULT_DEADLINE_S`` (default 600 + 3 s per upload): how long the run may take before the test gives up
   (pytest's own timeout is raised to match).
@@ -63,7 +63,7 @@ RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
 GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
 KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
 MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
-#: Every this many kills, one is cold (the whole worker: launcher and all); the others are warm (``FAULT_COLD_EVERY``).
+#: Every this many kills, one is cold (the whole worker: launcher and all; 0: none); the others are warm (``FAULT_COLD_EVERY``).
 COLD_EVERY = int(os.environ.get("FAULT_COLD_EVERY", "5"))
 WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
 #: Seconds the whole run may take before the test gives up on what is not indexed yet (``FAULT_DEADLINE_S``).
@@ -165,7 +165,7 @@ class Fleet:
     def kill_one(self, n: int, pid: int) -> None:
         """SIGKILL worker process ``pid`` of launcher ``n`` (warm), or, every ``COLD_EVERY``-th kill, all of
         launcher ``n``'s session, then start a new launcher (cold)."""
-        if (self.kills + 1) % COLD_EVERY == 0:
+        if COLD_EVERY > 0 and (self.kills + 1) % COLD_EVERY == 0:
             kill(self.launchers[n])
             self.cold_kills += 1
             self.launchers[n] = self._start(n)
