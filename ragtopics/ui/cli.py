@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragtopics", description="Document question answering with cited sources.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start Redis, a worker, the local model and the console; Ctrl-C stops all")
-    worker = sub.add_parser("worker", help="run one job worker")
+    worker = sub.add_parser(
+        "worker", help="run one job worker (a launcher imports the libraries once and forks a new worker when one is killed)"
+    )
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     sub.add_parser("serve-model", help="serve only the bundled language model (llama.cpp) on LOCAL_LLM_PORT")
 
@@ -243,10 +245,10 @@ def _cmd_up(args) -> int:
 
 def _cmd_worker(args) -> int:
     # deferred: a command's modules load when it runs, so that `ragtopics --help` stays fast
-    from ragtopics.worker.main import run_worker
+    from ragtopics.settings.env import get_settings
+    from ragtopics.worker.launcher import run_launcher
 
-    run_worker(burst=args.burst)
-    return 0
+    return run_launcher(get_settings(), burst=args.burst)
 
 
 def _cmd_serve_model(args) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from rq import SimpleWorker
 from rq.job import Job
@@ -112,7 +114,7 @@ def report(recovered: list, rebuilt: list) -> None:
         log.warning("queued %d community rebuild(s) again after a crash", len(rebuilt))
 
 
-def run_worker(*, burst: bool = False) -> None:
+def run_worker(*, burst: bool = False, ready: Callable[[], None] | None = None) -> None:
     """Run an RQ worker on the product's queue until stopped (or, with ``burst``, until empty).
 
     It also runs rq's scheduler (the Refresh Cycle of GraphRAG Topics) and, at start, queues
@@ -123,9 +125,16 @@ def run_worker(*, burst: bool = False) -> None:
     Jobs run in this process (:class:`ProductWorker`): the embedding model is loaded once
     and stays loaded, instead of once per forked job.
 
+    Args:
+        burst: exit when the queue is empty.
+        ready: called once the worker is about to listen (model loaded, recoveries run); the
+            worker launcher (:mod:`ragtopics.worker.launcher`) tells a worker killed while working
+            from one that never got going by it.
+
     Raises:
         StoreUnavailableError: when Redis is unreachable or lacks a module.
     """
+    started = time.monotonic()
     rt = get_runtime()
     rt.check_store()
     embedder = rt.gateway.embedder
@@ -139,6 +148,10 @@ def run_worker(*, burst: bool = False) -> None:
         log.info("scheduled the Refresh Cycle of %d GraphRAG Topic(s)", scheduled)
     worker = ProductWorker([queue_for(rt)], rt=rt, heartbeat_s=rt.settings.worker_heartbeat_s)
     set_holder(worker.name)  # the locks its jobs take name it: released soon after it dies, not when they expire
-    log.info("worker %s listening on queue %s", worker.name, rt.settings.queue_name)
+    log.info(
+        "worker %s listening on queue %s (started in %.1f s)", worker.name, rt.settings.queue_name, time.monotonic() - started
+    )
+    if ready is not None:
+        ready()
     # with_scheduler: rq's scheduler moves due Refresh Cycle jobs to the queue (one worker at a time holds it).
     worker.work(burst=burst, logging_level=rt.settings.log_level, with_scheduler=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from rq.worker import Worker
 from sqlmodel import select
 
 from ragtopics.settings.env import Settings
@@ -22,8 +24,10 @@ def start_worker(
 ) -> subprocess.Popen:
     """``ragtopics worker`` on the settings' Redis, data folder and queue, the model at ``llm_base_url``.
 
-    It runs in a session of its own, so a kill takes rq's scheduler process with it, as a container
-    stop would; its output goes to ``log`` (appended) or nowhere. Its rq heartbeat comes every second,
+    The process started is the worker launcher (:mod:`ragtopics.worker.launcher`); the worker process rq
+    lists is its child (:func:`worker_processes`). It runs in a session of its own, so :func:`kill` takes
+    the worker process and rq's scheduler process with it, as a container stop would; its output goes to
+    ``log`` (appended) or nowhere. Its rq heartbeat comes every second,
     so a killed worker's job is abandoned, in rq's terms, three seconds after the kill and queued again by
     the next maintenance pass. ``extra_env`` adds or overrides variables (another store, say).
     """
@@ -44,10 +48,47 @@ def start_worker(
     )
 
 
+def session_processes(session: int) -> dict[int, int]:
+    """The live processes (not zombies) of a session, as ``{pid: parent pid}``, read from ``/proc`` (Linux)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended while being read
+            continue
+        state, ppid, _group, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+        if int(sid) == session and state != "Z":
+            found[int(entry.name)] = int(ppid)
+    return found
+
+
 def kill(worker: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole session and reap it."""
-    os.killpg(worker.pid, signal.SIGKILL)
+    """SIGKILL the worker's whole session (its launcher, the worker process it forked, rq's scheduler) and reap it.
+
+    A cold stop, as a container's or a machine's: nothing of it gets to finish its job.
+    """
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the launcher had exited; what it forked may still run
+        pass
     worker.wait(timeout=30)
+    for _ in range(100):
+        left = session_processes(worker.pid)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    raise AssertionError(f"processes of the worker's session outlived SIGKILL: {session_processes(worker.pid)}")
+
+
+def worker_processes(rt, launcher: subprocess.Popen) -> list[int]:
+    """The worker processes rq lists (by process id) that ``launcher`` (from :func:`start_worker`) forked and that still run."""
+    mine = session_processes(launcher.pid)
+    return [w.pid for w in Worker.all(connection=rt.redis) if w.pid in mine and mine[w.pid] == launcher.pid]
 
 
 def wait_for(condition, timeout_s: float) -> bool:

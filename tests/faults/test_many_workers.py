@@ -1,4 +1,4 @@
-"""Fault injection: three workers share one Redis while one of them is killed (SIGKILL) and restarted every few seconds.
+"""Fault injection: three workers share one Redis while a worker is killed (SIGKILL) every few seconds.
 
 Uploads go into a RAG Topic and a GraphRAG Topic while the workers index them (real ``ragtopics worker``
 processes, as ``docker compose up --scale worker=3`` runs them). At the end every document must have been
@@ -6,20 +6,28 @@ indexed exactly once: it says ``indexed``, the index holds exactly its chunks, o
 (one upload trace) per document, nothing left queued or processing, no entity stored twice, and the
 GraphRAG Topic's graph is the one a sequential ingest of the same files builds.
 
-Sizes come from the environment, with defaults sized for CI (a worker takes seconds to start, most of
-it loading the embedding model, so a kill costs a worker's work for that long):
+What a kill is: every ``FAULT_KILL_EVERY_S`` seconds the test picks, among the worker processes that rq
+says are running a job, one at random and SIGKILLs it in the middle of that job. ``ragtopics worker`` is a
+launcher that forks the worker process rq lists (:mod:`ragtopics.worker.launcher`). Four kills in five are
+warm: the worker process alone is killed (as the out-of-memory killer would kill it) and its launcher forks
+a new one at once, which starts in about a second. Every fifth (``FAULT_COLD_EVERY``) is cold: the worker's
+whole session is killed (launcher, worker process and rq's scheduler, as a container or machine going down)
+and the test starts a new ``ragtopics worker``, which imports its libraries again (seconds to tens of
+seconds on a loaded host). In both cases the killed job is abandoned in rq's terms and queued again by the
+recoveries.
+
+Sizes come from the environment, with defaults sized for CI:
 
 - ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
-- ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills (each of a worker rq says is running a job);
+- ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills;
 - ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
-- ``FAULT_WORKERS`` (default 3): worker processes;
+- ``FAULT_COLD_EVERY`` (default 5): every this many kills, one is cold (0: none);
+- ``FAULT_WORKERS`` (default 3): workers (launchers);
 - ``FAULT_DEADLINE_S`` (default 600 + 3 s per upload): how long the run may take before the test gives up
   (pytest's own timeout is raised to match).
 
-The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``.
-It needs a host where a worker starts in well under ``3 × FAULT_KILL_EVERY_S`` seconds (each of three workers
-lives about that long); where a start takes longer, the workers are killed before they finish a job (see
-BENCHMARKS.md, "Several workers on several machines, killed").
+The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``
+(see BENCHMARKS.md, "Several workers on several machines, killed").
 
 Nothing is shared on disk, as between machines: every worker has a data folder of its own, the test (the
 console's side) another; the files go to an S3-compatible object store (SeaweedFS), the metadata to a
@@ -29,8 +37,10 @@ says where a worker keeps things. The test is skipped, saying why, where Postgre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,13 +56,15 @@ from ragtopics.settings.env import Settings
 from ragtopics.storage.metadata import TraceRow
 from ragtopics.topics.topics import Topic, create_topic
 from tests.conftest import active_runtime
-from tests.faults.processes import document_rows, kill, start_worker
+from tests.faults.processes import document_rows, kill, start_worker, worker_processes
 from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, PostgresCluster, SeaweedS3, running
 
 RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
 GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
 KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
 MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
+#: Every this many kills, one is cold (the whole worker: launcher and all; 0: none); the others are warm (``FAULT_COLD_EVERY``).
+COLD_EVERY = int(os.environ.get("FAULT_COLD_EVERY", "5"))
 WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
 #: Seconds the whole run may take before the test gives up on what is not indexed yet (``FAULT_DEADLINE_S``).
 DEADLINE_S = float(os.environ.get("FAULT_DEADLINE_S", 600 + 3 * (RAG_UPLOADS + GRAPH_UPLOADS)))
@@ -124,34 +136,47 @@ def worker_env(shared: dict[str, str], folder: Path) -> dict[str, str]:
 
 
 class Fleet:
-    """The worker processes: started, killed and restarted one at a time, each logging to its own file."""
+    """The workers (``ragtopics worker`` launchers, see :mod:`ragtopics.worker.launcher`), each logging to its own file.
+
+    A kill is a SIGKILL of a worker process that rq says is running a job: a warm kill takes the worker
+    process alone (as the out-of-memory killer would), and its launcher forks a new one; every
+    ``COLD_EVERY``-th kill takes the worker's whole session instead (launcher, worker process, rq's scheduler,
+    as a container or machine going down would), and the test starts a new launcher: a cold start.
+    """
 
     def __init__(self, settings, llm_base_url: str, size: int, logs: Path, shared: dict[str, str], folders: Path):
         self.settings, self.llm_base_url, self.logs, self.shared, self.folders = settings, llm_base_url, logs, shared, folders
-        self.workers = [self._start(n) for n in range(size)]
-        self.kills = 0
+        self.launchers = [self._start(n) for n in range(size)]
+        self.warm_kills = self.cold_kills = 0
+
+    @property
+    def kills(self) -> int:
+        return self.warm_kills + self.cold_kills
 
     def _start(self, n: int):
         env = worker_env(self.shared, self.folders / f"worker-{n}")
         return start_worker(self.settings, self.llm_base_url, self.logs / f"worker-{n}.log", env)
 
-    def busy(self, rt) -> list[int]:
-        """The workers (by number) that rq says are running a job now."""
+    def busy(self, rt) -> list[tuple[int, int]]:
+        """The worker processes that rq says are running a job now, as (launcher number, process id)."""
         running = {w.pid for w in Worker.all(connection=rt.redis) if w.get_state() == "busy"}
-        return [n for n, worker in enumerate(self.workers) if worker.pid in running and worker.poll() is None]
+        return [(n, pid) for n, launcher in enumerate(self.launchers) for pid in worker_processes(rt, launcher) if pid in running]
 
-    def kill_one(self, n: int) -> None:
-        """SIGKILL worker ``n`` and start it again."""
-        kill(self.workers[n])
-        self.kills += 1
-        self.workers[n] = self._start(n)
+    def kill_one(self, n: int, pid: int) -> None:
+        """SIGKILL worker process ``pid`` of launcher ``n`` (warm), or, every ``COLD_EVERY``-th kill, all of
+        launcher ``n``'s session, then start a new launcher (cold)."""
+        if COLD_EVERY > 0 and (self.kills + 1) % COLD_EVERY == 0:
+            kill(self.launchers[n])
+            self.cold_kills += 1
+            self.launchers[n] = self._start(n)
+        else:
+            with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+                os.kill(pid, signal.SIGKILL)
+            self.warm_kills += 1
 
     def stop(self) -> None:
-        for worker in self.workers:
-            try:
-                kill(worker)
-            except ProcessLookupError:  # it had exited, and its session with it
-                worker.wait(timeout=30)
+        for launcher in self.launchers:
+            kill(launcher)
 
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.logs.glob("*.log")))
@@ -215,7 +240,7 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
             if (
                 fleet.kills < MAX_KILLS and time.monotonic() >= next_kill and (busy := fleet.busy(rt))
             ):  # a kill in the middle of a job
-                fleet.kill_one(rng.choice(busy))
+                fleet.kill_one(*rng.choice(busy))
                 next_kill = time.monotonic() + KILL_EVERY_S
             time.sleep(0.2)
         took = time.monotonic() - started
@@ -238,7 +263,7 @@ def test_three_workers_one_killed_every_few_seconds_index_every_document_exactly
     duplicated += [e.name for e in entities if sum(1 for f in entities if f.id == e.id) > 1]
     print(
         f"\n[{WORKERS} workers] uploads {len(uploads)} ({RAG_UPLOADS} RAG, {GRAPH_UPLOADS} GraphRAG), kills {fleet.kills} "
-        f"(one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
+        f"({fleet.warm_kills} warm, {fleet.cold_kills} cold; one every {KILL_EVERY_S:g} s), lost {len(lost)}, duplicated {len(duplicated)}, stuck {len(stuck)}, "
         f"{took:.0f} s; {s3_server.version}; {postgres.version}"
     )
     assert not lost and not stuck and not duplicated, (lost, stuck, duplicated)
