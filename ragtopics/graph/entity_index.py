@@ -200,14 +200,12 @@ class EntityVectorIndex:
         log.info("graph %s: %d entity vectors of an earlier version removed (embedded again by name)", self.graph.name, removed)
         return removed
 
-    def set(self, entity_ids: list[str], vectors: np.ndarray, *, new: bool = False) -> int:
+    def set(self, entity_ids: list[str], vectors: np.ndarray) -> int:
         """Store one vector per entity (replacing any earlier one), creating the index on first use.
 
         Args:
             entity_ids: ids of stored entities; ids not in the graph are skipped.
             vectors: shape ``(len(entity_ids), dims)``, any float dtype, no zero rows.
-            new: the caller read that none of these entities has a vector (:meth:`missing`, under the Topic's
-                graph write lock): no earlier vector is looked for to replace, one write query per batch less.
 
         Returns:
             How many entities got a vector.
@@ -230,8 +228,7 @@ class EntityVectorIndex:
                 {"id": eid, "vector": _VectorLiteral(vec)}
                 for eid, vec in zip(entity_ids[start : start + _WRITE_BATCH], matrix[start : start + _WRITE_BATCH])
             ]
-            if not new:
-                self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
+            self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
             written += int(self.graph.query(_CREATE, {"rows": rows}).result_set[0][0])
         return written
 

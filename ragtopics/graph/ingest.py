@@ -150,8 +150,6 @@ class GraphPlan:
             under the kept id and name, with that chunk's description and the names it used (what
             the graph stores, so that a description can be rebuilt from the chunks left).
         embeddings: entity id → L2-normalised vector of its name, for the entities new to the graph.
-        embeddings_new: none of the ``embeddings``' entities had a vector when the plan was made (under the Topic's
-            graph write lock, which the upload holds until the plan is written): written without looking for one.
         subjects: ``(entity_id, chunk_id)``: the chunk is about the entity (its heading names it, :func:`subject_keys`).
         merges: the deduplication decisions (for the DEV report).
         method: ``NLP`` or ``LLM``.
@@ -165,7 +163,6 @@ class GraphPlan:
     relationships: list[Relationship] = field(default_factory=list)
     mentions: list[Entity] = field(default_factory=list)
     embeddings: dict[str, np.ndarray] = field(default_factory=dict)
-    embeddings_new: bool = False
     subjects: set[tuple[str, str]] = field(default_factory=set)
     merges: list[MergeRecord] = field(default_factory=list)
     method: str = ""
@@ -475,7 +472,6 @@ def _complete_plan(
         if late:
             vectors.update(_embed_names(rt, late, trace, report, stored=len(plan.entities) - len(todo)))
         plan.embeddings = {e.id: vectors[entity_text(e)] for e in todo}
-        plan.embeddings_new = True
     return plan
 
 
@@ -677,7 +673,7 @@ def apply_graph(
     store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships, plan.subjects)
     if plan.embeddings:
         ids = list(plan.embeddings)
-        store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]), new=plan.embeddings_new)
+        store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]))
     if store.vectors.drop_legacy():  # a graph written by an earlier version: every entity embedded again, by name
         embed_entities(rt, store, [e.id for e in store.all_entities()])
     else:

@@ -794,11 +794,10 @@ class GraphStore:
         )
         return {row[0]: list(row[1]) for row in rows}
 
-    def set_embeddings(self, entity_ids: list[str], vectors: np.ndarray, *, new: bool = False) -> int:
-        """Store entity vectors; see :meth:`EntityVectorIndex.set` (shape ``(n, dims)``, returns how many; ``new``:
-        none of these entities has a vector, as read under the lock the caller holds)."""
+    def set_embeddings(self, entity_ids: list[str], vectors: np.ndarray) -> int:
+        """Store entity vectors; see :meth:`EntityVectorIndex.set` (shape ``(n, dims)``, returns how many)."""
         self.ensure()
-        return self.vectors.set(entity_ids, vectors, new=new)
+        return self.vectors.set(entity_ids, vectors)
 
     # -- reads -----------------------------------------------------------------------------
 
