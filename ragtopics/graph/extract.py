@@ -18,6 +18,7 @@ the role is served by the bundled model, as the router does for its role).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import itertools
@@ -124,7 +125,10 @@ def extraction_version(method: str, rt: Any, prompt: PromptTemplate = GRAPH_EXTR
     return f"{name.lower()}-" + hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
 
 
+@functools.cache
 def _installed(package: str) -> str:
+    """The installed version of a package, read once per process (a look-up scans every installed package, about
+    2 ms; the process keeps running the modules it imported even when another version is installed meanwhile)."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

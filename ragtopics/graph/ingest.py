@@ -27,6 +27,8 @@ import hashlib
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -266,6 +268,80 @@ def plan_graph(
     return complete_plan(rt, topic, records, extracted, report, trace)
 
 
+class NameEmbedding:
+    """Entity texts embedded in a thread of their own while the upload goes on (started by :func:`extract_graph`).
+
+    The bundled model embeds short texts with one torch thread (:data:`~ragtopics.llm.embedding.SHORT_TEXT_THREADS`),
+    and what follows the extraction (waiting for the Topic's graph write lock, reading the deduplication partners
+    from the graph server, deduplication) mostly waits for the server: on a host of two cores the two overlap.
+    The vectors are those :func:`_embed_names` gives (same texts, same batches of :data:`ENTITY_EMBED_BATCH`).
+    The model calls are recorded on a trace of the thread's own and moved into the upload's trace by :meth:`vectors`,
+    in one ``embed_entities`` step marked ``overlapped`` whose duration is the thread's. Progress is reported before
+    each batch, the first by the caller; a report that raises (the upload was superseded or its document deleted)
+    stops the embedding there, and :meth:`vectors` raises its error.
+
+    Args:
+        rt: the runtime (its gateway embeds).
+        texts: the entity texts (:func:`entity_text`) to embed, distinct.
+        trace: the upload's trace (only read here: its kind, subject and LLM Overrides).
+        report: progress (phase ``embedding entities``), called from the thread before each batch after the first.
+        stored: how many of the upload's entities already had a vector (recorded on the step).
+    """
+
+    def __init__(self, rt: Runtime, texts: list[str], trace: Trace, report: ProgressFn, *, stored: int):
+        self.texts = texts
+        self._report = report
+        self.stored = stored
+        self._trace = trace.child(trace.kind, trace.subject)  # Trace is not thread-safe: merged back in vectors()
+        self._stop = threading.Event()
+        self._found: dict[str, np.ndarray] = {}
+        self._error: BaseException | None = None
+        self._ms = 0.0
+        self._thread = threading.Thread(target=self._run, args=(rt,), name="entity-names", daemon=True)
+        self._thread.start()
+
+    def _run(self, rt: Runtime) -> None:
+        t0 = time.perf_counter()
+        try:
+            for start in range(0, len(self.texts), ENTITY_EMBED_BATCH):
+                if self._stop.is_set():
+                    return
+                if start:
+                    self._report("embedding entities", start, len(self.texts))
+                batch = self.texts[start : start + ENTITY_EMBED_BATCH]
+                vectors = rt.gateway.embed_short(batch, trace=self._trace, purpose="entity embedding")
+                self._found.update(zip(batch, vectors, strict=True))
+        except BaseException as exc:  # handed to the upload by vectors()
+            self._error = exc
+        finally:
+            self._ms = (time.perf_counter() - t0) * 1000
+
+    def vectors(self, trace: Trace) -> dict[str, np.ndarray]:
+        """Wait for the thread; its model calls go into ``trace`` under an ``embed_entities`` step.
+
+        Returns:
+            Entity text → L2-normalised vector, for every text given.
+
+        Raises:
+            Whatever the embedding raised (ModelUnavailableError), or RuntimeError after :meth:`cancel`.
+        """
+        self._thread.join()
+        with trace.step("embed_entities", count=len(self.texts), stored=self.stored, overlapped=True) as event:
+            for done in self._trace.events:
+                trace.add(done.step, **done.data).duration_ms = done.duration_ms
+            self._trace.events.clear()
+        event.duration_ms = round(self._ms, 3)
+        if self._error is not None:
+            raise self._error
+        if len(self._found) != len(self.texts):
+            raise RuntimeError("the entity names were not embedded: the embedding was cancelled")
+        return dict(self._found)
+
+    def cancel(self) -> None:
+        """Stop after the batch under way (the upload failed or was stopped); does not wait."""
+        self._stop.set()
+
+
 @dataclass
 class ExtractedGraph:
     """The slow half of a plan (:func:`extract_graph`): what the chunks say, before deduplication against the graph.
@@ -273,14 +349,23 @@ class ExtractedGraph:
     Attributes:
         plan: the plan with its chunks and extraction counts filled in.
         entities, relationships: what the chunks say, each with its chunk as provenance.
-        name_vectors: entity text (:func:`entity_text`) → vector, for the extracted entities the graph had
-            no vector for when they were embedded.
+        names: the embedding of the entity texts (:func:`entity_text`) of the extracted entities the graph had no
+            vector for, running (:class:`NameEmbedding`); None when there were none.
     """
 
     plan: GraphPlan
     entities: list[Entity]
     relationships: list[Relationship]
-    name_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    names: NameEmbedding | None = None
+
+    def name_vectors(self, trace: Trace) -> dict[str, np.ndarray]:
+        """Entity text → vector of the names embedded since :func:`extract_graph` (waits for them)."""
+        return self.names.vectors(trace) if self.names is not None else {}
+
+    def cancel(self) -> None:
+        """Stop the names' embedding (the upload does not go on to :func:`complete_plan`)."""
+        if self.names is not None:
+            self.names.cancel()
 
 
 def extract_graph(
@@ -293,8 +378,9 @@ def extract_graph(
     known_failures: dict[str, str] | None = None,
     extracted_elsewhere: set[str] | None = None,
 ) -> ExtractedGraph:
-    """The slow half of :func:`plan_graph`, which needs no lock: extraction per chunk, and the vectors of the
-    names found that the graph has none for (arguments as there)."""
+    """The slow half of :func:`plan_graph`, which needs no lock: extraction per chunk, then the vectors of the
+    names found that the graph has none for, started in a thread (:class:`NameEmbedding`) that
+    :func:`complete_plan` waits for (arguments as there)."""
     setup = extraction_setup(rt, topic)
     failures = known_failures or {}
     fresh = extracted_elsewhere or set()
@@ -333,7 +419,8 @@ def extract_graph(
         new = store.vectors.missing(e.id for e in entities)
         texts = sorted({entity_text(e) for e in entities if e.id in new})
         if texts:
-            extracted.name_vectors = _embed_names(rt, texts, trace, report, stored=len(entities) - len(texts))
+            report("embedding entities", 0, len(texts))
+            extracted.names = NameEmbedding(rt, texts, trace, report, stored=len(entities) - len(texts))
     return extracted
 
 
@@ -342,11 +429,21 @@ def complete_plan(
 ) -> GraphPlan:
     """The half of :func:`plan_graph` that reads the graph: deduplicate against the stored entities, keep
     this version's provenance, and give each entity new to the graph its vector (from
-    ``extracted.name_vectors``; a name not embedded there is embedded now).
+    ``extracted.name_vectors``, waited for at the end; a name not embedded there is embedded now).
 
     Two uploads into one Topic converge to the graph a sequential upload gives only when this and
     :func:`apply_graph` run under the Topic's graph write lock, with no other upload's between them.
     """
+    try:
+        return _complete_plan(rt, topic, records, extracted, report, trace)
+    finally:
+        extracted.cancel()  # a failure before the names were waited for leaves no thread embedding them
+
+
+def _complete_plan(
+    rt: Runtime, topic, records: list[ChunkRecord], extracted: ExtractedGraph, report: ProgressFn, trace: Trace
+) -> GraphPlan:
+    """:func:`complete_plan` (its arguments)."""
     plan, entities, relationships = extracted.plan, extracted.entities, extracted.relationships
     store = graph_store(rt, topic)
     ours = frozenset(cid for cid, _ in plan.chunks)
@@ -369,8 +466,8 @@ def complete_plan(
     ]
     new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
     todo = [e for e in plan.entities if e.id in new]
+    vectors = extracted.name_vectors(trace)
     if todo:
-        vectors = dict(extracted.name_vectors)
         late = sorted({entity_text(e) for e in todo} - set(vectors))
         if late:
             vectors.update(_embed_names(rt, late, trace, report, stored=len(plan.entities) - len(todo)))

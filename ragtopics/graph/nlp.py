@@ -184,30 +184,29 @@ def extract_nlp_many(texts: list[str], *, batch_size: int = 32) -> list[ChunkExt
 
 
 def _extract(doc) -> ChunkExtraction:
-    sentences = _sentences(doc)
-    mentions = _mentions(doc)
+    # spaCy's Doc.text joins every token's text on each access: read once per chunk, not once per entity.
+    text = doc.text
+    sentences = _sentences(doc, text)
+    mentions = _mentions(doc, text)
     headings = {normalize_name(m.name) for m in mentions if m.is_heading}
-    entities = _drop_name_parts(_merge(doc.text, mentions), keep=headings)
+    entities = _drop_name_parts(_merge(text, mentions), keep=headings)
     if not entities:
         return ChunkExtraction()
-    per_sentence = _entities_per_sentence(doc.text, sentences, entities, mentions)
+    per_sentence = _entities_per_sentence(text, sentences, entities, mentions)
     extracted = []
     for key, (name, type_, aliases) in entities.items():
         where = [i for i, found in enumerate(per_sentence) if key in found]
-        extracted.append(
-            ExtractedEntity(name=name, type=type_, aliases=aliases, description=_describe(doc.text, sentences, where))
-        )
-    return ChunkExtraction(entities=extracted, relationships=_cooccurrences(doc.text, sentences, per_sentence, entities))
+        extracted.append(ExtractedEntity(name=name, type=type_, aliases=aliases, description=_describe(text, sentences, where)))
+    return ChunkExtraction(entities=extracted, relationships=_cooccurrences(text, sentences, per_sentence, entities))
 
 
-def _sentences(doc) -> list[tuple[int, int]]:
+def _sentences(doc, text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences.
 
     A heading line is joined to the sentence below it, so what a heading names
     co-occurs with what its first sentence names; so is a fragment that the parser cut
-    off in the middle of a paragraph (it ends without punctuation and without a blank line).
+    off in the middle of a paragraph (it ends without punctuation and without a blank line). ``text`` is ``doc.text``.
     """
-    text = doc.text
     spans = [(s.start_char, s.end_char) for s in doc.sents if s.text.strip()]
     joined: list[tuple[int, int]] = []
     previous: tuple[int, int] | None = None
@@ -234,15 +233,15 @@ def _ends_like_heading(line: str) -> bool:
     return not line.endswith(".") or bool(_ABBREVIATED_END.search(line)) or line.endswith("...")
 
 
-def _mentions(doc) -> list[_Mention]:
+def _mentions(doc, text: str) -> list[_Mention]:
     """Codes, named entities of kept types and filtered noun phrases, in text order.
 
     A code is an entity of its own; a named entity or noun phrase that contains one is
     dropped ("Pump P-12" is a mention of ``P-12``). A noun phrase that overlaps any named
     entity (of a kept type or not) is dropped too, so "the better-known Dragon Dice"
-    does not duplicate "Dragon Dice" and "the 1990s" does not come back as a concept.
+    does not duplicate "Dragon Dice" and "the 1990s" does not come back as a concept. ``text`` is ``doc.text``.
     """
-    found = [_Mention(m.start(), m.end(), m.group(), "CODE") for m in CODE.finditer(doc.text)]
+    found = [_Mention(m.start(), m.end(), m.group(), "CODE") for m in CODE.finditer(text)]
     codes = [(m.start, m.end) for m in found]
     taken = list(codes)
     for ent in doc.ents:
@@ -250,10 +249,10 @@ def _mentions(doc) -> list[_Mention]:
         if _overlaps(span, codes):
             continue
         taken.append(span)
-        name = _clean_name(ent)
+        name = _clean_name(ent, text)
         if ent.label_ in NER_TYPES and name:
             found.append(_Mention(ent.start_char, ent.end_char, name, NER_TYPES[ent.label_]))
-    headings = _headings(doc, found, codes)
+    headings = _headings(doc, text, found, codes)
     taken += [(h.start, h.end) for h in headings]  # a heading's words are not noun phrases of their own
     for chunk in doc.noun_chunks:
         span = _strip_phrase(chunk)
@@ -262,13 +261,13 @@ def _mentions(doc) -> list[_Mention]:
     return sorted(found + headings, key=lambda m: (m.start, -m.end))
 
 
-def _headings(doc, found: list[_Mention], codes: list[tuple[int, int]]) -> list[_Mention]:
+def _headings(doc, text: str, found: list[_Mention], codes: list[tuple[int, int]]) -> list[_Mention]:
     """Heading lines as entities: a title names what the text below it is about.
 
     A heading that is exactly one named entity is already found; one with a code in it
-    is found through its code; a single common noun ("Introduction") is not kept.
+    is found through its code; a single common noun ("Introduction") is not kept. ``text`` is ``doc.text``.
     """
-    text, headings = doc.text, []
+    headings = []
     for m in HEADING.finditer(text):
         start, end = m.span("name")
         name = _tidy(m.group("name"))
@@ -304,11 +303,12 @@ def _tidy(name: str) -> str:
 _BULLETS = "•◦▪▫‣⁃∙·●○■□➢➤►*"
 
 
-def _clean_name(ent) -> str:
+def _clean_name(ent, text: str) -> str:
     """An entity's text without a leading article and a trailing possessive or punctuation.
 
     A capital "The" stays in titles of works ("The Wasp Factory") and goes before
-    places, organisations and events ("The United States", "The Dallas Cowboys").
+    places, organisations and events ("The United States", "The Dallas Cowboys"). ``text`` is the text of the
+    entity's Doc (``Doc.text`` is rebuilt from the tokens at every access).
     """
     tokens = list(ent)
     while tokens and (
@@ -319,7 +319,7 @@ def _clean_name(ent) -> str:
         tokens.pop()
     if not tokens:
         return ""
-    name = ent.doc.text[tokens[0].idx : tokens[-1].idx + len(tokens[-1].text)]
+    name = text[tokens[0].idx : tokens[-1].idx + len(tokens[-1].text)]
     return _tidy(name) if any(c.isalpha() for c in name) and "\n" not in name else ""
 
 

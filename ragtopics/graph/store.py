@@ -456,7 +456,8 @@ class GraphStore:
         """
         if self._ensured:
             return
-        rows = self.graph.query("CALL db.indexes() YIELD label, properties RETURN label, properties").result_set
+        # Read-only (a fenced store would send a write query through the fence's transaction); [] without a graph.
+        rows = self._read("CALL db.indexes() YIELD label, properties RETURN label, properties")
         present = {(label, prop) for label, props in rows for prop in props}
         for label, prop in _INDEXES:
             if (label, prop) not in present:
@@ -478,6 +479,9 @@ class GraphStore:
         Returns:
             How many entities were converted (0 once all are).
         """
+        # Looked for with a read first: once converted (the usual case) no write query, fenced or not, is sent.
+        if not self._read("MATCH (e:Entity) WHERE e.chunk_count IS NULL RETURN e.id LIMIT 1"):
+            return 0
         done = 0
         while True:
             rows = self.graph.query(

@@ -148,9 +148,12 @@ class GraphRagKind(TopicKind):
         extracted = extract_graph(
             rt, topic, records, report, trace, known_failures=graph_failures, extracted_elsewhere=extracted_elsewhere
         )
-        with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
-            plan = complete_plan(rt, topic, records, extracted, report, trace)
-            return store(GraphShare(plan, self._images(rt, topic, version, plan, trace), graph_fence))
+        try:
+            with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
+                plan = complete_plan(rt, topic, records, extracted, report, trace)
+                return store(GraphShare(plan, self._images(rt, topic, version, plan, trace), graph_fence))
+        finally:
+            extracted.cancel()  # the lock was not had: the entity names' embedding stops (complete_plan stops it too)
 
     def _images(self, rt: Runtime, topic: Topic, version: PreparedVersion, plan, trace: Trace) -> list:
         """Picture in the graph: the Image nodes of the version's stored pictures (see :mod:`ragtopics.graph.pictures`)."""
