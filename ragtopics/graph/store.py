@@ -312,6 +312,23 @@ WITH k, collect(e)[0] AS e
 RETURN k, {_ENTITY}
 """
 
+# The entities of a subgraph, each with the relationships from it to the others. Both ends of each tie are bound
+# (GRAPH.EXPLAIN: Expand Into), so the work follows the subgraph's size (its pairs), not the ties of a hub in it, which
+# a traversal from each entity filtered by the other end would list whole.
+_AMONG = f"""
+UNWIND $ids AS i
+MATCH (e:Entity {{id: i}})
+WITH collect(e) AS ns
+UNWIND ns AS e
+CALL {{
+  WITH e, ns
+  UNWIND ns AS b
+  MATCH (e)-[r:RELATED]->(b)
+  RETURN collect([b.id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)]) AS ties
+}}
+RETURN {_ENTITY}, ties
+"""
+
 _NEXT_HOP = """
 UNWIND $frontier AS fid
 MATCH (a:Entity {id: fid})
@@ -887,7 +904,8 @@ class GraphStore:
         """The entities within ``hops`` relationships of the seeds (either direction), at most ``limit`` in all.
 
         One bounded query per hop: each ring is ordered by the summed strength of its ties
-        to the previous ring and cut to the room left.
+        to the previous ring and cut to the room left; then one query reads the entities with the relationships
+        among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
 
         Args:
             entity_ids: seed ids (unknown ones are skipped; they count towards nothing).
@@ -906,12 +924,10 @@ class GraphStore:
             rows = self._read(_NEXT_HOP, {"frontier": frontier, "seen": seen, "room": room}, timeout_ms=QUERY_TIMEOUT_MS)
             frontier = [row[0] for row in rows]
             seen.extend(frontier)
-        rows = self._read(
-            f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE a.id IN $ids AND b.id IN $ids RETURN {_RELATION} "
-            "ORDER BY a.id, b.id",
-            {"ids": seen},
-        )
-        return Subgraph(tuple(self.entities(seen)), tuple(_relationship(row) for row in rows))
+        rows = self._read(_AMONG, {"ids": seen}, timeout_ms=QUERY_TIMEOUT_MS)
+        found = {row[0]: _entity(row[:-1]) for row in rows}
+        ties = sorted(((row[0], *tie) for row in rows for tie in row[-1]), key=lambda tie: (tie[0], tie[1]))
+        return Subgraph(tuple(found[i] for i in seen if i in found), tuple(_relationship(tie) for tie in ties))
 
     def shortest_path(self, a_id: str, b_id: str, max_hops: int) -> GraphPath | None:
         """A shortest chain of relationships between two entities, in either direction, of at most ``max_hops``.
