@@ -927,7 +927,7 @@ class GraphStore:
         rows = self._read(_AMONG, {"ids": seen}, timeout_ms=QUERY_TIMEOUT_MS)
         found = {row[0]: _entity(row[:-1]) for row in rows}
         ties = sorted(((row[0], *tie) for row in rows for tie in row[-1]), key=lambda tie: (tie[0], tie[1]))
-        return Subgraph(tuple(found[i] for i in seen if i in found), tuple(_relationship(tie) for tie in ties))
+        return Subgraph(tuple(found[i] for i in seen if i in found), tuple(_relationship(list(tie)) for tie in ties))
 
     def shortest_path(self, a_id: str, b_id: str, max_hops: int) -> GraphPath | None:
         """A shortest chain of relationships between two entities, in either direction, of at most ``max_hops``.
