@@ -48,8 +48,8 @@ from ragtopics.answer.context import Context, Evidence, Provenance, RetrievalQue
 from ragtopics.answer.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.model import Entity, Relationship
-from ragtopics.graph.store import GraphStore, Subgraph
-from ragtopics.rag.mentions import Link, follow_mentions_guarded, place_links
+from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore, Subgraph
+from ragtopics.rag.mentions import MENTION_SEEDS, Link, follow_mentions_guarded, place_links
 from ragtopics.runtime import Runtime
 from ragtopics.settings.topic import GraphRagTopicSettings
 from ragtopics.storage.chunk_index import ChunkHit, ChunkIndex
@@ -159,22 +159,26 @@ class LocalRetriever:
             linked = collect_chunk_ids(sub, seeds.dense)
             carried = {cid for e in sub.entities for cid in e.chunk_ids}
             unlinked = [h.chunk_id for h in seeds.dense if h.chunk_id not in carried][: cfg.top_k_unlinked_chunks]
-            chunks = fetch_chunks(index, [*linked, *unlinked], vector)
+            # Ranked by their embeddings: the texts are read for the few chunks that use them (below).
+            chunks = fetch_chunks(index, [*linked, *unlinked], vector, texts=False)
             ev.data.update(linked=len(linked), unlinked=unlinked, fetched=len(chunks))
         with trace.step("rank_chunks", damping=PPR_DAMPING, passage_weight=PASSAGE_NODE_WEIGHT) as ev:
             cosine = {cid: h.score for cid, h in chunks.items()}
             ppr = personalized_pagerank(sub, _links(sub, chunks), seeds.weights, cosine)
             more = more_candidates(store, index, question, vector, chunks, keywords=cfg.local_keyword_search) if question else {}
+            bare = set(chunks)
             cosine = {cid: h.score for cid, h in chunks.items()}
             ranked = [chunks[cid] for cid in rank_chunks(ppr, cosine, more)]
             ev.data["more"] = {name: ids[:10] for name, ids in more.items()}
             top = ranked[:20]
             if cfg.follow_file_mentions:
+                ranked = with_texts(index, ranked, chunks, bare, MENTION_SEEDS)  # file names are found in the texts
                 ranked, links = follow_mentions_guarded(index, ranked, vector)
                 chunks.update((h.chunk_id, h) for h in ranked if h.chunk_id not in chunks)
                 ev.data["links"] = [asdict(link) for link in links]
             ranked, bridges = follow_entities(store, index, ranked, vector, chunks)
             ev.data["bridges"] = [asdict(link) for link in bridges]
+            ranked = with_texts(index, ranked, chunks, bare, cfg.max_cited_chunks)
             kept = [h.chunk_id for h in ranked[: cfg.max_cited_chunks]]
             ev.data["top"] = [
                 {
@@ -347,13 +351,18 @@ def entities_of_chunks(store: GraphStore, chunk_ids: list[str]) -> list[Entity]:
 
 
 def with_chunks(store: GraphStore, sub: Subgraph, limit: int = MAX_CANDIDATE_CHUNKS) -> Subgraph:
-    """The subgraph with each entity's chunks read from its mentions, at most ``limit`` per entity (one query).
+    """The subgraph with its entities' chunks read from their mentions, about ``limit`` in all (one query).
 
     An entity read from the graph carries only the first few of its chunks
-    (:data:`~ragtopics.graph.store.ENTITY_CHUNK_SAMPLE`); the search needs up to :data:`MAX_CANDIDATE_CHUNKS`
-    of them, and no more: an entity in 20,000 chunks costs as much as one in ``limit``.
+    (:data:`~ragtopics.graph.store.ENTITY_CHUNK_SAMPLE`); the search collects at most
+    :data:`MAX_CANDIDATE_CHUNKS` chunks, so the entities that have more share ``limit`` between them, each
+    reading at least its sample's size: the reply is bounded by the subgraph's size (at most ``limit`` rows, or
+    one sample per entity), never by how many chunks mention a hub.
     """
-    found = store.chunks_of([e.id for e in sub.entities if e.mentions > len(e.chunk_ids)], limit)
+    wanting = [e.id for e in sub.entities if e.mentions > len(e.chunk_ids)]
+    if not wanting:
+        return sub
+    found = store.chunks_of(wanting, max(ENTITY_CHUNK_SAMPLE, limit // len(wanting)))
     if not found:
         return sub
     return replace(
@@ -376,15 +385,44 @@ def collect_chunk_ids(sub: Subgraph, dense: Iterable[ChunkHit]) -> list[str]:
     for item in items:
         for cid in sorted(item.chunk_ids):
             support[cid] = support.get(cid, 0) + 1
-    hits = [h.chunk_id for h in dense if h.chunk_id in support]
-    rest = sorted((cid for cid in support if cid not in set(hits)), key=lambda cid: -support[cid])
+    hits = list(dict.fromkeys(h.chunk_id for h in dense if h.chunk_id in support))
+    first = set(hits)
+    rest = sorted((cid for cid in support if cid not in first), key=lambda cid: -support[cid])
     return (hits + rest)[:MAX_CANDIDATE_CHUNKS]
 
 
-def fetch_chunks(index: ChunkIndex, chunk_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
+def fetch_chunks(index: ChunkIndex, chunk_ids: list[str], vector: np.ndarray, *, texts: bool = True) -> dict[str, ChunkHit]:
     """Stored chunks by id, each scored by its cosine similarity to ``vector``
-    (:meth:`~ragtopics.storage.chunk_index.ChunkIndex.chunks_by_id`); chunk id → hit, in the order asked."""
-    return index.chunks_by_id(chunk_ids, vector)
+    (:meth:`~ragtopics.storage.chunk_index.ChunkIndex.chunks_by_id`; ``texts`` False: without their texts);
+    chunk id → hit, in the order asked."""
+    return index.chunks_by_id(chunk_ids, vector, texts=texts)
+
+
+def with_texts(
+    index: ChunkIndex, ranked: list[ChunkHit], chunks: dict[str, ChunkHit], bare: set[str], count: int
+) -> list[ChunkHit]:
+    """The ranked chunks, the first ``count`` of them with their texts (read in one round trip for those in ``bare``).
+
+    LOCAL ranks its candidates (up to :data:`MAX_CANDIDATE_CHUNKS`) by their embeddings and ids alone and reads
+    the text, context and pictures of the few it keeps or reads for file names.
+
+    Args:
+        ranked: the ranked chunks, best first.
+        chunks: chunk id → hit; the completed hits replace the bare ones in it.
+        bare: ids of the hits read without their texts; the completed ones leave it.
+        count: how many of the first chunks need their texts.
+
+    Returns:
+        ``ranked`` with the same chunks in the same order (a chunk deleted meanwhile keeps its bare hit).
+    """
+    wanted = [h.chunk_id for h in ranked[:count] if h.chunk_id in bare]
+    if not wanted:
+        return ranked
+    full, _ = index.read_hits(wanted)
+    for cid, hit in full.items():
+        chunks[cid] = replace(hit, score=chunks[cid].score)
+        bare.discard(cid)
+    return [chunks.get(h.chunk_id, h) if h.chunk_id in full else h for h in ranked]
 
 
 def _links(sub: Subgraph, chunks: dict[str, ChunkHit]) -> dict[str, list[str]]:
@@ -466,7 +504,8 @@ def more_candidates(
     either, 0.880 with ``named``, 0.885 with ``keyword``, 0.895 with both.
 
     Args:
-        chunks: chunk id → fetched hit; chunks fetched here are added to it.
+        chunks: chunk id → fetched hit; chunks fetched here are added to it, without their texts (as LOCAL's
+            candidates are read: :func:`with_texts`).
         keywords: whether to add the ``keyword`` list.
 
     Returns:
@@ -479,7 +518,7 @@ def more_candidates(
         lists["keyword"] = [h.chunk_id for h in index.search_keywords(query_keywords(question), CHUNK_SEARCH_DEPTH, full=False)]
     wanted = list(dict.fromkeys(cid for ids in lists.values() for cid in ids if cid not in chunks))
     if wanted:
-        chunks.update(fetch_chunks(index, wanted, vector))
+        chunks.update(fetch_chunks(index, wanted, vector, texts=False))
     lists["named"] = sorted((cid for cid in lists["named"] if cid in chunks), key=lambda cid: -chunks[cid].score)
     if keywords:
         lists["keyword"] = [cid for cid in lists["keyword"] if cid in chunks]

@@ -97,7 +97,11 @@ class Relationship:
         source_id, target_id: entity ids.
         description: merged description.
         strength: summed strength over its mentions.
-        chunk_ids: the chunks it was found in (provenance).
+        chunk_ids: the chunks it was found in (provenance). Written: all of them. Read for a search
+            (``GraphStore.neighbours``, paths): at most
+            :data:`~ragtopics.graph.store.RELATIONSHIP_CHUNK_SAMPLE` of them, the first found, so a tie
+            between two hubs costs a read as much as any other; ``GraphStore.all_relationships`` reads all.
+        chunk_count: how many chunks it was found in, when read from the graph; 0 when written (see :attr:`mentions`).
     """
 
     source_id: str
@@ -105,6 +109,12 @@ class Relationship:
     description: str = ""
     strength: float = 1.0
     chunk_ids: frozenset[str] = field(default_factory=frozenset)
+    chunk_count: int = 0
+
+    @property
+    def mentions(self) -> int:
+        """How many chunks it was found in: ``chunk_count`` when known, else the size of ``chunk_ids``."""
+        return max(self.chunk_count, len(self.chunk_ids))
 
 
 @dataclass(frozen=True, slots=True)

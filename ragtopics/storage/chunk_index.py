@@ -1047,24 +1047,27 @@ class ChunkIndex:
             pipe.hget(self.key(cid), "embedding")
         return {cid: decode_vector(raw, self.dims) for cid, raw in zip(chunk_ids, pipe.execute()) if raw}
 
-    def chunks_by_id(self, chunk_ids: list[str], vector: np.ndarray) -> dict[str, ChunkHit]:
+    def chunks_by_id(self, chunk_ids: list[str], vector: np.ndarray, *, texts: bool = True) -> dict[str, ChunkHit]:
         """Stored chunks by id, each scored by its cosine similarity to ``vector`` (one pipelined round trip).
 
         Args:
             chunk_ids: ids to read (unknown ones are left out; a repeated id is read once).
             vector: the question's embedding, shape ``(dims,)``, unit norm (stored chunks are unit norm too).
+            texts: False: leave out the text, context and pictures (the hits carry ``""``), for ranking many
+                candidates and reading the texts of the kept ones only (:meth:`read_hits`).
 
         Returns:
             chunk id → hit, in the order asked.
         """
+        fields = _HIT_FIELDS if texts else _SCORING_FIELDS
         pipe = self.client.pipeline(transaction=False)
         for cid in dict.fromkeys(chunk_ids):
-            pipe.hmget(self.key(cid), [*_HIT_FIELDS, "embedding"])
+            pipe.hmget(self.key(cid), [*fields, "embedding"])
         found: dict[str, ChunkHit] = {}
         for values in pipe.execute():
             if values[0] is None or values[-1] is None:
                 continue
-            row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(_HIT_FIELDS, values[:-1], strict=True)}
+            row = {f: (v.decode() if isinstance(v, bytes) else v or "") for f, v in zip(fields, values[:-1], strict=True)}
             score = float(np.dot(decode_vector(values[-1], self.dims), vector))
             found[row["chunk_id"]] = _hit(row, round(score, 6))
         return found
@@ -1348,6 +1351,8 @@ def bm25_score(
 
 #: The stored fields of a chunk that make a :class:`ChunkHit`.
 _HIT_FIELDS = ("chunk_id", "document_id", "file_name", "position", "text", "context", "pictures", "pages", "version")
+#: The fields of a chunk read to rank it among many (its cosine comes from the embedding): all but the texts.
+_SCORING_FIELDS = ("chunk_id", "document_id", "file_name", "position", "pages", "version")
 
 
 def _hit(row: dict, score: float) -> ChunkHit:

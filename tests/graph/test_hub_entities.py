@@ -1,7 +1,9 @@
-"""An entity that 20,000 chunks mention costs as much to read and write as one that one chunk mentions.
+"""An entity that 20,000 chunks mention costs as much to read and write as one that one chunk mentions, and a
+relationship found in thousands of chunks as much to read for a search as one found in one.
 
-Provenance lives on the ``MENTIONED_IN`` edges; the entity node keeps a count and a bounded sample. The tests
-count what the store reads back from the real graph (rows and their size), never time it.
+Provenance lives on the ``MENTIONED_IN`` edges; the entity node keeps a count and a bounded sample. A search reads a
+relationship's count and a bounded sample of its chunks. The tests count what the store reads back from the real graph
+(rows and their size), never time it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import pytest
 
 from ragtopics.graph.dedup import partner_keys
 from ragtopics.graph.model import Entity, entity_id_for
-from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore
-from tests.graph.test_store import client, eid, ent, rel  # noqa: F401 - client: the flushed RESP2 client fixture
+from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, RELATIONSHIP_CHUNK_SAMPLE, GraphStore
+from tests.graph.test_store import client, eid, ent, rel, relationships_by_pair  # noqa: F401 - client: the flushed RESP2 client fixture
 from tests.redis_commands import CommandLog
 
 HUB_CHUNKS = 20_000
@@ -195,3 +197,46 @@ def test_a_graph_written_with_whole_chunk_lists_is_converted_at_the_next_write(s
     assert rows == [[40, ENTITY_CHUNK_SAMPLE]] and fresh.count_mentions() == 0
     fresh.remove_chunks([cid(0)])
     assert fresh.entities([eid("Old")])[0].chunk_count == 39
+
+
+#: Chunks in which the two hubs of the relationship test appear together.
+TIE_CHUNKS = 2_000
+
+
+def test_reading_a_hub_relationship_returns_as_much_as_reading_a_relationship_of_one_chunk(store):
+    ids = [cid(i) for i in range(TIE_CHUNKS)]
+    store.upsert(
+        "doc-1",
+        "a.txt",
+        [(c, i) for i, c in enumerate(ids)],
+        [ent("Hub", *ids), ent("Big", *ids), ent("One", cid(0)), ent("Two", cid(0))],
+        [rel("Hub", "Big", *ids, description="Hub works with Big."), rel("One", "Two", cid(0), description="One knows Two.")],
+    )
+    reads = ReadLog(store)
+    cost: dict[str, tuple[int, int]] = {}
+    for a, b in [("Hub", "Big"), ("One", "Two")]:
+        sub = store.neighbours([eid(a), eid(b)], hops=1, limit=2)
+        cost[a] = reads.take()
+        (tie,) = sub.relationships
+        path = store.shortest_path(eid(a), eid(b), 2)
+        cost[f"path {a}"] = reads.take()
+        assert path is not None and path.relationships[0].chunk_ids == tie.chunk_ids
+        if a == "Hub":
+            assert tie.chunk_count == tie.mentions == TIE_CHUNKS and len(tie.chunk_ids) == RELATIONSHIP_CHUNK_SAMPLE
+            assert tie.chunk_ids <= set(ids) and tie.description == "Hub works with Big."
+        else:
+            assert (tie.chunk_count, tie.chunk_ids) == (1, {cid(0)})
+    for what in ["", "path "]:
+        (rows, size), (one_rows, one_size) = cost[f"{what}Hub"], cost[f"{what}One"]
+        assert rows == one_rows, (what, cost)
+        # what differs is the samples of chunk ids and the counts' digits: both ends read twice, and the relationship
+        assert size <= one_size + 5 * (ENTITY_CHUNK_SAMPLE * (len(repr(cid(0))) + 2) + 8), (what, cost)
+        assert size < TIE_CHUNKS * (len(repr(cid(0))) + 2) // 10, (what, cost)  # the whole list is ten times this
+
+    # the relationship keeps every chunk: whole-graph readers get them all, and a removal counts from them
+    assert relationships_by_pair(store)[(eid("Hub"), eid("Big"))].chunk_ids == set(ids)
+    store.remove_chunks(ids[:-10])
+    (tie,) = store.neighbours([eid("Hub"), eid("Big")], hops=0, limit=2).relationships
+    assert (tie.chunk_count, tie.chunk_ids, tie.description) == (10, set(ids[-10:]), "Hub works with Big.")
+    store.remove_chunks(ids[-10:])
+    assert store.neighbours([eid("Hub")], hops=1, limit=2).relationships == ()
