@@ -16,17 +16,18 @@ and the test starts a new ``ragtopics worker``, which imports its libraries agai
 seconds on a loaded host). In both cases the killed job is abandoned in rq's terms and queued again by the
 recoveries.
 
-Sizes come from the environment, with defaults sized for CI:
+Sizes come from the environment; the defaults are the full size, which CI runs (about 160 s on a quiet 2-core
+host; BENCHMARKS.md, "Several workers on several machines, killed"):
 
-- ``FAULT_RAG_UPLOADS`` (default 12) and ``FAULT_GRAPH_UPLOADS`` (default 4): files uploaded;
-- ``FAULT_KILL_EVERY_S`` (default 3): seconds between two kills;
-- ``FAULT_MAX_KILLS`` (default 5): no kill after this many;
+- ``FAULT_RAG_UPLOADS`` (default 500) and ``FAULT_GRAPH_UPLOADS`` (default 100): files uploaded;
+- ``FAULT_KILL_EVERY_S`` (default 10): seconds between two kills;
+- ``FAULT_MAX_KILLS`` (default 100000): no kill after this many;
 - ``FAULT_COLD_EVERY`` (default 5): every this many kills, one is cold (0: none);
 - ``FAULT_WORKERS`` (default 3): workers (launchers);
 - ``FAULT_DEADLINE_S`` (default 600 + 3 s per upload): how long the run may take before the test gives up
   (pytest's own timeout is raised to match).
 
-The full size is ``FAULT_RAG_UPLOADS=500 FAULT_GRAPH_UPLOADS=100 FAULT_KILL_EVERY_S=10 FAULT_MAX_KILLS=100000``
+A quick run for development: ``FAULT_RAG_UPLOADS=12 FAULT_GRAPH_UPLOADS=4 FAULT_KILL_EVERY_S=3 FAULT_MAX_KILLS=5``
 (see BENCHMARKS.md, "Several workers on several machines, killed").
 
 Nothing is shared on disk, as between machines: every worker has a data folder of its own, the test (the
@@ -59,10 +60,10 @@ from tests.conftest import active_runtime
 from tests.faults.processes import document_rows, kill, start_worker, worker_processes
 from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, PostgresCluster, SeaweedS3, running
 
-RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "12"))
-GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "4"))
-KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "3"))
-MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "5"))
+RAG_UPLOADS = int(os.environ.get("FAULT_RAG_UPLOADS", "500"))
+GRAPH_UPLOADS = int(os.environ.get("FAULT_GRAPH_UPLOADS", "100"))
+KILL_EVERY_S = float(os.environ.get("FAULT_KILL_EVERY_S", "10"))
+MAX_KILLS = int(os.environ.get("FAULT_MAX_KILLS", "100000"))
 #: Every this many kills, one is cold (the whole worker: launcher and all; 0: none); the others are warm (``FAULT_COLD_EVERY``).
 COLD_EVERY = int(os.environ.get("FAULT_COLD_EVERY", "5"))
 WORKERS = int(os.environ.get("FAULT_WORKERS", "3"))
