@@ -102,7 +102,7 @@ REPORT_FORMAT_VERSION = "1"
 #: Version of the report built from the graph alone (:func:`graph_report`). It is part of the hash stored with such
 #: a report (:func:`stored_hash`), so raising it rewrites the graph-built reports once at the next run and leaves
 #: the reports a model wrote (and their model calls) alone.
-GRAPH_REPORT_FORMAT = "2"
+GRAPH_REPORT_FORMAT = "3"
 #: Members whose ties and descriptions a graph-built summary states (the strongest, by weighted degree).
 SUMMARY_TOP_ENTITIES = 8
 #: Most summary sentences taken from one chunk before every other chunk has had its turn, so one passage does not
@@ -709,9 +709,11 @@ def summary_sentences(content: CommunityContent) -> dict[str, tuple[str, ...]]:
         if read >= CANDIDATE_CHARS_FACTOR * GRAPH_SUMMARY_CHARS:
             break
         read += len(text)
-        for sentence in map(_without_heading, document_sentences(text)):
-            if _SENTENCE.match(sentence) and len(sentence.split()) >= 5:
-                candidates.append((sentence, chunks))
+        for whole in document_sentences(text):
+            # a description clipped at "…" and the next one can run together into one sentence: split them there
+            for sentence in map(_without_heading, (piece.strip() for piece in _CLIPPED.split(whole))):
+                if _SENTENCE.match(sentence) and "…" not in sentence and len(sentence.split()) >= 5:
+                    candidates.append((sentence, chunks))
     kept: dict[str, tuple[str, ...]] = {}
     words: list[set[str]] = []
     per_chunk: dict[str, int] = {}
@@ -743,6 +745,8 @@ _SENTENCE = re.compile(r"""^["'“‘]?[A-Z0-9À-Ý].*[.!?]["'”’)]?$""", re.
 #: no sentence end inside), followed by a capitalised sentence.
 _HEADING = re.compile(r"^(?:[^.!?:]{1,80}?): (?=[A-Z0-9\"'(])")
 _CONTENT_WORD = re.compile(r"[^\W_]+")
+#: Where a clipped description (``…``) ends inside a merged description's sentence.
+_CLIPPED = re.compile(r"…\s+")
 
 
 def document_sentences(text: str) -> list[str]:

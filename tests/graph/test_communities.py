@@ -26,6 +26,7 @@ from ragtopics.graph.communities import (
     rebuild,
     report_prompt,
     run_key,
+    summary_sentences,
 )
 from ragtopics.graph.community_index import CommunityIndex, CommunityRecord
 from ragtopics.graph.model import Entity, Relationship, entity_id_for
@@ -458,3 +459,20 @@ def test_distinctive_terms_rank_what_is_frequent_inside_and_rare_outside():
     assert report.title.startswith("Canada: airports (Alder Airport, Birch Airport")  # names, kinds, then members
     assert list(report.sources) == [chunks["a0"], chunks["a1"], chunks["a2"]]  # each sentence once, from its chunk
     assert report.sources[chunks["a1"]] == "a1"
+
+
+def test_a_clipped_description_run_into_the_next_sentence_gives_only_the_whole_sentence():
+    ids = {n: entity_id_for(n, "X") for n in ("Alû", "Lilu")}
+    entities = [Entity(i, n, "X", f"{n} is a spirit of old stories.", (), frozenset({"c"})) for n, i in ids.items()]
+    merged = (
+        "It roams at night and terrifies people while they sleep, and possession by Alû results in unconsciousness, and… "
+        "A lilu or lilû is a masculine Akkadian word for a spirit, related to Alû, demon."
+    )
+    rels = [Relationship(ids["Alû"], ids["Lilu"], merged, 5.0, frozenset({"c"}))]
+    community = detect_communities(entities, rels, resolution=0.01)[0]
+    content = community_content(community, {e.id: e for e in entities}, {(r.source_id, r.target_id): r for r in rels})
+
+    sentences = summary_sentences(content)
+
+    assert "A lilu or lilû is a masculine Akkadian word for a spirit, related to Alû, demon." in sentences
+    assert not any("…" in s or s.startswith("It roams") for s in sentences)
