@@ -11,7 +11,9 @@ a throwaway embedded Redis, with every model role on the scripted loopback serve
 
 For each, two rounds of :data:`PASSAGES` passages (different ones): the first is estimated from the
 stated defaults (the measured figures and observations are cleared before it), the second from the figures the first
-round recorded. Each
+round recorded. A last GraphRAG NLP round of six times as many passages (HotpotQA from passage
+:data:`LARGER_START`) starts from the defaults again: larger than the deduplication probe of the preview
+(:func:`~ragtopics.graph.probe.probe_dedup`), which the rounds above fit inside. Each
 round: :func:`~ragtopics.ingest.cost.estimate_upload`, then the real in-process ingest
 (``receive_upload`` + ``ingest_documents``; a GraphRAG Topic's files one at a time), then for GraphRAG
 a community rebuild (``run_rebuild``). Printed per round: estimated and actual chunks and model calls
@@ -52,6 +54,9 @@ TOPICS = {
 RAG_REPLIES = {"context_line": "Where this passage sits in the collection.", "keywords": "passage, title, subject"}
 
 
+#: First passage of the larger NLP round (after the fit samples below, which end at HotpotQA passage 649).
+LARGER_START = 650
+
 #: Samples the NLP graph defaults are fitted on (``--fit-defaults``): (eval folder, first passage), :data:`PASSAGES`
 #: each, in ``corpus.json`` order. None overlaps the rounds above (HotpotQA passages 0 to ``6·PASSAGES - 1``).
 FIT_SAMPLES = (
@@ -76,7 +81,9 @@ def _error(estimated: float, actual: float) -> str:
 
 def run_round(rt: Runtime, topic, files: list[tuple[str, bytes]], llm, figure, label: str) -> dict[str, tuple[float, int]]:
     """Estimate, ingest and (GraphRAG) rebuild one round; print and return ``{what: (estimated, actual)}``."""
+    t0 = time.perf_counter()
     estimate = estimate_upload(rt, topic, files)
+    preview_s = time.perf_counter() - t0
     llm.requests.clear()
     t0 = time.perf_counter()
     rows = [receive_upload(rt, topic, name, data) for name, data in files]
@@ -104,6 +111,7 @@ def run_round(rt: Runtime, topic, files: list[tuple[str, bytes]], llm, figure, l
     measured = sum(1 for c in estimate.calls.values() if c.measured)
     figure(f"{label}: kinds with measured figures", f"{measured} of {len(estimate.calls)}")
     figure(f"{label}: estimated / actual upload seconds", f"{estimate.seconds:,.1f} / {took:,.1f} (instant model)")
+    figure(f"{label}: the preview itself, seconds", preview_s)
     if rebuild_s:
         figure(f"{label}: community rebuild seconds", rebuild_s)
     return out
@@ -121,6 +129,12 @@ def bench_estimate(rt: Runtime, data, figure, section, *, passages: int = PASSAG
             for round_no, label in ((0, "defaults"), (1, "measured")):
                 start = (2 * n + round_no) * passages
                 results[f"{name}, {label}"] = run_round(rt, topic, _files(data, start, passages), llm, figure, f"{name}, {label}")
+        # A larger upload from the defaults, six rounds' worth: the deduplication probe runs on its first files
+        # only and the rest is extrapolated (every round above fits inside the probe).
+        topic = create_topic(rt, "bench-estimate-larger", kind="graphrag", settings=TOPICS["GraphRAG NLP"][1])
+        clear_figures(rt)
+        label = f"GraphRAG NLP, defaults, {6 * passages} passages"
+        results[label] = run_round(rt, topic, _files(data, LARGER_START, 6 * passages), llm, figure, label)
     worst = max((abs(error_percent(e, a) or 0.0) for r in results.values() for e, a in r.values() if a), default=0.0)
     figure("largest error (actual > 0)", f"{worst:.1f} %")
     return results

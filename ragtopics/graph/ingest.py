@@ -412,7 +412,7 @@ def extract_graph(
             failed=plan.failed,
             chars=sum(len(r.text) for r in records if r.chunk_id in read),
         )
-    entities, relationships = _graph_items(per_chunk)
+    entities, relationships = graph_items(per_chunk)
     extracted = ExtractedGraph(plan, entities, relationships)
     if entities:
         store = graph_store(rt, topic)
@@ -620,12 +620,17 @@ def extraction_text(record: ChunkRecord) -> str:
     from the text alone). A title that does not read as a name (``doc 0736``, ``report-2023-q3``) is
     left out: as an entity it would name nothing (:data:`_NAME_LIKE`).
     """
-    if record.position != 0:
-        return record.text
-    title = record.file_name.rsplit(".", 1)[0].replace("_", " ").strip()
-    if not title or record.text.startswith(title) or not _NAME_LIKE.search(title):
-        return record.text
-    return f"{title}\n\n{record.text}"
+    return titled_text(record.file_name, record.position, record.text)
+
+
+def titled_text(file_name: str, position: int, text: str) -> str:
+    """:func:`extraction_text` of a chunk given by its file name, position in the file (0: first) and text."""
+    if position != 0:
+        return text
+    title = file_name.rsplit(".", 1)[0].replace("_", " ").strip()
+    if not title or text.startswith(title) or not _NAME_LIKE.search(title):
+        return text
+    return f"{title}\n\n{text}"
 
 
 #: A file title that reads as a name: a capitalised word ("Leland, North Carolina", "Über uns"), not
@@ -708,7 +713,7 @@ def embed_entities(rt: Runtime, store: GraphStore, entity_ids: Iterable[str], tr
     return store.set_embeddings([e.id for e in stale], np.asarray(vectors))
 
 
-def _graph_items(per_chunk: list[tuple[str, ChunkExtraction]]) -> tuple[list[Entity], list[Relationship]]:
+def graph_items(per_chunk: list[tuple[str, ChunkExtraction]]) -> tuple[list[Entity], list[Relationship]]:
     """Graph entities and relationships from the per-chunk extractions, each with its chunk as provenance.
 
     A relationship whose ends are not among its chunk's entities is dropped (the LLM

@@ -139,6 +139,11 @@ MIN_MEASURED = 3
 SINCE_REBUILD_KEY = "rt:{topic_id}:cost:chunks-since-rebuild"
 #: Redis list of the latest uploads' own figures for a fit (``dedup:<work>``, ``work:<work>``), JSON per upload.
 OBSERVATIONS_KEY = "rt:cost:observations:{name}"
+#: Redis hash of a Topic's last deduplication probe (:func:`graph_calls`): SHA-256 of a probed file's bytes →
+#: its calls, and ``scale`` for the files after the probe; kept :data:`PROBE_TTL_S` so the estimates kept with
+#: the files of the upload that follows the preview agree with it.
+PROBE_KEY = "rt:{topic_id}:cost:dedup-probe"
+PROBE_TTL_S = 3600
 #: Uploads kept per observation list (the latest).
 MAX_OBSERVATIONS = 2000
 #: Uploads a fit needs before it replaces the defaults.
@@ -370,6 +375,7 @@ class GraphOutlook:
         last: the Topic's last community rebuild at its Resolution (None: none yet).
         work: ``(w0, w1)``: seconds of other work per chunk ``w0 + w1·N`` (None: not fitted yet).
         measured: kind → whether its figures were measured here.
+        probed: chunks of the upload run through the deduplication probe (:func:`graph_calls`; 0: none).
     """
 
     entities: float
@@ -381,6 +387,7 @@ class GraphOutlook:
     last: Any = None
     work: tuple[float, float] | None = None
     measured: dict[str, bool] = field(default_factory=dict)
+    probed: int = 0
 
     def reports(self, entities: float) -> float:
         """Community reports the next rebuild writes once the graph has ``entities`` entities.
@@ -481,7 +488,14 @@ def graph_outlook(rt: Runtime, topic, work: str, figures: Figures) -> GraphOutlo
 
 
 def graph_calls(
-    rt: Runtime, topic, kinds: set[str], figures: Figures, files: list[tuple[FileEstimate, float]], *, pending_chars: float = 0.0
+    rt: Runtime,
+    topic,
+    kinds: set[str],
+    figures: Figures,
+    files: list[tuple[FileEstimate, float]],
+    *,
+    pending_chars: float = 0.0,
+    probe: list[tuple[str, list[str] | None]] | None = None,
 ) -> GraphOutlook:
     """Fill in the deduplication calls and community reports of a GraphRAG Topic's files, one after another.
 
@@ -490,15 +504,26 @@ def graph_calls(
     ``N_i = N + new_per_char·(c_1 + … + c_(i-1))`` entities (:func:`dedup_calls`), and its community reports
     are what it adds to those of the next rebuild: ``reports(N_(i+1)) - reports(N_i)`` (:meth:`GraphOutlook.reports`).
 
+    Deduplication calls, before this installation has measured any, under the NLP extraction method: the first
+    files (up to :data:`~ragtopics.graph.probe.PROBE_CHUNKS` chunks) are run through the extraction and the
+    deduplication rules (:func:`~ragtopics.graph.probe.probe_dedup`), which gives their calls; the files after
+    them get the modelled calls scaled by the probe's ratio to the model over the probed files,
+    ``(Σ probed + ½) / (Σ modelled + ½)`` (the halves keep a probe that found nothing from promising nothing
+    for a much larger rest). The result is kept for an hour (:data:`PROBE_KEY`), so the estimates kept with
+    the files when they are then uploaded agree with the preview; a file not probed gets the scaled model.
+
     Args:
         files: each file's estimate (not refused) with the characters of its chunks the extraction reads.
         pending_chars: characters of chunk text of files received before these and not in the graph yet (the
             same upload's earlier files, estimated one at a time): the graph is taken as grown by them first.
+        probe: ``(file name, chunk texts or None)`` of each of ``files`` for the deduplication probe;
+            None (the estimate kept with one received file): the Topic's last probe is read instead.
 
     Returns:
         The outlook used.
     """
-    outlook = graph_outlook(rt, topic, work_name(topic, kinds), figures)
+    work = work_name(topic, kinds)
+    outlook = graph_outlook(rt, topic, work, figures)
     n = outlook.entities + outlook.new_per_char * max(0.0, pending_chars)
     for f, chars in files:
         mentions, added = outlook.mentions_per_char * chars, outlook.new_per_char * chars
@@ -507,7 +532,63 @@ def graph_calls(
         if "community_report" in kinds:
             f.calls["community_report"] = max(0.0, outlook.reports(n + added) - outlook.reports(n))
         n += added
+    if "deduplication" in kinds and not outlook.measured.get("deduplication") and work == "graphrag-nlp":
+        _probed_dedup_calls(rt, topic, outlook, files, probe)
     return outlook
+
+
+def _probed_dedup_calls(
+    rt: Runtime,
+    topic,
+    outlook: GraphOutlook,
+    files: list[tuple[FileEstimate, float]],
+    probe: list[tuple[str, list[str] | None]] | None,
+) -> None:
+    """:func:`graph_calls`' deduplication probe: run it (``probe`` given) or read the last one, and apply it."""
+    key = PROBE_KEY.format(topic_id=topic.id)
+    if probe is None:
+        if not files:
+            return
+        kept = rt.redis.hgetall(key)
+        if not kept:
+            return
+        scale = float(kept.get(b"scale", b"1"))
+        for f, chars in files:
+            calls = kept.get(_probe_id(f.file_name, chars).encode())
+            f.calls["deduplication"] = float(calls) if calls is not None else f.calls["deduplication"] * scale
+        return
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
+    from ragtopics.graph.probe import probe_dedup
+
+    usable: list[tuple[str, list[str]]] = []
+    for name, texts in probe:
+        if texts is None:  # a document estimated from its size: the probe stops before it
+            break
+        usable.append((name, texts))
+    if not usable:
+        return
+    found = probe_dedup(rt, topic, usable)
+    k = len(found.calls)
+    modelled = sum(f.calls["deduplication"] for f, _ in files[:k])
+    scale = (sum(found.calls) + 0.5) / (modelled + 0.5)
+    kept_calls: dict[str, float] = {"scale": scale}
+    for i, (f, chars) in enumerate(files):
+        if i < k:
+            f.calls["deduplication"] = float(found.calls[i])
+            kept_calls[_probe_id(f.file_name, chars)] = float(found.calls[i])
+        else:
+            f.calls["deduplication"] *= scale
+    outlook.probed = found.chunks
+    pipe = rt.redis.pipeline()
+    pipe.delete(key)
+    pipe.hset(key, mapping=cast(Any, kept_calls))
+    pipe.expire(key, PROBE_TTL_S)
+    pipe.execute()
+
+
+def _probe_id(file_name: str, chars: float) -> str:
+    """What identifies a probed file in :data:`PROBE_KEY`: its name and characters of chunk text."""
+    return hashlib.sha256(f"{file_name}\0{chars:.0f}".encode()).hexdigest()
 
 
 def load_figures(rt: Runtime) -> Figures:
@@ -834,8 +915,9 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
     estimate = CostEstimate(topic=topic.name, calls={k: CallEstimate(k, KINDS[k].role) for k in KINDS if k in kinds})
     text_chars: dict[str, float] = dict.fromkeys(kinds, 0.0)  # text each kind sends, for the default token counts
     graph_files: list[tuple[FileEstimate, float]] = []
+    probe: list[tuple[str, list[str] | None]] = []  # the graph files' chunk texts, for the deduplication probe
     for name, data in files:
-        f, chars = _estimate_file(rt, topic, cfg, kinds, figures, name, data)
+        f, chars, texts = _estimate_file(rt, topic, cfg, kinds, figures, name, data)
         estimate.files.append(f)
         if f.refused:
             continue
@@ -844,12 +926,13 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
         for kind, sent in chars.items():
             text_chars[kind] = text_chars.get(kind, 0.0) + sent
         graph_files.append((f, chars.get("graph", 0.0)))
+        probe.append((f.file_name, texts))
     work = work_name(topic, kinds)
     per_work = figures.work_seconds(work)[0]
     estimate.work_seconds = per_work * estimate.chunks
     outlook = None
     if kind_of(topic).has_graph:
-        outlook = graph_calls(rt, topic, kinds, figures, graph_files)
+        outlook = graph_calls(rt, topic, kinds, figures, graph_files, probe=probe)
         if outlook.work is not None:  # the graph's work per chunk grows with the graph the upload finds
             entities, estimate.work_seconds = outlook.entities, 0.0
             for f, graph_chars in graph_files:
@@ -886,29 +969,35 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
         estimate.notes.append("community reports are written at the next rebuild, not during the upload")
     if kind_of(topic).has_graph and "graph_extraction" not in kinds:
         estimate.notes.append("graph extraction uses the NLP method: no model calls")
+    if outlook is not None and outlook.probed:
+        estimate.notes.append(
+            f"deduplication calls: {outlook.probed:g} chunk(s) of these files were run through the NLP extraction and the "
+            "deduplication rules (no model), as nothing was measured on this installation yet"
+        )
     return estimate
 
 
 def _estimate_file(
     rt: Runtime, topic, cfg, kinds: set[str], figures: Figures, name: str, data: bytes
-) -> tuple[FileEstimate, dict[str, float]]:
-    """One file's estimate, and the characters of text each kind of call would send for it."""
+) -> tuple[FileEstimate, dict[str, float], list[str] | None]:
+    """One file's estimate, the characters of text each kind of call would send for it, and its chunk texts
+    (None: a refused file, or a document or picture estimated from its size)."""
     f = FileEstimate(file_name=name, size_bytes=len(data))
     try:
         f.file_name = name = clean_file_name(name)
     except RagTopicsError as exc:
         f.refused = str(exc)
-        return f, {}
+        return f, {}, None
     ext = extension_of(name)
     if ext not in topic.settings.file_types:
         f.refused = f"Topic {topic.name!r} does not accept .{ext} files"
-        return f, {}
+        return f, {}, None
     if ext in DOCUMENT_TYPES and not is_docling_available(topic.settings.docling_server):
         f.refused = f"it is a document, and the Docling Server of Topic {topic.name!r} is not available"
-        return f, {}
+        return f, {}, None
     if len(data) > topic.settings.max_file_size_mb * 1024 * 1024:
         f.refused = f"it is {len(data) / 1048576:.1f} MB, the limit of this Topic is {topic.settings.max_file_size_mb:g} MB"
-        return f, {}
+        return f, {}, None
     chars: dict[str, float] = {}
     if ext in DOCUMENT_TYPES or ext in IMAGE_TYPES:
         f.method = "from size"
@@ -925,7 +1014,7 @@ def _estimate_file(
             texts, f.records, record_chars = _chunk_texts(rt, cfg, name, data, figures)
         except RagTopicsError as exc:
             f.refused = str(exc)
-            return f, {}
+            return f, {}, None
         f.chunks = float(len(texts))
         chunk_chars = float(sum(len(t) for t in texts))
         chars["narrate"] = record_chars
@@ -953,7 +1042,7 @@ def _estimate_file(
         chars["graph"] = float(sum(len(t) for t in texts if not looks_like_toc_or_index(t))) if texts is not None else chunk_chars
     if "context_line" in f.calls:  # each context line's prompt also shows the start of the document
         chars["context_line"] += f.calls["context_line"] * min(CONTEXT_DOCUMENT_CHARS, chunk_chars)
-    return f, chars
+    return f, chars, texts
 
 
 def _chunk_texts(rt: Runtime, cfg, name: str, data: bytes, figures: Figures) -> tuple[list[str], int, float]:
@@ -1015,7 +1104,7 @@ def estimate_and_store(
     try:
         cfg = ingest_settings(topic.settings, rt)
         kinds, figures = active_kinds(rt, topic), figures or load_figures(rt)
-        f, chars = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
+        f, chars, _ = _estimate_file(rt, topic, cfg, kinds, figures, row.file_name, data)
         if f.refused:
             return 0.0
         graph_chars = chars.get("graph", 0.0) if kind_of(topic).has_graph else 0.0

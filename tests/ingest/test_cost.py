@@ -12,6 +12,7 @@ from sqlmodel import select
 
 from ragtopics.documents.uploads import BatchedUploads, get_document
 from ragtopics.graph.communities import RebuildReport, last_run
+from ragtopics.graph.probe import probe_dedup
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.ingest.cost import (
     DEFAULTS,
@@ -297,3 +298,55 @@ def test_a_dry_run_prints_the_estimate_and_stores_nothing(rt, tmp_path, capsys):
     with rt.metadata.session() as s:
         assert s.exec(select(DocumentRow)).all() == [] and s.exec(select(UploadCostRow)).all() == []
     assert not (rt.settings.data_dir / "blobs").exists() or not any((rt.settings.data_dir / "blobs").rglob("*.txt"))
+
+
+def _passage_files(corpus, count: int) -> list[tuple[str, bytes]]:
+    return [(f"{title.replace('/', ' ')}.txt", "".join(sentences).encode()) for title, sentences in list(corpus.items())[:count]]
+
+
+def test_before_anything_is_measured_an_nlp_topics_deduplication_calls_come_from_a_probe_of_the_files(
+    rt, run_jobs, scripted_llm, hotpot
+):
+    """Before any measurement the NLP extraction's deduplication calls came from defaults fitted on other passages
+    (17 estimated against 12 made on the benchmark's 50); the preview now runs the files through the extraction and
+    the deduplication rules. With a model that merges nothing, the probe decides exactly what the upload asks."""
+    scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
+    topic = create_topic(rt, "Passages", kind="graphrag", settings={"graph_extraction_method": "NLP"})
+    files = _passage_files(hotpot[0], 40)
+    preview = estimate_upload(rt, topic, files)
+    assert any("run through the NLP extraction and the deduplication rules" in n for n in preview.notes)
+    assert not preview.calls["deduplication"].measured
+
+    rows = upload_all(rt, topic, files)
+    kept = comparison(rt, [r.job_id for r in rows])
+    assert sum(e["estimate"]["calls"]["deduplication"] for e in kept.values()) == pytest.approx(
+        preview.calls["deduplication"].calls
+    )
+    run_jobs()
+    assert all(get_document(rt, r.id).status == "indexed" for r in rows)
+    made = len(scripted_llm.prompts("deduplication"))
+    assert made >= 3  # these passages hold near-miss names (the test means nothing otherwise)
+    assert preview.calls["deduplication"].calls == made
+    kept = comparison(rt, [r.job_id for r in rows])
+    for entry in kept.values():  # file by file, too
+        assert entry["estimate"]["calls"]["deduplication"] == entry["actual"]["calls"].get("deduplication", 0)
+
+
+def test_files_after_the_probe_get_the_modelled_calls_scaled_by_what_the_probe_found(rt, scripted_llm, hotpot, monkeypatch):
+    monkeypatch.setattr("ragtopics.graph.probe.PROBE_CHUNKS", 10)
+    scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
+    topic = create_topic(rt, "Passages", kind="graphrag", settings={"graph_extraction_method": "NLP", "chunk_overlap": 0})
+    files = [f for f in _passage_files(hotpot[0], 60) if len(f[1]) < 700][:30]  # one chunk each (the model's window)
+    with monkeypatch.context() as m:  # the modelled calls alone, for reference
+        m.setattr("ragtopics.ingest.cost._probed_dedup_calls", lambda *args: None)
+        base = [f.calls["deduplication"] for f in estimate_upload(rt, topic, files).files]
+    preview = estimate_upload(rt, topic, files)
+    assert any(n.startswith("deduplication calls: 10 chunk(s)") for n in preview.notes)
+    assert all(f.chunks == 1 for f in preview.files)
+
+    texts = [(f.file_name, [b.decode()]) for f, (_, b) in zip(preview.files, files, strict=True)]
+    found = probe_dedup(rt, topic, texts)
+    assert found.chunks == 10
+    assert [f.calls["deduplication"] for f in preview.files[:10]] == found.calls
+    scale = (sum(found.calls) + 0.5) / (sum(base[:10]) + 0.5)
+    assert [f.calls["deduplication"] for f in preview.files[10:]] == pytest.approx([b * scale for b in base[10:]])
