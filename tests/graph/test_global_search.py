@@ -216,3 +216,17 @@ def test_a_subject_title_lists_the_members_of_the_kind():
     assert subject_title(hit(title), names) == expected
     assert subject_title(hit("Forbes, Harris and Chase (+11 more)"), ["Harris Bank"]) == "Forbes, Harris and Chase (Harris Bank)"
     assert subject_title(hit("Bollywood films", "model"), ["Kaifi Azmi"]) == "Bollywood films (Kaifi Azmi)"
+
+
+def test_with_a_real_model_a_question_about_a_kind_of_thing_is_selected_by_similarity(rt, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Kinds")
+    run_rebuild(rt, topic.id)
+    scripted_llm.replies["global_map"] = lambda body: json.dumps({"helpful": True, "points": ["Paris and Berlin."], "score": 50})
+    trace = Trace("chat", "q")
+    context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(
+        RetrievalQuery("What kinds of places are described?"), trace
+    )
+    select = next(e for e in trace.events if e.step == "global_select")
+    assert "subject" not in select.data and "best" in select.data  # the similarity selection, as before
+    assert next(e for e in trace.events if e.step == "global_map").data["method"] == "model"
+    assert context.items and len(scripted_llm.prompts("global_map")) == len(context.items)
