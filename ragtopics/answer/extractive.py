@@ -240,6 +240,83 @@ def is_overview(question: str) -> bool:
     return bool(words) and all(w in _OVERVIEW_WORDS for w in words) and any(w in _OVERVIEW_CUES for w in words)
 
 
+#: Words of a question that name a kind of named thing, and the graph's entity types they mean (NLP extraction types
+#: spaCy's labels: GPE, LOC and FAC are PLACE, ORG is ORGANIZATION, NORP is GROUP, WORK_OF_ART is WORK).
+SUBJECT_TYPES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(
+        ("place", "places", "location", "locations", "city", "cities", "town", "towns", "country", "countries"),
+        frozenset({"PLACE"}),
+    ),
+    **dict.fromkeys(
+        ("region", "regions", "village", "villages", "island", "islands", "landmark", "landmarks", "geography"),
+        frozenset({"PLACE"}),
+    ),
+    **dict.fromkeys(
+        ("people", "person", "persons", "individual", "individuals", "who", "whom", "characters", "personalities"),
+        frozenset({"PERSON"}),
+    ),
+    **dict.fromkeys(
+        ("organisation", "organisations", "organization", "organizations", "company", "companies", "institution"),
+        frozenset({"ORGANIZATION"}),
+    ),
+    **dict.fromkeys(("institutions", "firms", "businesses", "agencies"), frozenset({"ORGANIZATION"})),
+    **dict.fromkeys(("event", "events"), frozenset({"EVENT"})),
+    **dict.fromkeys(("language", "languages"), frozenset({"LANGUAGE"})),
+    **dict.fromkeys(("nationalities", "peoples"), frozenset({"GROUP"})),
+    **dict.fromkeys(("product", "products"), frozenset({"PRODUCT"})),
+    "works": frozenset({"WORK"}),
+}
+#: Words a question about a kind of named thing in the whole collection may use besides :data:`SUBJECT_TYPES` and the
+#: overview words ("Which people do these documents talk about, and what are they known for?").
+_SUBJECT_WORDS = _OVERVIEW_WORDS | frozenset(
+    {
+        "appear",
+        "appears",
+        "been",
+        "described",
+        "did",
+        "different",
+        "each",
+        "famous",
+        "feature",
+        "featured",
+        "has",
+        "have",
+        "involved",
+        "known",
+        "mentioned",
+        "named",
+        "notable",
+        "play",
+        "played",
+        "referred",
+        "role",
+        "roles",
+        "take",
+        "talked",
+        "types",
+        "was",
+        "were",
+    }
+)
+
+
+def overview_subject(question: str) -> frozenset[str]:
+    """The kinds of named things an overview question asks about, as the graph's entity types; empty for any other
+    question.
+
+    "What kinds of places are described?" gives ``{"PLACE"}``, "Which people do these documents talk about, and
+    what are they known for?" ``{"PERSON"}``; "Which people won the Nobel Prize?" names more than a kind (Nobel,
+    Prize), so it is not one (similarity answers it). Every word must be an asking, pointing or overview word and
+    at least one a kind of thing (:data:`SUBJECT_TYPES`).
+    """
+    words = re.findall(r"[a-z]+", question.lower().replace("'", ""))
+    types = [SUBJECT_TYPES[w] for w in words if w in SUBJECT_TYPES]
+    if not types or any(w not in SUBJECT_TYPES and w not in _SUBJECT_WORDS for w in words):
+        return frozenset()
+    return frozenset().union(*types)
+
+
 def _sentencizer():
     """spaCy's rule-based sentence splitter on a blank English pipeline (no model to load), built once."""
     global _SPLITTER

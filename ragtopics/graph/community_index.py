@@ -233,22 +233,29 @@ class CommunityIndex:
         rows = pipe.execute() if community_ids else []
         return [_hit(dict(zip(_RETURN_FIELDS, (_decode(v) for v in row))), 0.0) for row in rows if row[0] is not None]
 
-    def largest(self, k: int) -> list[CommunityHit]:
-        """The ``k`` reports of the communities with the most entities, largest first (ties by id); score 0.
+    def memberships(self) -> dict[str, tuple[str, ...]]:
+        """Every stored report's members: community id → member entity ids, largest community first (ties by id).
 
-        Reads every report's member list (SCAN over the key prefix and one pipelined read: a few
-        thousand reports for a graph of 10,000 entities), then the ``k`` reports.
+        Reads every report's member list (SCAN over the key prefix and one pipelined read: a few thousand reports
+        for a graph of 10,000 entities), not the reports themselves.
         """
         keys = list(self.client.scan_iter(match=f"{self.prefix}:*", count=_SCAN_COUNT))
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, ["community_id", "entity_ids"])
-        sizes = [
-            (-len([e for e in _decode(ids or b"").split(",") if e]), _decode(cid))
+        found = {
+            _decode(cid): tuple(e for e in _decode(ids or b"").split(",") if e)
             for cid, ids in (pipe.execute() if keys else [])
             if cid is not None
-        ]
-        return self.get([cid for _, cid in sorted(sizes)[: max(k, 0)]])
+        }
+        return dict(sorted(found.items(), key=lambda item: (-len(item[1]), item[0])))
+
+    def largest(self, k: int) -> list[CommunityHit]:
+        """The ``k`` reports of the communities with the most entities, largest first (ties by id); score 0.
+
+        Reads every report's member list (:meth:`memberships`), then the ``k`` reports.
+        """
+        return self.get(list(self.memberships())[: max(k, 0)])
 
     def search_vector(self, vector: np.ndarray, k: int) -> list[CommunityHit]:
         """The ``k`` reports nearest to ``vector`` by cosine similarity, best first.

@@ -848,6 +848,15 @@ class GraphStore:
         found = {row[0]: _entity(row) for row in rows}
         return [found[i] for i in wanted if i in found]
 
+    def entity_types(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """Type and mention count of each stored entity with these ids, without descriptions (one query).
+
+        Returns:
+            entity id → ``(type, chunks that mention it)``; unknown ids left out.
+        """
+        rows = self._read(f"UNWIND $ids AS i MATCH (e:Entity {{id: i}}) RETURN e.id, e.type, {_COUNT}", {"ids": list(ids)})
+        return {row[0]: (row[1] or "", int(row[2] or 0)) for row in rows}
+
     def entity_by_name(self, name: str) -> Entity | None:
         """The entity with this name or alias, compared by :func:`normalize_name` (case, spaces, punctuation).
 

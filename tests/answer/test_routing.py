@@ -226,3 +226,16 @@ def test_an_overview_with_a_detail_is_hybrid_and_a_question_like_no_exemplar_is_
     odd, event = route(bundled, "???")
     assert max(event.data["scores"].values()) < 0.25 and odd.confidence == 0.5 and odd.route == Route.HYBRID
     assert "like no exemplar" in event.data["decision"]["reason"] and "0.50 < 0.90" in odd.reason
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What are the main themes of these documents?",
+        "What kinds of places are described?",
+        "Which people do these documents talk about, and what are they known for?",
+    ],
+)
+def test_overview_questions_about_a_kind_of_thing_go_to_global(bundled, question):
+    choice, event = route(bundled, question)
+    assert choice.route == Route.GLOBAL and choice.method == "embedding", (choice.reason, event.data["scores"])

@@ -8,8 +8,18 @@ import json
 import pytest
 
 from ragtopics.answer.context import RetrievalQuery
+from ragtopics.answer.extractive import overview_subject
 from ragtopics.documents.uploads import upload_file
-from ragtopics.graph.global_search import GlobalRetriever, is_overview
+from ragtopics.graph.community_index import CommunityHit
+from ragtopics.graph.global_search import (
+    GlobalRetriever,
+    is_overview,
+    rank_by_subject,
+    subject_score,
+    subject_sentence,
+    subject_title,
+)
+from ragtopics.graph.model import Entity, entity_id_for
 from ragtopics.graph.refresh import run_rebuild
 from ragtopics.prompts.templates import GLOBAL_MAP
 from ragtopics.topics.topics import create_topic, get_topic
@@ -143,3 +153,80 @@ def test_an_overview_question_reads_the_largest_communities_whatever_their_simil
 )
 def test_which_questions_ask_for_an_overview(question, overview):
     assert is_overview(question) is overview
+
+
+@pytest.mark.parametrize(
+    "question, types",
+    [
+        ("What kinds of places are described?", {"PLACE"}),
+        ("Which people do these documents talk about, and what are they known for?", {"PERSON"}),
+        ("What organisations are mentioned in these documents?", {"ORGANIZATION"}),
+        ("Which cities and people appear?", {"PLACE", "PERSON"}),
+        ("What are the main themes of these documents?", set()),  # no kind of thing: the largest communities
+        ("Which people won the Nobel Prize?", set()),  # a subject of its own: by similarity
+        ("Who is Albert Einstein?", set()),
+        ("", set()),
+    ],
+)
+def test_which_overview_questions_ask_about_a_kind_of_thing(question, types):
+    assert overview_subject(question) == types
+
+
+def entity(name: str, type_: str = "PLACE", aliases: tuple[str, ...] = ()) -> Entity:
+    return Entity(id=entity_id_for(name, type_), name=name, type=type_, aliases=aliases)
+
+
+def test_communities_made_of_the_kind_rank_first_and_small_ones_wait():
+    places = [entity(f"Town {n}") for n in range(12)]
+    people = [entity(f"Person {n}", "PERSON") for n in range(12)]
+    concepts = [entity(f"thing {n}", "CONCEPT") for n in range(30)]
+    kinds = {e.id: (e.type, 1) for e in places + people + concepts}
+    memberships = {
+        "pair": (places[0].id, places[1].id),  # two places, nothing else
+        "towns": tuple(e.id for e in places[2:8] + people[:2] + concepts),  # six places among eight named members
+        "mixed": tuple(e.id for e in places[8:11] + people[2:12]),  # three places among thirteen named members
+        "people": tuple(e.id for e in people[:2]),
+    }
+    ranked = rank_by_subject(memberships, kinds, frozenset({"PLACE"}))
+    assert [cid for cid, _, _ in ranked] == ["towns", "mixed", "pair"]  # noun phrases do not dilute; the pair waits
+    assert ranked[0][1] == subject_score(6, 8) == 4.5
+    assert set(ranked[0][2]) == {e.id for e in places[2:8]}
+
+
+def test_the_quoted_sentence_is_about_the_members_of_the_kind():
+    members = [entity("Honolulu County", aliases=("Oahu County",)), entity("Leland"), entity("New York")]
+    sentences = [
+        "The rail project was approved in 2008 after a long debate.",
+        "New York State Route 12F is a state highway in Jefferson County.",  # opens with a longer name
+        "Leland is a town in Brunswick County, North Carolina.",  # opens with a member: about it
+        "It was formerly known as Oahu County.",
+    ]
+    assert subject_sentence(sentences, members) == sentences[2]
+    assert subject_sentence(sentences[:1], members) == ""
+    assert subject_sentence(sentences[3:], members) == sentences[3]  # an alias counts
+
+
+def test_a_subject_title_lists_the_members_of_the_kind():
+    def hit(title: str, method: str = "graph") -> CommunityHit:
+        return CommunityHit("c", title, "", (), "", ("India", "Bollywood", "Shabana Azmi"), (), method, 0.0)
+
+    title = "Indian and Shabana Azmi: films and actresses (India, Bollywood, West Bengal …)"
+    names = ["Shabana Azmi", "Kaifi Azmi", "Sathish Kalathil", "Mahesh Dattani", "Roopa Ganguly"]
+    expected = "Indian and Shabana Azmi: films and actresses (Kaifi Azmi, Sathish Kalathil, Mahesh Dattani …)"
+    assert subject_title(hit(title), names) == expected
+    assert subject_title(hit("Forbes, Harris and Chase (+11 more)"), ["Harris Bank"]) == "Forbes, Harris and Chase (Harris Bank)"
+    assert subject_title(hit("Bollywood films", "model"), ["Kaifi Azmi"]) == "Bollywood films (Kaifi Azmi)"
+
+
+def test_with_a_real_model_a_question_about_a_kind_of_thing_is_selected_by_similarity(rt, run_jobs, scripted_llm):
+    topic = built_topic(rt, run_jobs, scripted_llm, name="Kinds")
+    run_rebuild(rt, topic.id)
+    scripted_llm.replies["global_map"] = lambda body: json.dumps({"helpful": True, "points": ["Paris and Berlin."], "score": 50})
+    trace = Trace("chat", "q")
+    context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(
+        RetrievalQuery("What kinds of places are described?"), trace
+    )
+    select = next(e for e in trace.events if e.step == "global_select")
+    assert "subject" not in select.data and "best" in select.data  # the similarity selection, as before
+    assert next(e for e in trace.events if e.step == "global_map").data["method"] == "model"
+    assert context.items and len(scripted_llm.prompts("global_map")) == len(context.items)

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import re
 
+from ragtopics.answer.context import RetrievalQuery
 from ragtopics.answer.turn import ask
 from ragtopics.documents.uploads import upload_file
 from ragtopics.graph import communities
 from ragtopics.graph.community_index import CommunityIndex
+from ragtopics.graph.global_search import GlobalRetriever
 from ragtopics.graph.ingest import graph_store
 from ragtopics.graph.refresh import run_rebuild
+from ragtopics.prompts.templates import GLOBAL_MAP
 from ragtopics.topics.topics import create_topic, get_topic
+from ragtopics.tracing.trace import Trace
 
 #: Seven passages about places on Oahu, six about airports, and the first 30 of the set (films, languages, books…).
 PLACES = ["Mākaha, Hawaii", "Laie, Hawaii", "Kahuku, Hawaii", "Honolulu County, Hawaii", "Kapolei, Hawaii", "Kunia Camp, Hawaii"]
@@ -92,3 +96,46 @@ def test_offline_reports_name_their_themes_and_cite_member_chunks(reconfigure, r
         assert run_rebuild(rt, topic.id)["written"] == 0
     finally:
         communities.GRAPH_REPORT_FORMAT = original
+
+
+def test_offline_global_answers_a_question_about_a_kind_of_thing_with_the_communities_made_of_it(reconfigure, run_jobs, hotpot):
+    rt, topic = built_topic(reconfigure, run_jobs, hotpot)
+    run_rebuild(rt, topic.id)
+    index = CommunityIndex(rt.redis, topic.id, dims=rt.gateway.embedder.dims, embedding_model=rt.gateway.embedder.model)
+    store = graph_store(rt, topic)
+    reports = {r.community_id: r for r in index.largest(1000)}
+    members = {cid: store.entities(r.entity_ids) for cid, r in reports.items()}
+    chunk_index = rt.chunk_index(topic.id)
+    for question, kind in [
+        ("What kinds of places are described?", "PLACE"),
+        ("Which people do these documents talk about, and what are they known for?", "PERSON"),
+    ]:
+        trace = Trace("chat", "q")
+        context = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(RetrievalQuery(question), trace)
+        assert next(e for e in trace.events if e.step == "global_select").data["subject"] == [kind]
+        assert len(context.items) == topic.settings.top_k_reports
+        of_kind = {cid: [e for e in found if e.type == kind] for cid, found in members.items()}
+        chosen = [item.id for item in context.items]
+        for item in context.items:
+            title, point = item.text.removeprefix("Community: ").split("\n- ")
+            names = [e.name for e in of_kind[item.id]] + [a for e in of_kind[item.id] for a in e.aliases]
+            assert any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", point) for n in names), (kind, point)  # about them
+            listed = title.rsplit(" (", 1)[1].removesuffix(")").removesuffix(" …").split(", ")
+            assert set(listed) <= set(names), (kind, title)  # the title lists members of the kind
+            chunk = reports[item.id].sources[point]  # a documents' sentence, cited to the chunk that holds it
+            assert item.provenance[0].file_name == chunk_index.read_hits([chunk])[0][chunk].file_name
+        # No community with fewer than three members of the kind while one with more was left out.
+        assert all(len(of_kind[cid]) >= 3 for cid in chosen), [len(of_kind[cid]) for cid in chosen]
+        assert all(len(reports[cid].entity_ids) > 2 for cid in chosen)
+        # The answer: one line per community, each with the sentence it was chosen with and the file that holds it.
+        answer = list(ask(rt, topic, question, route="GLOBAL", save=False))[-1].text
+        lines = [line for line in answer.splitlines() if line.startswith("> **")]
+        assert len(lines) == len(context.items)
+        for line, item in zip(lines, context.items, strict=True):
+            assert item.text.split("\n- ")[1] in line and line.endswith(f"[{item.provenance[0].file_name}]")
+    # The places answer reaches the Oahu and airport communities, the largest made of places.
+    places = GlobalRetriever(rt, topic, topic.settings, GLOBAL_MAP).retrieve(
+        RetrievalQuery("What kinds of places are described?"), Trace("chat", "q")
+    )
+    assert any("Oahu" in reports[item.id].key_entities for item in places.items)
+    assert any("airports" in reports[item.id].title for item in places.items)
