@@ -462,7 +462,7 @@ def _complete_plan(
         {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n") for r in records},
     )  # the chunk's own headings, and the file's title
     plan.relationships = [
-        replace(r, chunk_ids=r.chunk_ids & ours) for r in _remapped(relationships, result.mapping) if r.chunk_ids & ours
+        replace(r, chunk_ids=r.chunk_ids & ours) for r in remapped(relationships, result.mapping) if r.chunk_ids & ours
     ]
     new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
     todo = [e for e in plan.entities if e.id in new]
@@ -744,7 +744,7 @@ def graph_items(per_chunk: list[tuple[str, ChunkExtraction]]) -> tuple[list[Enti
     return entities, relationships
 
 
-def _remapped(relationships: list[Relationship], mapping: dict[str, str]) -> list[Relationship]:
+def remapped(relationships: list[Relationship], mapping: dict[str, str]) -> list[Relationship]:
     """Relationships with their ends moved to the entities they were merged into (self-loops dropped)."""
     out = []
     for r in relationships:

@@ -19,11 +19,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ragtopics.graph.communities import MIN_REPORT_ENTITIES, detect_communities, half_graph_growth
 from ragtopics.graph.corrections import load_rules
 from ragtopics.graph.dedup import MODEL_BATCH_PAIRS, deduplicate, partner_keys
 from ragtopics.graph.extract import looks_like_toc_or_index
-from ragtopics.graph.ingest import graph_items, graph_store, titled_text
-from ragtopics.graph.model import Entity
+from ragtopics.graph.ingest import graph_items, graph_store, remapped, titled_text
+from ragtopics.graph.model import Entity, Relationship
 from ragtopics.graph.nlp import extract_nlp_many
 from ragtopics.runtime import Runtime
 
@@ -43,10 +44,34 @@ class DedupProbe:
         calls: Deduplication calls of each probed file (the first ``len(calls)`` files), ``⌈unclear pairs / 8⌉``
             (:data:`~ragtopics.graph.dedup.MODEL_BATCH_PAIRS` pairs a call).
         chunks: chunks probed in all.
+        entities, relationships: the graph the probed files make, merged as the rules merge (with the stored
+            entities they changed, if the Topic has a graph).
     """
 
     calls: list[int]
     chunks: int
+    entities: list[Entity]
+    relationships: list[Relationship]
+
+    def community_growth(self, resolution: float, *, seed: int = 42) -> tuple[int, float]:
+        """The communities of the probed graph and how their number grows with the graph.
+
+        Leiden at ``resolution`` (:func:`~ragtopics.graph.communities.detect_communities`) on the probed graph
+        gives ``R`` communities of two or more entities among its ``N`` entities; the same on the graph of a
+        fixed half of the probed chunks (:func:`~ragtopics.graph.communities.half_graph_growth`) gives ``R½`` among
+        ``N½``, so ``R(N') = R·(N'/N)^β`` with ``β = ln(R/R½) / ln(N/N½)``, kept within 0-1.5 (1 when either
+        graph has no community), as :meth:`~ragtopics.ingest.cost.GraphOutlook.reports` does after a rebuild.
+
+        Returns:
+            ``(R, β)``.
+        """
+        communities = detect_communities(self.entities, self.relationships, resolution=resolution, seed=seed)
+        reportable = sum(1 for c in communities if c.size >= MIN_REPORT_ENTITIES)
+        n_half, r_half, _ = half_graph_growth(self.entities, self.relationships, communities, resolution=resolution, seed=seed)
+        n = len(self.entities)
+        if reportable <= 0 or r_half <= 0 or not 0 < n_half < n:
+            return reportable, 1.0
+        return reportable, min(1.5, max(0.0, math.log(reportable / r_half) / math.log(n / n_half)))
 
 
 def probe_dedup(rt: Runtime, topic, files: Sequence[tuple[str, Sequence[str]]], *, max_chunks: int | None = None) -> DedupProbe:
@@ -71,6 +96,7 @@ def probe_dedup(rt: Runtime, topic, files: Sequence[tuple[str, Sequence[str]]], 
     stored = store.exists()
     apart = load_rules(rt, topic.id).apart_pairs()
     gathered: dict[str, Entity] = {}  # entities the probed files brought or changed, by id
+    relationships: list[Relationship] = []
     calls: list[int] = []
     chunks = 0
     for name, texts in files:
@@ -81,7 +107,7 @@ def probe_dedup(rt: Runtime, topic, files: Sequence[tuple[str, Sequence[str]]], 
             (f"probe:{len(calls)}:{i}", titled_text(name, i, t)) for i, t in enumerate(texts) if not looks_like_toc_or_index(t)
         ]
         extractions = extract_nlp_many([text for _, text in kept])
-        entities, _ = graph_items([(cid, x) for (cid, _), x in zip(kept, extractions, strict=True)])
+        entities, found_relationships = graph_items([(cid, x) for (cid, _), x in zip(kept, extractions, strict=True)])
         if not entities:
             calls.append(0)
             continue
@@ -100,4 +126,5 @@ def probe_dedup(rt: Runtime, topic, files: Sequence[tuple[str, Sequence[str]]], 
         )
         calls.append(math.ceil(len(result.unclear) / MODEL_BATCH_PAIRS))
         gathered.update((e.id, e) for e in result.entities)
-    return DedupProbe(calls, chunks)
+        relationships += remapped(found_relationships, result.mapping)
+    return DedupProbe(calls, chunks, list(gathered.values()), relationships)

@@ -139,9 +139,9 @@ MIN_MEASURED = 3
 SINCE_REBUILD_KEY = "rt:{topic_id}:cost:chunks-since-rebuild"
 #: Redis list of the latest uploads' own figures for a fit (``dedup:<work>``, ``work:<work>``), JSON per upload.
 OBSERVATIONS_KEY = "rt:cost:observations:{name}"
-#: Redis hash of a Topic's last deduplication probe (:func:`graph_calls`): SHA-256 of a probed file's bytes →
-#: its calls, and ``scale`` for the files after the probe; kept :data:`PROBE_TTL_S` so the estimates kept with
-#: the files of the upload that follows the preview agree with it.
+#: Redis hash of a Topic's last probe (:func:`graph_calls`): ``<kind>:<file>`` (:func:`_probe_id`) → that file's
+#: calls of the kind in the preview, and ``scale`` for the deduplication calls of files not in it; kept
+#: :data:`PROBE_TTL_S` so the estimates kept with the files of the upload that follows the preview agree with it.
 PROBE_KEY = "rt:{topic_id}:cost:dedup-probe"
 PROBE_TTL_S = 3600
 #: Uploads kept per observation list (the latest).
@@ -375,7 +375,8 @@ class GraphOutlook:
         last: the Topic's last community rebuild at its Resolution (None: none yet).
         work: ``(w0, w1)``: seconds of other work per chunk ``w0 + w1·N`` (None: not fitted yet).
         measured: kind → whether its figures were measured here.
-        probed: chunks of the upload run through the deduplication probe (:func:`graph_calls`; 0: none).
+        probed: chunks of the upload run through the probe (:func:`graph_calls`; 0: none).
+        probed_kinds: what the probe decided (``deduplication calls``, ``community reports``).
     """
 
     entities: float
@@ -388,6 +389,7 @@ class GraphOutlook:
     work: tuple[float, float] | None = None
     measured: dict[str, bool] = field(default_factory=dict)
     probed: int = 0
+    probed_kinds: list[str] = field(default_factory=list)
 
     def reports(self, entities: float) -> float:
         """Community reports the next rebuild writes once the graph has ``entities`` entities.
@@ -509,8 +511,10 @@ def graph_calls(
     deduplication rules (:func:`~ragtopics.graph.probe.probe_dedup`), which gives their calls; the files after
     them get the modelled calls scaled by the probe's ratio to the model over the probed files,
     ``(Σ probed + ½) / (Σ modelled + ½)`` (the halves keep a probe that found nothing from promising nothing
-    for a much larger rest). The result is kept for an hour (:data:`PROBE_KEY`), so the estimates kept with
-    the files when they are then uploaded agree with the preview; a file not probed gets the scaled model.
+    for a much larger rest). Community reports into a Topic with no graph yet, before any rebuild measured them
+    at its Resolution, come from the same probe: the probed graph's communities and their growth
+    (:func:`_apply_probe`). The result is kept for an hour (:data:`PROBE_KEY`), so the estimates kept with the
+    files when they are then uploaded agree with the preview; a file not probed gets the scaled model.
 
     Args:
         files: each file's estimate (not refused) with the characters of its chunks the extraction reads.
@@ -525,63 +529,87 @@ def graph_calls(
     work = work_name(topic, kinds)
     outlook = graph_outlook(rt, topic, work, figures)
     n = outlook.entities + outlook.new_per_char * max(0.0, pending_chars)
+    grown: list[tuple[float, float]] = []  # the graph's entities before and after each file
     for f, chars in files:
         mentions, added = outlook.mentions_per_char * chars, outlook.new_per_char * chars
         if "deduplication" in kinds:
             f.calls["deduplication"] = dedup_calls(mentions, n, outlook.hazard, outlook.pairs_per_hazard)
         if "community_report" in kinds:
             f.calls["community_report"] = max(0.0, outlook.reports(n + added) - outlook.reports(n))
+        grown.append((n, n + added))
         n += added
-    if "deduplication" in kinds and not outlook.measured.get("deduplication") and work == "graphrag-nlp":
-        _probed_dedup_calls(rt, topic, outlook, files, probe)
+    if work == "graphrag-nlp" and files:
+        _apply_probe(rt, topic, kinds, outlook, files, grown, probe)
     return outlook
 
 
-def _probed_dedup_calls(
+def _apply_probe(
     rt: Runtime,
     topic,
+    kinds: set[str],
     outlook: GraphOutlook,
     files: list[tuple[FileEstimate, float]],
+    grown: list[tuple[float, float]],
     probe: list[tuple[str, list[str] | None]] | None,
 ) -> None:
-    """:func:`graph_calls`' deduplication probe: run it (``probe`` given) or read the last one, and apply it."""
+    """:func:`graph_calls`' probe of the files (``probe`` given), or what the last one found (one received file).
+
+    Deduplication calls: see :func:`graph_calls`. Community reports, into a Topic with no graph yet and no
+    communities measured at its Resolution: the probed graph's communities and their growth
+    (:meth:`~ragtopics.graph.probe.DedupProbe.community_growth`), ``R(N) = R·(N/N̂)^β`` with ``N̂`` the modelled
+    entities after the probed files, so the probed files' reports add up to the probed graph's communities.
+    """
     key = PROBE_KEY.format(topic_id=topic.id)
     if probe is None:
-        if not files:
-            return
-        kept = rt.redis.hgetall(key)
-        if not kept:
-            return
-        scale = float(kept.get(b"scale", b"1"))
-        for f, chars in files:
-            calls = kept.get(_probe_id(f.file_name, chars).encode())
-            f.calls["deduplication"] = float(calls) if calls is not None else f.calls["deduplication"] * scale
+        stored = rt.redis.hgetall(key)
+        if stored:
+            scale = float(stored.get(b"scale", b"1"))
+            for f, chars in files:
+                for kind in PER_METHOD & f.calls.keys():
+                    value = stored.get(f"{kind}:{_probe_id(f.file_name, chars)}".encode())
+                    if value is not None:
+                        f.calls[kind] = float(value)
+                    elif kind == "deduplication" and not outlook.measured.get(kind):
+                        f.calls[kind] *= scale
         return
-    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
-    from ragtopics.graph.probe import probe_dedup
-
+    dedup = "deduplication" in kinds and not outlook.measured.get("deduplication")
+    reports = "community_report" in kinds and not outlook.measured.get("community_report") and not outlook.entities
     usable: list[tuple[str, list[str]]] = []
     for name, texts in probe:
         if texts is None:  # a document estimated from its size: the probe stops before it
             break
         usable.append((name, texts))
-    if not usable:
+    if not (dedup or reports) or not usable:
         return
+    # deferred: the graph package imports ingest at module level, and loads only for GraphRAG Topics
+    from ragtopics.graph.probe import probe_dedup
+
     found = probe_dedup(rt, topic, usable)
     k = len(found.calls)
-    modelled = sum(f.calls["deduplication"] for f, _ in files[:k])
-    scale = (sum(found.calls) + 0.5) / (modelled + 0.5)
-    kept_calls: dict[str, float] = {"scale": scale}
-    for i, (f, chars) in enumerate(files):
-        if i < k:
-            f.calls["deduplication"] = float(found.calls[i])
-            kept_calls[_probe_id(f.file_name, chars)] = float(found.calls[i])
-        else:
-            f.calls["deduplication"] *= scale
+    kept: dict[str, float] = {}
+    if dedup:
+        modelled = sum(f.calls["deduplication"] for f, _ in files[:k])
+        kept["scale"] = scale = (sum(found.calls) + 0.5) / (modelled + 0.5)
+        for i, (f, _) in enumerate(files):
+            f.calls["deduplication"] = float(found.calls[i]) if i < k else f.calls["deduplication"] * scale
+        outlook.probed_kinds.append("deduplication calls")
+    if reports:
+        communities, beta = found.community_growth(float(topic.settings.resolution))
+        probed_entities = grown[k - 1][1]
+
+        def total(n: float) -> float:
+            return communities * (n / probed_entities) ** beta if probed_entities > 0 else 0.0
+
+        for (f, _), (before, after) in zip(files, grown, strict=True):
+            f.calls["community_report"] = max(0.0, total(after) - total(before))
+        outlook.probed_kinds.append("community reports")
+    for f, chars in files:
+        for kind in PER_METHOD & f.calls.keys():
+            kept[f"{kind}:{_probe_id(f.file_name, chars)}"] = f.calls[kind]
     outlook.probed = found.chunks
     pipe = rt.redis.pipeline()
     pipe.delete(key)
-    pipe.hset(key, mapping=cast(Any, kept_calls))
+    pipe.hset(key, mapping=cast(Any, kept))
     pipe.expire(key, PROBE_TTL_S)
     pipe.execute()
 
@@ -971,8 +999,8 @@ def estimate_upload(rt: Runtime, topic, files: Iterable[tuple[str, bytes]]) -> C
         estimate.notes.append("graph extraction uses the NLP method: no model calls")
     if outlook is not None and outlook.probed:
         estimate.notes.append(
-            f"deduplication calls: {outlook.probed:g} chunk(s) of these files were run through the NLP extraction and the "
-            "deduplication rules (no model), as nothing was measured on this installation yet"
+            f"{' and '.join(outlook.probed_kinds)}: {outlook.probed:g} chunk(s) of these files were run through the NLP "
+            "extraction and the deduplication rules (no model), as nothing was measured on this installation yet"
         )
     return estimate
 

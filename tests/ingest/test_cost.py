@@ -311,6 +311,7 @@ def test_before_anything_is_measured_an_nlp_topics_deduplication_calls_come_from
     (17 estimated against 12 made on the benchmark's 50); the preview now runs the files through the extraction and
     the deduplication rules. With a model that merges nothing, the probe decides exactly what the upload asks."""
     scripted_llm.replies["deduplication"] = json.dumps({"decisions": []})
+    scripted_llm.replies["community_report"] = json.dumps({"title": "A group", "summary": "Things named together."})
     topic = create_topic(rt, "Passages", kind="graphrag", settings={"graph_extraction_method": "NLP"})
     files = _passage_files(hotpot[0], 40)
     preview = estimate_upload(rt, topic, files)
@@ -331,6 +332,16 @@ def test_before_anything_is_measured_an_nlp_topics_deduplication_calls_come_from
     for entry in kept.values():  # file by file, too
         assert entry["estimate"]["calls"]["deduplication"] == entry["actual"]["calls"].get("deduplication", 0)
 
+    # Community reports into a Topic with no graph: the probed graph's own communities.
+    assert any(n.startswith("deduplication calls and community reports:") for n in preview.notes)
+    run_rebuild(rt, topic.id, reason="test")
+    written = len(scripted_llm.prompts("community_report"))
+    assert written >= 5
+    assert abs(preview.calls["community_report"].calls - written) <= TOLERANCE * written, (
+        preview.calls["community_report"].calls,
+        written,
+    )
+
 
 def test_files_after_the_probe_get_the_modelled_calls_scaled_by_what_the_probe_found(rt, scripted_llm, hotpot, monkeypatch):
     monkeypatch.setattr("ragtopics.graph.probe.PROBE_CHUNKS", 10)
@@ -338,10 +349,10 @@ def test_files_after_the_probe_get_the_modelled_calls_scaled_by_what_the_probe_f
     topic = create_topic(rt, "Passages", kind="graphrag", settings={"graph_extraction_method": "NLP", "chunk_overlap": 0})
     files = [f for f in _passage_files(hotpot[0], 60) if len(f[1]) < 700][:30]  # one chunk each (the model's window)
     with monkeypatch.context() as m:  # the modelled calls alone, for reference
-        m.setattr("ragtopics.ingest.cost._probed_dedup_calls", lambda *args: None)
+        m.setattr("ragtopics.ingest.cost._apply_probe", lambda *args: None)
         base = [f.calls["deduplication"] for f in estimate_upload(rt, topic, files).files]
     preview = estimate_upload(rt, topic, files)
-    assert any(n.startswith("deduplication calls: 10 chunk(s)") for n in preview.notes)
+    assert any("10 chunk(s) of these files were run through" in n for n in preview.notes)
     assert all(f.chunks == 1 for f in preview.files)
 
     texts = [(f.file_name, [b.decode()]) for f, (_, b) in zip(preview.files, files, strict=True)]
