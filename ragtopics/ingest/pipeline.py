@@ -136,6 +136,7 @@ def ingest_document(
         In every failure case the previous version stays searchable and the
         document row says ``failed`` with the message.
     """
+    started = time.perf_counter()
     if job_id is None:  # called in-process (bench, older queued jobs): the row's pending version
         row = documents.get_document(rt.metadata, document_id)
         if row is None:
@@ -157,6 +158,8 @@ def ingest_document(
     cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
     trace = Trace("upload", doc.file_name, topic.settings.role_models)
+    # the row marked processing, the Topic, its settings and prompts read: the job's first step
+    trace.add("start_job").duration_ms = round((time.perf_counter() - started) * 1000, 3)
     new_blobs: list[str] = []
     try:
         draft = _draft(rt, doc, blob_path, cfg, prompts, trace, report)
@@ -378,7 +381,9 @@ def finish_version(
         indexed_with = dict(version.indexed_with)
         if graph is not None:
             indexed_with["graph"] = graph.summary()
-        with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S) as fence:  # a newer upload or a delete waits for the swap
+        with contextlib.ExitStack() as held:
+            with trace.step("document_lock"):  # a newer upload or a delete waits for the swap
+                fence = held.enter_context(document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S))
             if share is not None and share.fence is not None:
                 fence = fence.joined(share.fence)  # every write needs both locks still held
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
@@ -407,7 +412,8 @@ def finish_version(
                 if graph is not None:
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(stored.removal)}
             # Under the lock: a re-upload of the old file waits for its removal.
-            _after_finish(rt, [(trace, doc, stored.obsolete)])
+            with trace.step("after_store"):  # the trace kept, the cost figures added, the old file removed
+                _after_finish(rt, [(trace, doc, stored.obsolete)])
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
         return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 
