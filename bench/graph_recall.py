@@ -60,8 +60,9 @@ RAG_TOPIC, GRAPH_TOPIC = "recall-rag", "recall-graph"
 
 
 #: Top-level trace steps of an upload shown first in the GraphRAG ingest's breakdown, and their labels; the other
-#: top-level steps follow under their own names (``start_job``, ``graph_lock``, ``graph_scope``, ``provenance``,
-#: ``document_lock``, ``after_store`` ...), so the lines add up to the ingest's time.
+#: top-level steps follow under their own names (``graph_lock``, ``graph_scope``, ``provenance``, ``document_lock``,
+#: ``after_store`` ...), so the lines add up to the ingest's time (with "no step": mostly each job's start, its row
+#: marked processing and its Topic and prompts read before the trace begins).
 INGEST_STEPS = [
     ("embed", "chunk embedding"),
     ("extract_graph", "extraction"),

@@ -136,7 +136,6 @@ def ingest_document(
         In every failure case the previous version stays searchable and the
         document row says ``failed`` with the message.
     """
-    started = time.perf_counter()
     if job_id is None:  # called in-process (bench, older queued jobs): the row's pending version
         row = documents.get_document(rt.metadata, document_id)
         if row is None:
@@ -158,8 +157,6 @@ def ingest_document(
     cfg = ingest_settings(topic.settings, rt)
     prompts = resolve_ingest_prompts(rt, topic.id)  # once per job: the Prompts tab's overrides for this Topic
     trace = Trace("upload", doc.file_name, topic.settings.role_models)
-    # the row marked processing, the Topic, its settings and prompts read: the job's first step
-    trace.add("start_job").duration_ms = round((time.perf_counter() - started) * 1000, 3)
     new_blobs: list[str] = []
     try:
         draft = _draft(rt, doc, blob_path, cfg, prompts, trace, report)
