@@ -88,31 +88,46 @@ class EntityVectorIndex:
         self.graph = graph
         self.topic_id = topic_id
 
-    def dims(self) -> int | None:
+    def dims(self, indexes: list[list] | None = None) -> int | None:
         """The dimension the index was created with; ``None`` when there is no index (or no graph).
 
         Read from the server each time (one round trip), so a graph dropped elsewhere is noticed.
+
+        Args:
+            indexes: rows ``(label, properties, types, options)`` of ``db.indexes()`` just read by the caller
+                (:meth:`~ragtopics.graph.store.GraphStore.ensure`): no round trip.
         """
-        try:
-            rows = self.graph.ro_query(_INDEXES).result_set
-        except ResponseError as exc:
-            if "empty key" in str(exc):
-                return None
-            raise
+        rows = self._index_rows(indexes)
+        if rows is None:
+            return None
         for label, types, options in rows:
             if label == "EntityVector" and "VECTOR" in types.get("embedding", []):
                 return int(options["embedding"]["dimension"])
         return None
 
-    def ensure(self, dims: int) -> None:
+    def _index_rows(self, indexes: list[list] | None) -> list | None:
+        """``(label, types, options)`` of each index: from ``indexes`` when given, else read; None without a graph."""
+        if indexes is not None:
+            return [(label, types, options) for label, _, types, options in indexes]
+        try:
+            return list(self.graph.ro_query(_INDEXES).result_set)
+        except ResponseError as exc:
+            if "empty key" in str(exc):
+                return None
+            raise
+
+    def ensure(self, dims: int, indexes: list[list] | None = None) -> None:
         """Create the index for ``dims``-dimensional vectors unless it exists (idempotent).
 
         An index of another dimension that no entity has a vector for any more is rebuilt.
 
+        Args:
+            indexes: as for :meth:`dims`.
+
         Raises:
             EmbeddingMismatchError: when the index exists with another dimension and holds vectors.
         """
-        existing = self.dims()
+        existing = self.dims(indexes)
         if existing not in (None, dims) and not self.graph.ro_query(_ANY_VECTOR).result_set:
             self.graph.drop_node_vector_index("EntityVector", "embedding")
             existing = None
@@ -179,18 +194,18 @@ class EntityVectorIndex:
                 raise
         return removed
 
-    def drop_legacy(self) -> int:
+    def drop_legacy(self, indexes: list[list] | None = None) -> int:
         """Remove the vectors earlier versions kept on the Entity nodes themselves, and their index.
+
+        Args:
+            indexes: as for :meth:`dims`.
 
         Returns:
             How many entities lost such a vector (they count as :meth:`missing` and are embedded again).
         """
-        try:
-            rows = self.graph.ro_query(_INDEXES).result_set
-        except ResponseError as exc:
-            if "empty key" in str(exc):
-                return 0
-            raise
+        rows = self._index_rows(indexes)
+        if rows is None:
+            return 0
         if not any(label == "Entity" and "VECTOR" in types.get("embedding", []) for label, types, _ in rows):
             return 0
         self.graph.drop_node_vector_index("Entity", "embedding")
@@ -200,12 +215,15 @@ class EntityVectorIndex:
         log.info("graph %s: %d entity vectors of an earlier version removed (embedded again by name)", self.graph.name, removed)
         return removed
 
-    def set(self, entity_ids: list[str], vectors: np.ndarray) -> int:
+    def set(self, entity_ids: list[str], vectors: np.ndarray, *, new: bool = False, indexes: list[list] | None = None) -> int:
         """Store one vector per entity (replacing any earlier one), creating the index on first use.
 
         Args:
             entity_ids: ids of stored entities; ids not in the graph are skipped.
             vectors: shape ``(len(entity_ids), dims)``, any float dtype, no zero rows.
+            new: the caller knows that none of them has a vector (checked under the graph write lock): no
+                earlier vector is looked for and deleted.
+            indexes: as for :meth:`dims`.
 
         Returns:
             How many entities got a vector.
@@ -221,14 +239,15 @@ class EntityVectorIndex:
             return 0
         if not np.isfinite(matrix).all() or not np.linalg.norm(matrix, axis=1).all():
             raise ValueError("entity vectors must be finite and non-zero (cosine is undefined otherwise)")
-        self.ensure(matrix.shape[1])
+        self.ensure(matrix.shape[1], indexes)
         written = 0
         for start in range(0, len(entity_ids), _WRITE_BATCH):
             rows = [
                 {"id": eid, "vector": _VectorLiteral(vec)}
                 for eid, vec in zip(entity_ids[start : start + _WRITE_BATCH], matrix[start : start + _WRITE_BATCH])
             ]
-            self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
+            if not new:
+                self.graph.query(_DELETE, {"ids": [row["id"] for row in rows]})  # replaced, never updated (see _DELETE)
             written += int(self.graph.query(_CREATE, {"rows": rows}).result_set[0][0])
         return written
 

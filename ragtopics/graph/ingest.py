@@ -156,6 +156,11 @@ class GraphPlan:
         extracted, cached, skipped: chunks extracted now, taken from the cache, skipped as a
             table of contents or index.
         failed: chunk id → why its extraction failed (the chunk is stored without entities).
+        checked_indexes: the graph's indexes (``db.indexes()`` rows) as read when planning checked them and the
+            conversions of earlier versions' graphs, under the Topic's graph write lock that the write holds too
+            (:meth:`~ragtopics.graph.store.GraphStore.checked_indexes`); None: the write checks them again.
+        embeddings_are_new: every entity of ``embeddings`` had no vector when planned under that lock (none is
+            replaced; a graph import's plan embeds stored entities too).
     """
 
     chunks: list[tuple[str, int]]
@@ -170,6 +175,8 @@ class GraphPlan:
     cached: int = 0
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    checked_indexes: list | None = field(default=None, repr=False, compare=False)
+    embeddings_are_new: bool = False
 
     def summary(self) -> dict:
         """Counts for the Indexed Documents list (``indexed_with["graph"]``)."""
@@ -325,7 +332,8 @@ class NameEmbedding:
         Raises:
             Whatever the embedding raised (ModelUnavailableError), or RuntimeError after :meth:`cancel`.
         """
-        self._thread.join()
+        with trace.step("wait_entity_names"):  # what the thread still had to do when the upload needed the vectors
+            self._thread.join()
         with trace.step("embed_entities", count=len(self.texts), stored=self.stored, overlapped=True) as event:
             for done in self._trace.events:
                 trace.add(done.step, **done.data).duration_ms = done.duration_ms
@@ -412,15 +420,17 @@ def extract_graph(
             failed=plan.failed,
             chars=sum(len(r.text) for r in records if r.chunk_id in read),
         )
-    entities, relationships = graph_items(per_chunk)
-    extracted = ExtractedGraph(plan, entities, relationships)
-    if entities:
-        store = graph_store(rt, topic)
-        new = store.vectors.missing(e.id for e in entities)
-        texts = sorted({entity_text(e) for e in entities if e.id in new})
-        if texts:
-            report("embedding entities", 0, len(texts))
-            extracted.names = NameEmbedding(rt, texts, trace, report, stored=len(entities) - len(texts))
+    with trace.step("start_entity_names") as ev:  # which names the graph has no vector for; their embedding starts
+        entities, relationships = graph_items(per_chunk)
+        extracted = ExtractedGraph(plan, entities, relationships)
+        if entities:
+            store = graph_store(rt, topic)
+            new = store.vectors.missing(e.id for e in entities)
+            texts = sorted({entity_text(e) for e in entities if e.id in new})
+            ev.data.update(entities=len(entities), new=len(texts))
+            if texts:
+                report("embedding entities", 0, len(texts))
+                extracted.names = NameEmbedding(rt, texts, trace, report, stored=len(entities) - len(texts))
     return extracted
 
 
@@ -447,31 +457,36 @@ def _complete_plan(
     plan, entities, relationships = extracted.plan, extracted.entities, extracted.relationships
     store = graph_store(rt, topic)
     ours = frozenset(cid for cid, _ in plan.chunks)
-    # What only the previous version's dropped chunks support is no partner: it is about to go.
-    leaving = document_chunk_ids(rt, topic, store, records[0].document_id) - ours if records else set()
-    rules = load_rules(rt, topic.id)  # the operator's corrections: renamed, retyped, merged, deleted, split names
-    entities, relationships = rules.apply(entities, relationships, trace)
+    with trace.step("graph_scope"):
+        # What only the previous version's dropped chunks support is no partner: it is about to go.
+        leaving = document_chunk_ids(rt, topic, store, records[0].document_id) - ours if records else set()
+        rules = load_rules(rt, topic.id)  # the operator's corrections: renamed, retyped, merged, deleted, split names
+        entities, relationships = rules.apply(entities, relationships, trace)
     result = deduplicate_against_graph(rt, store, entities, trace, leaving=leaving, apart=rules.apart_pairs())
-    plan.merges = list(result.merges)
-    # A merge with a stored entity unions provenance; the plan carries only this version's chunks
-    # (the store unions them with what it holds, and the previous version's chunks are removed first).
-    plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
-    plan.mentions = chunk_mentions(entities, result, ours)
-    plan.subjects = chunk_subjects(
-        plan.mentions,
-        {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n") for r in records},
-    )  # the chunk's own headings, and the file's title
-    plan.relationships = [
-        replace(r, chunk_ids=r.chunk_ids & ours) for r in remapped(relationships, result.mapping) if r.chunk_ids & ours
-    ]
-    new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
-    todo = [e for e in plan.entities if e.id in new]
+    plan.checked_indexes = store.checked_indexes()  # the write, under the same graph write lock, need not check again
+    with trace.step("provenance") as ev:
+        plan.merges = list(result.merges)
+        # A merge with a stored entity unions provenance; the plan carries only this version's chunks
+        # (the store unions them with what it holds, and the previous version's chunks are removed first).
+        plan.entities = [replace(e, chunk_ids=e.chunk_ids & ours) for e in result.entities if e.chunk_ids & ours]
+        plan.mentions = chunk_mentions(entities, result, ours)
+        plan.subjects = chunk_subjects(
+            plan.mentions,
+            {r.chunk_id: subject_keys(r.text) | subject_keys(extraction_text(r).split("\n\n", 1)[0] + "\n\n") for r in records},
+        )  # the chunk's own headings, and the file's title
+        plan.relationships = [
+            replace(r, chunk_ids=r.chunk_ids & ours) for r in remapped(relationships, result.mapping) if r.chunk_ids & ours
+        ]
+        new = store.vectors.missing(e.id for e in plan.entities) if plan.entities else set()
+        todo = [e for e in plan.entities if e.id in new]
+        ev.data.update(entities=len(plan.entities), new=len(todo), relationships=len(plan.relationships))
     vectors = extracted.name_vectors(trace)
     if todo:
         late = sorted({entity_text(e) for e in todo} - set(vectors))
         if late:
             vectors.update(_embed_names(rt, late, trace, report, stored=len(plan.entities) - len(todo)))
         plan.embeddings = {e.id: vectors[entity_text(e)] for e in todo}
+        plan.embeddings_are_new = True  # todo: the entities store.vectors.missing found, under the graph write lock
     return plan
 
 
@@ -648,13 +663,15 @@ def apply_graph(
     images: list | None = None,
     *,
     fence=None,
+    graph_chunks_read: bool = False,
 ) -> RemovalReport:
     """Write a plan: remove the provenance of chunks the version no longer has, then upsert the rest.
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
 
     The chunks dropped are ``old_chunk_ids`` and every chunk the graph holds for the document that the
-    version does not have (after a re-embed the chunk index no longer knows the previous ones). The
+    version does not have (after a re-embed the chunk index no longer knows the previous ones); with
+    ``graph_chunks_read`` the caller read the graph's into ``old_chunk_ids`` already, under the same locks. The
     descriptions of what they and the version touch are rebuilt from the chunks that support them; an
     entity without a vector (new, or its vector dropped) is embedded.
 
@@ -669,17 +686,21 @@ def apply_graph(
         What the removal of the dropped chunks removed and kept.
     """
     store = graph_store(rt, topic).fence_writes(fence)
+    if plan.checked_indexes is not None:
+        store.assume_checked(plan.checked_indexes)
     store.ensure()
+    indexes = store.checked_indexes()  # read under this graph write lock, here or when planning
     if graph_settings(topic).local_keyword_search:
-        store.ensure_keyword_index()
+        store.ensure_keyword_index(indexes)
     new_ids = {cid for cid, _ in plan.chunks}
-    dropped = (set(old_chunk_ids) | set(store.document_chunk_ids(document_id))) - new_ids
-    removed = store.remove_chunks(dropped)
+    held = set(old_chunk_ids) if graph_chunks_read else set(old_chunk_ids) | set(store.document_chunk_ids(document_id))
+    removed = store.remove_chunks(held - new_ids)
     store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships, plan.subjects)
     if plan.embeddings:
         ids = list(plan.embeddings)
-        store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]))
-    if store.vectors.drop_legacy():  # a graph written by an earlier version: every entity embedded again, by name
+        # new to the graph when planned under this graph write lock (an upload's plan): no vector of theirs to replace
+        store.set_embeddings(ids, np.vstack([plan.embeddings[i] for i in ids]), new=plan.embeddings_are_new, indexes=indexes)
+    if store.vectors.drop_legacy(indexes):  # a graph written by an earlier version: every entity embedded again, by name
         embed_entities(rt, store, [e.id for e in store.all_entities()])
     else:
         embed_entities(rt, store, [e.id for e in plan.entities if e.id not in plan.embeddings])

@@ -13,7 +13,7 @@ is bounded by the version, not the graph:
 - the relationships of those entities that name one of those chunks, and those the new version names.
 
 This is the compensation step of a multi-store write (the "state manager" of fast-graphrag, here for one
-document): it costs a few read queries per version, proportional to its share. It relies on the Topic's
+document): it costs two read queries per version, their work proportional to its share. It relies on the Topic's
 graph write lock being held from the read to the restore, so no other upload changes those entities between
 them; a document delete takes only the document's lock and may still interleave (then what it removed from
 an entity this version shares can come back until the next change of that entity).
@@ -76,6 +76,47 @@ MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid})
 RETURN i.id, e.id
 """
 _VECTORS = "UNWIND $entities AS i MATCH (v:EntityVector {id: i}) RETURN v.id, v.embedding"
+
+# What read_share reads, in two queries (one per scope) instead of one per kind of thing: a round trip each costs
+# more than the reads themselves on a version's share, and every upload of a GraphRAG Topic reads its share.
+_CHUNK_SCOPE = """
+CALL { MATCH (d:Document {id: $d}) RETURN collect(properties(d)) AS document }
+CALL { UNWIND $ids AS cid MATCH (c:Chunk {id: cid}) RETURN collect(properties(c)) AS chunks }
+CALL {
+  UNWIND $ids AS cid
+  MATCH (c:Chunk {id: cid})<-[n:MENTIONED_IN]-(e:Entity)
+  RETURN collect([e.id, c.id, properties(n)]) AS mentions
+}
+CALL {
+  UNWIND $ids AS cid
+  MATCH (c:Chunk {id: cid})-[:HAS_PICTURE]->(i:Image)
+  RETURN collect([c.id, properties(i)]) AS images
+}
+RETURN document, chunks, mentions, images
+"""
+_ENTITY_SCOPE = """
+CALL { UNWIND $entities AS i MATCH (e:Entity {id: i}) RETURN collect([e.id, properties(e)]) AS entities }
+CALL {
+  UNWIND $entities AS i
+  MATCH (a:Entity {id: i})-[r:RELATED]->(b:Entity)
+  WHERE any(x IN r.chunk_ids WHERE x IN $ids)
+  RETURN collect([a.id, b.id, properties(r)]) AS outgoing
+}
+CALL {
+  UNWIND $entities AS i
+  MATCH (a:Entity)-[r:RELATED]->(b:Entity {id: i})
+  WHERE any(x IN r.chunk_ids WHERE x IN $ids)
+  RETURN collect([a.id, b.id, properties(r)]) AS incoming
+}
+CALL {
+  UNWIND $pairs AS p
+  MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
+  RETURN collect([a.id, b.id, properties(r)]) AS named
+}
+CALL { UNWIND $entities AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN collect([i.id, e.id]) AS shows }
+CALL { UNWIND $entities AS i MATCH (v:EntityVector {id: i}) RETURN collect([v.id, v.embedding]) AS vectors }
+RETURN entities, outgoing, incoming, named, shows, vectors
+"""
 
 # Restoring: each step one query; each is idempotent, so a restore can run again after one that stopped.
 _DELETE_RELATED = """
@@ -179,16 +220,22 @@ def read_share(
     ids = sorted(set(chunk_ids))
     planned = sorted(set(entity_ids))
     share = GraphShare(document_id, ids, planned, sorted(set(pairs)))
-    rows = store.read(_DOCUMENT, {"d": document_id})
-    share.document = dict(rows[0][0]) if rows else None
-    share.chunks = [dict(props) for _, props in store.read(_CHUNKS, {"ids": ids})]
-    in_scope = sorted(_touched(store, ids) | set(planned))
-    share.entities = {eid: dict(props) for eid, props in store.read(_ENTITIES, {"ids": in_scope})}
-    share.mentions = [(eid, cid, dict(props)) for eid, cid, props in store.read(_MENTIONS, {"ids": ids})]
-    share.relationships = _relationships(store, in_scope, ids, share.planned_pairs)
-    share.images = [(cid, dict(props)) for cid, props in store.read(_IMAGES, {"ids": ids})]
-    share.shows = [(iid, eid) for iid, eid in store.read(_SHOWS, {"entities": in_scope})]
-    share.vectors = {eid: list(vector) for eid, vector in store.read(_VECTORS, {"entities": in_scope})}
+    rows = store.read(_CHUNK_SCOPE, {"d": document_id, "ids": ids})
+    if not rows:  # no graph yet
+        return share
+    document, chunks, mentions, images = rows[0]
+    share.document = dict(document[0]) if document else None
+    share.chunks = [dict(props) for props in chunks]
+    share.mentions = [(eid, cid, dict(props)) for eid, cid, props in mentions]
+    share.images = [(cid, dict(props)) for cid, props in images]
+    in_scope = sorted({eid for eid, _, _ in share.mentions} | set(planned))  # the entities mentioned there (_touched)
+    [(entities, outgoing, incoming, named, shows, vectors)] = store.read(
+        _ENTITY_SCOPE, {"entities": in_scope, "ids": ids, "pairs": [list(p) for p in share.planned_pairs]}
+    )
+    share.entities = {eid: dict(props) for eid, props in entities}
+    share.relationships = {(a, b): dict(props) for a, b, props in [*outgoing, *incoming, *named]}
+    share.shows = [(iid, eid) for iid, eid in shows]
+    share.vectors = {eid: list(vector) for eid, vector in vectors}
     return share
 
 

@@ -268,6 +268,29 @@ MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
 RETURN a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences
 """
 
+# What an upsert reads before it writes: the stored texts of its entities, its mentions and its relationships
+# (the queries of _entity_texts, _said and _RELATIONSHIP_TEXTS, one round trip).
+_STORED_TEXTS = """
+CALL {
+  UNWIND $ids AS eid
+  MATCH (e:Entity {id: eid})
+  RETURN collect([e.id, e.tracked, e.name, e.name_key, e.description, e.aliases, e.alias_keys]) AS entities
+}
+CALL {
+  UNWIND $pairs AS p
+  MATCH (e:Entity {id: p[0]}), (c:Chunk {id: p[1]})
+  OPTIONAL MATCH (e)-[n:MENTIONED_IN]->(c)
+  WITH p, n WHERE n IS NOT NULL
+  RETURN collect([p[0], p[1], n.sentences, n.names, n.keys]) AS said
+}
+CALL {
+  UNWIND $rels AS p
+  MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
+  RETURN collect([a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences]) AS relationships
+}
+RETURN entities, said, relationships
+"""
+
 _IMAGES = """
 UNWIND $images AS x
 MATCH (c:Chunk {id: x.chunk_id})
@@ -436,6 +459,8 @@ class GraphStore:
         self.graph: Graph = falkordb_for(client).select_graph(self.name)
         self.vectors = EntityVectorIndex(self.graph, topic_id)
         self._ensured = False  # the indexes were checked by this object (see :meth:`ensure`)
+        # db.indexes() as ensure() read it (label, properties, types, options), for the upload's other index checks
+        self._index_rows: list[list] | None = None
 
     def fence_writes(self, fence) -> GraphStore:
         """Make every later write of this store depend on ``fence`` (a :class:`~ragtopics.storage.locks.Fence`).
@@ -481,8 +506,9 @@ class GraphStore:
         if self._ensured:
             return
         # Read-only (a fenced store would send a write query through the fence's transaction); [] without a graph.
-        rows = self._read("CALL db.indexes() YIELD label, properties RETURN label, properties")
-        present = {(label, prop) for label, props in rows for prop in props}
+        rows = self._read("CALL db.indexes() YIELD label, properties, types, options RETURN label, properties, types, options")
+        self._index_rows = rows  # for the same write's vector and full-text checks (only range indexes are added here)
+        present = {(label, prop) for label, props, _, _ in rows for prop in props}
         for label, prop in _INDEXES:
             if (label, prop) not in present:
                 try:
@@ -492,6 +518,20 @@ class GraphStore:
                         raise
         self.count_mentions()
         self._ensured = True
+
+    def checked_indexes(self) -> list[list] | None:
+        """The ``db.indexes()`` rows :meth:`ensure` read, once it ran on this object (None before).
+
+        Current only while the caller holds the Topic's graph write lock it held then (a long-lived object's rows
+        go stale when the graph is dropped elsewhere): for the checks of one upload's write.
+        """
+        return self._index_rows if self._ensured else None
+
+    def assume_checked(self, indexes: list[list]) -> None:
+        """Skip :meth:`ensure` on this object: another store object of the same graph ran it (and read ``indexes``)
+        under the Topic's graph write lock that this object's writes are made under too, so the indexes and the
+        conversions it checks are as it left them."""
+        self._ensured, self._index_rows = True, list(indexes)
 
     def count_mentions(self, batch: int = 1000) -> int:
         """Give every entity written before ``chunk_count`` existed its count, and cut its chunk list to the sample.
@@ -584,12 +624,12 @@ class GraphStore:
         ]
         self.ensure()
         touched = [*merged, *(e["id"] for e in endpoints)]
-        before = self._entity_texts(touched)
-        said_before = self._said({(m["entity"], m["chunk"]) for m in mentions})
+        before, said_before, stored_relationships = self._stored_texts(
+            touched, {(m["entity"], m["chunk"]) for m in mentions}, list(rels)
+        )
         for eid, row in merged.items():  # an entity written before mentions kept their text: its sentences appended
             stored = before.get(eid)
             row["description"] = "" if stored is None or stored[0] else merged_sentences(row["sentences"], text=stored[3] or "")
-        stored_relationships = self._relationship_texts(list(rels))
         for pair, row in rels.items():
             row["description"] = _relationship_description(row, stored_relationships.get(pair))
         self.graph.query(
@@ -616,6 +656,25 @@ class GraphStore:
             len(chunk_rows),
             len(merged),
             len(rels),
+        )
+
+    def _stored_texts(
+        self, entity_ids: list[str], mentions: set[tuple[str, str]], pairs: list[tuple[str, str]]
+    ) -> tuple[dict[str, tuple], dict[tuple[str, str], tuple], dict[tuple[str, str], tuple]]:
+        """:meth:`_entity_texts`, :meth:`_said` and :meth:`_relationship_texts` of an upsert, read in one query.
+
+        Returns:
+            The three mappings, as those methods give them.
+        """
+        rows = self._read(
+            _STORED_TEXTS,
+            {"ids": entity_ids, "pairs": [list(p) for p in sorted(mentions)], "rels": [list(p) for p in pairs]},
+        )
+        entities, said, relationships = rows[0] if rows else ([], [], [])
+        return (
+            {row[0]: tuple(row[1:]) for row in entities},
+            {(eid, cid): (list(s or []), list(n or []), list(k or [])) for eid, cid, s, n, k in said},
+            {(row[0], row[1]): tuple(row[2:]) for row in relationships},
         )
 
     def _entity_texts(self, entity_ids: list[str]) -> dict[str, tuple]:
@@ -818,10 +877,18 @@ class GraphStore:
         )
         return {row[0]: list(row[1]) for row in rows}
 
-    def set_embeddings(self, entity_ids: list[str], vectors: np.ndarray) -> int:
-        """Store entity vectors; see :meth:`EntityVectorIndex.set` (shape ``(n, dims)``, returns how many)."""
+    def set_embeddings(
+        self, entity_ids: list[str], vectors: np.ndarray, *, new: bool = False, indexes: list[list] | None = None
+    ) -> int:
+        """Store entity vectors; see :meth:`EntityVectorIndex.set` (shape ``(n, dims)``, returns how many).
+
+        Args:
+            new: the entities have no vector (checked under the Topic's graph write lock): none is replaced.
+            indexes: :meth:`checked_indexes` read under the graph write lock the caller holds (no round trip to
+                check the vector index); None: read now.
+        """
         self.ensure()
-        return self.vectors.set(entity_ids, vectors)
+        return self.vectors.set(entity_ids, vectors, new=new, indexes=indexes)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -1044,17 +1111,24 @@ class GraphStore:
         found = {e.id: e for e in self.entities(eid for eid, _ in hits)}
         return [(found[eid], score) for eid, score in hits if eid in found]
 
-    def ensure_keyword_index(self) -> None:
+    def ensure_keyword_index(self, indexes: list[list] | None = None) -> None:
         """Create FalkorDB's full-text index over entity names and descriptions unless it exists (idempotent).
 
         Written when a Topic's Local Keyword Search is on; RediSearch underneath (stemming,
         English stop words), queried by :meth:`search_entities_text`.
+
+        Args:
+            indexes: as for :meth:`set_embeddings`.
         """
         self.ensure()
-        rows = self._read("CALL db.indexes() YIELD label, properties, types RETURN label, properties, types")
+        rows = indexes
+        if rows is None:
+            rows = self._read(
+                "CALL db.indexes() YIELD label, properties, types, options RETURN label, properties, types, options"
+            )
         if any(
             label == "Entity" and "description" in props and any("FULLTEXT" in str(t) for t in types.values())
-            for label, props, types in rows
+            for label, props, types, _ in rows
             if isinstance(types, dict)
         ):
             return
@@ -1152,15 +1226,31 @@ class GraphStore:
             return {row[0] for row in rows}
 
         by_block = "(e:Entity) WHERE k IN e.block_keys"
-        found = ids(by_block, keys.blocks) | ids("(e:Entity) WHERE e.name_key = k", keys.name_keys)
-        found |= ids("(e:Entity) WHERE k IN e.alias_keys", keys.alias_keys)
         common: set[str] = set()
+        small_words: list = []
         if keys.words:
             counts = self._read(
                 f"UNWIND $keys AS k MATCH {by_block}{staying} RETURN k, count(e)", {**params, "keys": list(keys.words)}
             )
             common = {keys.words[k] for k, n in counts if n > MAX_WORD_BLOCK}
-            found |= ids(by_block, [k for k, n in counts if n <= MAX_WORD_BLOCK])
+            small_words = [k for k, n in counts if n <= MAX_WORD_BLOCK]
+        # the look-ups by block, name, alias and uncommon word in one round trip
+        lookups = [
+            (name, match, values)
+            for name, match, values in (
+                ("blocks", by_block, keys.blocks),
+                ("names", "(e:Entity) WHERE e.name_key = k", keys.name_keys),
+                ("aliases", "(e:Entity) WHERE k IN e.alias_keys", keys.alias_keys),
+                ("words", by_block, small_words),
+            )
+            if values
+        ]
+        found: set[str] = set()
+        if lookups:
+            query = " UNION ".join(
+                f"UNWIND ${name} AS k MATCH {match}{staying} RETURN DISTINCT e.id AS id" for name, match, _ in lookups
+            )
+            found = {row[0] for row in self._read(query, {**params, **{name: values for name, _, values in lookups}})}
         partners = self.entities(sorted(found))
         more = ids(by_block, sorted(set(long_form_keys(e.name for e in partners)) - set(keys.blocks))) - found
         if more:

@@ -378,7 +378,9 @@ def finish_version(
         indexed_with = dict(version.indexed_with)
         if graph is not None:
             indexed_with["graph"] = graph.summary()
-        with document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S) as fence:  # a newer upload or a delete waits for the swap
+        with contextlib.ExitStack() as held:
+            with trace.step("document_lock"):  # a newer upload or a delete waits for the swap
+                fence = held.enter_context(document_lock(rt.redis, doc.id, wait_s=WORKER_LOCK_WAIT_S))
             if share is not None and share.fence is not None:
                 fence = fence.joined(share.fence)  # every write needs both locks still held
             with trace.step("store", chunks=len(records), pictures=len(version.pictures)) as ev:
@@ -407,7 +409,8 @@ def finish_version(
                 if graph is not None:
                     ev.data["graph"] = {**graph.summary(), "removed": asdict(stored.removal)}
             # Under the lock: a re-upload of the old file waits for its removal.
-            _after_finish(rt, [(trace, doc, stored.obsolete)])
+            with trace.step("after_store"):  # the trace kept, the cost figures added, the old file removed
+                _after_finish(rt, [(trace, doc, stored.obsolete)])
         (progress or (lambda phase, done, total: None))("done", len(records), len(records))
         return IngestResult(doc.id, status.value, len(records), ev.data["replaced"], trace.to_list())
 

@@ -13,6 +13,7 @@ also close a cycle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
@@ -149,7 +150,9 @@ class GraphRagKind(TopicKind):
             rt, topic, records, report, trace, known_failures=graph_failures, extracted_elsewhere=extracted_elsewhere
         )
         try:
-            with graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S) as graph_fence:
+            with contextlib.ExitStack() as held:
+                with trace.step("graph_lock"):  # waiting for the uploads of the Topic before this one
+                    graph_fence = held.enter_context(graph_write_lock(rt.redis, topic.id, wait_s=WORKER_LOCK_WAIT_S))
                 plan = complete_plan(rt, topic, records, extracted, report, trace)
                 return store(GraphShare(plan, self._images(rt, topic, version, plan, trace), graph_fence))
         finally:

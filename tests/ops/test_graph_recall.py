@@ -4,6 +4,7 @@ entity bridging finding a second passage that neither similarity nor file names 
 from __future__ import annotations
 
 import json
+import re
 
 from bench import graph_recall
 
@@ -57,3 +58,19 @@ def test_make_eval_measures_every_way_and_both_ingests(tmp_path, monkeypatch, ca
     # A second run finds both Topics in the data folder and ingests nothing.
     assert graph_recall.main(["--data-dir", str(tmp_path / "data")]) == 0
     assert "recall-graph: kept from the data folder" in capsys.readouterr().out
+
+
+def test_the_ingest_breakdown_adds_up_to_the_ingest_time_and_shows_the_thread_apart():
+    lines = graph_recall.breakdown(
+        {"embed": 1000.0, "store": 2500.0, "graph_lock": 500.0}, {"embed_entities": 1500.0}, upload_s=1.0, total_s=6.5
+    )
+    added = {}
+    for line in lines:
+        label, seconds = re.match(r"\s+time in (.+?)\s+(-?\d+\.\d) s", line).groups()
+        if "in a thread" not in line:
+            added[label] = float(seconds)
+    assert added["chunk embedding"] == 1.0 and added["store (chunks + graph)"] == 2.5 and added["graph_lock"] == 0.5
+    assert added["receiving the uploads"] == 1.0 and added["no step"] == 1.5
+    assert round(sum(added.values()), 6) == 6.5
+    [thread] = [line for line in lines if "in a thread" in line]
+    assert "entity embedding" in thread and "1.5 s" in thread
