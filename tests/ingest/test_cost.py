@@ -329,8 +329,9 @@ def test_before_anything_is_measured_an_nlp_topics_deduplication_calls_come_from
     assert made >= 3  # these passages hold near-miss names (the test means nothing otherwise)
     assert preview.calls["deduplication"].calls == made
     kept = comparison(rt, [r.job_id for r in rows])
-    for entry in kept.values():  # file by file, too
-        assert entry["estimate"]["calls"]["deduplication"] == entry["actual"]["calls"].get("deduplication", 0)
+    by_file = [(e["file_name"], e["estimate"]["calls"]["deduplication"], e["actual"]) for e in kept.values()]
+    for name, estimated, actual in by_file:  # file by file, too
+        assert estimated == actual["calls"].get("deduplication", 0), (name, estimated, actual)
 
     # Community reports into a Topic with no graph: the probed graph's own communities.
     assert any(n.startswith("deduplication calls and community reports:") for n in preview.notes)
