@@ -1228,7 +1228,7 @@ class ChunkIndex:
         return found
 
 
-def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[str]:
+def candidate_terms(frequencies: Mapping[str, int], terms: list[str], *, postings: int | None = None) -> list[str]:
     """The terms whose chunks are fetched as keyword candidates: the rarest, up to a budget of postings.
 
     RediSearch scores every chunk that holds any term of the candidate query before it cuts the
@@ -1247,17 +1247,19 @@ def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[st
     Args:
         frequencies: term → how many chunks hold it (every term of ``terms``, each > 0).
         terms: the question's terms, in its order.
+        postings: the budget; ``None``: :data:`CANDIDATE_POSTINGS`.
 
     Returns:
         The terms to search, in the order of ``terms``.
     """
+    budget = CANDIDATE_POSTINGS if postings is None else postings
     kept: set[str] = set()
-    postings = 0
+    walked = 0
     for term in sorted(terms, key=lambda t: frequencies[t]):
-        if len(kept) >= CANDIDATE_TERMS_KEPT and postings + frequencies[term] > CANDIDATE_POSTINGS:
+        if len(kept) >= CANDIDATE_TERMS_KEPT and walked + frequencies[term] > budget:
             break
         kept.add(term)
-        postings += frequencies[term]
+        walked += frequencies[term]
     return [t for t in terms if t in kept]
 
 
