@@ -66,3 +66,32 @@ class CommandLog:
         """The commands (of ``names``, or any) whose first argument is ``key``."""
         wanted = {n.upper() for n in names}
         return [c for c in self.commands if len(c) > 1 and c[1] == key and (not wanted or c[0] in wanted)]
+
+
+class RoundTrips:
+    """How many requests the real test Redis read from its clients during the block (``INFO stats``
+    ``total_reads_processed``, less the ``INFO`` that reads it): a pipeline sent at once is one read, so
+    this counts round trips, not commands::
+
+        with RoundTrips(rt.redis) as trips:
+            retrieve(...)
+        assert trips.count == 2
+
+    Attributes:
+        count: the reads counted (set when the block ends).
+    """
+
+    def __init__(self, client: redis.Redis):
+        self.client = client
+        self.count = 0
+        self._before = 0
+
+    def _reads(self) -> int:
+        return int(self.client.info("stats")["total_reads_processed"])
+
+    def __enter__(self) -> RoundTrips:
+        self._before = self._reads()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.count = self._reads() - self._before - 1  # the INFO that read the second figure

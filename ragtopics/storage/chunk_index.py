@@ -72,8 +72,11 @@ CODE_WEIGHT = 3.0
 CANDIDATE_POSTINGS = 2_000
 #: Terms always searched, the rarest, whatever their postings.
 CANDIDATE_TERMS_KEPT = 2
-#: Candidates fetched from RediSearch before BM25 scoring, at least.
-_MIN_KEYWORD_CANDIDATES = 100
+#: Keyword candidates fetched from RediSearch before BM25 scoring, per hit asked for and at least
+#: (:func:`keyword_candidates_limit`).
+KEYWORD_CANDIDATES_PER_HIT = 4
+MIN_KEYWORD_CANDIDATES = 100
+_MIN_KEYWORD_CANDIDATES = MIN_KEYWORD_CANDIDATES
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
     [
@@ -849,12 +852,16 @@ class ChunkIndex:
         """The two ranked lists a HYBRID search fuses: the ``k`` chunks nearest to ``vector``
         (:meth:`search_vector`) and the ``k`` best by BM25 for ``terms`` (:meth:`search_keywords`).
 
-        Their hits carry the chunk id, document id, file name and score only: a search keeps a few of
+        Their hits carry the chunk id, document id and file name and score only: a search keeps a few of
         them and reads those chunks' other fields (:meth:`read_hits`), not the text of every candidate.
-        Two round trips whatever the number of terms: the embedder record, the KNN and the terms'
-        document frequencies in one pipeline; then the keyword candidates (the frequencies choose the
-        terms searched, :func:`candidate_terms`), each read with its stored term counts
-        (:data:`TERM_COUNTS_FIELD`).
+        Usually one round trip: the embedder record, the KNN, the terms' document frequencies and the
+        keyword candidates (each read with its stored term counts, :data:`TERM_COUNTS_FIELD`) go in one
+        pipeline. The candidate query needs the frequencies to choose the terms searched
+        (:func:`candidate_terms`); it is written from the frequencies this process read last for the
+        same terms (:func:`remembered_frequencies`) and its reply is used only when the frequencies read
+        in the same pipeline choose the same terms, so the results are those of two round trips
+        (frequencies, then candidates), which is what a question with a term not seen before, or whose
+        terms' counts changed the choice, takes.
 
         Args:
             vector: shape ``(dims,)``, unit norm.
@@ -870,7 +877,16 @@ class ChunkIndex:
             EmbeddingMismatchError: the index was built with another embedder.
         """
         terms = list(dict.fromkeys(t for t in terms if t))
-        also = [("HMGET", self.terms_key, _TERMS_COMPLETE, _TERMS_TOTAL, *_STEMMER.stemWords(terms))] if terms else []
+        stems = _STEMMER.stemWords(terms)
+        also: list[tuple] = [("HMGET", self.terms_key, _TERMS_COMPLETE, _TERMS_TOTAL, *stems)] if terms else []
+        limit = keyword_candidates_limit(k)
+        guessed = None
+        remembered = remembered_frequencies(self.index.name, stems)
+        if remembered is not None:
+            frequencies = dict(zip(terms, remembered, strict=True))
+            guessed = candidate_terms(frequencies, [t for t in terms if frequencies[t]])
+            if guessed:
+                also.append(self._candidates_command(guessed, limit))
         dense, extra = self._search_vector(vector, k, _RANKING_FIELDS, also)
         if dense is None:
             return [], []
@@ -880,8 +896,10 @@ class ChunkIndex:
         counted = None
         if not isinstance(values, Exception) and _decode(values[0] or b"") == _TERMS_KEYED_BY:
             counted = [max(0, int(v or 0)) for v in values[2:]], max(0, int(values[1] or 0))
+            remember_frequencies(self.index.name, stems, counted[0])
+        sent = (guessed, extra[1]) if guessed and len(extra) > 1 else None
         none: list[ChunkHit] = []
-        keyword = _unless_missing(lambda: self._search_keywords(terms, k, code_weight, counted=counted), none)
+        keyword = _unless_missing(lambda: self._search_keywords(terms, k, code_weight, counted=counted, sent=sent), none)
         return dense, keyword
 
     def search_keywords(self, terms: list[str], k: int, *, code_weight: float = CODE_WEIGHT, full: bool = True) -> list[ChunkHit]:
@@ -925,10 +943,17 @@ class ChunkIndex:
         return [replace(stored[h.chunk_id], score=h.score) for h in hits if h.chunk_id in stored]
 
     def _search_keywords(
-        self, terms: list[str], k: int, code_weight: float, counted: tuple[list[int], int] | None = None
+        self,
+        terms: list[str],
+        k: int,
+        code_weight: float,
+        counted: tuple[list[int], int] | None = None,
+        sent: tuple[list[str], Any] | None = None,
     ) -> list[ChunkHit]:
         """:meth:`search_keywords` without the fields a source shows; ``counted``: the terms' document
-        frequencies and the chunk total when the caller read them (:meth:`term_frequencies`)."""
+        frequencies and the chunk total when the caller read them (:meth:`term_frequencies`); ``sent``: the
+        terms a candidate query was already sent for and its reply (used when the frequencies choose the
+        same terms)."""
         counts, chunks = counted or self.term_frequencies(terms) or self._count_each(terms)
         frequencies = dict(zip(terms, counts, strict=True))
         terms = [t for t in terms if frequencies[t]]
@@ -936,21 +961,12 @@ class ChunkIndex:
             return []
         total = max(chunks, max(frequencies.values()))
         weights = {t: (code_weight if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
-        rows = self._keyword_candidates(candidate_terms(frequencies, terms), max(4 * k, _MIN_KEYWORD_CANDIDATES))
-        # each candidate's frequencies of the question's terms and its length, found in its packed counts
-        counted_rows = [(hit, {t: packed_count(packed, t) for t in terms}, packed_length(packed)) for hit, packed in rows]
-        identifiers = [t for t in terms if is_identifier(t)]
-        holding = [row for row in counted_rows if any(row[1][t] for t in identifiers)]
-        if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
-            counted_rows = holding
-        average = sum(length for _, _, length in counted_rows) / len(counted_rows) if counted_rows else 1.0
-        scored = [
-            (round(bm25_score(tf, weights, average_length=average, length=length), 6), hit) for hit, tf, length in counted_rows
-        ]
-        best = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: -pair[0])[
-            :k
-        ]  # stable: ties keep RediSearch's order
-        return [replace(hit, score=score) for score, hit in best]
+        searched = candidate_terms(frequencies, terms)
+        if sent is not None and sent[0] == searched and not isinstance(sent[1], Exception):
+            rows = self._candidate_rows(sent[1])
+        else:
+            rows = self._keyword_candidates(searched, keyword_candidates_limit(k))
+        return bm25_rank(rows, weights, [t for t in terms if is_identifier(t)], k)
 
     def _count_each(self, terms: list[str]) -> tuple[list[int], int]:
         """For each term, how many chunks' keywords hold it (its document frequency), and how many chunks
@@ -963,16 +979,11 @@ class ChunkIndex:
         replies = pipe.execute()
         return [_search_total(reply) for reply in replies[:-1]], _search_total(replies[-1])
 
-    def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, str]]:
-        """Up to ``limit`` chunks whose keywords hold any of ``terms``, each with its packed term counts
-        (:func:`pack_term_counts`); the hits carry the chunk id, document id and file name.
-
-        The reply is read here, as in :meth:`search_vector`: redis-py's generic result objects
-        took about a fifth of a HYBRID search's time for 100 candidates. A chunk stored before its
-        counts were kept has them counted from its text (one more round trip for such chunks).
-        """
+    def _candidates_command(self, terms: list[str], limit: int) -> tuple:
+        """The ``FT.SEARCH`` of :meth:`_keyword_candidates`: up to ``limit`` chunks whose keywords hold any of
+        ``terms``, in RediSearch's ``BM25STD`` order, each with its ids, file name and packed term counts."""
         fields = (*_RANKING_FIELDS, TERM_COUNTS_FIELD)
-        reply = self.client.execute_command(
+        return (
             "FT.SEARCH",
             self.index.name,
             f"@keywords:({'|'.join(_escape_term(t) for t in union_terms(terms))})",
@@ -987,6 +998,19 @@ class ChunkIndex:
             "DIALECT",
             2,
         )
+
+    def _keyword_candidates(self, terms: list[str], limit: int) -> list[tuple[ChunkHit, str]]:
+        """Up to ``limit`` chunks whose keywords hold any of ``terms``, each with its packed term counts
+        (:func:`pack_term_counts`); the hits carry the chunk id, document id and file name.
+
+        The reply is read here, as in :meth:`search_vector`: redis-py's generic result objects
+        took about a fifth of a HYBRID search's time for 100 candidates. A chunk stored before its
+        counts were kept has them counted from its text (one more round trip for such chunks).
+        """
+        return self._candidate_rows(self.client.execute_command(*self._candidates_command(terms, limit)))
+
+    def _candidate_rows(self, reply) -> list[tuple[ChunkHit, str]]:
+        """The rows of a candidate query's reply (:meth:`_candidates_command`) as :meth:`_keyword_candidates` returns them."""
         rows = [(_hit(row, 0.0), row.get(TERM_COUNTS_FIELD, "")) for row in _search_rows(reply, self.prefix)]
         unpacked = [hit for hit, packed in rows if not packed]
         if not unpacked:
@@ -1204,7 +1228,7 @@ class ChunkIndex:
         return found
 
 
-def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[str]:
+def candidate_terms(frequencies: Mapping[str, int], terms: list[str], *, postings: int | None = None) -> list[str]:
     """The terms whose chunks are fetched as keyword candidates: the rarest, up to a budget of postings.
 
     RediSearch scores every chunk that holds any term of the candidate query before it cuts the
@@ -1223,18 +1247,110 @@ def candidate_terms(frequencies: Mapping[str, int], terms: list[str]) -> list[st
     Args:
         frequencies: term → how many chunks hold it (every term of ``terms``, each > 0).
         terms: the question's terms, in its order.
+        postings: the budget; ``None``: :data:`CANDIDATE_POSTINGS`.
 
     Returns:
         The terms to search, in the order of ``terms``.
     """
+    budget = CANDIDATE_POSTINGS if postings is None else postings
     kept: set[str] = set()
-    postings = 0
+    walked = 0
     for term in sorted(terms, key=lambda t: frequencies[t]):
-        if len(kept) >= CANDIDATE_TERMS_KEPT and postings + frequencies[term] > CANDIDATE_POSTINGS:
+        if len(kept) >= CANDIDATE_TERMS_KEPT and walked + frequencies[term] > budget:
             break
         kept.add(term)
-        postings += frequencies[term]
+        walked += frequencies[term]
     return [t for t in terms if t in kept]
+
+
+def keyword_candidates_limit(k: int) -> int:
+    """How many keyword candidates a search for the ``k`` best fetches from RediSearch before BM25 scoring:
+    ``max(KEYWORD_CANDIDATES_PER_HIT * k, MIN_KEYWORD_CANDIDATES)``."""
+    return max(KEYWORD_CANDIDATES_PER_HIT * int(k), MIN_KEYWORD_CANDIDATES)
+
+
+def remembered_frequencies(index_name: str, stems: Sequence[str]) -> list[int] | None:
+    """The document frequencies of ``stems`` this process read last from the index ``index_name``
+    (:func:`remember_frequencies`), in their order; ``None`` when one of them was never read.
+
+    Only a guess, to send a keyword candidate query in the same round trip as the frequencies
+    themselves (:meth:`ChunkIndex.search_hybrid`), which then decide whether its reply is used.
+    """
+    known = _FREQUENCIES.get(index_name)
+    if not known:
+        return None
+    try:
+        return [known[stem] for stem in stems]
+    except KeyError:
+        return None
+
+
+def remember_frequencies(index_name: str, stems: Sequence[str], counts: Sequence[int]) -> None:
+    """Keep the document frequencies ``counts`` of ``stems`` just read from the index ``index_name``
+    (at most :data:`_FREQUENCIES_KEPT` stems an index: past that its stems are forgotten and read anew)."""
+    known = _FREQUENCIES.setdefault(index_name, {})
+    if len(known) + len(stems) > _FREQUENCIES_KEPT:
+        known.clear()
+    known.update(zip(stems, counts, strict=True))
+
+
+#: ``{index name: {stem: chunks holding it}}``: the keyword document frequencies this process read last
+#: (:func:`remembered_frequencies`); a guess that the frequencies read beside it confirm or overrule.
+_FREQUENCIES: dict[str, dict[str, int]] = {}
+#: Most stems remembered an index (about 100 bytes each).
+_FREQUENCIES_KEPT = 100_000
+
+
+def bm25_rank(
+    rows: Sequence[tuple[ChunkHit, str]], weights: Mapping[str, float], identifiers: Sequence[str], k: int
+) -> list[ChunkHit]:
+    """The ``k`` best keyword candidates by Okapi BM25 (:func:`bm25_score`), read from their packed term counts.
+
+    Each candidate's frequency of a term is found in its packed counts (:func:`pack_term_counts`) by one
+    substring search, the needle (`` term:``) made once for all candidates. When ``identifiers`` (the
+    question's terms with letters and digits) are given and some candidate holds one, only those
+    candidates are ranked. The average length is that of the candidates ranked.
+
+    Args:
+        rows: ``(hit, packed counts)`` of each candidate, in RediSearch's order.
+        weights: term → its weight (IDF times the code weight), every term of the question held by some chunk.
+        identifiers: the identifiers among the terms.
+        k: how many to return.
+
+    Returns:
+        Up to ``k`` hits with a BM25 score > 0 (rounded to 6 decimals), best first; ties keep the order of ``rows``.
+    """
+    needles = [(f" {t}:", len(t) + 2, w) for t, w in weights.items()]
+    counted = []
+    for hit, packed in rows:
+        found = []
+        for needle, skip, weight in needles:
+            at = packed.find(needle)
+            if at >= 0:
+                start = at + skip
+                found.append((int(packed[start : packed.index(" ", start)]), weight))
+            else:
+                found.append((0, weight))
+        counted.append((hit, found, int(packed[: packed.index(" ")])))
+    if identifiers:
+        marks = [f" {t}:" for t in identifiers]
+        holding = [row for row, (_, packed) in zip(counted, rows, strict=True) if any(m in packed for m in marks)]
+        if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
+            counted = holding
+    average = sum(length for _, _, length in counted) / len(counted) if counted else 1.0
+    k1, b = BM25_K1, BM25_B
+    scored = []
+    for hit, found, length in counted:
+        norm = k1 * (1 - b + b * length / max(average, 1e-9))
+        score = 0.0
+        for tf, weight in found:
+            if tf:
+                score += weight * tf * (k1 + 1) / (tf + norm)
+        rounded = round(score, 6)
+        if rounded > 0:
+            scored.append((rounded, hit))
+    best = sorted(scored, key=lambda pair: -pair[0])[:k]  # stable: ties keep RediSearch's order
+    return [replace(hit, score=score) for score, hit in best]
 
 
 def bm25_idf(total: int, matching: int) -> float:

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from bench import report
-from bench.latency import derive, exact_top_k, recall_at_k, timed_rounds
+from bench.latency import derive, exact_top_k, keep_embeddings, kept_embeddings, recall_at_k, timed_rounds
 
 
 def test_ratios_are_better_than_reference_above_one_and_saved(tmp_path, capsys):
@@ -61,3 +61,14 @@ def test_searches_are_timed_round_by_round_and_keep_the_first_rounds_results():
     fast, slow = timings["fast"], timings["slow"]
     assert fast[0] == ["fast-0-2", "fast-1-3", "fast-2-4", "fast-3-5"] and len(slow[0]) == 4  # the first round's timed answers
     assert 0 < fast[1].p50_ms <= fast[1].p95_ms and fast[1].p50_ms < slow[1].p50_ms and slow[1].p50_ms >= 2.0
+
+
+def test_kept_embeddings_are_read_back_for_the_same_model_and_texts_only(tmp_path):
+    texts = ["a pump", "a valve", "Leland"]
+    vectors = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    path = tmp_path / "latency.npz"
+    assert kept_embeddings(path, "m", texts) is None  # nothing kept yet
+    keep_embeddings(path, "m", texts, vectors)
+    assert np.array_equal(kept_embeddings(path, "m", texts), vectors)
+    assert kept_embeddings(path, "other-model", texts) is None
+    assert kept_embeddings(path, "m", [*texts[:2], "Leland, NC"]) is None

@@ -1,8 +1,10 @@
 """HYBRID search reads stored term counts, not texts: each chunk's BM25 term frequencies are written with it at
 upload and equal what its text gives; a HYBRID retrieval sends a fixed set of commands to the real Redis (the
 KNN, the record and the document frequencies together, one candidate query without texts, then the kept hits
-only); and its results equal those of the scoring from the text, which a chunk stored before the counts were
-kept still gets."""
+only), in two round trips once its terms' frequencies were read before (the candidate query goes with the
+KNN) and three otherwise, with the same results either way, also when the frequencies changed in between;
+and its results equal those of the scoring from the text, which a chunk stored before the counts were kept
+still gets."""
 
 from __future__ import annotations
 
@@ -15,13 +17,17 @@ from ragtopics.storage.chunk_index import (
     TERM_COUNTS_FIELD,
     ChunkIndex,
     ChunkRecord,
+    bm25_idf,
+    bm25_rank,
+    bm25_score,
+    candidate_terms,
     chunk_terms,
     pack_term_counts,
     packed_count,
     packed_length,
 )
-from ragtopics.text.keywords import index_keywords, query_keywords
-from tests.redis_commands import CommandLog
+from ragtopics.text.keywords import index_keywords, is_identifier, query_keywords
+from tests.redis_commands import CommandLog, RoundTrips
 
 TEXTS = {
     "Pump manual.txt": ["The pump P-7 moves coolant; the pump runs at 40 rpm.", "Service the valve V-12 every year."],
@@ -109,6 +115,7 @@ def test_a_hybrid_search_reads_the_kept_hits_only(rt):
     index = build(rt, "topic-hybrid-commands")
     question = "Which pump P-7 moves coolant through valve V-12?"
     index.search_vector(vector(3), 1)  # the index's profile, read once a process
+    chunk_index._FREQUENCIES.pop(index.index.name, None)  # the question's terms not seen before
     with CommandLog(rt.redis) as log:
         found = retrieve(index, question, vector(3), strategy="HYBRID", top_k=3, min_score=0.0, candidates=3)
     assert len(found.hits) == 3 and found.keyword
@@ -150,3 +157,84 @@ def test_results_equal_the_scoring_from_the_text(rt, monkeypatch, enrich):
         assert [h.chunk_id for h in now.hits] == [h.chunk_id for h in fused[:4]]
         vectors = index.embeddings([h.chunk_id for h in now.hits])
         assert [h.score for h in now.hits] == pytest.approx([float(vectors[h.chunk_id] @ vector(i)) for h in now.hits], abs=1e-3)
+
+
+def test_a_question_whose_terms_were_seen_takes_two_round_trips(rt):
+    index = build(rt, "topic-hybrid-trips")
+    question = "Which pump P-7 moves coolant through valve V-12?"
+    index.search_vector(vector(3), 1)  # the index's profile, read once a process
+    chunk_index._FREQUENCIES.pop(index.index.name, None)
+
+    def search():
+        return retrieve(index, question, vector(3), strategy="HYBRID", top_k=3, min_score=0.0, candidates=3)
+
+    with RoundTrips(rt.redis) as cold:
+        first = search()
+    with RoundTrips(rt.redis) as warm:
+        second = search()
+    with CommandLog(rt.redis) as log:
+        search()
+    assert cold.count == 3  # record + KNN + frequencies; the candidates; the kept hits
+    assert warm.count == 2  # record + KNN + frequencies + candidates; the kept hits
+    assert log.count("FT.SEARCH") == 2 and [c[0] for c in log.commands if c[1] == index.terms_key] == ["HMGET"]
+    assert second.hits == first.hits and second.keyword == first.keyword and second.dense == first.dense
+    assert second.fused_ranks == first.fused_ranks and first.keyword
+
+
+def test_frequencies_changed_since_they_were_read_do_not_change_the_results(rt, monkeypatch):
+    # one term searched, the rarest: which one depends on the frequencies
+    monkeypatch.setattr(chunk_index, "CANDIDATE_POSTINGS", 1)
+    monkeypatch.setattr(chunk_index, "CANDIDATE_TERMS_KEPT", 1)
+    index = build(rt, "topic-hybrid-stale")
+    terms = query_keywords("Leland coolant")
+
+    def chosen() -> list[str]:
+        counts, _ = index.term_frequencies(terms)
+        return candidate_terms(dict(zip(terms, counts, strict=True)), terms)
+
+    def search():
+        return retrieve(index, "Leland coolant", vector(5), strategy="HYBRID", top_k=3, min_score=0.0, candidates=3)
+
+    assert chosen() == ["leland"]  # in 2 chunks (the file's name), coolant in 3
+    search()  # the frequencies remembered
+    more = [
+        ChunkRecord(
+            chunk_id=f"chunk-notes-{i}",
+            document_id="doc-notes",
+            file_name="Leland notes.txt",
+            position=i,
+            text=f"Leland note {i}.",
+            embedding=vector(50 + i),
+            keywords=index_keywords("Leland notes.txt", f"Leland note {i}."),
+        )
+        for i in range(3)
+    ]
+    index.replace_document("doc-notes", more)
+    assert chosen() == ["coolant"]  # leland is in 5 chunks now
+    with RoundTrips(rt.redis) as stale:
+        found = search()  # the candidate query sent with the KNN searched leland: its reply is not used
+    chunk_index._FREQUENCIES.pop(index.index.name, None)
+    fresh = search()
+    assert stale.count == 3
+    assert found.keyword == fresh.keyword and found.hits == fresh.hits and found.keyword
+    assert {h.chunk_id for h in found.keyword} >= {"chunk-0-0", "chunk-1-1", "chunk-3-1"}  # the coolant chunks
+
+
+def test_ranking_the_candidates_equals_bm25_of_each_term(rt):
+    index = build(rt, "topic-hybrid-rank", enrich="coolant")
+    for q in [*QUESTIONS, "P-7 V-12 pump", "shot film 1986 Leland coolant"]:
+        terms = query_keywords(q)
+        counts, total = index.term_frequencies(terms)
+        frequencies = dict(zip(terms, counts, strict=True))
+        terms = [t for t in terms if frequencies[t]]
+        weights = {t: (3.0 if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in terms}
+        rows = index._keyword_candidates(terms, 100)
+        identifiers = [t for t in terms if is_identifier(t)]
+        # the reference: each term's count found apart, then bm25_score
+        counted = [(hit, {t: packed_count(p, t) for t in terms}, packed_length(p)) for hit, p in rows]
+        holding = [row for row in counted if any(row[1][t] for t in identifiers)]
+        counted = holding or counted
+        average = sum(length for _, _, length in counted) / len(counted)
+        expected = [(round(bm25_score(tf, weights, average_length=average, length=n), 6), hit.chunk_id) for hit, tf, n in counted]
+        expected = sorted((pair for pair in expected if pair[0] > 0), key=lambda pair: -pair[0])[:4]
+        assert [(h.score, h.chunk_id) for h in bm25_rank(rows, weights, identifiers, 4)] == expected and expected
