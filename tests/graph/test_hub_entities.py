@@ -345,3 +345,14 @@ def test_the_about_list_is_bounded_and_refilled_when_its_chunks_are_removed(stor
     assert set(store.chunks_about(["b0"])["b0"]) == {("Hub", c) for c in after}
     store.remove_chunks([c for c, _ in chunks if c not in first[:5]])
     assert about() == [] and store.chunks_about(["b0"]) == {}
+
+
+def test_a_merge_moves_the_chunks_about_an_entity_to_its_target(store):
+    from ragtopics.graph.entity_edits import move_mentions  # entity_edits builds on the store module
+
+    store.upsert("doc-1", "curie.txt", [("k1", 0)], [ent("M. Curie", "k1")], [], subjects=[(eid("M. Curie"), "k1")])
+    store.upsert("doc-2", "other.txt", [("k2", 0)], [ent("Marie Curie", "k2"), ent("M. Curie", "k2")], [])
+    (source,) = store.entities([eid("M. Curie")])
+    move_mentions(store, source, "Marie Curie", "PERSON")
+    assert store.read("MATCH (e:Entity) RETURN e.name, e.about") == [["Marie Curie", ["k1"]]]
+    assert store.chunks_about_names(["Marie Curie"]) == ["k1"] and store.chunks_about(["k2"]) == {"k2": [("Marie Curie", "k1")]}
