@@ -996,9 +996,10 @@ class GraphStore:
     def neighbours(self, entity_ids: Iterable[str], hops: int, limit: int) -> Subgraph:
         """The entities within ``hops`` relationships of the seeds (either direction), at most ``limit`` in all.
 
-        One bounded query per hop: each ring is ordered by the summed strength of its ties
-        to the previous ring and cut to the room left; then one query reads the entities with the relationships
-        among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
+        One bounded query per hop: each entity of the previous ring gives its strongest ties (room left + entities
+        seen, kept by the server, so a hub's thousands of ties are not returned or aggregated), and the new ring is
+        ordered by the summed strength of those ties and cut to the room left; then one query reads the entities with
+        the relationships among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
 
         Args:
             entity_ids: seed ids (unknown ones are skipped; they count towards nothing).
