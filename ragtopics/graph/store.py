@@ -376,20 +376,13 @@ CALL {{
 RETURN {_ENTITY}, ties
 """
 
-# One ring of LOCAL's expansion: each frontier entity's strongest ties (at most $per of each, sorted in the server with a
-# bounded heap, so a hub's thousands of ties give $per rows, not a record each to aggregate), then the entities not seen
-# yet, ordered by their summed strength to the frontier and cut to the room left.
 _NEXT_HOP = """
 UNWIND $frontier AS fid
 MATCH (a:Entity {id: fid})
-CALL {
-  WITH a
-  MATCH (a)-[r:RELATED]-(b:Entity)
-  WITH b, r.strength AS strength ORDER BY strength DESC LIMIT $per
-  RETURN b.id AS id, strength
-}
-WITH id, strength WHERE NOT id IN $seen
-WITH id, sum(strength) AS weight
+WITH a
+MATCH (a)-[r:RELATED]-(b:Entity)
+WHERE NOT b.id IN $seen
+WITH b.id AS id, sum(r.strength) AS weight
 RETURN id ORDER BY weight DESC, id LIMIT $room
 """
 
@@ -996,10 +989,9 @@ class GraphStore:
     def neighbours(self, entity_ids: Iterable[str], hops: int, limit: int) -> Subgraph:
         """The entities within ``hops`` relationships of the seeds (either direction), at most ``limit`` in all.
 
-        One bounded query per hop: each entity of the previous ring gives its strongest ties (room left + entities
-        seen, kept by the server, so a hub's thousands of ties are not returned or aggregated), and the new ring is
-        ordered by the summed strength of those ties and cut to the room left; then one query reads the entities with
-        the relationships among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
+        One bounded query per hop: each ring is ordered by the summed strength of its ties
+        to the previous ring and cut to the room left; then one query reads the entities with the relationships
+        among them (their chunks as a count and a sample, :data:`RELATIONSHIP_CHUNK_SAMPLE`).
 
         Args:
             entity_ids: seed ids (unknown ones are skipped; they count towards nothing).
@@ -1015,10 +1007,7 @@ class GraphStore:
             room = limit - len(seen)
             if room <= 0 or not frontier:
                 break
-            # Each frontier entity's room + seen strongest ties: enough for the room even when all that it has seen
-            # are among them.
-            params = {"frontier": frontier, "seen": seen, "room": room, "per": room + len(seen)}
-            rows = self._read(_NEXT_HOP, params, timeout_ms=QUERY_TIMEOUT_MS)
+            rows = self._read(_NEXT_HOP, {"frontier": frontier, "seen": seen, "room": room}, timeout_ms=QUERY_TIMEOUT_MS)
             frontier = [row[0] for row in rows]
             seen.extend(frontier)
         rows = self._read(_AMONG, {"ids": seen}, timeout_ms=QUERY_TIMEOUT_MS)

@@ -17,7 +17,6 @@ from ragtopics.graph.model import Entity, entity_id_for
 from ragtopics.graph.store import (
     _CHUNKS_ABOUT,
     _CHUNKS_ABOUT_NAMES,
-    _NEXT_HOP,
     ENTITY_ABOUT_SAMPLE,
     ENTITY_CHUNK_SAMPLE,
     RELATIONSHIP_CHUNK_SAMPLE,
@@ -262,35 +261,6 @@ def profile_records(store: GraphStore, query: str, params: dict) -> dict[str, in
         records = int(text.split("Records produced:")[1].split(",")[0])
         out[name] = out.get(name, 0) + records
     return out
-
-
-#: Entities tied to the hub of the expansion test (each in a chunk of its own).
-HUB_TIES = 600
-
-
-def test_expanding_from_a_hub_keeps_only_its_strongest_ties_in_the_server(store):
-    chunks = [(cid(i), i) for i in range(HUB_TIES)]
-    names = [f"Spoke {i}" for i in range(HUB_TIES)]
-    # spoke i is tied to the hub with strength i + 1: the strongest ties are the last spokes
-    store.upsert(
-        "doc-1",
-        "a.txt",
-        chunks,
-        [ent("Hub", *[c for c, _ in chunks]), *[ent(n, c) for n, (c, _) in zip(names, chunks)]],
-        [rel("Hub", n, c, strength=float(i + 1)) for i, (n, (c, _)) in enumerate(zip(names, chunks))],
-    )
-    reads = ReadLog(store)
-    sub = store.neighbours([eid("Hub")], hops=1, limit=11)
-    assert [e.name for e in sub.entities] == ["Hub", *reversed(names[-10:])]  # the ten strongest ties, strongest first
-    assert len(sub.relationships) == 10
-    # rows read back: the seed, its ring of 10, the 11 entities of the subgraph: never the hub's 600 ties
-    assert reads.take()[0] == 1 + 10 + 11
-
-    per = 10 + 1
-    ops = profile_records(store, _NEXT_HOP, {"frontier": [eid("Hub")], "seen": [eid("Hub")], "room": 10, "per": per})
-    # the server reads each tie once to keep the strongest (a bounded heap), and nothing after that holds more than $per
-    assert ops["Conditional Traverse"] == HUB_TIES
-    assert ops["Apply"] == ops["Aggregate"] == per and ops["Results"] == 10, ops
 
 
 def test_the_chunks_about_a_hub_are_found_without_walking_its_mentions(store):
