@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ragtopics.graph.dedup import block_keys
 from ragtopics.graph.model import Entity, entity_id_for, normalize_name
-from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, GraphStore, merged_sentences
+from ragtopics.graph.store import ENTITY_ABOUT_SAMPLE, ENTITY_CHUNK_SAMPLE, GraphStore, merged_sentences
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ UNWIND $entities AS x
 MERGE (e:Entity {id: x.id})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '', e.aliases = [],
               e.alias_keys = [], e.block_keys = x.block_keys, e.tracked = true
-SET e.chunk_ids = x.chunk_ids, e.chunk_count = x.chunk_count, e.name = x.name
+SET e.chunk_ids = x.chunk_ids, e.chunk_count = x.chunk_count, e.name = x.name, e.about = x.about
 WITH count(*) AS _entities
 UNWIND $mentions AS m
 MATCH (e:Entity {id: m.entity}), (c:Chunk {id: m.chunk})
@@ -140,6 +140,12 @@ class _Relationship:
             "description": description,
             "strength": sum(self.parts[c][0] for c in ids),
         }
+
+
+def _about(chunk_ids: list[str], mentions: dict[str, _Mention]) -> list[str]:
+    """An entity's ``about`` list (:data:`~ragtopics.graph.store.ENTITY_ABOUT_SAMPLE` at most): the chunks of
+    ``chunk_ids`` whose mention is a ``subject`` one, in that order."""
+    return [cid for cid in chunk_ids if cid in mentions and mentions[cid].subject][:ENTITY_ABOUT_SAMPLE]
 
 
 def _union(first: Iterable, second: Iterable) -> list:
@@ -258,6 +264,7 @@ def move_mentions(
             "block_keys": block_keys([target_name])[0],
             "chunk_ids": target_chunks[:ENTITY_CHUNK_SAMPLE],
             "chunk_count": len(target_chunks),
+            "about": _about(target_chunks, {**mentions[target_id], **moved}),
         }
     ]
     gone_entities = [] if left else [source.id]
@@ -271,6 +278,7 @@ def move_mentions(
                 "block_keys": block_keys([source.name])[0],
                 "chunk_ids": sorted(left)[:ENTITY_CHUNK_SAMPLE],
                 "chunk_count": len(left),
+                "about": _about(sorted(left), mentions[source.id]),
             }
         )
     shows = [] if left else [{"image": i, "entity": target_id} for (i,) in store.read(_SHOWN_IN, {"id": source.id})]

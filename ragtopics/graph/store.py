@@ -2,7 +2,8 @@
 
 Schema (one graph per Topic, named ``rt-<topic_id>-graph`` unless the Topic names one)::
 
-    (:Entity {id, name, type, description, aliases, chunk_ids, chunk_count, name_key, alias_keys, block_keys, tracked})
+    (:Entity {id, name, type, description, aliases, chunk_ids, chunk_count, name_key, alias_keys, block_keys, tracked,
+              about})
     (:EntityVector {id, embedding})   the entity's vector (of its name), a node never updated (entity_index.py)
     (:Chunk {id, document_id, position})          (:Document {id, file_name})
     (:Entity)-[:RELATED {description, strength, chunk_ids, chunk_strengths, chunk_sentences}]->(:Entity)
@@ -21,6 +22,9 @@ reading or writing an entity costs the same whether one chunk mentions it or 20,
 adds the mentions it creates to the count, a removal subtracts the mentions it deletes and refills
 the sample from the edges left (:meth:`GraphStore.chunks_of` reads an entity's chunks, bounded).
 Graphs written before kept every chunk id on the node; :meth:`GraphStore.ensure` converts them.
+Likewise ``about`` lists the first :data:`ENTITY_ABOUT_SAMPLE` chunks *about* the entity (its ``subject``
+mentions), so entity bridging finds them without walking a hub's mentions; an entity written before it has
+none (read by walking its mentions, until :meth:`GraphStore.ensure` fills it).
 
 Derived text has provenance too: each ``MENTIONED_IN`` edge keeps what its chunk said about
 the entity (description sentences, the names it used), and a relationship keeps each chunk's
@@ -90,6 +94,9 @@ ENTITY_CHUNK_SAMPLE = 16
 # A graph written before chunk_count existed has every chunk id on the node: the count is its size there.
 _COUNT = "coalesce(e.chunk_count, size(e.chunk_ids))"
 _ENTITY = f"e.id, e.name, e.type, e.description, e.aliases, e.chunk_ids[..{ENTITY_CHUNK_SAMPLE}], {_COUNT}"
+#: Most chunk ids an entity node keeps of the chunks *about* it (its ``about`` list: the first ``subject`` mentions
+#: still stored), so finding the chunks about an entity reads this list, never the entity's every mention.
+ENTITY_ABOUT_SAMPLE = 16
 #: Most chunk ids a relationship read for a search carries (its first; the count says how many there are).
 RELATIONSHIP_CHUNK_SAMPLE = 16
 # A search's read of a relationship: a sample of its chunks and their number, so a tie repeated in thousands of chunks
@@ -105,26 +112,48 @@ _RELATION_FULL = "a.id, b.id, r.description, r.strength, r.chunk_ids, size(r.chu
 # (HashTableRehash), and smaller writes stored descriptions with sentences cut out or missing.
 
 
+def _about(carried: str) -> str:
+    """The chunks ``c`` about an entity ``s``: its ``about`` list (at most ENTITY_ABOUT_SAMPLE ids), each chunk found by
+    id and its mention checked with both ends bound (GRAPH.PROFILE: Expand Into), so a hub named in 20,000 chunks costs
+    as much as an entity named in one. An entity written before the list existed (``about`` null, until fill_about) has
+    its mentions walked. ``carried``: the variables kept besides ``s`` and ``c``."""
+    return f"""
+CALL {{
+  WITH s
+  WITH s WHERE s.about IS NULL
+  MATCH (s)-[w:MENTIONED_IN]->(x:Chunk)
+  WHERE w.subject = true
+  RETURN collect(x.id) AS walked
+}}
+UNWIND coalesce(s.about, walked) AS about_id
+MATCH (c:Chunk {{id: about_id}})
+WITH {carried}, s, c
+MATCH (s)-[n:MENTIONED_IN]->(c)
+WHERE n.subject = true
+"""
+
+
+_CHUNKS_ABOUT = f"""
+UNWIND $ids AS cid
+MATCH (c0:Chunk {{id: cid}})<-[:MENTIONED_IN]-(e:Entity)
+WITH DISTINCT cid, c0.document_id AS doc, e.name_key AS key
+MATCH (s:Entity {{name_key: key}})
+{_about("cid, doc")}
+WITH cid, doc, s, c WHERE c.document_id <> doc
+RETURN cid, s.name, c.id
+"""
+
+_CHUNKS_ABOUT_NAMES = f"""
+UNWIND $keys AS key
+MATCH (s:Entity {{name_key: key}})
+{_about("key")}
+RETURN key, c.id
+"""
+
 # The mentions of tracked entities, for rebuilding their descriptions and aliases in Python: FalkorDB (graph module
 # 4.16.3) was seen to crash the server freeing a query that flattened the collected mention lists with reduce().
 # Untyped edge on purpose: FalkorDB resolves an edge type when it plans a query; an entity's only edges to chunks
 # are its mentions.
-_CHUNKS_ABOUT = """
-UNWIND $ids AS cid
-MATCH (c0:Chunk {id: cid})<-[:MENTIONED_IN]-(e:Entity)
-WITH DISTINCT cid, c0.document_id AS doc, e.name_key AS key
-MATCH (s:Entity {name_key: key})-[n:MENTIONED_IN]->(c:Chunk)
-WHERE n.subject = true AND c.document_id <> doc
-RETURN cid, s.name, c.id
-"""
-
-_CHUNKS_ABOUT_NAMES = """
-UNWIND $keys AS key
-MATCH (s:Entity {name_key: key})-[n:MENTIONED_IN]->(c:Chunk)
-WHERE n.subject = true
-RETURN key, c.id
-"""
-
 _MENTIONS = """
 UNWIND $ids AS eid
 MATCH (e:Entity {id: eid})-[n]->(c:Chunk)
@@ -150,7 +179,7 @@ UNWIND $entities AS x
 MERGE (e:Entity {id: x.id})
 ON CREATE SET e.name = x.name, e.type = x.type, e.name_key = x.key, e.description = '',
               e.aliases = [], e.alias_keys = [], e.chunk_ids = [], e.chunk_count = 0, e.block_keys = x.block_keys,
-              e.tracked = true
+              e.tracked = true, e.about = []
 WITH e, x.description AS appended, [a IN x.aliases WHERE NOT a IN e.aliases AND a <> e.name] AS new_aliases,
      [a IN x.keys WHERE NOT a IN e.alias_keys AND a <> e.name_key] AS new_keys,
      CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WHERE NOT c IN e.chunk_ids] END AS new_chunks
@@ -165,6 +194,13 @@ WITH e, CASE WHEN size(e.chunk_ids) >= $sample THEN [] ELSE [c IN x.chunk_ids WH
 WITH e, (e.chunk_ids + new_chunks)[..$sample] AS sample
 SET e.chunk_ids = sample
 WITH count(*) AS _endpoints
+UNWIND $about AS x
+MATCH (e:Entity {id: x.id})
+WITH e, x.chunk_ids AS ids, e.about AS held
+WITH e, CASE WHEN held IS NULL OR size(held) >= $about_sample THEN held
+             ELSE (held + [c IN ids WHERE NOT c IN held])[..$about_sample] END AS about
+SET e.about = about
+WITH count(*) AS _about
 UNWIND $mentions AS m
 MATCH (e:Entity {id: m.entity}), (c:Chunk {id: m.chunk})
 OPTIONAL MATCH (e)-[old:MENTIONED_IN]->(c)
@@ -233,8 +269,19 @@ CALL {
     WITH c LIMIT $sample
     RETURN collect(c.id) AS more
   }
-  WITH e, left, (sample + more)[..$sample] AS sample
-  SET e.chunk_ids = sample, e.chunk_count = left
+  WITH e, left, (sample + more)[..$sample] AS sample, e.about AS held
+  WITH e, left, sample, held, CASE WHEN held IS NULL THEN NULL ELSE [x IN held WHERE NOT x IN $ids] END AS about
+  CALL {
+    WITH e, held, about
+    UNWIND CASE WHEN about IS NOT NULL AND size(held) >= $about_sample AND size(about) < size(held) THEN [1] ELSE [] END
+      AS _refill_about
+    MATCH (e)-[m:MENTIONED_IN]->(c:Chunk)
+    WHERE m.subject = true AND NOT c.id IN $ids AND NOT c.id IN about
+    WITH c LIMIT $about_sample
+    RETURN collect(c.id) AS more_about
+  }
+  WITH e, left, sample, CASE WHEN about IS NULL THEN NULL ELSE (about + more_about)[..$about_sample] END AS about
+  SET e.chunk_ids = sample, e.chunk_count = left, e.about = about
   WITH e, e.id AS eid, left <= 0 AS gone
   FOREACH (x IN CASE WHEN gone THEN [e] ELSE [] END | DETACH DELETE x)
   RETURN sum(CASE WHEN gone THEN 1 ELSE 0 END) AS ents_removed, sum(CASE WHEN gone THEN 0 ELSE 1 END) AS ents_kept,
@@ -517,6 +564,7 @@ class GraphStore:
                     if "already indexed" not in str(exc):
                         raise
         self.count_mentions()
+        self.fill_about()
         self._ensured = True
 
     def checked_indexes(self) -> list[list] | None:
@@ -559,6 +607,36 @@ class GraphStore:
             if converted < batch:
                 if done:
                     log.info("graph %s: chunk counts stored for %d entities written with whole chunk lists", self.name, done)
+                return done
+
+    def fill_about(self, batch: int = 500) -> int:
+        """Give every entity written before the ``about`` list existed its list: the ids of up to
+        :data:`ENTITY_ABOUT_SAMPLE` chunks about it (``subject`` mentions), read from its mentions once.
+
+        Until then :meth:`chunks_about` and :meth:`chunks_about_names` walk such an entity's mentions (the same
+        answer, at a cost that follows its mention count). Idempotent; run by :meth:`ensure` (a scan of the
+        entities that finds none once converted).
+
+        Returns:
+            How many entities got their list (0 once all have one).
+        """
+        # Looked for with a read first: once converted (the usual case) no write query, fenced or not, is sent.
+        if not self._read("MATCH (e:Entity) WHERE e.about IS NULL RETURN e.id LIMIT 1"):
+            return 0
+        done = 0
+        while True:
+            rows = self.graph.query(
+                "MATCH (e:Entity) WHERE e.about IS NULL WITH e LIMIT $n "
+                "CALL { WITH e MATCH (e)-[m:MENTIONED_IN]->(c:Chunk) WHERE m.subject = true "
+                "WITH c LIMIT $about_sample RETURN collect(c.id) AS about } "
+                "SET e.about = about RETURN count(*)",
+                {"n": batch, "about_sample": ENTITY_ABOUT_SAMPLE},
+            ).result_set
+            filled = int(rows[0][0]) if rows else 0
+            done += filled
+            if filled < batch:
+                if done:
+                    log.info("graph %s: lists of the chunks about them stored for %d entities", self.name, done)
                 return done
 
     def drop(self) -> None:
@@ -644,6 +722,8 @@ class GraphStore:
                 "relationships": list(rels.values()),
                 "now": time.time_ns(),
                 "sample": ENTITY_CHUNK_SAMPLE,
+                "about": _about_rows(mentions),
+                "about_sample": ENTITY_ABOUT_SAMPLE,
             },
         )
         positions = {c["id"]: c["position"] for c in chunk_rows}
@@ -800,7 +880,9 @@ class GraphStore:
         if not ids or not self.exists():
             return RemovalReport()
         self.ensure()
-        row = self.graph.query(_REMOVE, {"ids": ids, "sample": ENTITY_CHUNK_SAMPLE}).result_set[0]
+        row = self.graph.query(
+            _REMOVE, {"ids": ids, "sample": ENTITY_CHUNK_SAMPLE, "about_sample": ENTITY_ABOUT_SAMPLE}
+        ).result_set[0]
         (
             ents_removed,
             ents_kept,
@@ -1410,6 +1492,15 @@ def _upsert_rows(entities: list[Entity], relationships: list[Relationship]) -> t
             merged[eid]["chunk_ids"] = sorted(set(merged[eid]["chunk_ids"]) | cids)
     endpoints = [{"id": eid, "chunk_ids": sorted(cids)} for eid, cids in endpoint_chunks.items() if eid not in merged]
     return merged, rels, endpoints
+
+
+def _about_rows(mentions: list[dict]) -> list[dict]:
+    """Query rows adding an upsert's ``subject`` mentions to their entities' ``about`` lists: entity id → chunk ids, sorted."""
+    about: dict[str, set[str]] = {}
+    for m in mentions:
+        if m["subject"]:
+            about.setdefault(m["entity"], set()).add(m["chunk"])
+    return [{"id": eid, "chunk_ids": sorted(cids)} for eid, cids in sorted(about.items())]
 
 
 #: What a chunk that names an entity only as a relationship's end says about it.

@@ -14,7 +14,14 @@ import pytest
 
 from ragtopics.graph.dedup import partner_keys
 from ragtopics.graph.model import Entity, entity_id_for
-from ragtopics.graph.store import ENTITY_CHUNK_SAMPLE, RELATIONSHIP_CHUNK_SAMPLE, GraphStore
+from ragtopics.graph.store import (
+    _CHUNKS_ABOUT,
+    _CHUNKS_ABOUT_NAMES,
+    ENTITY_ABOUT_SAMPLE,
+    ENTITY_CHUNK_SAMPLE,
+    RELATIONSHIP_CHUNK_SAMPLE,
+    GraphStore,
+)
 from tests.graph.test_store import client, eid, ent, rel, relationships_by_pair  # noqa: F401 - client: the flushed RESP2 client fixture
 from tests.redis_commands import CommandLog
 
@@ -240,3 +247,82 @@ def test_reading_a_hub_relationship_returns_as_much_as_reading_a_relationship_of
     assert (tie.chunk_count, tie.chunk_ids, tie.description) == (10, set(ids[-10:]), "Hub works with Big.")
     store.remove_chunks(ids[-10:])
     assert store.neighbours([eid("Hub")], hops=1, limit=2).relationships == ()
+
+
+def profile_records(store: GraphStore, query: str, params: dict) -> dict[str, int]:
+    """GRAPH.PROFILE of a read on the real server: each operation (its line, stripped of its figures) → the records it
+    produced (summed over operations of the same line)."""
+    out: dict[str, int] = {}
+    for line in store.graph.profile(query, params).plan:
+        text = line.decode() if isinstance(line, bytes) else str(line)
+        if "Records produced:" not in text:
+            continue
+        name = text.split("|")[0].strip()
+        records = int(text.split("Records produced:")[1].split(",")[0])
+        out[name] = out.get(name, 0) + records
+    return out
+
+
+def test_the_chunks_about_a_hub_are_found_without_walking_its_mentions(store):
+    ids = [cid(i) for i in range(TIE_CHUNKS)]
+    # "Hub" is named in 2,000 chunks of doc-1 and is the subject of one chunk of doc-2, which is also about "One"
+    store.upsert("doc-1", "a.txt", [(c, i) for i, c in enumerate(ids)], [ent("Hub", *ids), ent("One", cid(0))], [])
+    store.upsert(
+        "doc-2",
+        "hub.txt",
+        [("about-hub", 0)],
+        [ent("Hub", "about-hub"), ent("One", "about-hub")],
+        [],
+        subjects=[(eid("Hub"), "about-hub"), (eid("One"), "about-hub")],
+    )
+    reads = ReadLog(store)
+    assert store.chunks_about([cid(5)]) == {cid(5): [("Hub", "about-hub")]}
+    assert store.chunks_about_names(["Hub"]) == ["about-hub"]
+    assert reads.take()[0] == 2
+
+    for query, params in [(_CHUNKS_ABOUT, {"ids": [cid(5)]}), (_CHUNKS_ABOUT_NAMES, {"keys": ["hub"]})]:
+        ops = profile_records(store, query, params)
+        assert max(ops.values()) <= 10, ops  # a few records, not one per mention of the hub (2,000 before)
+
+    # a graph written before the list existed: its mentions are walked (the same answer) until fill_about runs
+    store.graph.query("MATCH (e:Entity) REMOVE e.about")
+    assert store.chunks_about([cid(5)]) == {cid(5): [("Hub", "about-hub")]}
+    assert max(profile_records(store, _CHUNKS_ABOUT, {"ids": [cid(5)]}).values()) >= TIE_CHUNKS
+    assert store.fill_about() == 2 and store.fill_about() == 0
+    assert store.read("MATCH (e:Entity) RETURN e.name, e.about ORDER BY e.name") == [
+        ["Hub", ["about-hub"]],
+        ["One", ["about-hub"]],
+    ]
+    assert store.chunks_about_names(["Hub", "One"]) == ["about-hub"]
+
+
+def test_the_about_list_is_bounded_and_refilled_when_its_chunks_are_removed(store):
+    many = 3 * ENTITY_ABOUT_SAMPLE
+    chunks = [(f"a{i:03d}", i) for i in range(many)]
+    store.upsert(
+        "doc-1", "hub.txt", chunks, [ent("Hub", *[c for c, _ in chunks])], [], subjects=[(eid("Hub"), c) for c, _ in chunks]
+    )
+    store.upsert("doc-2", "b.txt", [("b0", 0)], [ent("Hub", "b0")], [])
+
+    def about() -> list[str]:
+        return store.read("MATCH (e:Entity {id: $id}) RETURN e.about", {"id": eid("Hub")})[0][0]
+
+    first = about()
+    assert len(first) == ENTITY_ABOUT_SAMPLE and set(first) <= {c for c, _ in chunks}
+    store.remove_chunks(first[:5])
+    after = about()
+    assert len(after) == ENTITY_ABOUT_SAMPLE and not set(first[:5]) & set(after)  # refilled from the mentions left
+    assert set(store.chunks_about(["b0"])["b0"]) == {("Hub", c) for c in after}
+    store.remove_chunks([c for c, _ in chunks if c not in first[:5]])
+    assert about() == [] and store.chunks_about(["b0"]) == {}
+
+
+def test_a_merge_moves_the_chunks_about_an_entity_to_its_target(store):
+    from ragtopics.graph.entity_edits import move_mentions  # entity_edits builds on the store module
+
+    store.upsert("doc-1", "curie.txt", [("k1", 0)], [ent("M. Curie", "k1")], [], subjects=[(eid("M. Curie"), "k1")])
+    store.upsert("doc-2", "other.txt", [("k2", 0)], [ent("Marie Curie", "k2"), ent("M. Curie", "k2")], [])
+    (source,) = store.entities([eid("M. Curie")])
+    move_mentions(store, source, "Marie Curie", "PERSON")
+    assert store.read("MATCH (e:Entity) RETURN e.name, e.about") == [["Marie Curie", ["k1"]]]
+    assert store.chunks_about_names(["Marie Curie"]) == ["k1"] and store.chunks_about(["k2"]) == {"k2": [("Marie Curie", "k1")]}
