@@ -591,23 +591,14 @@ class GraphStore:
         Returns:
             How many entities were converted (0 once all are).
         """
-        # Looked for with a read first: once converted (the usual case) no write query, fenced or not, is sent.
-        if not self._read("MATCH (e:Entity) WHERE e.chunk_count IS NULL RETURN e.id LIMIT 1"):
-            return 0
-        done = 0
-        while True:
-            rows = self.graph.query(
-                "MATCH (e:Entity) WHERE e.chunk_count IS NULL WITH e LIMIT $n "
-                "WITH e, coalesce(e.chunk_ids, []) AS ids WITH e, size(ids) AS n, ids[..$sample] AS sample "
-                "SET e.chunk_count = n, e.chunk_ids = sample RETURN count(*)",
-                {"n": batch, "sample": ENTITY_CHUNK_SAMPLE},
-            ).result_set
-            converted = int(rows[0][0]) if rows else 0
-            done += converted
-            if converted < batch:
-                if done:
-                    log.info("graph %s: chunk counts stored for %d entities written with whole chunk lists", self.name, done)
-                return done
+        return self._convert_entities(
+            "e.chunk_count IS NULL",
+            "WITH e, coalesce(e.chunk_ids, []) AS ids WITH e, size(ids) AS n, ids[..$sample] AS sample "
+            "SET e.chunk_count = n, e.chunk_ids = sample",
+            {"sample": ENTITY_CHUNK_SAMPLE},
+            batch,
+            "chunk counts stored for %d entities written with whole chunk lists",
+        )
 
     def fill_about(self, batch: int = 500) -> int:
         """Give every entity written before the ``about`` list existed its list: the ids of up to
@@ -620,23 +611,33 @@ class GraphStore:
         Returns:
             How many entities got their list (0 once all have one).
         """
-        # Looked for with a read first: once converted (the usual case) no write query, fenced or not, is sent.
-        if not self._read("MATCH (e:Entity) WHERE e.about IS NULL RETURN e.id LIMIT 1"):
+        return self._convert_entities(
+            "e.about IS NULL",
+            "CALL { WITH e MATCH (e)-[m:MENTIONED_IN]->(c:Chunk) WHERE m.subject = true "
+            "WITH c LIMIT $about_sample RETURN collect(c.id) AS about } SET e.about = about",
+            {"about_sample": ENTITY_ABOUT_SAMPLE},
+            batch,
+            "lists of the chunks about them stored for %d entities",
+        )
+
+    def _convert_entities(self, pending: str, convert: str, params: dict[str, Any], batch: int, message: str) -> int:
+        """Convert the entities matching ``pending`` (a WHERE condition on ``e``) with ``convert`` (the rest of the
+        query after ``WITH e``), ``batch`` at a time until none is left; log ``message`` with the number converted.
+
+        Looked for with a read first: once converted (the usual case) no write query, fenced or not, is sent.
+        """
+        if not self._read(f"MATCH (e:Entity) WHERE {pending} RETURN e.id LIMIT 1"):
             return 0
         done = 0
         while True:
             rows = self.graph.query(
-                "MATCH (e:Entity) WHERE e.about IS NULL WITH e LIMIT $n "
-                "CALL { WITH e MATCH (e)-[m:MENTIONED_IN]->(c:Chunk) WHERE m.subject = true "
-                "WITH c LIMIT $about_sample RETURN collect(c.id) AS about } "
-                "SET e.about = about RETURN count(*)",
-                {"n": batch, "about_sample": ENTITY_ABOUT_SAMPLE},
+                f"MATCH (e:Entity) WHERE {pending} WITH e LIMIT $n {convert} RETURN count(*)", {"n": batch, **params}
             ).result_set
-            filled = int(rows[0][0]) if rows else 0
-            done += filled
-            if filled < batch:
+            converted = int(rows[0][0]) if rows else 0
+            done += converted
+            if converted < batch:
                 if done:
-                    log.info("graph %s: lists of the chunks about them stored for %d entities", self.name, done)
+                    log.info("graph %s: " + message, self.name, done)
                 return done
 
     def drop(self) -> None:
