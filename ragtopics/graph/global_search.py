@@ -432,8 +432,9 @@ def subject_sentence(sentences: list[str], members: list[Entity], centrality: li
             if found:
                 opens = any(m.start() == 0 and _AFTER_OPENING_NAME.match(sentence, m.end()) for m in found)
                 score += 1.0 / (1 + rank) + (1.0 if opens else 0.0)
-        if score > 0 and score + (centrality[n] if centrality else 0.0) > best_score:
-            best, best_score = sentence, score + (centrality[n] if centrality else 0.0)
+        total = score + (centrality[n] if centrality else 0.0)
+        if score > 0 and total > best_score:
+            best, best_score = sentence, total
     return best
 
 

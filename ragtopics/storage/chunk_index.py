@@ -76,7 +76,6 @@ CANDIDATE_TERMS_KEPT = 2
 #: (:func:`keyword_candidates_limit`).
 KEYWORD_CANDIDATES_PER_HIT = 4
 MIN_KEYWORD_CANDIDATES = 100
-_MIN_KEYWORD_CANDIDATES = MIN_KEYWORD_CANDIDATES
 #: RediSearch's default stop words: left out of its index, so a phrase query holding one matches nothing.
 REDISEARCH_STOP_WORDS = frozenset(
     [
@@ -1320,17 +1319,15 @@ def bm25_rank(
     Returns:
         Up to ``k`` hits with a BM25 score > 0 (rounded to 6 decimals), best first; ties keep the order of ``rows``.
     """
-    needles = [(f" {t}:", len(t) + 2, w) for t, w in weights.items()]
+    needles = [(t, f" {t}:", len(t) + 2) for t in weights]
     counted = []
     for hit, packed in rows:
-        found = []
-        for needle, skip, weight in needles:
+        found: dict[str, int] = {}
+        for term, needle, skip in needles:
             at = packed.find(needle)
             if at >= 0:
                 start = at + skip
-                found.append((int(packed[start : packed.index(" ", start)]), weight))
-            else:
-                found.append((0, weight))
+                found[term] = int(packed[start : packed.index(" ", start)])
         counted.append((hit, found, int(packed[: packed.index(" ")])))
     if identifiers:
         marks = [f" {t}:" for t in identifiers]
@@ -1338,18 +1335,10 @@ def bm25_rank(
         if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
             counted = holding
     average = sum(length for _, _, length in counted) / len(counted) if counted else 1.0
-    k1, b = BM25_K1, BM25_B
-    scored = []
-    for hit, found, length in counted:
-        norm = k1 * (1 - b + b * length / max(average, 1e-9))
-        score = 0.0
-        for tf, weight in found:
-            if tf:
-                score += weight * tf * (k1 + 1) / (tf + norm)
-        rounded = round(score, 6)
-        if rounded > 0:
-            scored.append((rounded, hit))
-    best = sorted(scored, key=lambda pair: -pair[0])[:k]  # stable: ties keep RediSearch's order
+    scored = [
+        (round(bm25_score(found, weights, average_length=average, length=length), 6), hit) for hit, found, length in counted
+    ]
+    best = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: -pair[0])[:k]  # stable: ties keep RediSearch's order
     return [replace(hit, score=score) for score, hit in best]
 
 
@@ -1437,7 +1426,7 @@ _TERM_CACHE_LOCK = threading.Lock()
 
 def bm25_score(
     counts: Mapping[str, int],
-    weights: dict[str, float],
+    weights: Mapping[str, float],
     *,
     average_length: float,
     k1: float = BM25_K1,
