@@ -135,15 +135,7 @@ def store_version(rt: Runtime, topic, version: Version, *, fence: Fence) -> Stor
     )
     with _restored_on_failure(store, share):
         removal = apply_graph(
-            rt,
-            topic,
-            version.document_id,
-            version.file_name,
-            plan,
-            sorted(old_ids),
-            version.images,
-            fence=fence,
-            graph_chunks_read=True,  # old_ids holds the graph's chunks of the document, read under these locks
+            rt, topic, version.document_id, version.file_name, plan, sorted(old_ids), version.images, fence=fence
         )
         [stored] = store_versions(rt, topic, [version], fence=fence)
     try:

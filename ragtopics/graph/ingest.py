@@ -663,16 +663,14 @@ def apply_graph(
     images: list | None = None,
     *,
     fence=None,
-    graph_chunks_read: bool = False,
 ) -> RemovalReport:
     """Write a plan: remove the provenance of chunks the version no longer has, then upsert the rest.
 
     ``images`` (:class:`~ragtopics.graph.pictures.GraphImage`) become Image nodes (Picture in the graph).
 
-    The chunks dropped are ``old_chunk_ids`` and every chunk the graph holds for the document that the
-    version does not have (after a re-embed the chunk index no longer knows the previous ones); with
-    ``graph_chunks_read`` the caller read the graph's into ``old_chunk_ids`` already, under the same locks. The
-    descriptions of what they and the version touch are rebuilt from the chunks that support them; an
+    The chunks dropped are those of ``old_chunk_ids`` the version does not have: the caller reads them under
+    the same locks with :func:`document_chunk_ids` (the chunk index's and the graph's: after a re-embed the
+    chunk index no longer knows the previous ones). The descriptions of what they and the version touch are rebuilt from the chunks that support them; an
     entity without a vector (new, or its vector dropped) is embedded.
 
     Called by the one owner of storing a version (:func:`ragtopics.documents.versions.store_version`) inside the
@@ -693,8 +691,7 @@ def apply_graph(
     if graph_settings(topic).local_keyword_search:
         store.ensure_keyword_index(indexes)
     new_ids = {cid for cid, _ in plan.chunks}
-    held = set(old_chunk_ids) if graph_chunks_read else set(old_chunk_ids) | set(store.document_chunk_ids(document_id))
-    removed = store.remove_chunks(held - new_ids)
+    removed = store.remove_chunks(set(old_chunk_ids) - new_ids)
     store.upsert(document_id, file_name, plan.chunks, plan.mentions or plan.entities, plan.relationships, plan.subjects)
     if plan.embeddings:
         ids = list(plan.embeddings)
