@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -151,7 +151,9 @@ class LocalRetriever:
         """Expand the seeds, collect and rank their chunks; the evidence items, chunks first."""
         cfg = self.settings
         with trace.step("expand", seeds=len(seeds.entities), hop_depth=cfg.hop_depth, limit=cfg.max_subgraph_nodes) as ev:
-            sub = with_chunks(store, store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes))
+            # descriptions only for the relationships shown (graph_items), not for every tie of the subgraph
+            around = store.neighbours([e.id for e in seeds.entities], cfg.hop_depth, cfg.max_subgraph_nodes, descriptions=False)
+            sub = with_chunks(store, around)
             ev.data.update(
                 entities=len(sub.entities), relationships=len(sub.relationships), names=[e.name for e in sub.entities][:50]
             )
@@ -192,7 +194,7 @@ class LocalRetriever:
             ]
             ev.data["kept"] = [{"chunk_id": cid, "file": chunks[cid].file_name} for cid in kept]  # after file mentions
         items = [graph_chunk_evidence(chunks[cid]) for cid in kept]
-        items += graph_items(sub, ppr, chunks)
+        items += graph_items(sub, ppr, chunks, describe=store.relationship_descriptions)
         return items
 
 
@@ -571,8 +573,18 @@ def provenance_of(
     return tuple(out)
 
 
-def graph_items(sub: Subgraph, ppr: dict[str, float], chunks: dict[str, ChunkHit]) -> list[Evidence]:
+def graph_items(
+    sub: Subgraph,
+    ppr: dict[str, float],
+    chunks: dict[str, ChunkHit],
+    *,
+    describe: Callable[[list[tuple[str, str]]], dict[tuple[str, str], str]] | None = None,
+) -> list[Evidence]:
     """The subgraph as a few bounded evidence items: the entities with most PageRank, then the relationships among them.
+
+    Args:
+        describe: reads the descriptions of the relationships shown, ``(source id, target id)`` → description
+            (:meth:`GraphStore.relationship_descriptions`), for a subgraph read without them; None: ``sub``'s own.
 
     Returns:
         At most :data:`MAX_ENTITY_ITEMS` entity items and :data:`MAX_RELATIONSHIP_ITEMS` relationship
@@ -584,6 +596,9 @@ def graph_items(sub: Subgraph, ppr: dict[str, float], chunks: dict[str, ChunkHit
     shown = {e.id for e in entities}
     rels = [r for r in sub.relationships if r.source_id in shown and r.target_id in shown and r.chunk_ids & chunks.keys()]
     rels = sorted(rels, key=lambda r: -(ppr.get(r.source_id, 0.0) + ppr.get(r.target_id, 0.0)))[:MAX_RELATIONSHIP_ITEMS]
+    if describe is not None and rels:
+        said = describe([(r.source_id, r.target_id) for r in rels])
+        rels = [replace(r, description=said.get((r.source_id, r.target_id), r.description)) for r in rels]
     items = [_item("entity", e.id, _entity_text(e), e.chunk_ids, chunks) for e in entities]
     items += [
         _item("relationship", f"rel-{r.source_id[4:]}-{r.target_id[4:]}", relationship_text(r, names), r.chunk_ids, chunks)

@@ -62,7 +62,9 @@ RETURN a.id, b.id, properties(r)
 """
 _RELATED_PAIRS = """
 UNWIND $pairs AS p
-MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
+MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
+WITH a, b
+MATCH (a)-[r:RELATED]->(b)
 RETURN a.id, b.id, properties(r)
 """
 _IMAGES = """
@@ -110,7 +112,9 @@ CALL {
 }
 CALL {
   UNWIND $pairs AS p
-  MATCH (a:Entity {id: p[0]})-[r:RELATED]->(b:Entity {id: p[1]})
+  MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
+  WITH a, b
+  MATCH (a)-[r:RELATED]->(b)
   RETURN collect([a.id, b.id, properties(r)]) AS named
 }
 CALL { UNWIND $entities AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN collect([i.id, e.id]) AS shows }
@@ -121,7 +125,9 @@ RETURN entities, outgoing, incoming, named, shows, vectors
 # Restoring: each step one query; each is idempotent, so a restore can run again after one that stopped.
 _DELETE_RELATED = """
 UNWIND $pairs AS p
-MATCH (:Entity {id: p[0]})-[r:RELATED]->(:Entity {id: p[1]})
+MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
+WITH a, b
+MATCH (a)-[r:RELATED]->(b)
 DELETE r
 """
 _DELETE_IMAGES = "UNWIND $ids AS cid MATCH (:Chunk {id: cid})-[:HAS_PICTURE]->(i:Image) DETACH DELETE i"

@@ -9,6 +9,7 @@ relationship's count and a bounded sample of its chunks. The tests count what th
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -326,3 +327,64 @@ def test_a_merge_moves_the_chunks_about_an_entity_to_its_target(store):
     move_mentions(store, source, "Marie Curie", "PERSON")
     assert store.read("MATCH (e:Entity) RETURN e.name, e.about") == [["Marie Curie", ["k1"]]]
     assert store.chunks_about_names(["Marie Curie"]) == ["k1"] and store.chunks_about(["k2"]) == {"k2": [("Marie Curie", "k1")]}
+
+
+#: Ties of the hub in the tests of reading relationships by their two ends.
+HUB_TIES = 600
+
+
+def write_hub_ties(store: GraphStore) -> list[str]:
+    """ "Hub" tied to HUB_TIES entities, each in a chunk of its own with the hub; returns those entities' names."""
+    names = [f"Member {i:03d}" for i in range(HUB_TIES)]
+    chunks = [(cid(i), i) for i in range(HUB_TIES)]
+    store.upsert(
+        "doc-1",
+        "members.txt",
+        chunks,
+        [ent("Hub", *[c for c, _ in chunks]), *[ent(n, cid(i)) for i, n in enumerate(names)]],
+        [
+            rel("Hub", n, cid(i), strength=1.0 + i % 3, description=f"Hub counts {n} among its members.")
+            for i, n in enumerate(names)
+        ],
+    )
+    return names
+
+
+def test_a_relationship_is_read_by_its_two_ends_without_walking_the_ties_of_a_hub(store):
+    from ragtopics.graph.share import _RELATED_PAIRS  # the graph share builds on the store module
+    from ragtopics.graph.store import _RELATIONSHIP_TEXTS, _TIE_DESCRIPTIONS
+
+    names = write_hub_ties(store)
+    pairs = [[eid("Hub"), eid(names[7])], [eid("Hub"), eid(names[300])]]
+    assert store.relationship_descriptions([tuple(p) for p in pairs]) == {
+        (eid("Hub"), eid(names[7])): f"Hub counts {names[7]} among its members.",
+        (eid("Hub"), eid(names[300])): f"Hub counts {names[300]} among its members.",
+    }
+    for query in (_TIE_DESCRIPTIONS, _RELATIONSHIP_TEXTS, _RELATED_PAIRS):
+        ops = profile_records(store, query, {"pairs": pairs})
+        # both ends by their index, then the edge between them: a few records, not one per tie of the hub (600)
+        assert max(ops.values()) <= 10, (query, ops)
+
+
+def test_a_search_reads_the_subgraph_without_descriptions_and_the_items_shown_get_theirs(store):
+    from ragtopics.graph.local import graph_items
+    from ragtopics.storage.chunk_index import ChunkHit
+
+    names = write_hub_ties(store)
+    seeds = [eid("Hub"), eid(names[0]), eid(names[1])]
+    full = store.neighbours(seeds, hops=1, limit=40)
+    lean = store.neighbours(seeds, hops=1, limit=40, descriptions=False)
+    assert len(full.relationships) == 39 and lean.entities == full.entities
+    assert [replace(r, description="") for r in full.relationships] == list(lean.relationships)
+    assert all(r.description for r in full.relationships)
+
+    chunks = {
+        c: ChunkHit(c, "doc-1", "members.txt", 0, "text", 0.5 + i / 1000)
+        for i, c in enumerate(sorted({c for r in full.relationships for c in r.chunk_ids}))
+    }
+    ppr = {e.id: 1.0 / (1 + i) for i, e in enumerate(full.entities)}
+    reads = ReadLog(store)
+    shown = graph_items(lean, ppr, chunks, describe=store.relationship_descriptions)
+    assert reads.take()[0] == sum(1 for i in shown if i.kind == "relationship")  # one query, a row per item shown
+    assert shown == graph_items(full, ppr, chunks)
+    assert any(i.kind == "relationship" and "among its members" in i.text for i in shown)
