@@ -485,6 +485,30 @@ def test_entities_stored_without_block_keys_get_them_when_first_needed(store):
     assert GraphStore(store.client, "topic-none").dedup_partners(partner_keys([typo])).entities == []
 
 
+def test_an_uploads_partner_look_up_scans_once_for_entities_of_earlier_versions(store):
+    """Each upload's store object checks for entities written by earlier versions (no count, no about list, no block
+    keys): one scan of the entities for all three, not one each (about 8 ms each at 100,000 entities)."""
+    store.upsert("doc-1", "a.txt", [("c1", 0)], [ent("Marie Curie", "c1"), ent("Sorbonne", "c1")], [])
+    typo = Entity(entity_id_for("Marie Cruie", "PERSON"), "Marie Cruie", "PERSON", "", (), frozenset({"c2"}))
+    fresh = GraphStore(store.client, store.topic_id)
+    queries: list[str] = []
+    real = fresh._read
+
+    def observed(query, params=None, **options):
+        queries.append(query)
+        return real(query, params, **options)
+
+    fresh._read = observed  # type: ignore[method-assign]
+    assert [e.name for e in fresh.dedup_partners(partner_keys([typo])).entities] == ["Marie Curie"]
+    assert sum("IS NULL" in q for q in queries) == 1
+
+    # an entity of an earlier version is found by that scan and gets its keys (and the scans of the conversions)
+    store.graph.query("MATCH (e:Entity {name: 'Marie Curie'}) SET e.block_keys = NULL")
+    again = GraphStore(store.client, store.topic_id)
+    assert [e.name for e in again.dedup_partners(partner_keys([typo])).entities] == ["Marie Curie"]
+    assert store._read("MATCH (e:Entity) WHERE e.block_keys IS NULL RETURN count(e)")[0][0] == 0
+
+
 def test_search_entities_returns_cosine_similarity(store):
     names = ["Same", "Diagonal", "Orthogonal", "Opposite"]
     store.upsert("doc-1", "a.txt", [("c1", 0)], [ent(n, "c1") for n in names], [])
