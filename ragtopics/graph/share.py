@@ -99,13 +99,13 @@ RETURN document, chunks, mentions, images
 _ENTITY_SCOPE = """
 CALL { UNWIND $entities AS i MATCH (e:Entity {id: i}) RETURN collect([e.id, properties(e)]) AS entities }
 CALL {
-  UNWIND $entities AS i
+  UNWIND $mentioned AS i
   MATCH (a:Entity {id: i})-[r:RELATED]->(b:Entity)
   WHERE any(x IN r.chunk_ids WHERE x IN $ids)
   RETURN collect([a.id, b.id, properties(r)]) AS outgoing
 }
 CALL {
-  UNWIND $entities AS i
+  UNWIND $mentioned AS i
   MATCH (a:Entity)-[r:RELATED]->(b:Entity {id: i})
   WHERE any(x IN r.chunk_ids WHERE x IN $ids)
   RETURN collect([a.id, b.id, properties(r)]) AS incoming
@@ -234,9 +234,14 @@ def read_share(
     share.chunks = [dict(props) for props in chunks]
     share.mentions = [(eid, cid, dict(props)) for eid, cid, props in mentions]
     share.images = [(cid, dict(props)) for cid, props in images]
-    in_scope = sorted({eid for eid, _, _ in share.mentions} | set(planned))  # the entities mentioned there (_touched)
+    mentioned = sorted({eid for eid, _, _ in share.mentions})
+    in_scope = sorted(set(mentioned) | set(planned))  # the entities mentioned there (_touched)
+    # A relationship's chunks are also its ends' chunks (see _RELATED_OUT): the relationships that name a stored chunk
+    # of the document are among those of the entities mentioned there; the new version's chunks are not stored yet.
+    # So a new document's planned entities (hubs among them) are not walked tie by tie.
     [(entities, outgoing, incoming, named, shows, vectors)] = store.read(
-        _ENTITY_SCOPE, {"entities": in_scope, "ids": ids, "pairs": [list(p) for p in share.planned_pairs]}
+        _ENTITY_SCOPE,
+        {"entities": in_scope, "mentioned": mentioned, "ids": ids, "pairs": [list(p) for p in share.planned_pairs]},
     )
     share.entities = {eid: dict(props) for eid, props in entities}
     share.relationships = {(a, b): dict(props) for a, b, props in [*outgoing, *incoming, *named]}

@@ -388,3 +388,27 @@ def test_a_search_reads_the_subgraph_without_descriptions_and_the_items_shown_ge
     assert reads.take()[0] == sum(1 for i in shown if i.kind == "relationship")  # one query, a row per item shown
     assert shown == graph_items(full, ppr, chunks)
     assert any(i.kind == "relationship" and "among its members" in i.text for i in shown)
+
+
+def test_the_share_read_before_a_new_documents_write_does_not_walk_the_ties_of_a_hub_it_names(store):
+    from ragtopics.graph.share import _ENTITY_SCOPE, read_share  # the graph share builds on the store module
+
+    names = write_hub_ties(store)
+    planned = [eid("Hub"), eid(names[0])]
+    sent: list[dict] = []
+    real = store.read
+
+    def observed(query, params=None):
+        if query == _ENTITY_SCOPE:
+            sent.append(params)
+        return real(query, params)
+
+    store.read = observed  # type: ignore[method-assign]
+    share = read_share(store, "doc-2", ["new-chunk"], planned, [(eid("Hub"), eid(names[0]))])
+    assert set(share.entities) == set(planned) and list(share.relationships) == [(eid("Hub"), eid(names[0]))]
+    ops = profile_records(store, _ENTITY_SCOPE, sent[0])
+    assert max(ops.values()) <= 10, ops  # not a record per tie of the hub (600)
+
+    # a re-upload of doc-1 still reads what its stored chunks' relationships are (the hub's ties named there)
+    again = read_share(store, "doc-1", [cid(0), cid(1)], planned)
+    assert set(again.relationships) == {(eid("Hub"), eid(names[0])), (eid("Hub"), eid(names[1]))}
