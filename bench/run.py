@@ -71,7 +71,7 @@ from ragtopics.ops.redis_server import EmbeddedRedis
 from ragtopics.prompts.resolve import resolve_prompts
 from ragtopics.quality.evaluate import retrieval_metrics
 from ragtopics.rag.retriever import ChunkRetriever
-from ragtopics.runtime import Runtime, set_runtime
+from ragtopics.runtime import Runtime, freeze_startup_heap, set_runtime
 from ragtopics.settings.env import Settings
 from ragtopics.topics.topics import Topic, create_topic
 from ragtopics.tracing.trace import Trace
@@ -208,6 +208,7 @@ def load_embedder(rt: Runtime) -> None:
     rt.gateway.embedder.load()
     figure("model", rt.gateway.embedder.model)
     figure("load time", time.perf_counter() - t0, "s")
+    freeze_startup_heap()  # as the console and the worker do once their models are loaded
 
 
 def _quiet_progress_bars() -> None:

@@ -309,7 +309,7 @@ def run_stack() -> int:
         # deferred: the console's API (api.health) imports ops.redis_server at module level
         from ragtopics.ui.app import launch_console
 
-        app, local_url, share_url = launch_console(rt, host=settings.host, port=settings.port, share=settings.share)
+        app, local_url, share_url = launch_console(rt, host=settings.host, port=settings.port, share=settings.share, freeze=True)
         stoppers.append(app.close)
         print(f"ragtopics console: {local_url}" + (f"  (shared: {share_url})" if share_url else ""), flush=True)
         print(f"MCP server (every Topic as a tool): {local_url}gradio_api/mcp/", flush=True)

@@ -16,7 +16,7 @@ from ragtopics.access.users import User
 from ragtopics.answer.routing import warm_router
 from ragtopics.api import add_api_routes
 from ragtopics.demo.links import remember_share_url
-from ragtopics.runtime import Runtime
+from ragtopics.runtime import Runtime, freeze_startup_heap
 from ragtopics.tracing import reports
 from ragtopics.ui import (
     admin_tab,
@@ -166,9 +166,13 @@ def whoami_text(rt: Runtime, user: User | None) -> str:
 
 
 def launch_console(
-    rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True
+    rt: Runtime, *, host: str, port: int, share: bool = False, mcp: bool = True, freeze: bool = False
 ) -> tuple[web.ConsoleServer, str, str | None]:
     """Build the console, mount it in the FastAPI app and serve it (without blocking).
+
+    The embedding model and the router's exemplars are loaded in a thread right after; with ``freeze`` (the
+    console's own process, not an embedding one such as a test's) the objects alive then are frozen for the
+    garbage collector (:func:`~ragtopics.runtime.freeze_startup_heap`).
 
     With no admin (open mode) the console listens on 127.0.0.1 whatever ``host`` says, and a
     share link is refused: both would expose a console without login. A share link that cannot
@@ -248,12 +252,14 @@ def launch_console(
         log.warning("%s", notice)
         print(notice, flush=True)
     # Load the embedding model and the router's exemplars now, not in the first chat turn.
-    threading.Thread(target=_warm, args=(rt,), name="warm-router", daemon=True).start()
+    threading.Thread(target=_warm, args=(rt, freeze), name="warm-router", daemon=True).start()
     return server, server.local_url, share_url
 
 
-def _warm(rt: Runtime) -> None:
+def _warm(rt: Runtime, freeze: bool) -> None:
     try:
         warm_router(rt.gateway)
     except Exception as exc:
         log.warning("could not warm the router: %s", exc)
+    if freeze:  # the models loaded: a full collection no longer pauses a chat turn to walk them
+        freeze_startup_heap()

@@ -21,7 +21,7 @@ from rq.worker import WorkerStatus
 
 from ragtopics.graph.refresh import schedule_all
 from ragtopics.jobs.queue import queue_for
-from ragtopics.runtime import Runtime, get_runtime
+from ragtopics.runtime import Runtime, freeze_startup_heap, get_runtime
 from ragtopics.storage.locks import set_holder
 from ragtopics.worker.recovery import recovery_pass
 
@@ -146,6 +146,7 @@ def run_worker(*, burst: bool = False, ready: Callable[[], None] | None = None) 
     scheduled = schedule_all(rt)  # the Refresh Cycle of GraphRAG Topics that have no rebuild scheduled
     if scheduled:
         log.info("scheduled the Refresh Cycle of %d GraphRAG Topic(s)", scheduled)
+    freeze_startup_heap()  # the model and modules loaded: full collections no longer walk them between jobs
     worker = ProductWorker([queue_for(rt)], rt=rt, heartbeat_s=rt.settings.worker_heartbeat_s)
     set_holder(worker.name)  # the locks its jobs take name it: released soon after it dies, not when they expire
     log.info(
