@@ -387,10 +387,13 @@ WITH k, collect(e)[0] AS e
 RETURN k, {_ENTITY}
 """
 
-# The entities of a subgraph, each with the relationships from it to the others. Both ends of each tie are bound
-# (GRAPH.EXPLAIN: Expand Into), so the work follows the subgraph's size (its pairs), not the ties of a hub in it, which
-# a traversal from each entity filtered by the other end would list whole.
-_AMONG = f"""
+
+def _among(ties: str) -> str:
+    """The entities of a subgraph, each with ``ties``: an aggregate over ``b`` and ``r``, the relationships from it to
+    the others. Both ends of each tie are bound (GRAPH.EXPLAIN: Expand Into), so the work follows the subgraph's size
+    (its pairs), not the ties of a hub in it, which a traversal from each entity filtered by the other end would list
+    whole."""
+    return f"""
 UNWIND $ids AS i
 MATCH (e:Entity {{id: i}})
 WITH collect(e) AS ns
@@ -399,28 +402,19 @@ CALL {{
   WITH e, ns
   UNWIND ns AS b
   MATCH (e)-[r:RELATED]->(b)
-  RETURN collect([b.id, r.description, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)]) AS ties
+  RETURN {ties} AS ties
 }}
 RETURN {_ENTITY}, ties
 """
 
+
+_SAMPLE = f"r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)"
+_AMONG = _among(f"collect([b.id, r.description, r.strength, {_SAMPLE}])")
 # _AMONG for a search: each entity's ties without their descriptions, as one JSON text per entity. The reply of a
 # hub question's subgraph (about 2,200 ties at 100,000 entities) is then parsed by json.loads, not value by value
 # by the client; the search reads the descriptions of the few relationships it shows (_TIE_DESCRIPTIONS). Only ids
 # (``ent-``/``chunk-`` and hex digits) and numbers travel in the JSON: FalkorDB's toJSON does not escape quotes.
-_AMONG_LEAN = f"""
-UNWIND $ids AS i
-MATCH (e:Entity {{id: i}})
-WITH collect(e) AS ns
-UNWIND ns AS e
-CALL {{
-  WITH e, ns
-  UNWIND ns AS b
-  MATCH (e)-[r:RELATED]->(b)
-  RETURN toJSON(collect([b.id, r.strength, r.chunk_ids[..{RELATIONSHIP_CHUNK_SAMPLE}], size(r.chunk_ids)])) AS ties
-}}
-RETURN {_ENTITY}, ties
-"""
+_AMONG_LEAN = _among(f"toJSON(collect([b.id, r.strength, {_SAMPLE}]))")
 
 # The descriptions of some relationships, by (source id, target id): both ends found by their index first, then the
 # edge between them. The WITH keeps the planner from folding the two MATCHes into a traversal from ``a`` filtered
