@@ -53,6 +53,7 @@ from ragtopics.storage.chunk_index import (
     _TERMS_COMPLETE,
     _TERMS_TOTAL,
     CODE_WEIGHT,
+    ChunkHit,
     ChunkIndex,
     ChunkRecord,
     _escape_term,
@@ -316,17 +317,30 @@ def hybrid_three_trips(index: ChunkIndex, question: str, vector: np.ndarray, can
             total = max(int(values[1] or 0), max(frequencies.values()))
             weights = {t: (CODE_WEIGHT if is_identifier(t) else 1.0) * bm25_idf(total, frequencies[t]) for t in present}
             rows = index._keyword_candidates(candidate_terms(frequencies, present, postings=2_000), max(4 * depth, 100))
-            counted = [(hit, {t: packed_count(p, t) for t in present}, packed_length(p)) for hit, p in rows]
             identifiers = [t for t in present if is_identifier(t)]
-            counted = [row for row in counted if any(row[1][t] for t in identifiers)] or counted
-            average = sum(n for _, _, n in counted) / len(counted) if counted else 1.0
-            scored = [(round(bm25_score(tf, weights, average_length=average, length=n), 6), hit) for hit, tf, n in counted]
-            keyword = [hit for score, hit in sorted((x for x in scored if x[0] > 0), key=lambda x: -x[0])[:depth]]
+            keyword = [hit for _, hit in bm25_term_by_term(rows, weights, identifiers, depth)]
     ranks = reciprocal_rank_fusion({"dense": [h.chunk_id for h in dense], "keyword": [h.chunk_id for h in keyword]})
     pool = list(ranks)[:candidates]
     known = {h.chunk_id for h in dense}
     index.read_hits(pool, vectors=[c for c in pool if c not in known])
     return pool
+
+
+def bm25_term_by_term(
+    rows: list[tuple[ChunkHit, str]], weights: dict[str, float], identifiers: list[str], k: int
+) -> list[tuple[float, ChunkHit]]:
+    """The reference BM25 ranking of keyword candidates, as the search ranked them before
+    :func:`~ragtopics.storage.chunk_index.bm25_rank`: each term's count found apart
+    (:func:`~ragtopics.storage.chunk_index.packed_count`), then :func:`~ragtopics.storage.chunk_index.bm25_score`.
+
+    Returns:
+        Up to ``k`` ``(score, hit)`` with a score > 0, best first.
+    """
+    counted = [(hit, {t: packed_count(p, t) for t in weights}, packed_length(p)) for hit, p in rows]
+    counted = [row for row in counted if any(row[1][t] for t in identifiers)] or counted
+    average = sum(n for _, _, n in counted) / len(counted) if counted else 1.0
+    scored = [(round(bm25_score(tf, weights, average_length=average, length=n), 6), hit) for hit, tf, n in counted]
+    return sorted((x for x in scored if x[0] > 0), key=lambda x: -x[0])[:k]
 
 
 def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, count: int) -> dict[str, Timing]:
@@ -365,12 +379,7 @@ def hybrid_parts(index: ChunkIndex, questions: list[str], qvecs: np.ndarray, cou
         return [("HMGET", index.terms_key, _TERMS_COMPLETE, _TERMS_TOTAL, *_STEMMER.stemWords(terms[i]))] if terms[i] else []
 
     def bm25_before(i: int) -> list:
-        present = list(weights[i])
-        counted = [(hit, {t: packed_count(p, t) for t in present}, packed_length(p)) for hit, p in fetched[i]]
-        counted = [row for row in counted if any(row[1][t] for t in identifiers[i])] or counted
-        average = sum(n for _, _, n in counted) / len(counted) if counted else 1.0
-        scored = [(round(bm25_score(tf, weights[i], average_length=average, length=n), 6), hit) for hit, tf, n in counted]
-        return sorted((x for x in scored if x[0] > 0), key=lambda x: -x[0])[:depth]
+        return bm25_term_by_term(fetched[i], weights[i], identifiers[i], depth)
 
     def fusion(i: int) -> dict:
         dense, keyword = lists[i]

@@ -670,8 +670,8 @@ def apply_graph(
 
     The chunks dropped are those of ``old_chunk_ids`` the version does not have: the caller reads them under
     the same locks with :func:`document_chunk_ids` (the chunk index's and the graph's: after a re-embed the
-    chunk index no longer knows the previous ones). The descriptions of what they and the version touch are rebuilt from the chunks that support them; an
-    entity without a vector (new, or its vector dropped) is embedded.
+    chunk index no longer knows the previous ones). The descriptions of what they and the version touch are
+    rebuilt from the chunks that support them; an entity without a vector (new, or its vector dropped) is embedded.
 
     Called by the one owner of storing a version (:func:`ragtopics.documents.versions.store_version`) inside the
     document's lock, before the row and the chunk swap; when this or a later step fails, the owner writes the

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ragtopics.graph.store import GraphStore
+from ragtopics.graph.store import GraphStore, ties_by_ends
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,7 @@ MATCH (a:Entity)-[r:RELATED]->(b:Entity {id: i})
 WHERE any(x IN r.chunk_ids WHERE x IN $ids)
 RETURN a.id, b.id, properties(r)
 """
-_RELATED_PAIRS = """
-UNWIND $pairs AS p
-MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-WITH a, b
-MATCH (a)-[r:RELATED]->(b)
-RETURN a.id, b.id, properties(r)
-"""
+_RELATED_PAIRS = ties_by_ends("pairs") + "RETURN a.id, b.id, properties(r)\n"
 _IMAGES = """
 UNWIND $ids AS cid
 MATCH (c:Chunk {id: cid})-[:HAS_PICTURE]->(i:Image)
@@ -96,7 +90,8 @@ CALL {
 }
 RETURN document, chunks, mentions, images
 """
-_ENTITY_SCOPE = """
+_ENTITY_SCOPE = (
+    """
 CALL { UNWIND $entities AS i MATCH (e:Entity {id: i}) RETURN collect([e.id, properties(e)]) AS entities }
 CALL {
   UNWIND $mentioned AS i
@@ -111,25 +106,18 @@ CALL {
   RETURN collect([a.id, b.id, properties(r)]) AS incoming
 }
 CALL {
-  UNWIND $pairs AS p
-  MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-  WITH a, b
-  MATCH (a)-[r:RELATED]->(b)
-  RETURN collect([a.id, b.id, properties(r)]) AS named
+"""
+    + ties_by_ends("pairs")
+    + """  RETURN collect([a.id, b.id, properties(r)]) AS named
 }
 CALL { UNWIND $entities AS eid MATCH (i:Image)-[:SHOWS]->(e:Entity {id: eid}) RETURN collect([i.id, e.id]) AS shows }
 CALL { UNWIND $entities AS i MATCH (v:EntityVector {id: i}) RETURN collect([v.id, v.embedding]) AS vectors }
 RETURN entities, outgoing, incoming, named, shows, vectors
 """
+)
 
 # Restoring: each step one query; each is idempotent, so a restore can run again after one that stopped.
-_DELETE_RELATED = """
-UNWIND $pairs AS p
-MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-WITH a, b
-MATCH (a)-[r:RELATED]->(b)
-DELETE r
-"""
+_DELETE_RELATED = ties_by_ends("pairs") + "DELETE r\n"
 _DELETE_IMAGES = "UNWIND $ids AS cid MATCH (:Chunk {id: cid})-[:HAS_PICTURE]->(i:Image) DETACH DELETE i"
 _DELETE_CHUNKS = "UNWIND $ids AS cid MATCH (c:Chunk {id: cid}) DETACH DELETE c"
 _DELETE_ENTITIES = "UNWIND $ids AS i MATCH (e:Entity {id: i}) DETACH DELETE e"

@@ -309,18 +309,27 @@ RETURN ents_removed, ents_kept, rels_removed, rels_kept, chunks_removed, docs_re
        rel_pairs
 """
 
+
+def ties_by_ends(pairs: str) -> str:
+    """Cypher that binds ``r``, the relationship from ``a`` to ``b``, for each ``[source id, target id]`` ``p`` of the
+    list parameter ``$<pairs>``: both ends found by their index, then the edge between them.
+
+    The ``WITH`` keeps FalkorDB's planner from folding the two MATCHes into a traversal of every tie of ``a``
+    filtered by ``b`` (GRAPH.EXPLAIN: Expand Into instead of Conditional Traverse + Filter; 20 ties of hubs at
+    100,000 entities: 1.2 ms instead of 90), so a hub's thousands of ties are not walked.
+    """
+    return (
+        f"UNWIND ${pairs} AS p\nMATCH (a:Entity {{id: p[0]}}), (b:Entity {{id: p[1]}})\nWITH a, b\nMATCH (a)-[r:RELATED]->(b)\n"
+    )
+
+
 # What the stored relationships among some (source, target) pairs say, for merging their descriptions in Python.
-_RELATIONSHIP_TEXTS = """
-UNWIND $pairs AS p
-MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-WITH a, b
-MATCH (a)-[r:RELATED]->(b)
-RETURN a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences
-"""
+_RELATIONSHIP_TEXTS = ties_by_ends("pairs") + "RETURN a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences\n"
 
 # What an upsert reads before it writes: the stored texts of its entities, its mentions and its relationships
 # (the queries of _entity_texts, _said and _RELATIONSHIP_TEXTS, one round trip).
-_STORED_TEXTS = """
+_STORED_TEXTS = (
+    """
 CALL {
   UNWIND $ids AS eid
   MATCH (e:Entity {id: eid})
@@ -334,14 +343,13 @@ CALL {
   RETURN collect([p[0], p[1], n.sentences, n.names, n.keys]) AS said
 }
 CALL {
-  UNWIND $rels AS p
-  MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-  WITH a, b
-  MATCH (a)-[r:RELATED]->(b)
-  RETURN collect([a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences]) AS relationships
+"""
+    + ties_by_ends("rels")
+    + """  RETURN collect([a.id, b.id, r.description, r.chunk_ids, r.chunk_sentences]) AS relationships
 }
 RETURN entities, said, relationships
 """
+)
 
 _IMAGES = """
 UNWIND $images AS x
@@ -416,17 +424,8 @@ _AMONG = _among(f"collect([b.id, r.description, r.strength, {_SAMPLE}])")
 # (``ent-``/``chunk-`` and hex digits) and numbers travel in the JSON: FalkorDB's toJSON does not escape quotes.
 _AMONG_LEAN = _among(f"toJSON(collect([b.id, r.strength, {_SAMPLE}]))")
 
-# The descriptions of some relationships, by (source id, target id): both ends found by their index first, then the
-# edge between them. The WITH keeps the planner from folding the two MATCHes into a traversal from ``a`` filtered
-# by ``b`` (GRAPH.EXPLAIN: Expand Into instead of Conditional Traverse + Filter; 20 ties of hubs at 100,000
-# entities: 1.2 ms instead of 90), so a hub's thousands of ties are not walked.
-_TIE_DESCRIPTIONS = """
-UNWIND $pairs AS p
-MATCH (a:Entity {id: p[0]}), (b:Entity {id: p[1]})
-WITH a, b
-MATCH (a)-[r:RELATED]->(b)
-RETURN a.id, b.id, r.description
-"""
+# The descriptions of some relationships, by (source id, target id).
+_TIE_DESCRIPTIONS = ties_by_ends("pairs") + "RETURN a.id, b.id, r.description\n"
 
 _NEXT_HOP = """
 UNWIND $frontier AS fid

@@ -851,7 +851,7 @@ class ChunkIndex:
         """The two ranked lists a HYBRID search fuses: the ``k`` chunks nearest to ``vector``
         (:meth:`search_vector`) and the ``k`` best by BM25 for ``terms`` (:meth:`search_keywords`).
 
-        Their hits carry the chunk id, document id and file name and score only: a search keeps a few of
+        Their hits carry the chunk id, document id, file name and score only: a search keeps a few of
         them and reads those chunks' other fields (:meth:`read_hits`), not the text of every candidate.
         Usually one round trip: the embedder record, the KNN, the terms' document frequencies and the
         keyword candidates (each read with its stored term counts, :data:`TERM_COUNTS_FIELD`) go in one
@@ -1319,19 +1319,13 @@ def bm25_rank(
     Returns:
         Up to ``k`` hits with a BM25 score > 0 (rounded to 6 decimals), best first; ties keep the order of ``rows``.
     """
-    needles = [(t, f" {t}:", len(t) + 2) for t in weights]
+    needles = [(t, _packed_needle(t)) for t in weights]
     counted = []
     for hit, packed in rows:
-        found: dict[str, int] = {}
-        for term, needle, skip in needles:
-            at = packed.find(needle)
-            if at >= 0:
-                start = at + skip
-                found[term] = int(packed[start : packed.index(" ", start)])
-        counted.append((hit, found, int(packed[: packed.index(" ")])))
+        found = {term: n for term, needle in needles if (n := _count_after(packed, needle))}
+        counted.append((hit, found, packed_length(packed)))
     if identifiers:
-        marks = [f" {t}:" for t in identifiers]
-        holding = [row for row, (_, packed) in zip(counted, rows, strict=True) if any(m in packed for m in marks)]
+        holding = [row for row in counted if any(t in row[1] for t in identifiers)]
         if holding:  # only chunks with the E-4711 asked about get a keyword vote in fusion
             counted = holding
     average = sum(length for _, _, length in counted) / len(counted) if counted else 1.0
@@ -1385,10 +1379,20 @@ def pack_term_counts(counts: Mapping[str, int]) -> str:
 
 def packed_count(packed: str, term: str) -> int:
     """How often ``term`` (no space or ``:``) occurs in a chunk, from its packed counts (:func:`pack_term_counts`); 0 when not."""
-    at = packed.find(f" {term}:")
+    return _count_after(packed, _packed_needle(term))
+
+
+def _packed_needle(term: str) -> str:
+    """What precedes ``term``'s count in packed counts (made once per term when many chunks are read)."""
+    return f" {term}:"
+
+
+def _count_after(packed: str, needle: str) -> int:
+    """The count that follows ``needle`` (:func:`_packed_needle`) in packed counts; 0 when the term is not there."""
+    at = packed.find(needle)
     if at < 0:
         return 0
-    start = at + len(term) + 2
+    start = at + len(needle)
     return int(packed[start : packed.index(" ", start)])
 
 
