@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from rq import SimpleWorker
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.queue import Queue
 from rq.worker import WorkerStatus
@@ -94,8 +95,20 @@ class ProductWorker(SimpleWorker):
         super().run_maintenance_tasks()
         try:
             report(*_recovery_pass(self.rt))
+        except StopRequested:  # a stop signal came during the pass (rq's handler raises it): the loop ends on it
+            raise
         except Exception as exc:
             log.warning("recovery pass failed: %s", exc)
+
+    def _shutdown(self) -> None:
+        """A warm stop (SIGINT/SIGTERM): also note it when idle, where rq only raises ``StopRequested``.
+
+        rq's handler raises ``StopRequested`` wherever the idle worker happens to be; code that catches
+        ``Exception`` there (a library's retry, a pass that logs and goes on) would swallow the stop and
+        the worker would keep listening. With the flag set, rq's loop ends at its next check either way.
+        """
+        self._stop_requested = True
+        super()._shutdown()
 
 
 def _recovery_pass(rt: Runtime, *, lost_chunks: bool = False):

@@ -7,6 +7,8 @@ heartbeat rq still holds, is alive; a document finished while recovery looked at
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -227,6 +229,44 @@ def test_a_worker_keeps_a_long_job_alive_in_rqs_eyes_and_rq_abandons_it_once_the
     assert stalled.get_status(refresh=True) == "started"
     registry.cleanup(timestamp=time.time() + 3.5)
     assert stalled.get_status(refresh=True) == "failed"
+
+
+def test_a_stop_signal_that_comes_during_a_recovery_pass_stops_the_worker_and_its_scheduler(rt, monkeypatch):
+    # rq's handler raises StopRequested wherever the idle worker is; the recovery pass logs and swallows
+    # what it raises, so the stop was lost there and the worker (and its scheduler process) kept running.
+    from rq.worker import Worker
+
+    from ragtopics.worker import main
+
+    passes: list[int] = []
+
+    def a_pass_the_stop_comes_in(rt, *, lost_chunks=False):
+        passes.append(len(passes))
+        if len(passes) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # a supervisor's stop, or the launcher's death (PR_SET_PDEATHSIG)
+            time.sleep(0.5)  # the handler runs here, inside the pass
+        return [], []
+
+    def end_a_worker_that_missed_it() -> None:  # so that the test fails instead of waiting for ever
+        worker._stop_requested = True
+        queue.enqueue(len, "wake")  # the worker waits for a job: give it one
+
+    monkeypatch.setattr(main, "_recovery_pass", a_pass_the_stop_comes_in)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    queue = queue_for(rt)
+    worker = main.ProductWorker([queue], rt=rt, heartbeat_s=1)
+    guard = threading.Timer(30, end_a_worker_that_missed_it)
+    guard.start()
+    try:
+        worker.work(burst=False, logging_level="WARNING", with_scheduler=True)
+    finally:
+        guard.cancel()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert passes == [0], "the worker went on listening after the stop"
+    assert worker.scheduler is not None and worker.scheduler._process is not None  # it had started one
+    assert worker.scheduler._process.exitcode is not None  # and it ended with the worker
+    assert worker.name not in {w.name for w in Worker.all(connection=rt.redis)}
 
 
 def test_a_job_waiting_for_a_rate_limit_slot_is_alive(rt):
