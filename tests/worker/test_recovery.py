@@ -217,7 +217,12 @@ def test_a_worker_keeps_a_long_job_alive_in_rqs_eyes_and_rq_abandons_it_once_the
 
     cleaner = threading.Thread(target=cleanup_midway)
     cleaner.start()
-    ProductWorker([queue], rt=rt, heartbeat_s=1).work(burst=True, logging_level="WARNING")
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ProductWorker([queue], rt=rt, heartbeat_s=1).work(burst=True, logging_level="WARNING")
+    finally:  # rq leaves its stop handlers installed: the test process gets its own back
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     cleaner.join()
     assert seen == ["started"] and job.get_status(refresh=True) == "finished"
 
@@ -253,6 +258,7 @@ def test_a_stop_signal_that_comes_during_a_recovery_pass_stops_the_worker_and_it
 
     monkeypatch.setattr(main, "_recovery_pass", a_pass_the_stop_comes_in)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a worker process the launcher forks (and so in its scheduler)
     queue = queue_for(rt)
     worker = main.ProductWorker([queue], rt=rt, heartbeat_s=1)
     guard = threading.Timer(30, end_a_worker_that_missed_it)
