@@ -47,9 +47,12 @@ SHORT_TEXT_CHARS = 64
 #: Word pieces per packed sequence of short texts (:meth:`LocalEmbedder._embed_short_batch`): long enough to hold a
 #: passage's entity names in one sequence, short enough that attention across the block stays a small share.
 PACK_TOKENS = 256
-#: torch threads while short texts are embedded. On 2 cores shared with other work, 60 passes of 14 HotpotQA
-#: titles took 2.7 CPU seconds with one thread and 26 with two (the second thread spin-waits for a busy core);
-#: a pass over a few dozen short texts is too small to gain much from a second thread on a quiet machine.
+#: torch threads while names (texts of at most :data:`SHORT_TEXT_CHARS`) are embedded packed. On 2 cores shared
+#: with other work, 60 passes of 14 HotpotQA titles took 2.7 CPU seconds with one thread and 26 with two (the
+#: second thread spin-waits for a busy core); a pass over a few dozen names is too small to gain much from a
+#: second thread on a quiet machine. Longer texts packed the same way (deduplication's descriptions, up to 300
+#: characters) use every thread, as chunks do: 12 such descriptions took 250 ms with one thread and 130 ms with
+#: two on the quiet 2-core machine.
 SHORT_TEXT_THREADS = 1
 
 
@@ -227,7 +230,8 @@ class LocalEmbedder(Embedder):
         of a text's token vectors) and L2 normalisation. The same vectors as :meth:`_embed_batch` up to float
         rounding (largest difference about 1e-7). The packing of sequences of several documents into one with a
         block-diagonal mask is the one of Krell et al., "Efficient Sequence Packing without Cross-contamination"
-        (arXiv 2107.02027). Runs with :data:`SHORT_TEXT_THREADS` torch threads.
+        (arXiv 2107.02027). Runs with :data:`SHORT_TEXT_THREADS` torch threads when every text is a name
+        (at most :data:`SHORT_TEXT_CHARS`), else with torch's own number, as :meth:`_embed_batch` does.
 
         Falls back to :meth:`_embed_batch` for a model whose modules are not transformer, mean pooling and normalisation.
         """
@@ -265,7 +269,8 @@ class LocalEmbedder(Embedder):
         transformer: Any = model[0].auto_model  # the Hugging Face BertModel under sentence-transformers' Transformer
         with self._lock:
             threads = torch.get_num_threads()
-            torch.set_num_threads(SHORT_TEXT_THREADS)
+            if max(map(len, texts)) <= SHORT_TEXT_CHARS:  # names: one thread (see SHORT_TEXT_THREADS)
+                torch.set_num_threads(SHORT_TEXT_THREADS)
             try:
                 with torch.inference_mode():
                     hidden = transformer(

@@ -37,3 +37,21 @@ def test_packs_hold_whole_texts_within_the_budget_longest_first():
     assert sorted(i for pack in packs for i in pack) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in pack) <= PACK_TOKENS for pack in packs)
     assert packs == [[4], [1, 2], [6, 5, 0], [3, 7]]  # each text into the first sequence with room, longest first
+
+
+def test_names_are_embedded_with_one_thread_and_longer_packed_texts_with_every_thread(embedder):
+    from ragtopics.llm.embedding import SHORT_TEXT_CHARS, SHORT_TEXT_THREADS
+
+    transformer = embedder._loaded()[0].auto_model
+    seen: list[int] = []
+    hook = transformer.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    threads = torch.get_num_threads()
+    try:
+        embedder.embed(["Marie Curie", "Leland, North Carolina"], short=True)  # names: one thread
+        description = "Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity. " * 2
+        assert len(description) > SHORT_TEXT_CHARS
+        embedder.embed(["Marie Curie", description], short=True)  # a description among them: every thread
+    finally:
+        hook.remove()
+    assert seen == [SHORT_TEXT_THREADS, threads]
+    assert torch.get_num_threads() == threads
