@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import uuid
 from collections import Counter, OrderedDict
@@ -1305,8 +1306,9 @@ def bm25_rank(
 ) -> list[ChunkHit]:
     """The ``k`` best keyword candidates by Okapi BM25 (:func:`bm25_score`), read from their packed term counts.
 
-    Each candidate's frequency of a term is found in its packed counts (:func:`pack_term_counts`) by one
-    substring search, the needle (`` term:``) made once for all candidates. When ``identifiers`` (the
+    Each candidate's frequencies of the question's terms are read from its packed counts
+    (:func:`pack_term_counts`) in one scan by a regular expression made once for all candidates (about half the
+    time of one substring search per term and candidate, the same counts). When ``identifiers`` (the
     question's terms with letters and digits) are given and some candidate holds one, only those
     candidates are ranked. The average length is that of the candidates ranked.
 
@@ -1319,10 +1321,10 @@ def bm25_rank(
     Returns:
         Up to ``k`` hits with a BM25 score > 0 (rounded to 6 decimals), best first; ties keep the order of ``rows``.
     """
-    needles = [(t, _packed_needle(t)) for t in weights]
+    counts = _packed_counts_of(weights)
     counted = []
     for hit, packed in rows:
-        found = {term: n for term, needle in needles if (n := _count_after(packed, needle))}
+        found = {term: n for term, count in counts.findall(packed) if (n := int(count))}
         counted.append((hit, found, packed_length(packed)))
     if identifiers:
         holding = [row for row in counted if any(t in row[1] for t in identifiers)]
@@ -1385,6 +1387,15 @@ def packed_count(packed: str, term: str) -> int:
 def _packed_needle(term: str) -> str:
     """What precedes ``term``'s count in packed counts (made once per term when many chunks are read)."""
     return f" {term}:"
+
+
+def _packed_counts_of(terms: Iterable[str]) -> re.Pattern[str]:
+    """A pattern whose ``findall`` over packed counts gives ``(term, count)`` for each of ``terms`` the chunk holds.
+
+    Each term is matched whole: it follows a space and is followed by ``:`` (a term never holds either), so
+    ``film`` does not match inside ``films:2``.
+    """
+    return re.compile(" (" + "|".join(re.escape(t) for t in terms) + r"):(\d+)")
 
 
 def _count_after(packed: str, needle: str) -> int:

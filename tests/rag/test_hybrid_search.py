@@ -238,3 +238,26 @@ def test_ranking_the_candidates_equals_bm25_of_each_term(rt):
         expected = [(round(bm25_score(tf, weights, average_length=average, length=n), 6), hit.chunk_id) for hit, tf, n in counted]
         expected = sorted((pair for pair in expected if pair[0] > 0), key=lambda pair: -pair[0])[:4]
         assert [(h.score, h.chunk_id) for h in bm25_rank(rows, weights, identifiers, 4)] == expected and expected
+
+
+def test_ranking_reads_each_term_whole_from_the_packed_counts():
+    from ragtopics.storage.chunk_index import ChunkHit
+
+    packed = [
+        pack_term_counts({"films": 3, "film": 2, "p7": 1, "leland2": 1}),
+        pack_term_counts({"filmography": 4, "leland": 1, "p70": 2}),  # "film" and "p7" only as parts of others
+        pack_term_counts({"unrelated": 5}),
+    ]
+    rows = [(ChunkHit(f"chunk-{i}", "doc", "f.txt", i, "", 0.0), p) for i, p in enumerate(packed)]
+    weights = {"film": 1.0, "films": 0.5, "p7": 2.0, "leland": 0.7}
+    counted = [{t: packed_count(p, t) for t in weights} for p in packed]
+    assert counted[0] == {"film": 2, "films": 3, "p7": 1, "leland": 0}
+    assert counted[1] == {"film": 0, "films": 0, "p7": 0, "leland": 1}
+    average = sum(packed_length(p) for p in packed) / len(packed)
+    expected = [
+        (round(bm25_score(tf, weights, average_length=average, length=packed_length(p)), 6), f"chunk-{i}")
+        for i, (tf, p) in enumerate(zip(counted, packed, strict=True))
+    ]
+    expected = sorted((pair for pair in expected if pair[0] > 0), key=lambda pair: -pair[0])
+    assert [(h.score, h.chunk_id) for h in bm25_rank(rows, weights, [], 3)] == expected
+    assert [h.chunk_id for h in bm25_rank(rows, weights, ["p7"], 3)] == ["chunk-0"]  # only the chunk with P7
