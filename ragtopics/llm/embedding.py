@@ -215,7 +215,7 @@ class LocalEmbedder(Embedder):
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         model = self._loaded()
-        passes = len(texts) if max(map(len, texts), default=0) <= SHORT_TEXT_CHARS else self.forward_batch
+        passes = len(texts) if _all_names(texts) else self.forward_batch
         with self._lock:  # one forward pass at a time; torch already uses every core
             return model.encode(texts, batch_size=max(passes, 1), convert_to_numpy=True, normalize_embeddings=True)
 
@@ -269,7 +269,7 @@ class LocalEmbedder(Embedder):
         transformer: Any = model[0].auto_model  # the Hugging Face BertModel under sentence-transformers' Transformer
         with self._lock:
             threads = torch.get_num_threads()
-            if max(map(len, texts)) <= SHORT_TEXT_CHARS:  # names: one thread (see SHORT_TEXT_THREADS)
+            if _all_names(texts):  # names: one thread (see SHORT_TEXT_THREADS)
                 torch.set_num_threads(SHORT_TEXT_THREADS)
             try:
                 with torch.inference_mode():
@@ -281,6 +281,11 @@ class LocalEmbedder(Embedder):
         for i, row, start, end in spans:
             out[i] = hidden[row, start:end].mean(dim=0).numpy()
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def _all_names(texts: list[str]) -> bool:
+    """Whether every text is a name or a short phrase (at most :data:`SHORT_TEXT_CHARS` characters)."""
+    return max(map(len, texts), default=0) <= SHORT_TEXT_CHARS
 
 
 def _packs(lengths: list[int], budget: int) -> list[list[int]]:

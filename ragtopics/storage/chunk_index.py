@@ -1370,8 +1370,8 @@ def pack_term_counts(counts: Mapping[str, int]) -> str:
     ``term:count`` pairs, space separated, with a space at the end (``"3 pump:2 p7:1 "``).
 
     The length is the sum of every count; a term holding ``:`` (only a model's enrichment keyword can)
-    counts in the length but is not listed, as no query term can hold one. A keyword search reads a term's
-    count with one substring search (:func:`packed_count`), which costs less than splitting the field.
+    counts in the length but is not listed, as no query term can hold one. A keyword search reads the counts of a
+    question's terms with one regular-expression scan (:func:`bm25_rank`), which costs less than splitting the field.
 
     Args:
         counts: term → occurrences (> 0), as :func:`chunk_terms` gives them.
@@ -1380,13 +1380,16 @@ def pack_term_counts(counts: Mapping[str, int]) -> str:
 
 
 def packed_count(packed: str, term: str) -> int:
-    """How often ``term`` (no space or ``:``) occurs in a chunk, from its packed counts (:func:`pack_term_counts`); 0 when not."""
-    return _count_after(packed, _packed_needle(term))
+    """How often ``term`` (no space or ``:``) occurs in a chunk, from its packed counts (:func:`pack_term_counts`); 0 when not.
 
-
-def _packed_needle(term: str) -> str:
-    """What precedes ``term``'s count in packed counts (made once per term when many chunks are read)."""
-    return f" {term}:"
+    One substring search: for a single term; :func:`bm25_rank` reads every term of a question at once.
+    """
+    needle = f" {term}:"
+    at = packed.find(needle)
+    if at < 0:
+        return 0
+    start = at + len(needle)
+    return int(packed[start : packed.index(" ", start)])
 
 
 def _packed_counts_of(terms: Iterable[str]) -> re.Pattern[str]:
@@ -1396,15 +1399,6 @@ def _packed_counts_of(terms: Iterable[str]) -> re.Pattern[str]:
     ``film`` does not match inside ``films:2``.
     """
     return re.compile(" (" + "|".join(re.escape(t) for t in terms) + r"):(\d+)")
-
-
-def _count_after(packed: str, needle: str) -> int:
-    """The count that follows ``needle`` (:func:`_packed_needle`) in packed counts; 0 when the term is not there."""
-    at = packed.find(needle)
-    if at < 0:
-        return 0
-    start = at + len(needle)
-    return int(packed[start : packed.index(" ", start)])
 
 
 def packed_length(packed: str) -> int:
